@@ -1,0 +1,338 @@
+//! An open `.kpack` archive: validated at open, then read concurrently with positioned reads.
+//!
+//! One `Archive` is `Send + Sync`. The file is opened once; kernels are read with `pread`, so no
+//! cursor is shared and no lock is held across I/O or decompression. zstd contexts are per thread.
+//! Every allocation is bounded by the file: the TOC by the bytes present, the frame table by the
+//! frames present, a decoded kernel by its `original_size`, and a stored blob by the file length.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
+
+/// An open archive.
+#[derive(Debug)]
+pub struct Archive {
+    path: PathBuf,
+    file: File,
+    file_len: u64,
+    modified: Option<SystemTime>,
+    toc_offset: u64,
+    toc: Toc,
+    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs or zstd frames).
+    spans: Vec<Span>,
+}
+
+/// Where one kernel is and how big it comes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelRef<'a> {
+    pub key: &'a str,
+    pub arch: &'a str,
+    pub ordinal: u32,
+    /// Bytes stored in the file (blob or frame).
+    pub stored: Span,
+    /// Bytes `get_kernel` returns: the blob size for `none`, `original_size` for zstd.
+    pub size: u64,
+}
+
+impl Archive {
+    /// Opens and validates an archive. Errors follow the reference's open matrix (see
+    /// `Error::kind`).
+    pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
+            _ => Error::io(&path, "cannot open", e),
+        })?;
+        let meta = file.metadata().map_err(|e| Error::io(&path, "cannot stat", e))?;
+        if meta.is_dir() {
+            return Err(Error::TruncatedHeader { path, len: 0 });
+        }
+        let file_len = meta.len();
+        if file_len == 0 {
+            return Err(Error::EmptyFile { path });
+        }
+        let mut header = [0u8; format::HEADER_SIZE];
+        let got = read_full_at(&file, &mut header, 0).map_err(|e| Error::io(&path, "cannot read header", e))?;
+        if got < header.len() {
+            return Err(Error::TruncatedHeader { path, len: got as u64 });
+        }
+        let header = Header::parse(&header);
+        if &header.magic != format::MAGIC {
+            return Err(Error::BadMagic { path, found: header.magic });
+        }
+        if header.version != format::VERSION {
+            return Err(Error::UnsupportedVersion { path, version: header.version });
+        }
+        if header.toc_offset >= file_len {
+            return Err(Error::TocOffsetOutOfRange { path, toc_offset: header.toc_offset, file_len });
+        }
+        let toc_offset = header.toc_offset;
+        let toc_len = usize::try_from(file_len - toc_offset)
+            .map_err(|_| Error::TocParse { path: path.clone(), offset: toc_offset, reason: "TOC too large".into() })?;
+        let mut toc_bytes = Vec::new();
+        toc_bytes
+            .try_reserve_exact(toc_len)
+            .map_err(|_| Error::OutOfMemory { bytes: toc_len })?;
+        toc_bytes.resize(toc_len, 0);
+        let got = read_full_at(&file, &mut toc_bytes, toc_offset).map_err(|e| Error::io(&path, "cannot read TOC", e))?;
+        toc_bytes.truncate(got);
+        let toc = format::parse_toc(&toc_bytes).map_err(|e| Error::TocParse {
+            path: path.clone(),
+            offset: toc_offset + e.offset as u64,
+            reason: e.reason,
+        })?;
+        drop(toc_bytes);
+
+        let spans = match toc.scheme {
+            Scheme::None => toc.blobs.clone(),
+            Scheme::ZstdPerKernel => index_zstd(&path, &file, file_len, toc.zstd_blob)?,
+        };
+        Ok(Archive { path, file, file_len, modified: meta.modified().ok(), toc_offset, toc, spans })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// The archive file's modification time, when the file system reports one.
+    pub fn modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
+
+    pub fn toc_offset(&self) -> u64 {
+        self.toc_offset
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.toc.scheme
+    }
+
+    pub fn group_name(&self) -> Option<&str> {
+        self.toc.group_name.as_deref()
+    }
+
+    pub fn gfx_arch_family(&self) -> Option<&str> {
+        self.toc.gfx_arch_family.as_deref()
+    }
+
+    /// The archive-level arch index (`gfx_arches`), in file order. The loader matches on this.
+    pub fn architectures(&self) -> &[String] {
+        &self.toc.gfx_arches
+    }
+
+    /// Binaries with their arch entries, sorted by key.
+    pub fn binaries(&self) -> &[TocBinary] {
+        &self.toc.binaries
+    }
+
+    /// Whether `gfx_arches` lists `arch` (exact match).
+    pub fn has_architecture(&self, arch: &str) -> bool {
+        self.toc.gfx_arches.iter().any(|a| a == arch)
+    }
+
+    fn entry(&self, key: &str, arch: &str) -> Option<&TocEntry> {
+        let i = self.toc.binaries.binary_search_by(|b| b.key.as_str().cmp(key)).ok()?;
+        self.toc.binaries[i].arches.iter().find(|e| e.arch == arch)
+    }
+
+    fn not_found(&self, key: &str, arch: &str, reason: impl Into<String>) -> Error {
+        Error::KernelNotFound {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            arch: arch.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Finds a kernel and checks that it can be read: the same checks, in the same order, as the
+    /// reference's get (missing entry or blob: not found; blob past the end: I/O error).
+    pub fn locate<'a>(&'a self, key: &'a str, arch: &'a str) -> Result<KernelRef<'a>> {
+        let entry = self
+            .entry(key, arch)
+            .ok_or_else(|| self.not_found(key, arch, "no such entry in the TOC"))?;
+        let stored = *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
+            self.not_found(
+                key,
+                arch,
+                format!("ordinal {} has no stored blob ({} present)", entry.ordinal, self.spans.len()),
+            )
+        })?;
+        let size = match self.toc.scheme {
+            Scheme::None => {
+                if stored.offset.checked_add(stored.size).is_none_or(|end| end > self.file_len) {
+                    return Err(Error::BlobOutOfBounds {
+                        path: self.path.clone(),
+                        key: key.to_owned(),
+                        arch: arch.to_owned(),
+                        offset: stored.offset,
+                        size: stored.size,
+                        file_len: self.file_len,
+                    });
+                }
+                stored.size
+            }
+            Scheme::ZstdPerKernel => entry.original_size,
+        };
+        Ok(KernelRef { key, arch, ordinal: entry.ordinal, stored, size })
+    }
+
+    /// Every (key, arch) entry, in key order then file order of arches.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &TocEntry)> {
+        self.toc
+            .binaries
+            .iter()
+            .flat_map(|b| b.arches.iter().map(move |e| (b.key.as_str(), e)))
+    }
+
+    /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes. `none` copies straight
+    /// from the file; zstd reads the frame into a per-thread buffer and decodes into `dst`.
+    pub fn read_into(&self, kref: &KernelRef<'_>, dst: &mut [u8]) -> Result<()> {
+        debug_assert_eq!(dst.len() as u64, kref.size);
+        match self.toc.scheme {
+            Scheme::None => {
+                let got = read_full_at(&self.file, dst, kref.stored.offset)
+                    .map_err(|e| Error::io(&self.path, format!("cannot read kernel {} [{}]", kref.key, kref.arch), e))?;
+                if got < dst.len() {
+                    return Err(Error::BlobOutOfBounds {
+                        path: self.path.clone(),
+                        key: kref.key.to_owned(),
+                        arch: kref.arch.to_owned(),
+                        offset: kref.stored.offset,
+                        size: kref.stored.size,
+                        file_len: kref.stored.offset + got as u64,
+                    });
+                }
+                Ok(())
+            }
+            Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
+                let got = read_full_at(&self.file, frame, kref.stored.offset).map_err(|e| {
+                    Error::io(&self.path, format!("cannot read frame of {} [{}]", kref.key, kref.arch), e)
+                })?;
+                if got < frame.len() {
+                    return Err(self.decode_error(kref, format!(
+                        "frame is truncated: {got} of {} bytes (file changed since open?)",
+                        frame.len()
+                    )));
+                }
+                codec::decode_frame_into(frame, dst).map_err(|reason| self.decode_error(kref, reason))
+            }),
+        }
+    }
+
+    fn decode_error(&self, kref: &KernelRef<'_>, reason: String) -> Error {
+        Error::Decompress {
+            path: self.path.clone(),
+            key: kref.key.to_owned(),
+            arch: kref.arch.to_owned(),
+            offset: kref.stored.offset,
+            reason,
+        }
+    }
+
+    /// Returns a kernel in a buffer from `alloc`, which receives the exact size and returns
+    /// `None` when it cannot allocate. Decoding goes straight into that buffer.
+    pub fn get_kernel_with<T, A>(&self, key: &str, arch: &str, alloc: A) -> Result<T>
+    where
+        T: AsMut<[u8]>,
+        A: FnOnce(usize) -> Option<T>,
+    {
+        let kref = self.locate(key, arch)?;
+        let size = usize::try_from(kref.size).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
+        let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
+        self.read_into(&kref, buf.as_mut())?;
+        Ok(buf)
+    }
+
+    /// Returns a kernel as a fresh vector.
+    pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
+        self.get_kernel_with(key, arch, |n| {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).ok()?;
+            v.resize(n, 0);
+            Some(v)
+        })
+    }
+}
+
+fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec<Span>> {
+    let bad = |reason: String| Error::ZstdIndex { path: path.to_path_buf(), offset: blob.offset, reason };
+    if blob.size > format::MAX_ZSTD_BLOB {
+        return Err(bad(format!("zstd_size {} exceeds the 4 GiB limit", blob.size)));
+    }
+    if blob.offset.checked_add(blob.size).is_none_or(|end| end > file_len) {
+        return Err(Error::io(
+            path,
+            format!("zstd blob at byte {} of {} bytes", blob.offset, blob.size),
+            io::Error::new(io::ErrorKind::UnexpectedEof, format!("runs past the end of the {file_len}-byte file")),
+        ));
+    }
+    let frames = format::index_zstd_frames(blob.size, |at, buf| file.read_at(buf, blob.offset + at)).map_err(bad)?;
+    Ok(frames
+        .into_iter()
+        .map(|s| Span { offset: blob.offset + s.offset, size: s.size })
+        .collect())
+}
+
+/// Fills `buf` from `offset`, retrying short reads; returns how many bytes were read (less than
+/// `buf.len()` only at end of file).
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Frames larger than this are read into a one-off buffer instead of the kept per-thread one, so
+/// a thread that once read a huge frame does not hold that memory forever.
+const KEEP_FRAME_BUFFER: usize = 16 << 20;
+
+fn with_frame_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+    thread_local! {
+        static FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    if len > KEEP_FRAME_BUFFER {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { bytes: len })?;
+        buf.resize(len, 0);
+        return f(&mut buf);
+    }
+    FRAME.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            f(&mut buf[..len])
+        }
+        // Re-entered on this thread (not expected): fall back to a private buffer.
+        Err(_) => f(&mut vec![0u8; len]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn archive_is_send_and_sync() {
+        assert_send_sync::<Archive>();
+    }
+}

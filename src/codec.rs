@@ -1,0 +1,97 @@
+//! zstd frames in and out. Decoding uses one context per thread (contexts are not shareable and
+//! creating one per call costs more than decoding a small kernel) and writes straight into the
+//! caller's buffer, which is exactly the expected size: a frame that decodes to more or fewer
+//! bytes is an error, never a reallocation.
+
+use std::cell::RefCell;
+
+use zstd::zstd_safe::{self, CCtx, CParameter, DCtx};
+
+/// zstd levels the writer accepts.
+pub const MIN_LEVEL: i32 = 1;
+pub const MAX_LEVEL: i32 = 22;
+/// The reference writer's default.
+pub const DEFAULT_LEVEL: i32 = 3;
+
+thread_local! {
+    static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// Decodes `frame` (one or more complete zstd frames) into `dst`, which must come out exactly
+/// full.
+pub fn decode_frame_into(frame: &[u8], dst: &mut [u8]) -> Result<(), String> {
+    let mut run = |dctx: &mut DCtx<'static>| -> Result<(), String> {
+        match dctx.decompress(dst, frame) {
+            Ok(n) if n == dst.len() => Ok(()),
+            Ok(n) => Err(format!("decoded {n} bytes, the TOC says {}", dst.len())),
+            Err(code) => Err(format!(
+                "{} (the TOC says {} bytes)",
+                zstd_safe::get_error_name(code),
+                dst.len()
+            )),
+        }
+    };
+    DCTX.with(move |cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let dctx = slot.get_or_insert_with(DCtx::create);
+            run(dctx)
+        }
+        Err(_) => run(&mut DCtx::create()),
+    })
+}
+
+/// A zstd compressor at a fixed level, producing frames exactly like the reference writer
+/// (content size recorded, no checksum, no dictionary).
+pub struct FrameEncoder {
+    cctx: CCtx<'static>,
+}
+
+impl FrameEncoder {
+    pub fn new(level: i32) -> Result<FrameEncoder, String> {
+        if !(MIN_LEVEL..=MAX_LEVEL).contains(&level) {
+            return Err(format!("zstd level {level} is outside {MIN_LEVEL}..={MAX_LEVEL}"));
+        }
+        let mut cctx = CCtx::create();
+        let set = |cctx: &mut CCtx<'static>, p| {
+            cctx.set_parameter(p).map(|_| ()).map_err(|c| zstd_safe::get_error_name(c).to_owned())
+        };
+        set(&mut cctx, CParameter::CompressionLevel(level))?;
+        set(&mut cctx, CParameter::ContentSizeFlag(true))?;
+        set(&mut cctx, CParameter::ChecksumFlag(false))?;
+        Ok(FrameEncoder { cctx })
+    }
+
+    /// Compresses one kernel into one frame.
+    pub fn encode(&mut self, data: &[u8]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(zstd_safe::compress_bound(data.len()));
+        self.cctx
+            .compress2(&mut out, data)
+            .map_err(|c| zstd_safe::get_error_name(c).to_owned())?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_exact_size() {
+        let data = b"hello hello hello hello".repeat(50);
+        let frame = FrameEncoder::new(3).unwrap().encode(&data).unwrap();
+        let mut out = vec![0u8; data.len()];
+        decode_frame_into(&frame, &mut out).unwrap();
+        assert_eq!(out, data);
+        let mut short = vec![0u8; data.len() - 1];
+        assert!(decode_frame_into(&frame, &mut short).is_err());
+        let mut long = vec![0u8; data.len() + 1];
+        assert!(decode_frame_into(&frame, &mut long).is_err());
+    }
+
+    #[test]
+    fn level_bounds() {
+        assert!(FrameEncoder::new(0).is_err());
+        assert!(FrameEncoder::new(23).is_err());
+        assert!(FrameEncoder::new(22).is_ok());
+    }
+}

@@ -1,0 +1,212 @@
+//! The one error type of the core. Each variant carries what a person needs to fix the problem
+//! (file, key, arch, offset) and maps to exactly one [`ErrorKind`], whose values are the C
+//! library's `kpack_error_t` codes. Adapters (C ABI, FUSE, CLI) translate kinds; they never
+//! inspect messages.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// The reference library's error codes, with their fixed values. Several [`Error`] variants may
+/// share one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ErrorKind {
+    InvalidArgument = 1,
+    FileNotFound = 2,
+    InvalidFormat = 3,
+    UnsupportedVersion = 4,
+    KernelNotFound = 5,
+    DecompressionFailed = 6,
+    OutOfMemory = 7,
+    NotImplemented = 8,
+    IoError = 9,
+    MsgpackParseFailed = 10,
+    PathDiscoveryFailed = 11,
+    InvalidMetadata = 12,
+    ArchiveNotFound = 13,
+    ArchNotFound = 14,
+}
+
+impl ErrorKind {
+    /// The numeric `kpack_error_t` value.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The enumerator name used in the C header, for messages and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "KPACK_ERROR_INVALID_ARGUMENT",
+            ErrorKind::FileNotFound => "KPACK_ERROR_FILE_NOT_FOUND",
+            ErrorKind::InvalidFormat => "KPACK_ERROR_INVALID_FORMAT",
+            ErrorKind::UnsupportedVersion => "KPACK_ERROR_UNSUPPORTED_VERSION",
+            ErrorKind::KernelNotFound => "KPACK_ERROR_KERNEL_NOT_FOUND",
+            ErrorKind::DecompressionFailed => "KPACK_ERROR_DECOMPRESSION_FAILED",
+            ErrorKind::OutOfMemory => "KPACK_ERROR_OUT_OF_MEMORY",
+            ErrorKind::NotImplemented => "KPACK_ERROR_NOT_IMPLEMENTED",
+            ErrorKind::IoError => "KPACK_ERROR_IO_ERROR",
+            ErrorKind::MsgpackParseFailed => "KPACK_ERROR_MSGPACK_PARSE_FAILED",
+            ErrorKind::PathDiscoveryFailed => "KPACK_ERROR_PATH_DISCOVERY_FAILED",
+            ErrorKind::InvalidMetadata => "KPACK_ERROR_INVALID_METADATA",
+            ErrorKind::ArchiveNotFound => "KPACK_ERROR_ARCHIVE_NOT_FOUND",
+            ErrorKind::ArchNotFound => "KPACK_ERROR_ARCH_NOT_FOUND",
+        }
+    }
+}
+
+/// Everything that can go wrong in the core.
+#[derive(Debug)]
+pub enum Error {
+    /// A caller passed something unusable (a bad index, an empty list, a bad option).
+    InvalidArgument(String),
+    /// The archive file does not exist.
+    FileNotFound { path: PathBuf },
+    /// An I/O call failed.
+    Io { path: PathBuf, what: String, source: io::Error },
+    /// The file has zero bytes.
+    EmptyFile { path: PathBuf },
+    /// Fewer than 16 header bytes could be read (also what a directory gives).
+    TruncatedHeader { path: PathBuf, len: u64 },
+    /// The first four bytes are not `KPAK`.
+    BadMagic { path: PathBuf, found: [u8; 4] },
+    /// The header's version is not 1.
+    UnsupportedVersion { path: PathBuf, version: u32 },
+    /// The TOC offset does not point inside the file.
+    TocOffsetOutOfRange { path: PathBuf, toc_offset: u64, file_len: u64 },
+    /// The TOC is not well-formed msgpack of the expected shape.
+    TocParse { path: PathBuf, offset: u64, reason: String },
+    /// The zstd blob's frame index is malformed.
+    ZstdIndex { path: PathBuf, offset: u64, reason: String },
+    /// A stored kernel runs past the end of the file.
+    BlobOutOfBounds { path: PathBuf, key: String, arch: String, offset: u64, size: u64, file_len: u64 },
+    /// No entry for this key and arch (or no blob for its ordinal).
+    KernelNotFound { path: PathBuf, key: String, arch: String, reason: String },
+    /// A zstd frame did not decode to exactly `original_size` bytes.
+    Decompress { path: PathBuf, key: String, arch: String, offset: u64, reason: String },
+    /// An allocation the caller asked for failed.
+    OutOfMemory { bytes: usize },
+    /// The loader was switched off with `ROCM_KPACK_DISABLE`.
+    Disabled,
+    /// The binary holding an address could not be found.
+    PathDiscovery(String),
+    /// HIPK metadata is missing, malformed or of the wrong shape.
+    InvalidMetadata(String),
+    /// None of the search paths named a readable archive.
+    ArchiveNotFound { tried: Vec<PathBuf> },
+    /// No archive on the search path holds any requested arch.
+    ArchNotFound { key: String, arches: Vec<String> },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// The C error code this error maps to.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::FileNotFound { .. } => ErrorKind::FileNotFound,
+            Error::Io { .. } | Error::EmptyFile { .. } | Error::BlobOutOfBounds { .. } => {
+                ErrorKind::IoError
+            }
+            Error::TruncatedHeader { .. }
+            | Error::BadMagic { .. }
+            | Error::TocOffsetOutOfRange { .. }
+            | Error::ZstdIndex { .. } => ErrorKind::InvalidFormat,
+            Error::UnsupportedVersion { .. } => ErrorKind::UnsupportedVersion,
+            Error::TocParse { .. } => ErrorKind::MsgpackParseFailed,
+            Error::KernelNotFound { .. } => ErrorKind::KernelNotFound,
+            Error::Decompress { .. } => ErrorKind::DecompressionFailed,
+            Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            Error::Disabled => ErrorKind::NotImplemented,
+            Error::PathDiscovery(_) => ErrorKind::PathDiscoveryFailed,
+            Error::InvalidMetadata(_) => ErrorKind::InvalidMetadata,
+            Error::ArchiveNotFound { .. } => ErrorKind::ArchiveNotFound,
+            Error::ArchNotFound { .. } => ErrorKind::ArchNotFound,
+        }
+    }
+
+    /// Wraps an I/O error, naming the file and the operation.
+    pub fn io(path: impl Into<PathBuf>, what: impl Into<String>, source: io::Error) -> Error {
+        Error::Io { path: path.into(), what: what.into(), source }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::FileNotFound { path } => write!(f, "{}: no such file", path.display()),
+            Error::Io { path, what, source } => {
+                write!(f, "{}: {what}: {source}", path.display())
+            }
+            Error::EmptyFile { path } => write!(f, "{}: file is empty", path.display()),
+            Error::TruncatedHeader { path, len } => write!(
+                f,
+                "{}: not a kpack archive: only {len} of the 16 header bytes could be read",
+                path.display()
+            ),
+            Error::BadMagic { path, found } => write!(
+                f,
+                "{}: not a kpack archive: magic is {:?}, expected \"KPAK\"",
+                path.display(),
+                String::from_utf8_lossy(found)
+            ),
+            Error::UnsupportedVersion { path, version } => write!(
+                f,
+                "{}: unsupported kpack format version {version} (this build reads version 1)",
+                path.display()
+            ),
+            Error::TocOffsetOutOfRange { path, toc_offset, file_len } => write!(
+                f,
+                "{}: TOC offset {toc_offset} is not inside the {file_len}-byte file",
+                path.display()
+            ),
+            Error::TocParse { path, offset, reason } => {
+                write!(f, "{}: bad TOC at byte {offset}: {reason}", path.display())
+            }
+            Error::ZstdIndex { path, offset, reason } => {
+                write!(f, "{}: bad zstd blob at byte {offset}: {reason}", path.display())
+            }
+            Error::BlobOutOfBounds { path, key, arch, offset, size, file_len } => write!(
+                f,
+                "{}: kernel {key} [{arch}] claims bytes {offset}..{} but the file has {file_len}",
+                path.display(),
+                offset.saturating_add(*size)
+            ),
+            Error::KernelNotFound { path, key, arch, reason } => {
+                write!(f, "{}: no kernel {key} [{arch}]: {reason}", path.display())
+            }
+            Error::Decompress { path, key, arch, offset, reason } => write!(
+                f,
+                "{}: kernel {key} [{arch}] (frame at byte {offset}) failed to decode: {reason}",
+                path.display()
+            ),
+            Error::OutOfMemory { bytes } => write!(f, "out of memory allocating {bytes} bytes"),
+            Error::Disabled => write!(f, "kpack loading is disabled by ROCM_KPACK_DISABLE"),
+            Error::PathDiscovery(msg) => write!(f, "binary path discovery failed: {msg}"),
+            Error::InvalidMetadata(msg) => write!(f, "invalid HIPK metadata: {msg}"),
+            Error::ArchiveNotFound { tried } => {
+                write!(f, "no readable kpack archive found (tried {} paths", tried.len())?;
+                for p in tried.iter().take(8) {
+                    write!(f, "; {}", p.display())?;
+                }
+                write!(f, ")")
+            }
+            Error::ArchNotFound { key, arches } => write!(
+                f,
+                "no archive holds {key} for any of the architectures [{}]",
+                arches.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

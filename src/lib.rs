@@ -1,0 +1,18 @@
+//! kpack-fuse: read, write, load and mount ROCm `.kpack` kernel archives.
+//!
+//! The core (`format`, `msgpack`, `codec`, `archive`, `writer`, `arch`) is pure Rust with no C
+//! or FUSE types; the C ABI lives only in `ffi`, the FUSE adapter only in `fs`, and the command
+//! line only in `cli`.
+
+pub mod arch;
+pub mod archive;
+pub mod codec;
+pub mod error;
+pub mod format;
+pub mod msgpack;
+pub mod writer;
+
+pub use archive::{Archive, KernelRef};
+pub use error::{Error, ErrorKind, Result};
+pub use format::Scheme;
+pub use writer::{ArchiveWriter, Compression};

@@ -1,0 +1,314 @@
+//! Writes `.kpack` archives byte-identical to the reference writer for the same inputs: ordinals
+//! in insertion order, the TOC's keys in the reference's order, minimal msgpack encodings, and
+//! zstd frames made with content size and no checksum. Compression of large inputs runs on all
+//! cores; the output does not depend on the thread count.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::codec::{self, FrameEncoder};
+use crate::error::{Error, Result};
+use crate::format::{self, Header, Scheme};
+
+/// How the writer stores kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Zstd { level: i32 },
+}
+
+impl Compression {
+    pub fn scheme(self) -> Scheme {
+        match self {
+            Compression::None => Scheme::None,
+            Compression::Zstd { .. } => Scheme::ZstdPerKernel,
+        }
+    }
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression::Zstd { level: codec::DEFAULT_LEVEL }
+    }
+}
+
+struct PendingKernel {
+    key: String,
+    arch: String,
+    data: Vec<u8>,
+    metadata: Vec<(String, String)>,
+}
+
+/// Builds an archive in memory and writes it in one go.
+pub struct ArchiveWriter {
+    group_name: String,
+    gfx_arch_family: String,
+    gfx_arches: Vec<String>,
+    compression: Compression,
+    kernels: Vec<PendingKernel>,
+    threads: usize,
+}
+
+/// Inputs smaller than this are compressed on the calling thread: starting threads costs more.
+const PARALLEL_THRESHOLD: usize = 1 << 20;
+
+impl ArchiveWriter {
+    pub fn new(
+        group_name: impl Into<String>,
+        gfx_arch_family: impl Into<String>,
+        gfx_arches: Vec<String>,
+        compression: Compression,
+    ) -> Result<ArchiveWriter> {
+        if let Compression::Zstd { level } = compression {
+            FrameEncoder::new(level).map_err(Error::InvalidArgument)?;
+        }
+        Ok(ArchiveWriter {
+            group_name: group_name.into(),
+            gfx_arch_family: gfx_arch_family.into(),
+            gfx_arches,
+            compression,
+            kernels: Vec::new(),
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        })
+    }
+
+    /// Caps the number of compression threads (at least one).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    pub fn len(&self) -> usize {
+        self.kernels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
+    }
+
+    /// Adds a kernel; it gets the next ordinal. Backslashes in the key become `/` (as the
+    /// reference does). A (key, arch) pair may be added once.
+    pub fn add_kernel(&mut self, key: &str, arch: &str, data: Vec<u8>) -> Result<()> {
+        self.add_kernel_with_metadata(key, arch, data, Vec::new())
+    }
+
+    /// Like [`add_kernel`](Self::add_kernel), with string metadata stored in the entry's
+    /// `metadata` map (the reader ignores it, as the reference does).
+    pub fn add_kernel_with_metadata(
+        &mut self,
+        key: &str,
+        arch: &str,
+        data: Vec<u8>,
+        metadata: Vec<(String, String)>,
+    ) -> Result<()> {
+        let key = key.replace('\\', "/");
+        if self.kernels.iter().any(|k| k.key == key && k.arch == arch) {
+            return Err(Error::InvalidArgument(format!("kernel {key} [{arch}] was already added")));
+        }
+        self.kernels.push(PendingKernel { key, arch: arch.to_owned(), data, metadata });
+        Ok(())
+    }
+
+    /// Writes the archive to `path` through a temporary file in the same directory, renamed into
+    /// place once complete, so a failed write never leaves a half-written archive behind.
+    pub fn write(&self, path: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path.file_name().ok_or_else(|| Error::InvalidArgument(format!("{}: not a file path", path.display())))?;
+        let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+        let result = (|| {
+            let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "cannot create", e))?;
+            let mut out = io::BufWriter::new(file);
+            let n = self.write_to(&mut out, progress).map_err(|e| relabel(e, &tmp))?;
+            let file = out.into_inner().map_err(|e| Error::io(&tmp, "cannot write", e.into_error()))?;
+            file.sync_all().map_err(|e| Error::io(&tmp, "cannot sync", e))?;
+            std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
+            Ok(n)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Writes the archive to a stream; returns its size. `progress` receives the input bytes of
+    /// each kernel once it has been encoded.
+    pub fn write_to<W: Write>(&self, out: &mut W, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
+        let blob = self.build_blob(progress)?;
+        let toc_offset = format::BLOB_ALIGNMENT + blob.bytes.len() as u64;
+        let toc = self.encode_toc(&blob);
+        let io_err = |e| Error::io("<output>", "cannot write", e);
+        out.write_all(&Header::encode(toc_offset)).map_err(io_err)?;
+        out.write_all(&[0u8; format::BLOB_ALIGNMENT as usize - format::HEADER_SIZE]).map_err(io_err)?;
+        out.write_all(&blob.bytes).map_err(io_err)?;
+        out.write_all(&toc).map_err(io_err)?;
+        out.flush().map_err(io_err)?;
+        Ok(toc_offset + toc.len() as u64)
+    }
+
+    fn build_blob(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<Blob> {
+        match self.compression {
+            Compression::None => {
+                let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
+                let mut bytes = Vec::with_capacity(total);
+                let mut spans = Vec::with_capacity(self.kernels.len());
+                for k in &self.kernels {
+                    spans.push((format::BLOB_ALIGNMENT + bytes.len() as u64, k.data.len() as u64));
+                    bytes.extend_from_slice(&k.data);
+                    progress(k.data.len() as u64);
+                }
+                Ok(Blob { bytes, spans })
+            }
+            Compression::Zstd { level } => {
+                let frames = self.compress_all(level, progress)?;
+                let total: usize = frames.iter().map(|f| f.len() + 4).sum::<usize>() + 4;
+                let mut bytes = Vec::with_capacity(total);
+                let count = u32::try_from(frames.len())
+                    .ok()
+                    .filter(|n| *n <= format::MAX_ZSTD_FRAMES)
+                    .ok_or_else(|| Error::InvalidArgument(format!("{} kernels exceed the format's limit", frames.len())))?;
+                bytes.extend_from_slice(&count.to_le_bytes());
+                for f in &frames {
+                    let len = u32::try_from(f.len())
+                        .map_err(|_| Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into()))?;
+                    bytes.extend_from_slice(&len.to_le_bytes());
+                    bytes.extend_from_slice(f);
+                }
+                if bytes.len() as u64 > format::MAX_ZSTD_BLOB {
+                    return Err(Error::InvalidArgument("the zstd blob would exceed 4 GiB".into()));
+                }
+                Ok(Blob { bytes, spans: Vec::new() })
+            }
+        }
+    }
+
+    fn compress_all(&self, level: i32, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<Vec<u8>>> {
+        let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
+        let threads = if total < PARALLEL_THRESHOLD { 1 } else { self.threads.min(self.kernels.len()).max(1) };
+        let slots: Vec<Mutex<Option<std::result::Result<Vec<u8>, String>>>> =
+            self.kernels.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let work = || -> std::result::Result<(), String> {
+            let mut enc = FrameEncoder::new(level)?;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(k) = self.kernels.get(i) else { return Ok(()) };
+                let frame = enc.encode(&k.data);
+                progress(k.data.len() as u64);
+                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(frame);
+            }
+        };
+        if threads == 1 {
+            work().map_err(Error::InvalidArgument)?;
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads).map(|_| s.spawn(&work)).collect();
+                handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("compression thread panicked".into())))
+            })
+            .map_err(Error::InvalidArgument)?;
+        }
+        slots
+            .into_iter()
+            .zip(&self.kernels)
+            .map(|(slot, k)| match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(Ok(frame)) => Ok(frame),
+                Some(Err(e)) => Err(Error::InvalidArgument(format!("compressing {} [{}]: {e}", k.key, k.arch))),
+                None => Err(Error::InvalidArgument(format!("{} [{}] was not compressed", k.key, k.arch))),
+            })
+            .collect()
+    }
+
+    /// The TOC, in the reference writer's key order.
+    fn encode_toc(&self, blob: &Blob) -> Vec<u8> {
+        use rmp::encode as e;
+        let mut t = Vec::new();
+        let w = &mut t;
+        let scheme_fields = match self.compression {
+            Compression::None => 1,
+            Compression::Zstd { .. } => 2,
+        };
+        e::write_map_len(w, 6 + scheme_fields).expect("vec write");
+        e::write_str(w, "format_version").expect("vec write");
+        e::write_uint(w, u64::from(format::VERSION)).expect("vec write");
+        e::write_str(w, "group_name").expect("vec write");
+        e::write_str(w, &self.group_name).expect("vec write");
+        e::write_str(w, "gfx_arch_family").expect("vec write");
+        e::write_str(w, &self.gfx_arch_family).expect("vec write");
+        e::write_str(w, "gfx_arches").expect("vec write");
+        e::write_array_len(w, self.gfx_arches.len() as u32).expect("vec write");
+        for a in &self.gfx_arches {
+            e::write_str(w, a).expect("vec write");
+        }
+        // Keys in first-insertion order, arches in insertion order within each key.
+        let mut keys: Vec<&str> = Vec::new();
+        let mut by_key: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+        for (i, k) in self.kernels.iter().enumerate() {
+            by_key.entry(&k.key).or_insert_with(|| {
+                keys.push(&k.key);
+                Vec::new()
+            });
+            by_key.get_mut(k.key.as_str()).expect("inserted").push(i);
+        }
+        e::write_str(w, "toc").expect("vec write");
+        e::write_map_len(w, keys.len() as u32).expect("vec write");
+        for key in keys {
+            e::write_str(w, key).expect("vec write");
+            let idx = &by_key[key];
+            e::write_map_len(w, idx.len() as u32).expect("vec write");
+            for &i in idx {
+                let k = &self.kernels[i];
+                e::write_str(w, &k.arch).expect("vec write");
+                e::write_map_len(w, if k.metadata.is_empty() { 3 } else { 4 }).expect("vec write");
+                e::write_str(w, "type").expect("vec write");
+                e::write_str(w, "hsaco").expect("vec write");
+                e::write_str(w, "ordinal").expect("vec write");
+                e::write_uint(w, i as u64).expect("vec write");
+                e::write_str(w, "original_size").expect("vec write");
+                e::write_uint(w, k.data.len() as u64).expect("vec write");
+                if !k.metadata.is_empty() {
+                    e::write_str(w, "metadata").expect("vec write");
+                    e::write_map_len(w, k.metadata.len() as u32).expect("vec write");
+                    for (mk, mv) in &k.metadata {
+                        e::write_str(w, mk).expect("vec write");
+                        e::write_str(w, mv).expect("vec write");
+                    }
+                }
+            }
+        }
+        e::write_str(w, "compression_scheme").expect("vec write");
+        e::write_str(w, self.compression.scheme().name()).expect("vec write");
+        match self.compression {
+            Compression::None => {
+                e::write_str(w, "blobs").expect("vec write");
+                e::write_array_len(w, blob.spans.len() as u32).expect("vec write");
+                for (offset, size) in &blob.spans {
+                    e::write_map_len(w, 2).expect("vec write");
+                    e::write_str(w, "offset").expect("vec write");
+                    e::write_uint(w, *offset).expect("vec write");
+                    e::write_str(w, "size").expect("vec write");
+                    e::write_uint(w, *size).expect("vec write");
+                }
+            }
+            Compression::Zstd { .. } => {
+                e::write_str(w, "zstd_offset").expect("vec write");
+                e::write_uint(w, format::BLOB_ALIGNMENT).expect("vec write");
+                e::write_str(w, "zstd_size").expect("vec write");
+                e::write_uint(w, blob.bytes.len() as u64).expect("vec write");
+            }
+        }
+        t
+    }
+}
+
+struct Blob {
+    bytes: Vec<u8>,
+    /// `none` only: absolute (offset, size) per ordinal.
+    spans: Vec<(u64, u64)>,
+}
+
+fn relabel(e: Error, path: &Path) -> Error {
+    match e {
+        Error::Io { what, source, .. } => Error::Io { path: path.to_path_buf(), what, source },
+        other => other,
+    }
+}
