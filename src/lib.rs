@@ -7,6 +7,7 @@
 pub mod arch;
 pub mod archive;
 pub mod codec;
+pub mod elf;
 pub mod error;
 pub mod format;
 pub mod msgpack;

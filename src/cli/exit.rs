@@ -1,0 +1,81 @@
+//! The exit codes of every command, and the error type commands return. One table for the whole
+//! binary (documented in docs/cli.md), so scripts can tell a missing file from a corrupt one.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use rocm_kpack::{Error, ErrorKind};
+
+/// Why a command failed, as an exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Something unexpected (a bug, or an error with no better class).
+    Failure = 1,
+    /// Bad command line: unknown option, bad value, conflicting flags.
+    Usage = 2,
+    /// An input could not be read: missing file, permission, I/O error.
+    Unreadable = 3,
+    /// An input is not what it claims: not a kpack, corrupt TOC, bad metadata or ELF.
+    BadFormat = 4,
+    /// The requested binary, arch, kernel or archive does not exist.
+    NotFound = 5,
+    /// `verify` found bad entries, or a kernel failed to decode.
+    Corrupt = 6,
+    /// An output could not be written, or a path would escape its destination.
+    Output = 7,
+    /// The mount point is missing, not a directory, or already in use.
+    MountPoint = 8,
+    /// The kernel refused the mount, or the daemon failed before the mount was live.
+    MountFailed = 9,
+}
+
+/// A failed command: the exit status and a message naming the file and the problem.
+#[derive(Debug)]
+pub struct CliError {
+    pub exit: Exit,
+    pub message: String,
+}
+
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+impl CliError {
+    pub fn new(exit: Exit, message: impl Into<String>) -> CliError {
+        CliError { exit, message: message.into() }
+    }
+
+    pub fn code(&self) -> ExitCode {
+        ExitCode::from(self.exit as u8)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The exit class of a core error.
+pub fn exit_for(kind: ErrorKind) -> Exit {
+    match kind {
+        ErrorKind::InvalidArgument => Exit::Usage,
+        ErrorKind::FileNotFound | ErrorKind::IoError => Exit::Unreadable,
+        ErrorKind::InvalidFormat
+        | ErrorKind::UnsupportedVersion
+        | ErrorKind::MsgpackParseFailed
+        | ErrorKind::InvalidMetadata => Exit::BadFormat,
+        ErrorKind::KernelNotFound | ErrorKind::ArchiveNotFound | ErrorKind::ArchNotFound => {
+            Exit::NotFound
+        }
+        ErrorKind::DecompressionFailed => Exit::Corrupt,
+        ErrorKind::OutOfMemory | ErrorKind::NotImplemented | ErrorKind::PathDiscoveryFailed => {
+            Exit::Failure
+        }
+    }
+}
+
+impl From<Error> for CliError {
+    fn from(e: Error) -> CliError {
+        CliError::new(exit_for(e.kind()), e.to_string())
+    }
+}

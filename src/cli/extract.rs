@@ -1,0 +1,10 @@
+//! `kpack-fuse extract` (being written).
+
+use super::{CliError, CliResult, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> CliResult {
+    Err(CliError::new(Exit::Failure, "extract is not built yet"))
+}

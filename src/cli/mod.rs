@@ -1,0 +1,82 @@
+//! The command line: one subcommand per job, each in its own file exposing `Args` and `run`.
+//! Only this module and its children know clap.
+
+mod exit;
+
+mod cat;
+mod extract;
+mod list;
+mod load;
+mod mount;
+mod pack;
+mod resolve;
+mod verify;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use exit::{CliError, CliResult, Exit};
+
+/// kpack-fuse: pack, inspect, load and mount ROCm .kpack kernel archives.
+#[derive(Debug, Parser)]
+#[command(name = "kpack-fuse", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Pack a tree laid out as <binary key>/<arch>.hsaco into one archive.
+    Pack(pack::Args),
+    /// List the kernels of an archive.
+    List(list::Args),
+    /// Write one kernel to standard output.
+    Cat(cat::Args),
+    /// Write every kernel of an archive into a directory tree.
+    Extract(extract::Args),
+    /// Decode every kernel and check its size; exit non-zero naming each bad entry.
+    Verify(verify::Args),
+    /// Mount an archive as a read-only directory tree.
+    Mount(mount::MountArgs),
+    /// Unmount a kpack-fuse mount point.
+    Unmount(mount::UnmountArgs),
+    /// Show which paths, archives and targets the loader tries for a HIPK host binary.
+    Resolve(resolve::Args),
+    /// Load one code object the way kpack_load_code_object does, and write it to a file.
+    Load(load::Args),
+}
+
+/// Parses the command line, runs the command, and maps failures to exit codes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pack(a) => pack::run(a),
+        Command::List(a) => list::run(a),
+        Command::Cat(a) => cat::run(a),
+        Command::Extract(a) => extract::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Mount(a) => mount::run_mount(a),
+        Command::Unmount(a) => mount::run_unmount(a),
+        Command::Resolve(a) => resolve::run(a),
+        Command::Load(a) => load::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kpack-fuse: {e}");
+            e.code()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}
