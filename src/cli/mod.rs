@@ -5,6 +5,7 @@ mod exit;
 
 mod cat;
 mod extract;
+mod import;
 mod list;
 mod load;
 mod mount;
