@@ -9,7 +9,9 @@ pub mod archive;
 pub mod codec;
 pub mod elf;
 pub mod error;
+pub mod ffi;
 pub mod format;
+pub mod loader;
 pub mod msgpack;
 pub mod writer;
 
