@@ -2,4 +2,5 @@
 
 mod support;
 
+mod c_api;
 mod golden;
