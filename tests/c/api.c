@@ -376,6 +376,7 @@ static const matrix_row rows[] = {
     {"original_size_float.kpack", 10, NULL, NULL, 0, NULL, 0, 0},
     {"blob_offset_str.kpack", 10, NULL, NULL, 0, NULL, 0, 0},
     {"toc_not_map.kpack", 0, NOOP_KEY, 5, NULL, 0, 0},
+    {"toc_bin_key.kpack", 0, NOOP_KEY, 5, NULL, 0, 0},
     {"oversized_dd.kpack", 10, NULL, NULL, 0, NULL, 0, 0},
     {"oversized_df.kpack", 10, NULL, NULL, 0, NULL, 0, 0},
     {"oversized_db.kpack", 10, NULL, NULL, 0, NULL, 0, 0},

@@ -2,5 +2,6 @@
 
 mod support;
 
+mod abi;
 mod c_api;
 mod golden;

@@ -216,6 +216,8 @@ pub fn write_error_matrix(dir: &Path) {
         "gfx_arches_ints.kpack",
         noop(&NoopToc { arches: M::Arr(vec![s("gfx900"), M::U(7), s("gfx906")]), ..NoopToc::new(k.len()) }),
     );
+    let bin_key = M::Map(vec![(M::Bin(b"lib/a.so#0".to_vec()), map(vec![("gfx900", entry(M::U(0), M::U(64)))]))]);
+    w("toc_bin_key.kpack", noop(&NoopToc { toc: bin_key, ..NoopToc::new(k.len()) }));
     w("toc_not_map.kpack", noop(&NoopToc { toc: M::Arr(vec![s("lib/a.so#0")]), ..NoopToc::new(k.len()) }));
     // The reference's 5-byte TOCs declaring 2^32-1 items or bytes, at offset 16.
     for tag in [0xddu8, 0xdf, 0xdb, 0xc6, 0xc9] {
