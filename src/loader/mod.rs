@@ -15,6 +15,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod host;
 pub mod maps;
 pub mod metadata;
 pub mod search;

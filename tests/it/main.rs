@@ -4,4 +4,5 @@ mod support;
 
 mod abi;
 mod c_api;
+mod cli_loader;
 mod golden;
