@@ -6,3 +6,4 @@ mod abi;
 mod c_api;
 mod cli_loader;
 mod golden;
+mod install;
