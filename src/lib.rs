@@ -11,6 +11,7 @@ pub mod elf;
 pub mod error;
 pub mod format;
 pub mod msgpack;
+pub mod names;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};
