@@ -2,4 +2,9 @@
 
 mod support;
 
+mod open_matrix;
+mod roundtrip;
+mod interop;
+mod cli;
+
 mod golden;
