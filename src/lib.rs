@@ -13,6 +13,7 @@ pub mod ffi;
 pub mod format;
 pub mod loader;
 pub mod msgpack;
+pub mod names;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};

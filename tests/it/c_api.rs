@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::cc::{self, Lang};
-use crate::support::{craft, layout};
+use crate::support::{cmatrix, layout};
 
 struct Dirs {
     _tmp: tempfile::TempDir,
@@ -23,7 +23,7 @@ fn dirs() -> Dirs {
     let scenarios = root.join("scenarios");
     layout::write_assets(&assets);
     std::fs::create_dir_all(&matrix).unwrap();
-    craft::write_error_matrix(&matrix);
+    cmatrix::write_error_matrix(&matrix);
     layout::write_scenarios(&scenarios, &assets);
     Dirs { _tmp: tmp, assets, matrix, scenarios, root }
 }

@@ -2,6 +2,11 @@
 
 mod support;
 
+mod open_matrix;
+mod roundtrip;
+mod interop;
+mod cli;
+
 mod abi;
 mod c_api;
 mod cli_loader;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use rocm_kpack::{ArchiveWriter, Compression};
 
-use super::{craft, fixture};
+use super::{cmatrix, fixture};
 
 /// `name` followed by `.` up to 32 bytes: the matrix code objects.
 pub fn padded(name: &str) -> Vec<u8> {
@@ -79,7 +79,7 @@ pub fn write_scenarios(root: &Path, assets: &Path) {
     archive(&root.join("toc/.kpack/foo_gfx906.kpack"), &["gfx900"], &[(&format!("{FOO}#0"), "gfx906", padded("TOC_GFX906_CO0"))], Compression::None);
     archive(&root.join("toc/.kpack/foo_gfx900.kpack"), &["gfx900"], &[(&format!("{FOO}#0"), "gfx900", padded("TOC_GFX900_CO0"))], Compression::None);
 
-    std::fs::write(root.join("corrupt/.kpack/corrupt.kpack"), craft::header(b"KPAK", 1, 1 << 40)).unwrap();
+    std::fs::write(root.join("corrupt/.kpack/corrupt.kpack"), cmatrix::header(b"KPAK", 1, 1 << 40)).unwrap();
     archive(&root.join("corrupt/.kpack/good.kpack"), &["gfx942"], &[(&format!("{FOO}#0"), "gfx942", padded("GOOD_CO0"))], zstd());
 
     std::os::unix::fs::symlink(assets.join("test_noop.kpack"), root.join("links/.kpack/link.kpack")).unwrap();

@@ -25,5 +25,6 @@ pub fn golden_zstd_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
 }
 
 pub mod cc;
+pub mod cmatrix;
 pub mod craft;
 pub mod layout;
