@@ -5,6 +5,9 @@
 //! opened and validated, so loads of other archives (and decoding) never wait on it. A file that
 //! fails to open is not remembered; the next load tries it again (a corrupt archive may be
 //! replaced). Archives stay open until the cache is dropped.
+//!
+//! Search paths that have led to an archive are remembered as aliases of its slot, so a warm load
+//! finds its archives without resolving the path again; paths that name nothing cost one `stat`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,10 @@ struct Slot {
 /// The archive cache of one loader.
 #[derive(Default)]
 pub struct ArchiveCache {
+    /// Keyed by canonical path.
     slots: Mutex<HashMap<PathBuf, Arc<Slot>>>,
+    /// Search paths as given that resolved to a filled slot, with that slot's canonical path.
+    aliases: Mutex<HashMap<PathBuf, (PathBuf, Arc<Slot>)>>,
     opens: AtomicUsize,
 }
 
@@ -36,51 +42,55 @@ impl ArchiveCache {
     /// cache key) with it, or `None` when `path` is not a regular file or does not open (both
     /// reported to `trace`).
     pub fn get_or_open(&self, path: &Path, trace: &mut dyn Trace) -> Option<(PathBuf, Arc<Archive>)> {
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(slot) = slots.get(&canonical) {
-                Arc::clone(slot)
-            } else {
-                // Only create slots for files that could be archives, so a long list of missing
-                // search paths does not grow the map.
-                if !is_regular_file(path) {
-                    drop(slots);
-                    emit(trace, || Event::ArchiveMissing { path: path.display().to_string() });
-                    return None;
-                }
-                Arc::clone(slots.entry(canonical.clone()).or_default())
+        if let Some((canonical, slot)) = self.aliases.lock().unwrap_or_else(PoisonError::into_inner).get(path).cloned() {
+            if let Some(archive) = slot.archive.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                emit(trace, || Event::ArchiveReused { path: canonical.display().to_string() });
+                return Some((canonical, Arc::clone(archive)));
             }
-        };
-        let mut held = slot.archive.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(archive) = held.as_ref() {
-            emit(trace, || Event::ArchiveReused { path: canonical.display().to_string() });
-            return Some((canonical, Arc::clone(archive)));
         }
         if !is_regular_file(path) {
             emit(trace, || Event::ArchiveMissing { path: path.display().to_string() });
             return None;
         }
-        match Archive::open(path) {
-            Ok(archive) => {
-                let archive = Arc::new(archive);
-                *held = Some(Arc::clone(&archive));
-                self.opens.fetch_add(1, Ordering::Relaxed);
-                emit(trace, || Event::ArchiveOpened {
-                    path: canonical.display().to_string(),
-                    architectures: archive.architectures().to_vec(),
-                });
-                Some((canonical, archive))
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let slot = Arc::clone(
+            self.slots.lock().unwrap_or_else(PoisonError::into_inner).entry(canonical.clone()).or_default(),
+        );
+        // Only this path's slot is locked while the file is opened: concurrent first users of the
+        // same archive wait here and then find it filled; other archives are not held up.
+        let mut held = slot.archive.lock().unwrap_or_else(PoisonError::into_inner);
+        let archive = match held.as_ref() {
+            Some(archive) => {
+                emit(trace, || Event::ArchiveReused { path: canonical.display().to_string() });
+                Arc::clone(archive)
             }
-            Err(e) => {
-                emit(trace, || Event::ArchiveOpenFailed {
-                    path: path.display().to_string(),
-                    code: e.kind().code(),
-                    reason: e.to_string(),
-                });
-                None
-            }
-        }
+            None => match Archive::open(path) {
+                Ok(archive) => {
+                    let archive = Arc::new(archive);
+                    *held = Some(Arc::clone(&archive));
+                    self.opens.fetch_add(1, Ordering::Relaxed);
+                    emit(trace, || Event::ArchiveOpened {
+                        path: canonical.display().to_string(),
+                        architectures: archive.architectures().to_vec(),
+                    });
+                    archive
+                }
+                Err(e) => {
+                    emit(trace, || Event::ArchiveOpenFailed {
+                        path: path.display().to_string(),
+                        code: e.kind().code(),
+                        reason: e.to_string(),
+                    });
+                    return None;
+                }
+            },
+        };
+        drop(held);
+        self.aliases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_path_buf(), (canonical.clone(), Arc::clone(&slot)));
+        Some((canonical, archive))
     }
 
     /// How many archives are held.

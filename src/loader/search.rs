@@ -76,28 +76,24 @@ pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
 
 /// Canonicalises the longest leading part of `path` that exists, then appends the rest and
 /// normalises it lexically. Never fails: when nothing exists, the path is only normalised.
+///
+/// The search runs from the full path towards the root, so the usual cases cost one or two
+/// `realpath` calls (the file exists, or its directory does) instead of one `stat` per component.
 pub fn weakly_canonical(path: &Path) -> PathBuf {
     let components: Vec<Component<'_>> = path.components().collect();
-    let mut head = PathBuf::new();
-    let mut existing = 0;
-    for c in &components {
-        head.push(c.as_os_str());
-        if std::fs::metadata(&head).is_err() {
-            break;
+    for existing in (1..=components.len()).rev() {
+        let head: PathBuf = components[..existing].iter().map(|c| c.as_os_str()).collect();
+        if let Ok(mut out) = std::fs::canonicalize(&head) {
+            if existing == components.len() {
+                return out;
+            }
+            for c in &components[existing..] {
+                out.push(c.as_os_str());
+            }
+            return lexically_normal(&out);
         }
-        existing += 1;
     }
-    if existing == 0 {
-        return lexically_normal(path);
-    }
-    let head: PathBuf = components[..existing].iter().map(|c| c.as_os_str()).collect();
-    let Ok(mut out) = std::fs::canonicalize(&head) else {
-        return lexically_normal(path);
-    };
-    for c in &components[existing..] {
-        out.push(c.as_os_str());
-    }
-    lexically_normal(&out)
+    lexically_normal(path)
 }
 
 /// Removes `.` components and folds `name/..` pairs, without touching the file system. `..` at
