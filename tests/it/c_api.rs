@@ -294,3 +294,26 @@ fn c_api_header_is_self_contained() {
         assert!(out.status.success(), "{compiler} {std}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// The archive and loader suites once more under valgrind's memcheck, which also sees the
+/// library's own (uninstrumented) reads and writes: any error or definite leak fails the run.
+#[test]
+fn c_api_suites_under_valgrind() {
+    let d = dirs();
+    for (source, args, names) in [
+        ("api.c", [&d.assets, &d.matrix], API_TESTS),
+        ("loader.c", [&d.assets, &d.scenarios], LOADER_TESTS),
+    ] {
+        let exe = cc::compile_plain(source, &d.root.join(format!("{source}.plain")));
+        let mut full: Vec<std::ffi::OsString> = vec![
+            "--quiet".into(),
+            "--error-exitcode=99".into(),
+            "--leak-check=full".into(),
+            "--errors-for-leak-kinds=definite".into(),
+            exe.into_os_string(),
+        ];
+        full.extend(args.iter().map(|p| p.as_os_str().to_owned()));
+        let out = cc::run(Path::new("valgrind"), &full, &[]);
+        cc::assert_all_passed(&out, names);
+    }
+}

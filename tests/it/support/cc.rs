@@ -51,6 +51,15 @@ pub fn lib_dir() -> &'static Path {
 
 /// Compiles `tests/c/<source>` into `out` with warnings as errors and both sanitizers.
 pub fn compile(source: &str, out: &Path, lang: Lang) -> PathBuf {
+    compile_with(source, out, lang, &["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+}
+
+/// Compiles without sanitizers, for running under valgrind (which cannot run ASan binaries).
+pub fn compile_plain(source: &str, out: &Path) -> PathBuf {
+    compile_with(source, out, Lang::C, &[])
+}
+
+fn compile_with(source: &str, out: &Path, lang: Lang, sanitize: &[&str]) -> PathBuf {
     let lib = lib_dir();
     let src = manifest_dir().join("tests/c").join(source);
     let mut cmd = match lang {
@@ -66,7 +75,7 @@ pub fn compile(source: &str, out: &Path, lang: Lang) -> PathBuf {
         }
     };
     cmd.args(["-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fno-omit-frame-pointer"])
-        .args(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+        .args(sanitize)
         .arg("-I")
         .arg(manifest_dir().join("include"))
         .arg(&src)
