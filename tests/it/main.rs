@@ -12,3 +12,4 @@ mod c_api;
 mod cli_loader;
 mod golden;
 mod install;
+mod loader;
