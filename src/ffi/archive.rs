@@ -134,6 +134,7 @@ pub unsafe extern "C" fn kpack_get_kernel(
     guard(|| {
         // SAFETY: argument contract above.
         let h = unsafe { handle(archive)? };
+        // SAFETY: C strings or NULL per the contract above.
         let (name, arch) = unsafe { (c_str(binary_name)?, c_str(arch)?) };
         let data_out = non_null_mut(kernel_data)?;
         let size_out = non_null_mut(kernel_size)?;

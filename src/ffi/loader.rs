@@ -58,6 +58,7 @@ pub unsafe extern "C" fn kpack_load_code_object(
         // SAFETY: argument contract above.
         let cache = unsafe { cache.as_ref() }.ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
         let metadata = non_null(hipk_metadata)? as *const u8;
+        // SAFETY: a C string or NULL per the contract above.
         let binary_path = unsafe { c_str(binary_path)? };
         let arch_list = non_null(arch_list)?;
         if arch_count == 0 {

@@ -115,7 +115,7 @@ impl Loader {
         find_kernel(&archives, &key, request.arch_list, &mut alloc, trace)
     }
 
-    /// Steps 3 of the load: the archives on the search path that open, in search order
+    /// Step 3 of the load: the archives on the search path that open, in search order
     /// (duplicates kept, as the reference keeps them). Callable on its own, e.g. by the mount.
     pub fn resolve_archives(
         &self,

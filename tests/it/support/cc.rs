@@ -32,19 +32,22 @@ pub fn built_library() -> PathBuf {
     panic!("librocm_kpack.so not found near {}", exe.display());
 }
 
-/// A private directory holding a copy of the library as `librocm_kpack.so` plus the
-/// `librocm_kpack.so.0` link its SONAME asks for, so a concurrent rebuild cannot swap the file
-/// under a running test.
+/// A directory with `librocm_kpack.so` and the `librocm_kpack.so.0` name its SONAME asks for,
+/// both links to the built library, to link the C programs against and to put in their rpath.
+/// It lives at a fixed place under the target directory, and the links are replaced atomically,
+/// so concurrent test runs can share it and nothing piles up.
 pub fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("kpack-clib-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap()
-            .keep();
-        std::fs::copy(built_library(), dir.join("librocm_kpack.so")).unwrap();
-        std::os::unix::fs::symlink("librocm_kpack.so", dir.join("librocm_kpack.so.0")).unwrap();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clib");
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = built_library();
+        for name in ["librocm_kpack.so", "librocm_kpack.so.0"] {
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).unwrap();
+            std::fs::rename(&tmp, dir.join(name)).unwrap();
+        }
         dir
     })
 }
