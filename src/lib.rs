@@ -5,6 +5,7 @@
 //! line only in `cli`.
 
 pub mod arch;
+pub mod bundle;
 pub mod archive;
 pub mod codec;
 pub mod elf;
