@@ -11,6 +11,7 @@ pub mod codec;
 pub mod elf;
 pub mod error;
 pub mod format;
+pub mod import;
 pub mod msgpack;
 pub mod writer;
 
