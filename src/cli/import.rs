@@ -225,3 +225,6 @@ fn progress_bar(total: u64) -> Option<ProgressBar> {
     }
     Some(bar)
 }
+
+#[cfg(test)]
+mod tests;
