@@ -330,3 +330,29 @@ fn fatbin_real_rocrand_import_and_verify() {
         assert_eq!(a.get_kernel(&co.key, &co.arch).unwrap(), co.data, "{}", co.arch);
     }
 }
+
+#[test]
+fn fatbin_committed_sample_archive() {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/rocrand-sample.kpack");
+    let a = Archive::open(&sample).unwrap();
+    assert_eq!(a.architectures(), ["gfx1030", "gfx90a:xnack+", "gfx90a:xnack-"]);
+    assert_eq!(a.group_name(), Some("rocrand-sample"));
+    let key = "lib/x86_64-linux-gnu/librocrand.so.1.1#0";
+    assert_eq!(a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(), [key]);
+    let mut decoded = Vec::new();
+    for (arch, size) in [("gfx1030", 1_642_416), ("gfx90a:xnack+", 1_716_600), ("gfx90a:xnack-", 1_716_776)] {
+        let data = a.get_kernel(key, arch).unwrap();
+        assert_eq!(data.len(), size, "{arch}");
+        assert_eq!(&data[..4], b"\x7fELF");
+        assert_eq!(u16::from_le_bytes([data[18], data[19]]), 0xE0, "{arch} is an AMDGPU code object");
+        decoded.push((arch, data));
+    }
+    // Byte-identical to Debian's library, when it can be fetched.
+    let Some(so) = rocrand() else { return };
+    let cos = import::host_code_objects("lib/x86_64-linux-gnu/librocrand.so.1.1", &std::fs::read(so).unwrap()).unwrap();
+    for (arch, data) in decoded {
+        let co = cos.iter().find(|c| c.arch == arch).unwrap();
+        assert_eq!(co.key, key);
+        assert!(co.data == data, "{arch} differs from librocrand.so.1.1");
+    }
+}
