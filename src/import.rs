@@ -113,7 +113,7 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
             }
         };
         out.push(CodeObject {
-            key: format!("{kernel_name}#{index}"),
+            key: crate::names::lookup_key(kernel_name, index),
             arch: e.arch,
             triple: e.triple,
             index,

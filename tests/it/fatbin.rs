@@ -356,3 +356,50 @@ fn fatbin_committed_sample_archive() {
         assert!(co.data == data, "{arch} differs from librocrand.so.1.1");
     }
 }
+
+#[test]
+fn fatbin_cli_pack_and_verify_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let (section, expected) = synthetic_section();
+    let lib = gcc_fat_binary(&root, "lib/libsynth.so", &section, true);
+    let kpack = root.join(".kpack");
+    let o = crate::cli::kpack_fuse(&[&"pack", &"--from-fatbin", &lib, &"--root", &root, &"-o", &kpack, &"--emit-metadata", &"--level", &"5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut files: Vec<String> =
+        std::fs::read_dir(&kpack).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["libsynth.so.hipk.msgpack", "synth_gfx1030.kpack", "synth_gfx900.kpack", "synth_gfx90a:xnack-.kpack"]
+    );
+    assert_eq!(
+        std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
+        import::hipk_metadata(&["../.kpack/synth_@GFXARCH@.kpack".into()], "lib/libsynth.so")
+    );
+    for (key, arch, data) in expected_keys("lib/libsynth.so", &expected) {
+        let a = Archive::open(kpack.join(format!("synth_{arch}.kpack"))).unwrap();
+        assert_eq!(a.get_kernel(&key, &arch).unwrap(), data, "{key} [{arch}]");
+    }
+
+    let archives: Vec<PathBuf> = files.iter().filter(|f| f.ends_with(".kpack")).map(|f| kpack.join(f)).collect();
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"verify"];
+    args.extend(archives.iter().map(|p| p as &dyn AsRef<std::ffi::OsStr>));
+    args.extend([&"--against" as &dyn AsRef<std::ffi::OsStr>, &lib]);
+    let o = crate::cli::kpack_fuse(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "8 code objects from 1 binaries match the archives byte for byte\n");
+
+    // Without the gfx1030 archive, its two code objects are named and the exit status is 6.
+    let o = crate::cli::kpack_fuse(&[&"verify", &archives[1], &archives[2], &"--against", &lib]);
+    assert_eq!(o.status.code(), Some(6));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for i in 0..2 {
+        assert!(err.contains(&format!("{}: lib/libsynth.so#{i} [gfx1030]: not in any archive\n", lib.display())), "{err}");
+    }
+    assert!(err.ends_with("kpack-fuse: 2 of 8 code objects are missing or differ\n"), "{err}");
+
+    // A file that is not an ELF host binary is refused with status 4 (bad format).
+    let o = crate::cli::kpack_fuse(&[&"pack", &"--from-fatbin", &kpack.join("libsynth.so.hipk.msgpack"), &"-o", &kpack]);
+    assert_eq!(o.status.code(), Some(4));
+}
