@@ -19,12 +19,23 @@ fi
 
 mkdir -p "$data"
 cd "$data"
+# Two runs at once (tests and a benchmark) take turns instead of racing on the same files.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>.fetch-rocrand.lock
+    flock 9
+    if [ -f "$lib" ]; then
+        echo "$lib"
+        exit 0
+    fi
+fi
 
 deb=$(ls librocrand1_*_amd64.deb 2>/dev/null | head -n 1 || true)
 if [ -z "$deb" ]; then
     command -v apt-get >/dev/null 2>&1 || { echo "fetch-rocrand: apt-get is not available on this system" >&2; exit 1; }
-    # apt-get download writes progress on stdout; keep stdout for the result path.
-    if ! apt-get download librocrand1 >&2; then
+    # apt-get download writes progress on stdout; keep stdout for the result path. Fresh
+    # machines (containers) often have no package lists yet: as root, fetch them once and retry.
+    if ! apt-get download librocrand1 >&2 \
+        && ! { [ "$(id -u)" -eq 0 ] && apt-get update -qq >&2 && apt-get download librocrand1 >&2; }; then
         echo "fetch-rocrand: 'apt-get download librocrand1' failed: no network access to the Debian" >&2
         echo "  archive, or stale package lists (try 'apt-get update' first)" >&2
         exit 1
