@@ -162,7 +162,8 @@ fn concatenated_bundles_with_padding_in_order() {
     section.extend_from_slice(&[0u8; 100]);
 
     let bundles = parse_fatbin(&section).unwrap();
-    let summary: Vec<(u64, Layout, Vec<(&str, &[u8])>)> = bundles
+    type Summary<'a> = Vec<(u64, Layout, Vec<(&'a str, &'a [u8])>)>;
+    let summary: Summary = bundles
         .iter()
         .map(|b| (b.offset, b.layout, b.entries.iter().map(|e| (e.arch.as_str(), &e.data[..])).collect()))
         .collect();

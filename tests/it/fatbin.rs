@@ -209,7 +209,7 @@ fn fatbin_single_archive_from_library_and_executable() {
     let dir = tempfile::tempdir().unwrap();
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(dir.path(), "lib/libsynth.so", &section, true);
-    let app_objects = vec![(triple("gfx1030"), fake_code_object(9, "gfx1030", 2500))];
+    let app_objects = [(triple("gfx1030"), fake_code_object(9, "gfx1030", 2500))];
     let app_section = build_uncompressed(&[(HOST, &[]), (app_objects[0].0.as_str(), &app_objects[0].1)], 4096);
     let app = gcc_fat_binary(dir.path(), "bin/app", &app_section, false);
     assert!(Command::new(&app).status().unwrap().success(), "the test executable runs");

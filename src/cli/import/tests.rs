@@ -140,7 +140,7 @@ fn verify_names_each_mismatch() {
     w.add_kernel("libsynth.so#0", "gfx90a:xnack+", wrong).unwrap();
     let path = dir.path().join("bad.kpack");
     w.write(&path, &|_| {}).unwrap();
-    let e = verify_against(&[path.clone()], &[lib.clone()]).unwrap_err();
+    let e = verify_against(std::slice::from_ref(&path), std::slice::from_ref(&lib)).unwrap_err();
     assert_eq!((e.exit, e.message.as_str()), (Exit::Corrupt, "2 of 3 code objects are missing or differ"));
     let lines: Vec<String> = [0, 1]
         .iter()
