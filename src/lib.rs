@@ -13,6 +13,7 @@ pub mod error;
 pub mod format;
 pub mod import;
 pub mod msgpack;
+pub mod split;
 pub mod names;
 pub mod writer;
 
