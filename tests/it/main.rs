@@ -9,3 +9,4 @@ mod cli;
 
 mod golden;
 mod fatbin;
+mod split;
