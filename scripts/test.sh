@@ -8,7 +8,6 @@ cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
 
-export CI="${CI:-1}"
 cargo build --all-targets
 cargo test --no-fail-fast
 cargo bench --bench core -- --quick
