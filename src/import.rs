@@ -11,8 +11,8 @@
 //!   multi-arch `<prefix>.kpack`), so the search path written into the binary is `../` once per
 //!   directory level of `kernel_name`, then `.kpack/<prefix>_@GFXARCH@.kpack`.
 //!
-//! No file I/O here: callers read the binaries and write the archives (see `cli::import`), and
-//! `split` reuses the same functions.
+//! No file I/O here except resolving paths in [`kernel_name_below`]: callers read the binaries
+//! and write the archives (see `cli::import`), and `split` reuses the same functions.
 
 use std::fmt;
 use std::path::{Component, Path};
@@ -150,6 +150,21 @@ pub fn kernel_name_from_relative(relative: &Path) -> Result<String, String> {
         return Err(format!("{:?}: names no file", relative.display().to_string()));
     }
     Ok(parts.join("/"))
+}
+
+/// The `kernel_name` of `host` below the install root `root`. Reads the file system: the
+/// directories of both are resolved through symlinks; the binary's own name is kept as given
+/// (a symlinked library keeps the name it was asked for).
+pub fn kernel_name_below(host: &Path, root: &Path) -> Result<String, String> {
+    let root_abs = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let parent = host.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent_abs = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let name = host.file_name().ok_or_else(|| format!("{}: names no file", host.display()))?;
+    let full = parent_abs.join(name);
+    let rel = full
+        .strip_prefix(&root_abs)
+        .map_err(|_| format!("{} is not below the root {}", host.display(), root.display()))?;
+    kernel_name_from_relative(rel)
 }
 
 /// The default archive prefix for a binary file name: the name up to its first `.`, without a

@@ -5,13 +5,17 @@
 //! name, renamed into place). Only x86-64 ELF64 host binaries are rewritten, which is what ROCm
 //! ships on Linux. The rewrite is described step by step in [`rewrite`].
 
+mod check;
 mod elf64;
 mod relocs;
 mod rewrite;
+mod tree;
 
 use std::fmt;
 
+pub use check::{SplitCheck, parse_marker, verify_split};
 pub use rewrite::{HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE, is_split, split_elf};
+pub use tree::{BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, split_tree};
 
 use crate::import::{self, CodeObject, ImportError};
 

@@ -272,3 +272,84 @@ fn split_real_rocrand() {
     let o = Command::new("/lib64/ld-linux-x86-64.so.2").arg("--verify").arg(&out).status().unwrap();
     assert_eq!(o.code(), Some(2));
 }
+
+#[test]
+fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
+    use rocm_kpack::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
+    use rocm_kpack::{Archive, Compression};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("in");
+    let lib = build(dir.path(), "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
+    let app = build(dir.path(), "in/bin/app", &tu_blobs()[1..], HIPF, Kind::Executable, "");
+    let plain = root.join("lib/libplain.so");
+    let c = dir.path().join("plain.c");
+    std::fs::write(&c, "int plain(void) { return 7; }\n").unwrap();
+    assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&plain).arg(&c).status().unwrap().success());
+    let inputs: Vec<Vec<u8>> = [&lib, &app, &plain].iter().map(|p| std::fs::read(p).unwrap()).collect();
+
+    let out = dir.path().join("out");
+    let req = SplitRequest {
+        hosts: vec![lib.clone(), app.clone(), plain.clone()],
+        root: root.clone(),
+        out_root: out.clone(),
+        prefix: Some("splt".into()),
+        compression: Compression::Zstd { level: 3 },
+    };
+    let report = split_tree(&req).unwrap();
+    let outcomes: Vec<(&str, bool)> =
+        report.binaries.iter().map(|b| (b.kernel_name.as_str(), b.outcome == Outcome::Copied)).collect();
+    assert_eq!(outcomes, [("lib/libsplit.so", false), ("bin/app", false), ("lib/libplain.so", true)]);
+    assert_eq!(
+        report.archives.iter().map(|(p, n)| (p.file_name().unwrap().to_str().unwrap().to_owned(), *n)).collect::<Vec<_>>(),
+        [("splt_gfx900.kpack".to_owned(), 5), ("splt_gfx90a:xnack-.kpack".to_owned(), 5)]
+    );
+    let a = Archive::open(out.join(".kpack/splt_gfx900.kpack")).unwrap();
+    assert_eq!(
+        a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(),
+        ["bin/app#0", "bin/app#1", "lib/libsplit.so#0", "lib/libsplit.so#1", "lib/libsplit.so#2"]
+    );
+    // The executable's first TU is the library's second one.
+    assert_eq!(a.get_kernel("bin/app#0", "gfx900").unwrap(), vec![b'b'; 65536]);
+
+    // Inputs untouched, the plain library copied byte for byte, outputs executable and valid.
+    for (p, b) in [&lib, &app, &plain].iter().zip(&inputs) {
+        assert_eq!(&std::fs::read(p).unwrap(), b);
+    }
+    assert_eq!(std::fs::read(out.join("lib/libplain.so")).unwrap(), inputs[2]);
+    for p in ["lib/libsplit.so", "bin/app"] {
+        assert_readelf_clean(&out.join(p));
+    }
+    let meta = rocm_kpack::import::hipk_metadata(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
+    let o = Command::new(out.join("bin/app")).arg(meta.len().to_string()).output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2);
+
+    let check = verify_split(&out, &root).unwrap();
+    assert_eq!((check.binaries, check.code_objects, check.problems.clone()), (2, 10, Vec::<String>::new()));
+
+    // A wrong archive is caught, naming the key and arch.
+    let mut w = rocm_kpack::ArchiveWriter::new("splt", "gfx900", vec!["gfx900".into()], Compression::None).unwrap();
+    w.add_kernel("bin/app#0", "gfx900", vec![b'b'; 65536]).unwrap();
+    w.add_kernel("bin/app#1", "gfx900", vec![0; 10]).unwrap();
+    w.write(&out.join(".kpack/splt_gfx900.kpack"), &|_| {}).unwrap();
+    let check = verify_split(&out, &root).unwrap();
+    let app_out = out.join("bin/app");
+    let lib_out = out.join("lib/libsplit.so");
+    let mut want = vec![format!("{}: bin/app#1 [gfx900]: archive holds 10 bytes that differ from the original's 65536", app_out.display())];
+    for i in 0..3 {
+        want.push(format!("{}: lib/libsplit.so#{i} [gfx900]: not found through ../.kpack/splt_@GFXARCH@.kpack", lib_out.display()));
+    }
+    assert_eq!(check.problems, want);
+
+    // Refusals: output root = input root, an already split input.
+    let same = SplitRequest { out_root: root.clone(), ..req.clone() };
+    assert!(matches!(split_tree(&same), Err(TreeError::Usage(m)) if m.contains("is the input root")));
+    let again = SplitRequest { hosts: vec![out.join("bin/app")], root: out.clone(), out_root: dir.path().join("again"), ..req };
+    match split_tree(&again) {
+        Err(e @ TreeError::Refused { .. }) => assert!(e.to_string().ends_with(
+            "already split (it has a .rocm_kpack_ref marker); split the original fat binary instead"
+        )),
+        other => panic!("{other:?}"),
+    }
+}
