@@ -36,6 +36,8 @@ enum Kind {
     Executable,
     /// Non-PIE: wrapper pointers are absolute values in the file, with no relocation.
     FixedExecutable,
+    /// A library whose relative relocations are packed in `.relr.dyn` (DT_RELR).
+    RelrLibrary,
 }
 
 /// Builds a fat binary: each blob is one bundle in `.hip_fatbin` (labels `kp_tuN`; `kp_tu1` is
@@ -56,7 +58,7 @@ fn build(dir: &Path, rel: &str, blobs: &[Vec<u8>], magic: u32, kind: Kind, extra
         wrappers.push_str(&format!("{{ {magic:#x}u, 1u, kp_tu{i}, 0ull }},"));
     }
     asm.push_str(".previous\\n");
-    let main = if kind != Kind::Library {
+    let main = if matches!(kind, Kind::Executable | Kind::FixedExecutable) {
         r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
     let mut cmd = Command::new("gcc");
     match kind {
         Kind::Library => cmd.args(["-shared", "-fPIC"]),
+        Kind::RelrLibrary => cmd.args(["-shared", "-fPIC", "-Wl,-z,pack-relative-relocs"]),
         Kind::Executable => cmd.args(["-fPIE", "-pie"]),
         Kind::FixedExecutable => cmd.args(["-fno-pie", "-no-pie"]),
     };
@@ -141,12 +144,26 @@ fn split_to(input: &Path, out: &Path, kernel_name: &str, prefix: &str) -> split:
 
 #[test]
 fn split_library_loads_with_hipk_wrappers() {
+    split_library(Kind::Library);
+}
+
+#[test]
+fn split_relr_library_loads_with_hipk_wrappers() {
+    split_library(Kind::RelrLibrary);
+}
+
+fn split_library(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let lib = build(dir.path(), "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
+    let lib = build(dir.path(), "in/lib/libsplit.so", &tu_blobs(), HIPF, kind, "");
+    let relr = kind == Kind::RelrLibrary;
+    let sections = Command::new("readelf").args(["-SW"]).arg(&lib).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&sections.stdout).contains(" .relr.dyn "), relr, "RELR section as requested");
     let out = dir.path().join("out/lib/libsplit.so");
     let s = split_to(&lib, &out, "lib/libsplit.so", "splt");
     assert_eq!(s.result.wrappers, 3);
-    assert_eq!(s.result.relocations_rewritten, 3);
+    // With RELR, the two local-label pointers are packed (no RELA entry to rewrite; their
+    // in-place values are rewritten); the global one keeps a RELA symbol relocation.
+    assert_eq!(s.result.relocations_rewritten, if relr { 1 } else { 3 });
     assert_eq!(s.metadata, rocm_kpack::import::hipk_metadata(&["../.kpack/splt_@GFXARCH@.kpack".into()], "lib/libsplit.so"));
     let keys: Vec<(&str, &str)> = s.code_objects.iter().map(|c| (c.key.as_str(), c.arch.as_str())).collect();
     assert_eq!(
@@ -176,7 +193,11 @@ fn split_library_loads_with_hipk_wrappers() {
     for i in 0..3 {
         let slot = seg_addr + 24 * i + 8;
         let r: Vec<_> = relocs.iter().filter(|r| r.0 == slot).collect();
-        assert_eq!(r, [&(slot, "R_X86_64_RELATIVE".to_string(), marker_addr)], "wrapper {i}");
+        if relr && i != 1 {
+            assert_eq!(r, Vec::<&(u64, String, u64)>::new(), "wrapper {i} is relocated through RELR");
+        } else {
+            assert_eq!(r, [&(slot, "R_X86_64_RELATIVE".to_string(), marker_addr)], "wrapper {i}");
+        }
     }
     assert!(relocs.iter().all(|r| r.2 < fb_addr || r.2 >= fb_addr + fb_size), "{relocs:?}");
 
@@ -240,12 +261,15 @@ fn split_refuses_bad_wrappers_and_other_pointers_into_device_code() {
         split::split_binary(&std::fs::read(&bad).unwrap(), "bad.so", "p").unwrap_err(),
         SplitError::BadWrapper { index: 0, magic: 0x1234_5678 }
     );
+    // Another pointer into the device code, as a RELA and as a packed RELR relocation.
     let extra = "const void *stray_pointer __attribute__((used)) = kp_tu0 + 16;";
-    let stray = build(dir.path(), "stray.so", &tu_blobs()[..1], HIPF, Kind::Library, extra);
-    let (fb_addr, _) = section_addr(&stray, ".hip_fatbin");
-    match split::split_binary(&std::fs::read(&stray).unwrap(), "stray.so", "p") {
-        Err(SplitError::DanglingReloc { target, .. }) => assert_eq!(target, fb_addr + 16),
-        other => panic!("expected a refusal, got {:?}", other.map(|s| s.result.wrappers)),
+    for (name, kind) in [("stray.so", Kind::Library), ("stray-relr.so", Kind::RelrLibrary)] {
+        let stray = build(dir.path(), name, &tu_blobs()[..1], HIPF, kind, extra);
+        let (fb_addr, _) = section_addr(&stray, ".hip_fatbin");
+        match split::split_binary(&std::fs::read(&stray).unwrap(), name, "p") {
+            Err(SplitError::DanglingReloc { target, .. }) => assert_eq!(target, fb_addr + 16, "{name}"),
+            other => panic!("{name}: expected a refusal, got {:?}", other.map(|s| s.result.wrappers)),
+        }
     }
 }
 
