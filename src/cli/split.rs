@@ -1,9 +1,7 @@
 //! `kpack-fuse split`: fat ROCm host binaries become HIPK host binaries plus shared per-arch
 //! archives in `<OUTROOT>/.kpack/`. The work is `rocm_kpack::split::split_tree`; this file maps
 //! its errors to exit codes and prints a summary.
-//!
-//! Wiring (in `cli/mod.rs`): `Split(split::Args)` → `split::run`; and for
-//! `verify --split OUTROOT --original ROOT`, call `split::verify_tree`.
+//! `verify --split OUTROOT --original ROOT` calls [`verify_tree`].
 
 use std::path::{Path, PathBuf};
 
