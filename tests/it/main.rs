@@ -11,5 +11,7 @@ mod abi;
 mod c_api;
 mod cli_loader;
 mod golden;
+mod fatbin;
 mod install;
 mod loader;
+mod split;

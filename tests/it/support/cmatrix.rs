@@ -188,7 +188,7 @@ pub fn write_error_matrix(dir: &Path) {
     // zstd rows.
     let z = zstd_kernel();
     let frame = zstd::bulk::compress(&z, 3).unwrap();
-    let blob = zstd_blob(1, &[frame.clone()]);
+    let blob = zstd_blob(1, std::slice::from_ref(&frame));
     let n = z.len() as u64;
     let bl = blob.len() as u64;
     w("valid_zstd.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(bl))));
@@ -196,9 +196,9 @@ pub fn write_error_matrix(dir: &Path) {
     w("zstd_size_0.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(0))));
     w("zstd_size_3.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(3))));
     w("zstd_size_5gib.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(5 << 30))));
-    let huge = zstd_blob((1 << 20) + 1, &[frame.clone()]);
+    let huge = zstd_blob((1 << 20) + 1, std::slice::from_ref(&frame));
     w("zstd_num_kernels_huge.kpack", zstd_file(&huge, 0, n, Some(V::U(64)), Some(V::U(huge.len() as u64))));
-    let more = zstd_blob(2, &[frame.clone()]);
+    let more = zstd_blob(2, std::slice::from_ref(&frame));
     w("zstd_num_kernels_gt_frames.kpack", zstd_file(&more, 0, n, Some(V::U(64)), Some(V::U(more.len() as u64))));
     let mut long_frame = blob.clone();
     long_frame[4..8].copy_from_slice(&(frame.len() as u32 + 100).to_le_bytes());
