@@ -6,9 +6,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::alloc::MallocBuf;
-use super::archive::open_handle;
 use super::guard::{c_str, code, guard, guard_void, non_null, non_null_mut};
-use super::types::{kpack_arch_callback_t, kpack_cache, kpack_cache_t, kpack_error_t, KPACK_ERROR_INVALID_ARGUMENT};
+use super::types::{
+    c_string, kpack_arch_callback_t, kpack_cache, kpack_cache_t, kpack_error_t, KPACK_ERROR_INVALID_ARGUMENT,
+};
+use crate::archive::Archive;
 use crate::loader::{maps, HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace};
 
 /// # Safety
@@ -151,8 +153,10 @@ pub unsafe extern "C" fn kpack_enumerate_architectures(
         // SAFETY: argument contract above.
         let path = unsafe { c_str(archive_path)? };
         let callback = callback.ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
-        let handle = open_handle(Path::new(OsStr::from_bytes(path.to_bytes()))).map_err(code)?;
-        for arch in &handle.architectures {
+        // Only the arch list is needed: no C strings are built for the binaries.
+        let archive = Archive::open(Path::new(OsStr::from_bytes(path.to_bytes()))).map_err(code)?;
+        for arch in archive.architectures() {
+            let arch = c_string(arch);
             // SAFETY: the caller's callback with the caller's data; the string outlives the call.
             if !unsafe { callback(arch.as_ptr(), user_data) } {
                 break;
