@@ -15,3 +15,5 @@ mod fatbin;
 mod install;
 mod loader;
 mod split;
+mod split_c;
+mod split_cli;
