@@ -213,3 +213,54 @@ fn split_cli_default_output_is_root_dot_split() {
     let o = kpack_fuse(&[&"verify", &"--split", &out, &"--original", &root]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
 }
+
+#[test]
+fn verify_split_names_a_bad_marker_a_bad_wrapper_and_a_missing_original() {
+    use rocm_kpack::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+    use rocm_kpack::split::verify_split;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, root, lib, app) = fat_tree(&tmp);
+    let out = dir.join("out");
+    assert_eq!(code(&kpack_fuse(&[&"split", &lib, &app, &"--root", &root, &"--prefix", &"splt", &"-o", &out])), 0);
+    let offsets = |p: &Path| {
+        let bytes = std::fs::read(p).unwrap();
+        let elf = ElfFile::parse(&bytes).unwrap();
+        let at = |name| elf.section(name).unwrap().file_offset.unwrap() as usize;
+        (at(KPACK_REF_SECTION), at(FATBIN_SEGMENT_SECTION))
+    };
+    // bin/app: the marker starts with 0xc1, a byte msgpack never uses.
+    let app_out = out.join("bin/app");
+    let (marker, _) = offsets(&app_out);
+    let mut bytes = std::fs::read(&app_out).unwrap();
+    bytes[marker] = 0xc1;
+    std::fs::write(&app_out, &bytes).unwrap();
+    // lib/libsplit.so: wrapper 1 back to HIPF, with index 9.
+    let lib_out = out.join("lib/libsplit.so");
+    let (_, seg) = offsets(&lib_out);
+    let mut bytes = std::fs::read(&lib_out).unwrap();
+    bytes[seg + 24..seg + 28].copy_from_slice(&HIPF.to_le_bytes());
+    bytes[seg + 40..seg + 44].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&lib_out, &bytes).unwrap();
+    // A split binary whose original is gone.
+    std::fs::copy(&lib_out, out.join("lib/libother.so")).unwrap();
+
+    let check = verify_split(&out, &root).unwrap();
+    assert_eq!((check.binaries, check.code_objects), (3, 4));
+    let at = |p: &str| out.join(p).display().to_string();
+    assert_eq!(
+        check.problems,
+        [
+            format!("{}: marker: invalid HIPK metadata: reserved byte 0xc1 (at byte 0)", at("bin/app")),
+            format!("{}: wrapper 1 has magic 0x48495046, not HIPK", at("lib/libother.so")),
+            format!(
+                "{}: original {}: No such file or directory (os error 2)",
+                at("lib/libother.so"),
+                root.join("lib/libother.so").display()
+            ),
+            format!("{}: wrapper 1 has magic 0x48495046, not HIPK", at("lib/libsplit.so")),
+            format!("{}: lib/libsplit.so#1 [gfx900]: no HIPK wrapper carries index 1", at("lib/libsplit.so")),
+            format!("{}: lib/libsplit.so#1 [gfx90a:xnack-]: no HIPK wrapper carries index 1", at("lib/libsplit.so")),
+        ]
+    );
+}
