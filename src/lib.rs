@@ -6,10 +6,12 @@
 
 pub mod arch;
 pub mod archive;
+pub mod cache;
 pub mod codec;
 pub mod elf;
 pub mod error;
 pub mod format;
+pub mod fs;
 pub mod msgpack;
 pub mod writer;
 
