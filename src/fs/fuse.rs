@@ -159,6 +159,11 @@ impl Filesystem for Adapter {
         reply.ok();
     }
 
+    /// Called on every close of a descriptor; nothing is buffered, so there is nothing to do.
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.0.getattr(ino.0) {
             Ok(a) if a.kind == Kind::Dir => {
