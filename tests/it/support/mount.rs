@@ -19,8 +19,11 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::fs::mountinfo;
 
-/// How long one I/O child may run.
-pub const CHILD_DEADLINE: Duration = Duration::from_secs(90);
+/// How long one I/O child may run (`KPACK_IT_DEADLINE_SECS` overrides it).
+fn child_deadline() -> Duration {
+    let secs = std::env::var("KPACK_IT_DEADLINE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(90);
+    Duration::from_secs(secs)
+}
 /// How long the daemon may take to mount or to exit after SIGTERM.
 const DAEMON_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -169,14 +172,15 @@ impl Mount {
             .stderr(out)
             .spawn()
             .unwrap();
-        match wait_until(&mut child, Instant::now() + CHILD_DEADLINE) {
+        let deadline = child_deadline();
+        match wait_until(&mut child, Instant::now() + deadline) {
             Some(status) => ChildOutput { success: status.success(), output: read_file(&out_path) },
             None => {
                 abort_connection(self.conn);
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "watchdog: scenario {name} hung for {CHILD_DEADLINE:?}; FUSE connection {} aborted.\n\
+                    "watchdog: scenario {name} hung for {deadline:?}; FUSE connection {} aborted.\n\
                      child output:\n{}\ndaemon log:\n{}",
                     self.conn,
                     read_file(&out_path),
@@ -189,6 +193,9 @@ impl Mount {
     /// Runs a scenario and fails the test, with its output, unless it succeeded.
     pub fn check(&self, name: &str, arg: &str) {
         let out = self.child(name, arg);
+        if std::env::var_os("KPACK_IT_VERBOSE").is_some() {
+            eprintln!("scenario {name}({arg}):\n{}", out.output);
+        }
         assert!(out.success, "scenario {name}({arg}) failed:\n{}\ndaemon log:\n{}", out.output, self.daemon_log());
     }
 
