@@ -195,12 +195,20 @@ impl Archive {
             .flat_map(|b| b.arches.iter().map(move |e| (b.key.as_str(), e)))
     }
 
-    /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes. `none` copies straight
-    /// from the file; zstd reads the frame into a per-thread buffer and decodes into `dst`.
-    pub fn read_into(&self, kref: &KernelRef<'_>, dst: &mut [u8]) -> Result<()> {
-        debug_assert_eq!(dst.len() as u64, kref.size);
+    /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
+    /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
+    /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
+    /// hostile size never turns into a huge allocation), then decodes into the buffer.
+    pub fn read_with<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    where
+        T: AsMut<[u8]>,
+        A: FnOnce(usize) -> Option<T>,
+    {
+        let size = usize::try_from(kref.size).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
         match self.toc.scheme {
             Scheme::None => {
+                let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
+                let dst = buf.as_mut();
                 let got = read_full_at(&self.file, dst, kref.stored.offset)
                     .map_err(|e| Error::io(&self.path, format!("cannot read kernel {} [{}]", kref.key, kref.arch), e))?;
                 if got < dst.len() {
@@ -213,7 +221,7 @@ impl Archive {
                         file_len: kref.stored.offset + got as u64,
                     });
                 }
-                Ok(())
+                Ok(buf)
             }
             Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
                 let got = read_full_at(&self.file, frame, kref.stored.offset).map_err(|e| {
@@ -225,7 +233,10 @@ impl Archive {
                         frame.len()
                     )));
                 }
-                codec::decode_frame_into(frame, dst).map_err(|reason| self.decode_error(kref, reason))
+                codec::check_decoded_size(frame, kref.size).map_err(|reason| self.decode_error(kref, reason))?;
+                let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
+                codec::decode_frame_into(frame, buf.as_mut()).map_err(|reason| self.decode_error(kref, reason))?;
+                Ok(buf)
             }),
         }
     }
@@ -252,6 +263,20 @@ impl Archive {
         Ok(())
     }
 
+    /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes.
+    pub fn read_into(&self, kref: &KernelRef<'_>, dst: &mut [u8]) -> Result<()> {
+        if dst.len() as u64 != kref.size {
+            return Err(Error::InvalidArgument(format!(
+                "buffer of {} bytes for kernel {} [{}] of {} bytes",
+                dst.len(),
+                kref.key,
+                kref.arch,
+                kref.size
+            )));
+        }
+        self.read_with(kref, |_| Some(dst)).map(|_| ())
+    }
+
     fn decode_error(&self, kref: &KernelRef<'_>, reason: String) -> Error {
         Error::Decompress {
             path: self.path.clone(),
@@ -262,28 +287,19 @@ impl Archive {
         }
     }
 
-    /// Returns a kernel in a buffer from `alloc`, which receives the exact size and returns
-    /// `None` when it cannot allocate. Decoding goes straight into that buffer.
+    /// Finds a kernel and returns it in a buffer from `alloc` (see [`read_with`](Self::read_with)).
     pub fn get_kernel_with<T, A>(&self, key: &str, arch: &str, alloc: A) -> Result<T>
     where
         T: AsMut<[u8]>,
         A: FnOnce(usize) -> Option<T>,
     {
         let kref = self.locate(key, arch)?;
-        let size = usize::try_from(kref.size).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
-        let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-        self.read_into(&kref, buf.as_mut())?;
-        Ok(buf)
+        self.read_with(&kref, alloc)
     }
 
     /// Returns a kernel as a fresh vector.
     pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
-        self.get_kernel_with(key, arch, |n| {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).ok()?;
-            v.resize(n, 0);
-            Some(v)
-        })
+        self.get_kernel_with(key, arch, zeroed_vec)
     }
 }
 
@@ -304,6 +320,24 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
         .into_iter()
         .map(|s| Span { offset: blob.offset + s.offset, size: s.size })
         .collect())
+}
+
+/// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh
+/// pages that are not touched until written, so a decode that fails early costs little memory.
+pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: the layout has a non-zero size; a non-null result is a zeroed allocation of
+    // exactly `len` bytes with alignment 1, which is what a Vec<u8> of that capacity owns.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return None;
+        }
+        Some(Vec::from_raw_parts(ptr, len, len))
+    }
 }
 
 /// Fills `buf` from `offset`, retrying short reads; returns how many bytes were read (less than

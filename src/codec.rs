@@ -40,6 +40,29 @@ pub fn decode_frame_into(frame: &[u8], dst: &mut [u8]) -> Result<(), String> {
     })
 }
 
+/// The most output one compressed byte can yield: a 4-byte RLE block expands to at most 128 KiB.
+pub const MAX_EXPANSION: u64 = 128 * 1024 / 4;
+
+/// Checks, before anything is allocated, that `frame` can decode to exactly `expected` bytes:
+/// when the frames record their content size it must match; either way `expected` cannot exceed
+/// what zstd could produce from this many bytes.
+pub fn check_decoded_size(frame: &[u8], expected: u64) -> Result<(), String> {
+    let ceiling = (frame.len() as u64).saturating_mul(MAX_EXPANSION);
+    if expected > ceiling {
+        return Err(format!("the TOC says {expected} bytes, more than a {}-byte frame can hold", frame.len()));
+    }
+    // A single frame that records its content size must record exactly `expected`; several
+    // concatenated frames (legal, rare) are only held to the ceiling above.
+    let single = zstd_safe::find_frame_compressed_size(frame).is_ok_and(|n| n == frame.len());
+    match zstd_safe::get_frame_content_size(frame) {
+        Err(_) => Err(format!("not a zstd frame (the TOC says {expected} bytes)")),
+        Ok(Some(recorded)) if single && recorded != expected => {
+            Err(format!("the frame records {recorded} bytes, the TOC says {expected}"))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 /// A zstd compressor at a fixed level, producing frames exactly like the reference writer
 /// (content size recorded, no checksum, no dictionary).
 pub struct FrameEncoder {

@@ -134,102 +134,156 @@ fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64
     }
 }
 
-fn opt_u64_or_zero(map: &Value<'_>, field: &str) -> Result<u64, TocError> {
-    match map.get(field) {
-        None => Ok(0),
-        Some(v) => v.as_u64().ok_or_else(|| type_error(field, v, "an unsigned 64-bit integer")),
-    }
-}
-
 /// Parses TOC bytes (the first msgpack object; trailing bytes ignored) with the reference's
 /// rules: unknown or missing scheme means `none`; a non-array `gfx_arches` or non-map `toc` reads
 /// as empty; non-string keys and non-map arch values are skipped; numeric fields of the wrong
 /// type, negative or out of range are errors; a missing `ordinal` or `original_size` is an error
-/// (the reference leaves it uninitialised).
+/// (the reference leaves it uninitialised). Where a key appears twice, the last one counts.
+///
+/// The root map and the big `toc` map are walked with a pull reader rather than decoded into a
+/// tree: a TOC of 100,000 entries then costs a few allocations per entry, not a dozen.
 pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
-    let (root, _) = msgpack::decode_slice(bytes)?;
-    if !matches!(root, Value::Map(_)) {
+    let mut r = msgpack::Reader::new(bytes);
+    let Some(fields) = r.map_header()? else {
+        let root = r.value(0)?;
         return Err(TocError { offset: 0, reason: format!("TOC is a {}, not a map", root.type_name()) });
-    }
-
-    let scheme = match root.get("compression_scheme").and_then(Value::as_str) {
-        Some(SCHEME_ZSTD) => Scheme::ZstdPerKernel,
-        _ => Scheme::None,
     };
-
-    let gfx_arches = match root.get("gfx_arches") {
-        Some(Value::Array(items)) => {
-            items.iter().filter_map(Value::as_str).map(str::to_owned).collect()
+    let mut toc = Toc {
+        format_version: None,
+        group_name: None,
+        gfx_arch_family: None,
+        gfx_arches: Vec::new(),
+        binaries: Vec::new(),
+        scheme: Scheme::None,
+        blobs: Vec::new(),
+        zstd_blob: Span { offset: 0, size: 0 },
+    };
+    // Scheme-specific fields are interpreted once the scheme is known (it may come later).
+    let mut blobs: Option<Result<Vec<Span>, TocError>> = None;
+    let mut zstd_offset: Option<Result<u64, TocError>> = None;
+    let mut zstd_size: Option<Result<u64, TocError>> = None;
+    for _ in 0..fields {
+        let at = r.position();
+        let key = r.value(1)?;
+        let name = key.as_str().unwrap_or("");
+        if name == "toc" {
+            toc.binaries = parse_binaries(&mut r)?;
+            continue;
         }
-        _ => Vec::new(),
-    };
-
-    let mut binaries: Vec<TocBinary> = Vec::new();
-    if let Some(Value::Map(keys)) = root.get("toc") {
-        binaries.reserve(keys.len());
-        for (k, v) in keys {
-            let (Some(key), Value::Map(arch_pairs)) = (k.as_str(), v) else { continue };
-            let mut arches = Vec::with_capacity(arch_pairs.len());
-            for (ak, av) in arch_pairs {
-                let (Some(arch), Value::Map(_)) = (ak.as_str(), av) else { continue };
-                let ctx = || format!("toc[{key:?}][{arch:?}]");
-                let ordinal = req_u64(av, "ordinal", &ctx)?;
-                let ordinal = u32::try_from(ordinal).map_err(|_| TocError {
-                    offset: 0,
-                    reason: format!("{}: ordinal {ordinal} does not fit in 32 bits", ctx()),
-                })?;
-                let original_size = req_u64(av, "original_size", &ctx)?;
-                match arches.iter_mut().find(|e: &&mut TocEntry| e.arch == arch) {
-                    Some(existing) => *existing = TocEntry { arch: arch.to_owned(), ordinal, original_size },
-                    None => arches.push(TocEntry { arch: arch.to_owned(), ordinal, original_size }),
+        let value = r.value(1)?;
+        let located = |e: TocError| TocError { offset: at, reason: e.reason };
+        match name {
+            "format_version" => toc.format_version = value.as_u64(),
+            "group_name" => toc.group_name = value.as_str().map(str::to_owned),
+            "gfx_arch_family" => toc.gfx_arch_family = value.as_str().map(str::to_owned),
+            "gfx_arches" => {
+                toc.gfx_arches = match &value {
+                    Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+                    _ => Vec::new(),
                 }
             }
+            "compression_scheme" => {
+                toc.scheme = match value.as_str() {
+                    Some(SCHEME_ZSTD) => Scheme::ZstdPerKernel,
+                    _ => Scheme::None,
+                }
+            }
+            "blobs" => blobs = Some(parse_blobs(&value).map_err(located)),
+            "zstd_offset" => zstd_offset = Some(zstd_field("zstd_offset", &value).map_err(located)),
+            "zstd_size" => zstd_size = Some(zstd_field("zstd_size", &value).map_err(located)),
+            _ => {}
+        }
+    }
+    match toc.scheme {
+        Scheme::None => toc.blobs = blobs.transpose()?.unwrap_or_default(),
+        Scheme::ZstdPerKernel => {
+            toc.zstd_blob = Span {
+                offset: zstd_offset.transpose()?.unwrap_or(0),
+                size: zstd_size.transpose()?.unwrap_or(0),
+            }
+        }
+    }
+    Ok(toc)
+}
+
+fn zstd_field(field: &str, v: &Value<'_>) -> Result<u64, TocError> {
+    v.as_u64().ok_or_else(|| type_error(field, v, "an unsigned 64-bit integer"))
+}
+
+fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
+    let Value::Array(items) = value else { return Ok(Vec::new()) };
+    let mut blobs = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        if !matches!(item, Value::Map(_)) {
+            return Err(TocError { offset: 0, reason: format!("blobs[{i}] is a {}, not a map", item.type_name()) });
+        }
+        let ctx = || format!("blobs[{i}]");
+        blobs.push(Span { offset: req_u64(item, "offset", &ctx)?, size: req_u64(item, "size", &ctx)? });
+    }
+    Ok(blobs)
+}
+
+/// The `toc` map, walked in place: binary key -> arch -> entry.
+fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocError> {
+    let Some(count) = r.map_header()? else {
+        r.value(1)?; // Not a map: reads as an empty TOC.
+        return Ok(Vec::new());
+    };
+    let mut binaries: Vec<TocBinary> = Vec::with_capacity(count.min(1 << 20));
+    for _ in 0..count {
+        let key_value = r.value(2)?;
+        let key = key_value.as_str();
+        let Some(arch_count) = r.map_header()? else {
+            r.value(2)?;
+            continue;
+        };
+        let mut arches: Vec<TocEntry> = Vec::with_capacity(arch_count.min(64));
+        for _ in 0..arch_count {
+            let at = r.position();
+            let arch_value = r.value(3)?;
+            let Some(entry_fields) = r.map_header()? else {
+                r.value(3)?;
+                continue;
+            };
+            let mut ordinal = None;
+            let mut original_size = None;
+            for _ in 0..entry_fields {
+                let field = r.value(4)?;
+                let value = r.value(4)?;
+                match field.as_str() {
+                    Some("ordinal") => ordinal = Some(value),
+                    Some("original_size") => original_size = Some(value),
+                    _ => {}
+                }
+            }
+            // Entries under a non-string key are skipped, but only after being read whole.
+            let (Some(key), Some(arch)) = (key, arch_value.as_str()) else { continue };
+            let ctx = |what: String| TocError { offset: at, reason: format!("toc[{key:?}][{arch:?}]: {what}") };
+            let number = |field: &str, v: Option<Value<'_>>| -> Result<u64, TocError> {
+                let v = v.ok_or_else(|| ctx(format!("field '{field}' is missing")))?;
+                v.as_u64().ok_or_else(|| ctx(type_error(field, &v, "an unsigned 64-bit integer").reason))
+            };
+            let ordinal = number("ordinal", ordinal)?;
+            let ordinal = u32::try_from(ordinal).map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
+            let original_size = number("original_size", original_size)?;
+            let entry = TocEntry { arch: arch.to_owned(), ordinal, original_size };
+            match arches.iter_mut().find(|e| e.arch == arch) {
+                Some(existing) => *existing = entry,
+                None => arches.push(entry),
+            }
+        }
+        if let Some(key) = key {
             binaries.push(TocBinary { key: key.to_owned(), arches });
         }
     }
-    // Sorted by key; a key written twice keeps its last occurrence, like a map.
-    binaries.reverse();
-    binaries.sort_by(|a, b| a.key.cmp(&b.key));
-    binaries.dedup_by(|later, earlier| later.key == earlier.key);
-
-    let mut blobs = Vec::new();
-    let mut zstd_blob = Span { offset: 0, size: 0 };
-    match scheme {
-        Scheme::None => {
-            if let Some(Value::Array(items)) = root.get("blobs") {
-                blobs.reserve(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    if !matches!(item, Value::Map(_)) {
-                        return Err(TocError {
-                            offset: 0,
-                            reason: format!("blobs[{i}] is a {}, not a map", item.type_name()),
-                        });
-                    }
-                    let ctx = || format!("blobs[{i}]");
-                    let offset = req_u64(item, "offset", &ctx)?;
-                    let size = req_u64(item, "size", &ctx)?;
-                    blobs.push(Span { offset, size });
-                }
-            }
-        }
-        Scheme::ZstdPerKernel => {
-            zstd_blob = Span {
-                offset: opt_u64_or_zero(&root, "zstd_offset")?,
-                size: opt_u64_or_zero(&root, "zstd_size")?,
-            };
-        }
+    // Sorted by key; a key written twice keeps its last occurrence, like a map. Writers usually
+    // emit sorted keys, so check before paying for a sort.
+    if !binaries.is_sorted_by(|a, b| a.key < b.key) {
+        binaries.reverse();
+        binaries.sort_by(|a, b| a.key.cmp(&b.key));
+        binaries.dedup_by(|later, earlier| later.key == earlier.key);
     }
-
-    Ok(Toc {
-        format_version: root.get("format_version").and_then(Value::as_u64),
-        group_name: root.get("group_name").and_then(Value::as_str).map(str::to_owned),
-        gfx_arch_family: root.get("gfx_arch_family").and_then(Value::as_str).map(str::to_owned),
-        gfx_arches,
-        binaries,
-        scheme,
-        blobs,
-        zstd_blob,
-    })
+    Ok(binaries)
 }
 
 /// Walks the frame table at the start of a zstd blob: `u32 count`, then `count` times

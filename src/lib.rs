@@ -13,6 +13,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod msgpack;
+pub mod names;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};

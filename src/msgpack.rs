@@ -118,6 +118,43 @@ pub fn decode<'a, I: Input<'a>>(input: &I) -> Result<(Value<'a>, usize), DecodeE
     Ok((value, parser.pos))
 }
 
+/// A pull reader over a slice for large, regular documents (a TOC with 100,000 entries): maps
+/// can be walked header by header instead of being built as trees, saving an allocation per map.
+/// Every length check of [`decode`] applies.
+pub struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(data: &'a [u8]) -> Reader<'a> {
+        Reader { data, pos: 0 }
+    }
+
+    /// Byte offset of the next value.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&mut Parser<'_, &'a [u8]>) -> Result<T, DecodeError>) -> Result<T, DecodeError> {
+        let mut parser = Parser { input: &self.data, pos: self.pos };
+        let out = f(&mut parser);
+        self.pos = parser.pos;
+        out
+    }
+
+    /// When the next value is a map, consumes its header and returns its (checked) length;
+    /// otherwise consumes nothing and returns `None`.
+    pub fn map_header(&mut self) -> Result<Option<usize>, DecodeError> {
+        self.with(|p| p.map_header())
+    }
+
+    /// Decodes the next value whole, `depth` levels below the document root.
+    pub fn value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
+        self.with(|p| p.value(depth))
+    }
+}
+
 /// Decodes the first object of a slice.
 pub fn decode_slice(data: &[u8]) -> Result<(Value<'_>, usize), DecodeError> {
     decode(&data)
@@ -197,6 +234,25 @@ impl<'a, I: Input<'a>> Parser<'_, I> {
     fn ext(&mut self, at: usize, len: u64) -> Result<Value<'a>, DecodeError> {
         let ty = self.byte()? as i8;
         Ok(Value::Ext(ty, self.blob(at, len, "extension")?))
+    }
+
+    fn map_header(&mut self) -> Result<Option<usize>, DecodeError> {
+        let at = self.pos;
+        let Some(tag) = self.input.bytes(at, 1).map(|b| b[0]) else {
+            return err(at, "truncated: 1 more bytes needed");
+        };
+        let len = match tag {
+            0x80..=0x8f => {
+                self.pos += 1;
+                u64::from(tag & 0x0f)
+            }
+            0xde | 0xdf => {
+                self.pos += 1;
+                self.be(if tag == 0xde { 2 } else { 4 })?
+            }
+            _ => return Ok(None),
+        };
+        self.check_len(at, len, 2, "map").map(Some)
     }
 
     fn value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {

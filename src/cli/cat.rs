@@ -1,10 +1,27 @@
-//! `kpack-fuse cat` (being written).
+//! `kpack-fuse cat`: one kernel to standard output.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use rocm_kpack::Archive;
 
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The archive.
+    pub archive: PathBuf,
+    /// The binary key, e.g. lib/libfoo.so#0.
+    pub binary: String,
+    /// The arch, e.g. gfx90a:xnack-.
+    pub arch: String,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::new(Exit::Failure, "cat is not built yet"))
+pub fn run(args: Args) -> CliResult {
+    let archive = Archive::open(&args.archive)?;
+    let data = archive.get_kernel(&args.binary, &args.arch)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&data)
+        .and_then(|_| out.flush())
+        .map_err(|e| CliError::new(Exit::Output, format!("standard output: {e}")))
 }

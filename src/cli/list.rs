@@ -1,10 +1,71 @@
-//! `kpack-fuse list` (being written).
+//! `kpack-fuse list`: one line per kernel (binary, arch, size, stored size, ratio), or JSON.
 
-use super::{CliError, CliResult, Exit};
+use std::path::PathBuf;
+
+use rocm_kpack::Archive;
+
+use super::CliResult;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The archive to list.
+    pub archive: PathBuf,
+    /// Print JSON (one object with the archive's fields and a "kernels" array) for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::new(Exit::Failure, "list is not built yet"))
+pub fn run(args: Args) -> CliResult {
+    let archive = Archive::open(&args.archive)?;
+    let mut rows = Vec::new();
+    for (key, entry) in archive.entries() {
+        let row = match archive.locate(key, &entry.arch) {
+            Ok(k) => Row { key, arch: &entry.arch, ordinal: entry.ordinal, size: Some(k.size), stored: Some(k.stored.size), error: None },
+            Err(e) => Row { key, arch: &entry.arch, ordinal: entry.ordinal, size: None, stored: None, error: Some(e.to_string()) },
+        };
+        rows.push(row);
+    }
+    if args.json {
+        let kernels: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "binary": r.key, "arch": r.arch, "ordinal": r.ordinal,
+                    "size": r.size, "stored_size": r.stored, "error": r.error,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "archive": args.archive.display().to_string(),
+            "scheme": archive.scheme().name(),
+            "group_name": archive.group_name(),
+            "gfx_arch_family": archive.gfx_arch_family(),
+            "gfx_arches": archive.architectures(),
+            "kernels": kernels,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of plain values"));
+        return Ok(());
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(6).max(6);
+    let awidth = rows.iter().map(|r| r.arch.len()).max().unwrap_or(4).max(4);
+    println!("{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}", "BINARY", "ARCH", "SIZE", "STORED", "RATIO");
+    for r in &rows {
+        match (r.size, r.stored) {
+            (Some(size), Some(stored)) => {
+                let ratio = if size == 0 { "-".to_owned() } else { format!("{:.2}", stored as f64 / size as f64) };
+                println!("{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}", r.key, r.arch, size, stored, ratio);
+            }
+            _ => println!("{:<width$}  {:<awidth$}  error: {}", r.key, r.arch, r.error.as_deref().unwrap_or("")),
+        }
+    }
+    Ok(())
+}
+
+struct Row<'a> {
+    key: &'a str,
+    arch: &'a str,
+    ordinal: u32,
+    size: Option<u64>,
+    stored: Option<u64>,
+    error: Option<String>,
 }

@@ -1,10 +1,211 @@
-//! `kpack-fuse pack` (being written).
+//! `kpack-fuse pack`: a tree laid out as `<binary key>/<arch>.hsaco` (the layout the mount
+//! shows) becomes one archive; with `--from-fatbin`, ROCm host binaries become per-arch archives.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use rocm_kpack::{ArchiveWriter, Compression, codec, names};
+
+use super::import::{self, ImportRequest};
 use super::{CliError, CliResult, Exit};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressionArg {
+    /// One zstd frame per kernel (`zstd-per-kernel`).
+    Zstd,
+    /// Kernels stored as they are (`none`).
+    None,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::new(Exit::Failure, "pack is not built yet"))
+/// Options shared by every command that writes archives.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompressionArgs {
+    /// How kernels are stored.
+    #[arg(long, value_enum, default_value_t = CompressionArg::Zstd)]
+    pub compression: CompressionArg,
+    /// zstd level, 1 (fastest) to 22 (smallest).
+    #[arg(long, default_value_t = codec::DEFAULT_LEVEL,
+          value_parser = clap::value_parser!(i32).range(codec::MIN_LEVEL as i64..=codec::MAX_LEVEL as i64))]
+    pub level: i32,
+}
+
+impl CompressionArgs {
+    pub fn compression(&self) -> Compression {
+        match self.compression {
+            CompressionArg::Zstd => Compression::Zstd { level: self.level },
+            CompressionArg::None => Compression::None,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The tree to pack: <binary key>/<arch>.hsaco files (symlinks are ignored).
+    #[arg(required_unless_present = "from_fatbin", conflicts_with = "from_fatbin")]
+    pub dir: Option<PathBuf>,
+    /// Output: the archive file (tree mode) or a directory (with --from-fatbin).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub compression: CompressionArgs,
+    /// The TOC's group_name (default: the output file name without .kpack).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// The TOC's gfx_arch_family (default: the arch when there is one, else "mixed").
+    #[arg(long)]
+    pub family: Option<String>,
+    /// The archive's arch list, in order (repeatable; default: the tree's arches, sorted).
+    /// It must name every arch in the tree.
+    #[arg(long = "arch", value_name = "ARCH")]
+    pub arches: Vec<String>,
+    /// Compression threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Read device code from the .hip_fatbin section of these ROCm host binaries instead.
+    #[arg(long = "from-fatbin", value_name = "HOST", num_args = 1..)]
+    pub from_fatbin: Vec<PathBuf>,
+    /// With --from-fatbin: archive name prefix (<prefix>_<arch>.kpack).
+    #[arg(long, requires = "from_fatbin")]
+    pub prefix: Option<String>,
+    /// With --from-fatbin: the install root kernel names are relative to.
+    #[arg(long, requires = "from_fatbin")]
+    pub root: Option<PathBuf>,
+    /// With --from-fatbin: write one multi-arch archive instead of one per arch.
+    #[arg(long, requires = "from_fatbin")]
+    pub single: bool,
+    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata.
+    #[arg(long, requires = "from_fatbin")]
+    pub emit_metadata: bool,
+}
+
+/// Inputs above this size get a progress bar when stderr is a terminal.
+const PROGRESS_THRESHOLD: u64 = 64 << 20;
+
+pub fn run(args: Args) -> CliResult {
+    if !args.from_fatbin.is_empty() {
+        return import::run(ImportRequest {
+            hosts: args.from_fatbin,
+            out_dir: args.output,
+            prefix: args.prefix,
+            root: args.root,
+            single: args.single,
+            emit_metadata: args.emit_metadata,
+            compression: args.compression.compression(),
+        });
+    }
+    let dir = args.dir.expect("clap requires DIR without --from-fatbin");
+    let tree = scan_tree(&dir)?;
+    let present: BTreeSet<&str> = tree.values().flat_map(|m| m.keys().map(String::as_str)).collect();
+    let arches: Vec<String> = if args.arches.is_empty() {
+        present.iter().map(|a| a.to_string()).collect()
+    } else {
+        let missing: Vec<&str> = present.iter().copied().filter(|a| !args.arches.iter().any(|x| x == a)).collect();
+        if !missing.is_empty() {
+            return Err(CliError::new(
+                Exit::Usage,
+                format!("--arch does not name these arches found in {}: {}", dir.display(), missing.join(", ")),
+            ));
+        }
+        args.arches.clone()
+    };
+    let group = args.group.clone().unwrap_or_else(|| {
+        let name = args.output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        name.strip_suffix(".kpack").unwrap_or(&name).to_owned()
+    });
+    let family = args.family.clone().unwrap_or_else(|| match arches.as_slice() {
+        [one] => one.clone(),
+        _ => "mixed".to_owned(),
+    });
+    let mut writer = ArchiveWriter::new(group, family, arches.clone(), args.compression.compression())?;
+    if let Some(t) = args.threads {
+        writer.set_threads(t);
+    }
+    let mut total = 0u64;
+    for (key, by_arch) in &tree {
+        for arch in &arches {
+            if let Some(path) = by_arch.get(arch) {
+                let data = std::fs::read(path)
+                    .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+                total += data.len() as u64;
+                writer.add_kernel(key, arch, data)?;
+            }
+        }
+    }
+    let bar = progress_bar(total);
+    let written = writer
+        .write(&args.output, &|n| {
+            if let Some(b) = &bar {
+                b.inc(n)
+            }
+        })
+        .map_err(|e| CliError::new(Exit::Output, e.to_string()))?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    eprintln!(
+        "packed {} kernels ({} bytes) from {} into {} ({} bytes)",
+        writer.len(),
+        total,
+        dir.display(),
+        args.output.display(),
+        written
+    );
+    Ok(())
+}
+
+fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
+    if total < PROGRESS_THRESHOLD || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}") {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+/// key -> arch -> file. Keys are the parent directories of `.hsaco` files, relative to `root`.
+type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
+
+fn scan_tree(root: &Path) -> CliResult<Tree> {
+    let meta = std::fs::metadata(root)
+        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", root.display())))?;
+    if !meta.is_dir() {
+        return Err(CliError::new(Exit::Usage, format!("{}: not a directory", root.display())));
+    }
+    let mut tree = Tree::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+            let path = entry.path();
+            let ft = entry
+                .file_type()
+                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+            if ft.is_symlink() {
+                continue;
+            }
+            if ft.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let bad = |why: &str| CliError::new(Exit::BadFormat, format!("{}: {why}", path.display()));
+            let name = entry.file_name();
+            let name = name.to_str().ok_or_else(|| bad("file name is not UTF-8"))?;
+            let arch = names::arch_from_hsaco_name(name)
+                .ok_or_else(|| bad("unexpected file: the tree must hold only <binary key>/<arch>.hsaco files"))?;
+            let rel = dir.strip_prefix(root).expect("walk stays under root");
+            let key = rel.to_str().ok_or_else(|| bad("path is not UTF-8"))?.to_owned();
+            if key.is_empty() {
+                return Err(bad("a .hsaco file directly in the tree's root has no binary key"));
+            }
+            names::key_components(&key).map_err(|e| bad(&e))?;
+            names::check_arch(arch).map_err(|e| bad(&e))?;
+            tree.entry(key).or_default().insert(arch.to_owned(), path.clone());
+        }
+    }
+    Ok(tree)
 }

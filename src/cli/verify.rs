@@ -1,10 +1,74 @@
-//! `kpack-fuse verify` (being written).
+//! `kpack-fuse verify`: decode every kernel, check every size and name, and name each bad entry.
+//! With `--against HOST...`, also check that the archives hold every code object of those fat
+//! binaries byte for byte.
 
+use std::path::PathBuf;
+
+use rocm_kpack::{Archive, Scheme, names};
+
+use super::import;
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The archives to check.
+    #[arg(required = true)]
+    pub archives: Vec<PathBuf>,
+    /// ROCm host binaries whose .hip_fatbin code objects must all be in the archives.
+    #[arg(long, value_name = "HOST", num_args = 1..)]
+    pub against: Vec<PathBuf>,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::new(Exit::Failure, "verify is not built yet"))
+pub fn run(args: Args) -> CliResult {
+    let mut problems = Vec::new();
+    let mut total = 0usize;
+    for path in &args.archives {
+        let archive = Archive::open(path)?;
+        total += check(&archive, &mut problems);
+    }
+    for p in &problems {
+        eprintln!("BAD {p}");
+    }
+    if !problems.is_empty() {
+        return Err(CliError::new(Exit::Corrupt, format!("{} of {total} entries are bad", problems.len())));
+    }
+    eprintln!("ok: {total} kernels in {} archive(s) decode to their recorded sizes", args.archives.len());
+    if !args.against.is_empty() {
+        import::verify_against(&args.archives, &args.against)?;
+    }
+    Ok(())
+}
+
+/// Checks every entry; returns how many there were and appends a line per problem.
+fn check(archive: &Archive, problems: &mut Vec<String>) -> usize {
+    let file = archive.path().display();
+    let mut n = 0;
+    for (key, entry) in archive.entries() {
+        n += 1;
+        let arch = entry.arch.as_str();
+        let mut bad = |why: String| problems.push(format!("{file}: {key} [{arch}]: {why}"));
+        if let Err(e) = names::key_components(key) {
+            bad(e);
+        }
+        if let Err(e) = names::check_arch(arch) {
+            bad(e);
+        }
+        if !archive.has_architecture(arch) {
+            bad("arch is missing from gfx_arches, so the loader can never find this kernel".into());
+        }
+        let kref = match archive.locate(key, arch) {
+            Ok(k) => k,
+            Err(e) => {
+                bad(e.to_string());
+                continue;
+            }
+        };
+        if archive.scheme() == Scheme::None && kref.stored.size != entry.original_size {
+            bad(format!("original_size {} differs from the stored size {}", entry.original_size, kref.stored.size));
+        }
+        if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
+            bad(e.to_string());
+        }
+    }
+    n
 }

@@ -333,14 +333,21 @@ impl KpackFs {
         if kref.size != file.size {
             return Err(fail(&format!("size changed from {} to {}", file.size, kref.size)));
         }
-        let n = usize::try_from(kref.size).map_err(|_| Errno::ENOMEM)?;
-        let mut buf = Vec::new();
-        if buf.try_reserve_exact(n).is_err() {
-            log::error!("{}: {key} [{arch}]: cannot allocate {n} bytes", archive.path().display());
-            return Err(Errno::ENOMEM);
-        }
-        buf.resize(n, 0);
-        archive.read_into(&kref, &mut buf).map_err(|e| fail(&e))?;
+        // read_with checks that a frame can produce the TOC's size before allocating it.
+        let buf = archive
+            .read_with(&kref, |n| {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n).ok()?;
+                v.resize(n, 0);
+                Some(v)
+            })
+            .map_err(|e| match e.kind() {
+                crate::ErrorKind::OutOfMemory => {
+                    log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
+                    Errno::ENOMEM
+                }
+                _ => fail(&e),
+            })?;
         // Bytes decoded from a file rewritten in place may be wrong without any decode error.
         archive.check_unchanged().map_err(|e| fail(&e))?;
         Ok(buf)

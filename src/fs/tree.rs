@@ -17,20 +17,18 @@ use std::fmt;
 use crate::arch;
 use crate::archive::Archive;
 use crate::format::Scheme;
+use crate::names;
 
 pub type Ino = u64;
 
 /// The root directory's inode number (fixed by FUSE).
 pub const ROOT: Ino = 1;
 
-/// The file name suffix of kernels.
-pub const SUFFIX: &str = ".hsaco";
-
 /// The name of the link to the kernel the local GPU would load.
 pub const NATIVE: &str = "native.hsaco";
 
 /// Longest file name Linux accepts.
-pub const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = names::NAME_MAX;
 
 /// One kernel file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,8 +166,8 @@ impl Tree {
     /// rules (feature subsets most specific first, then the generic target), trying only the
     /// kernel files present in `dir`. Returns the file it resolves to.
     pub fn fallback(&self, dir: &DirNode, name: &str) -> Option<Ino> {
-        let target = name.strip_suffix(SUFFIX)?;
-        if !dir.has_files || target.is_empty() {
+        let target = names::arch_from_hsaco_name(name)?;
+        if !dir.has_files {
             return None;
         }
         let found = arch::resolve_in(&arch::device_arch_list(target), |candidate| {
@@ -180,7 +178,7 @@ impl Tree {
 
     /// The kernel file for `arch` in `dir`, if there is one.
     fn kernel_file(&self, dir: &DirNode, arch: &str) -> Option<Ino> {
-        let ino = self.child(dir, &format!("{arch}{SUFFIX}"))?;
+        let ino = self.child(dir, &names::hsaco_name(arch))?;
         matches!(self.node(ino)?.kind, NodeKind::File(_)).then_some(ino)
     }
 }
@@ -326,41 +324,15 @@ impl TreeBuilder {
     }
 }
 
-/// Checks one name component: not empty, `.` or `..`, no `/` or NUL, at most 255 bytes.
-fn check_component(name: &str, what: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err(format!("it has an empty {what}"));
-    }
-    if name == "." || name == ".." {
-        return Err(format!("{what} {name:?} is not allowed"));
-    }
-    if name.contains('\0') {
-        return Err(format!("{what} {name:?} contains a NUL byte"));
-    }
-    if name.contains('/') {
-        return Err(format!("{what} {name:?} contains '/'"));
-    }
-    if name.len() > NAME_MAX {
-        return Err(format!("{what} of {} bytes is longer than {NAME_MAX}", name.len()));
-    }
-    Ok(())
-}
-
-/// Splits a key into its directory names, refusing anything that cannot be a path.
-pub fn validate_key(key: &str) -> Result<Vec<&str>, String> {
-    let parts: Vec<&str> = key.split('/').collect();
-    for part in &parts {
-        check_component(part, "path component")?;
-    }
-    Ok(parts)
+/// Splits a key into its directory names (the shared naming rules of `names`).
+fn validate_key(key: &str) -> Result<Vec<&str>, String> {
+    names::key_components(key)
 }
 
 /// The file name for an arch, refusing arch names that cannot be one.
-pub fn validate_arch(arch: &str) -> Result<String, String> {
-    check_component(arch, "arch name").map_err(|r| format!("arch {arch:?}: {r}"))?;
-    let name = format!("{arch}{SUFFIX}");
-    check_component(&name, "file name").map_err(|r| format!("arch {arch:?}: {r}"))?;
-    Ok(name)
+fn validate_arch(arch: &str) -> Result<String, String> {
+    names::check_arch(arch)?;
+    Ok(names::hsaco_name(arch))
 }
 
 #[cfg(test)]

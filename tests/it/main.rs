@@ -2,5 +2,10 @@
 
 mod support;
 
+mod open_matrix;
+mod roundtrip;
+mod interop;
+mod cli;
+
 mod golden;
 mod mount;

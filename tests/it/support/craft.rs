@@ -1,0 +1,147 @@
+//! Hand-made archives for the error matrices: a tiny msgpack value type whose encoding we
+//! control completely (so tests can write wrong types, huge numbers, odd key types), and
+//! builders for the header + blob + TOC layout.
+
+use rmp::encode as e;
+
+/// A msgpack value to encode.
+#[derive(Debug, Clone)]
+pub enum V {
+    Nil,
+    U(u64),
+    I(i64),
+    F(f64),
+    S(String),
+    B(Vec<u8>),
+    A(Vec<V>),
+    M(Vec<(V, V)>),
+}
+
+pub fn s(x: &str) -> V {
+    V::S(x.to_owned())
+}
+
+/// A map with string keys.
+pub fn m(pairs: Vec<(&str, V)>) -> V {
+    V::M(pairs.into_iter().map(|(k, v)| (s(k), v)).collect())
+}
+
+impl V {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            V::Nil => e::write_nil(out).unwrap(),
+            V::U(u) => {
+                e::write_uint(out, *u).unwrap();
+            }
+            V::I(i) => {
+                e::write_sint(out, *i).unwrap();
+            }
+            V::F(f) => e::write_f64(out, *f).unwrap(),
+            V::S(x) => e::write_str(out, x).unwrap(),
+            V::B(b) => e::write_bin(out, b).unwrap(),
+            V::A(items) => {
+                e::write_array_len(out, items.len() as u32).unwrap();
+                items.iter().for_each(|v| v.encode_into(out));
+            }
+            V::M(pairs) => {
+                e::write_map_len(out, pairs.len() as u32).unwrap();
+                for (k, v) in pairs {
+                    k.encode_into(out);
+                    v.encode_into(out);
+                }
+            }
+        }
+    }
+
+    /// Replaces (or adds) a key of a map.
+    pub fn set(&mut self, key: &str, value: V) {
+        let V::M(pairs) = self else { panic!("not a map") };
+        match pairs.iter_mut().find(|(k, _)| matches!(k, V::S(x) if x == key)) {
+            Some(slot) => slot.1 = value,
+            None => pairs.push((s(key), value)),
+        }
+    }
+
+    /// Removes a key of a map.
+    pub fn remove(&mut self, key: &str) {
+        let V::M(pairs) = self else { panic!("not a map") };
+        pairs.retain(|(k, _)| !matches!(k, V::S(x) if x == key));
+    }
+
+    /// A nested map by key (panics when absent: tests build their own TOCs).
+    pub fn at(&mut self, key: &str) -> &mut V {
+        let V::M(pairs) = self else { panic!("not a map") };
+        &mut pairs.iter_mut().find(|(k, _)| matches!(k, V::S(x) if x == key)).expect("key").1
+    }
+}
+
+/// Header (with `toc_offset` = 64 + blob length) + zero padding + blob + TOC bytes.
+pub fn archive_bytes(blob: &[u8], toc: &[u8]) -> Vec<u8> {
+    let toc_offset = 64 + blob.len() as u64;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"KPAK");
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&toc_offset.to_le_bytes());
+    out.resize(64, 0);
+    out.extend_from_slice(blob);
+    out.extend_from_slice(toc);
+    out
+}
+
+fn entry(ordinal: u64, size: u64) -> V {
+    m(vec![("type", s("hsaco")), ("ordinal", V::U(ordinal)), ("original_size", V::U(size))])
+}
+
+/// One kernel `k#0` for `gfx900` stored plainly: returns (blob, TOC value).
+pub fn noop_parts(data: &[u8]) -> (Vec<u8>, V) {
+    let toc = m(vec![
+        ("format_version", V::U(1)),
+        ("group_name", s("g")),
+        ("gfx_arch_family", s("gfx900")),
+        ("gfx_arches", V::A(vec![s("gfx900")])),
+        ("toc", m(vec![("k#0", m(vec![("gfx900", entry(0, data.len() as u64))]))])),
+        ("compression_scheme", s("none")),
+        ("blobs", V::A(vec![m(vec![("offset", V::U(64)), ("size", V::U(data.len() as u64))])])),
+    ]);
+    (data.to_vec(), toc)
+}
+
+/// One zstd frame table (count + size-prefixed frames).
+pub fn frame_table(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut blob = (frames.len() as u32).to_le_bytes().to_vec();
+    for f in frames {
+        blob.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        blob.extend_from_slice(f);
+    }
+    blob
+}
+
+/// One kernel `k#0` for `gfx900` in a zstd frame: returns (blob, TOC value).
+pub fn zstd_parts(data: &[u8]) -> (Vec<u8>, V) {
+    let frame = zstd::bulk::compress(data, 3).unwrap();
+    let blob = frame_table(&[frame]);
+    let toc = m(vec![
+        ("format_version", V::U(1)),
+        ("group_name", s("g")),
+        ("gfx_arch_family", s("gfx900")),
+        ("gfx_arches", V::A(vec![s("gfx900")])),
+        ("toc", m(vec![("k#0", m(vec![("gfx900", entry(0, data.len() as u64))]))])),
+        ("compression_scheme", s("zstd-per-kernel")),
+        ("zstd_offset", V::U(64)),
+        ("zstd_size", V::U(blob.len() as u64)),
+    ]);
+    (blob, toc)
+}
+
+/// The kernel the `*_parts` builders store.
+pub fn sample_kernel() -> Vec<u8> {
+    let mut k = b"SAMPLE_KERNEL_".to_vec();
+    k.extend((0..500u32).map(|i| (i % 7) as u8));
+    k
+}
