@@ -112,6 +112,17 @@ fn pread_offsets_and_mmap() {
 }
 
 #[test]
+fn rereads_are_served_by_the_page_cache() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let m = Mount::start(&rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }), &[]);
+    m.check("keep_cache", "");
+    m.stop();
+}
+
+#[test]
 fn eight_concurrent_readers() {
     if !fuse_available() {
         return;

@@ -26,6 +26,7 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "corrupt" => corrupt(mnt, archive, arg),
         "cold_concurrent" => cold_concurrent(mnt, archive, arg),
         "small_chunks" => small_chunks(mnt, archive, arg),
+        "keep_cache" => keep_cache(mnt, archive),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -417,4 +418,23 @@ fn small_chunks(mnt: &Path, archive: &Path, arg: &str) {
     assert_eq!(s["decodes"], 1);
     assert_eq!(s["bytes_cached"], 0);
     assert!(s["misses"] >= 1);
+}
+
+/// Re-reading files (new opens) is served from the kernel's page cache: after the first full
+/// read of every file, a second pass does not reach the daemon's cache at all.
+fn keep_cache(mnt: &Path, archive: &Path) {
+    let want = expected(archive);
+    for (key, arch, data) in &want {
+        assert!(fs::read(kernel_path(mnt, key, arch)).unwrap() == *data);
+    }
+    let first = stats(mnt);
+    for _ in 0..3 {
+        for (key, arch, data) in &want {
+            assert!(fs::read(kernel_path(mnt, key, arch)).unwrap() == *data);
+        }
+    }
+    let again = stats(mnt);
+    println!("after first pass {first:?}, after three more {again:?}");
+    assert_eq!(first, again, "re-reads reached the daemon");
+    assert!(first["decodes"] >= want.iter().filter(|k| !k.2.is_empty()).count() as u64);
 }
