@@ -93,6 +93,10 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
 
 pub fn run_mount(args: MountArgs) -> CliResult {
     init_logging();
+    // Handlers go in first, so that a signal arriving at any later point is seen by the watcher
+    // (queued in the pipe until the mount is up, then unmounting it), never the default action
+    // that would leave a mount dangling.
+    let signals = SignalPipe::install().map_err(|e| CliError::new(Exit::Failure, format!("cannot install signal handlers: {e}")))?;
     let mountpoint = check_mountpoint(&args.mountpoint)?;
     // The canonical path is what xattrs and /proc/mounts show; when it cannot be resolved,
     // opening the path as given reports the problem with the right exit class.
@@ -118,9 +122,6 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     };
 
-    // Handlers go in before the mount so that a signal arriving at any point after it is
-    // seen by the watcher, never the default action that would leave the mount dangling.
-    let signals = SignalPipe::install().map_err(|e| CliError::new(Exit::Failure, format!("cannot install signal handlers: {e}")))?;
     let cfg = MountConfig { threads, source: archive_path.display().to_string() };
     let mut mounted = fuse::mount(fs, &mountpoint, &cfg)
         .map_err(|e| CliError::new(Exit::MountFailed, format!("cannot mount on {}: {e}", mountpoint.display())))?;
