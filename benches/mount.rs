@@ -88,7 +88,11 @@ impl Drop for Daemon {
         // SAFETY: signalling the child we started.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
-        if mountinfo::mount_at(&self.mountpoint).ok().flatten().is_some() {
+        if mountinfo::mount_at(&self.mountpoint)
+            .ok()
+            .flatten()
+            .is_some()
+        {
             let c = std::ffi::CString::new(self.mountpoint.to_str().unwrap()).unwrap();
             // SAFETY: valid path.
             unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
@@ -119,11 +123,21 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // SAFETY: no arguments.
     let root = unsafe { libc::geteuid() } == 0;
-    if !root || std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+    if !root
+        || std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .is_err()
+    {
         println!("kpack mount benchmark: skipped (needs root and /dev/fuse)");
         return;
     }
-    let (total, runs, cache_mib) = if quick { (8usize << 20, 1, 4u64) } else { (96 << 20, 3, 32) };
+    let (total, runs, cache_mib) = if quick {
+        (8usize << 20, 1, 4u64)
+    } else {
+        (96 << 20, 3, 32)
+    };
     let dir = tempfile::tempdir().unwrap();
 
     let mut kernels = Vec::new();
@@ -137,7 +151,13 @@ fn main() {
     }
     let bytes: u64 = kernels.iter().map(|(_, d)| d.len() as u64).sum();
     let path = dir.path().join("bench.kpack");
-    let mut w = ArchiveWriter::new("bench", "gfx942", vec!["gfx942".into()], Compression::Zstd { level: 3 }).unwrap();
+    let mut w = ArchiveWriter::new(
+        "bench",
+        "gfx942",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 3 },
+    )
+    .unwrap();
     for (k, d) in &kernels {
         w.add_kernel(k, "gfx942", d.clone()).unwrap();
     }
@@ -156,7 +176,10 @@ fn main() {
         .collect();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let mnt_paths: Vec<PathBuf> = kernels.iter().map(|(k, _)| mnt.join(k).join("gfx942.hsaco")).collect();
+    let mnt_paths: Vec<PathBuf> = kernels
+        .iter()
+        .map(|(k, _)| mnt.join(k).join("gfx942.hsaco"))
+        .collect();
 
     let mut dropped = true;
     // Cold direct API, 2 threads.
@@ -192,7 +215,10 @@ fn main() {
         drop(daemon);
     }
     read_files_2(&local_paths);
-    let local_warm = (0..runs.max(2)).map(|_| read_files_2(&local_paths)).min().unwrap();
+    let local_warm = (0..runs.max(2))
+        .map(|_| read_files_2(&local_paths))
+        .min()
+        .unwrap();
 
     // Peak RSS while reading more than the cache holds.
     let cache = cache_mib << 20;
@@ -202,28 +228,52 @@ fn main() {
     let rss = daemon.peak_rss();
     drop(daemon);
 
-    println!("kpack mount benchmark{}", if quick { " (quick smoke run)" } else { "" });
+    println!(
+        "kpack mount benchmark{}",
+        if quick { " (quick smoke run)" } else { "" }
+    );
     if !dropped {
         println!("note: could not drop the page cache; cold figures are warm");
     }
-    println!("{} kernels, {:.1} MB; {:<30}", kernels.len(), bytes as f64 / 1e6, "");
-    println!("{:<52} {:>12} {:>9}  {}", "measurement", "value", "ratio", "against (target)");
+    println!("{} kernels, {:.1} MB", kernels.len(), bytes as f64 / 1e6);
+    println!("{:<52} {:>12} {:>9}  against (target)", "measurement", "value", "ratio");
     let row = |name: &str, v: f64, unit: &str, ratio: Option<(f64, &str, &str)>| match ratio {
-        Some((r, against, target)) => println!("{name:<52} {v:>8.0} {unit:<3} {r:>8.2}x  {against} ({target})"),
+        Some((r, against, target)) => {
+            println!("{name:<52} {v:>8.0} {unit:<3} {r:>8.2}x  {against} ({target})")
+        }
         None => println!("{name:<52} {v:>8.0} {unit:<3} {:>9}  baseline", "1.00x"),
     };
     let (a, m) = (mbps(bytes, api_cold), mbps(bytes, mount_cold));
     row("cold: archive API, 2 threads", a, "MB/s", None);
-    row("cold: through the mount, 2 readers", m, "MB/s", Some((m / a, "archive API", ">= 0.85")));
+    row(
+        "cold: through the mount, 2 readers",
+        m,
+        "MB/s",
+        Some((m / a, "archive API", ">= 0.85")),
+    );
     let (l, w) = (mbps(bytes, local_warm), mbps(bytes, mount_warm));
-    row("warm: extracted files on local disk, 2 readers", l, "MB/s", None);
-    row("warm: re-read through the mount, 2 readers", w, "MB/s", Some((w / l, "local disk", ">= 0.9")));
+    row(
+        "warm: extracted files on local disk, 2 readers",
+        l,
+        "MB/s",
+        None,
+    );
+    row(
+        "warm: re-read through the mount, 2 readers",
+        w,
+        "MB/s",
+        Some((w / l, "local disk", ">= 0.9")),
+    );
     let rss_mib = rss as f64 / (1 << 20) as f64;
     println!(
         "{:<52} {:>8.1} MiB {:>8.2}x  cache {cache_mib} MiB (<= cache + 64 MiB: {})",
         "daemon peak RSS reading more than the cache",
         rss_mib,
         rss as f64 / cache as f64,
-        if rss <= cache + (64 << 20) { "yes" } else { "NO" }
+        if rss <= cache + (64 << 20) {
+            "yes"
+        } else {
+            "NO"
+        }
     );
 }

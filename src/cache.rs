@@ -124,7 +124,11 @@ impl<E: Clone> KernelCache<E> {
     /// A cache holding at most `capacity` bytes of decoded kernels (0 keeps nothing).
     pub fn new(capacity: u64) -> Self {
         KernelCache {
-            inner: Mutex::new(Inner { lru: LruCache::unbounded(), bytes: 0, flights: HashMap::new() }),
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                flights: HashMap::new(),
+            }),
             capacity,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -150,13 +154,19 @@ impl<E: Clone> KernelCache<E> {
                 let mut inner = lock(&self.inner);
                 if let Some(bytes) = inner.lru.get(&id) {
                     self.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Fetched { bytes: bytes.clone(), cached: true });
+                    return Ok(Fetched {
+                        bytes: bytes.clone(),
+                        cached: true,
+                    });
                 }
                 self.misses.fetch_add(1, Ordering::Relaxed);
                 match inner.flights.get(&id) {
                     Some(f) => Err(f.clone()),
                     None => {
-                        let f = Arc::new(Flight { state: Mutex::new(FlightState::Running), done: Condvar::new() });
+                        let f = Arc::new(Flight {
+                            state: Mutex::new(FlightState::Running),
+                            done: Condvar::new(),
+                        });
                         inner.flights.insert(id, f.clone());
                         Ok(f)
                     }
@@ -188,7 +198,12 @@ impl<E: Clone> KernelCache<E> {
     where
         F: FnOnce() -> Result<Vec<u8>, E>,
     {
-        let mut guard = FlightGuard { cache: self, id, flight, finished: false };
+        let mut guard = FlightGuard {
+            cache: self,
+            id,
+            flight,
+            finished: false,
+        };
         self.decodes.fetch_add(1, Ordering::Relaxed);
         let result = load().map(|data| {
             let bytes = Arc::new(data);
@@ -250,7 +265,10 @@ mod tests {
     use std::time::Duration;
 
     fn id(ordinal: u32) -> KernelId {
-        KernelId { archive: 0, ordinal }
+        KernelId {
+            archive: 0,
+            ordinal,
+        }
     }
 
     fn assert_send_sync<T: Send + Sync>() {}
@@ -266,11 +284,20 @@ mod tests {
         let a = c.get_or_load(id(1), || Ok(vec![7u8; 10])).unwrap();
         assert!(a.cached);
         assert_eq!(*a.bytes, vec![7u8; 10]);
-        let b = c.get_or_load(id(1), || panic!("must not decode again")).unwrap();
+        let b = c
+            .get_or_load(id(1), || panic!("must not decode again"))
+            .unwrap();
         assert!(Arc::ptr_eq(&a.bytes, &b.bytes));
         assert_eq!(
             c.stats(),
-            CacheStats { hits: 1, misses: 1, decodes: 1, bytes_cached: 10, evictions: 0, capacity: 100 }
+            CacheStats {
+                hits: 1,
+                misses: 1,
+                decodes: 1,
+                bytes_cached: 10,
+                evictions: 0,
+                capacity: 100
+            }
         );
     }
 
@@ -285,8 +312,10 @@ mod tests {
         c.get_or_load(id(3), || Ok(vec![3; 10])).unwrap();
         let s = c.stats();
         assert_eq!((s.bytes_cached, s.evictions), (30, 1));
-        c.get_or_load(id(0), || panic!("0 must still be cached")).unwrap();
-        c.get_or_load(id(2), || panic!("2 must still be cached")).unwrap();
+        c.get_or_load(id(0), || panic!("0 must still be cached"))
+            .unwrap();
+        c.get_or_load(id(2), || panic!("2 must still be cached"))
+            .unwrap();
         let reloaded = AtomicUsize::new(0);
         c.get_or_load(id(1), || {
             reloaded.fetch_add(1, Ordering::SeqCst);
@@ -296,7 +325,8 @@ mod tests {
         assert_eq!(reloaded.load(Ordering::SeqCst), 1, "1 was the one evicted");
         // Reloading 1 evicted 3, the least recently used at that point.
         assert_eq!(c.stats().evictions, 2);
-        c.get_or_load(id(0), || panic!("0 must still be cached")).unwrap();
+        c.get_or_load(id(0), || panic!("0 must still be cached"))
+            .unwrap();
         // One 25-byte entry needs all three 10-byte ones gone.
         c.get_or_load(id(9), || Ok(vec![9; 25])).unwrap();
         let s = c.stats();
@@ -322,8 +352,15 @@ mod tests {
     #[test]
     fn errors_are_not_cached() {
         let c: KernelCache<String> = KernelCache::new(100);
-        assert_eq!(c.get_or_load(id(1), || Err("bad frame".to_owned())).unwrap_err(), "bad frame");
-        assert_eq!(*c.get_or_load(id(1), || Ok(vec![1])).unwrap().bytes, vec![1]);
+        assert_eq!(
+            c.get_or_load(id(1), || Err("bad frame".to_owned()))
+                .unwrap_err(),
+            "bad frame"
+        );
+        assert_eq!(
+            *c.get_or_load(id(1), || Ok(vec![1])).unwrap().bytes,
+            vec![1]
+        );
         assert_eq!(c.stats().decodes, 2);
     }
 
@@ -399,7 +436,10 @@ mod tests {
         };
         entered.wait();
         // The decode of 2 is in progress; a hit on 1 must complete now.
-        assert_eq!(*c.get_or_load(id(1), || panic!("cached")).unwrap().bytes, vec![1; 16]);
+        assert_eq!(
+            *c.get_or_load(id(1), || panic!("cached")).unwrap().bytes,
+            vec![1; 16]
+        );
         release.wait();
         assert_eq!(*slow.join().unwrap().bytes, vec![2; 16]);
     }
@@ -426,7 +466,17 @@ mod tests {
 
     #[test]
     fn stats_text_format() {
-        let s = CacheStats { hits: 1, misses: 2, decodes: 3, bytes_cached: 4, evictions: 5, capacity: 6 };
-        assert_eq!(s.to_text(), "hits 1\nmisses 2\ndecodes 3\nbytes_cached 4\nevictions 5\ncapacity 6\n");
+        let s = CacheStats {
+            hits: 1,
+            misses: 2,
+            decodes: 3,
+            bytes_cached: 4,
+            evictions: 5,
+            capacity: 6,
+        };
+        assert_eq!(
+            s.to_text(),
+            "hits 1\nmisses 2\ndecodes 3\nbytes_cached 4\nevictions 5\ncapacity 6\n"
+        );
     }
 }

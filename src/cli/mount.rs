@@ -58,7 +58,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 268435456, 512K, 256M, 1G)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 268435456, 512K, 256M, 1G)"))?;
     let shift = match unit.to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -66,7 +68,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "G" | "GB" | "GIB" => 30,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn init_logging() {
@@ -84,9 +87,14 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     if !meta.is_dir() {
         return Err(bad("mount point is not a directory".into()));
     }
-    let canonical = path.canonicalize().map_err(|e| bad(format!("cannot resolve: {e}")))?;
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| bad(format!("cannot resolve: {e}")))?;
     if let Ok(Some(m)) = mountinfo::mount_at(&canonical) {
-        return Err(bad(format!("something is already mounted there ({})", m.fs_type)));
+        return Err(bad(format!(
+            "something is already mounted there ({})",
+            m.fs_type
+        )));
     }
     Ok(canonical)
 }
@@ -96,7 +104,12 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     // Handlers go in first, so that a signal arriving at any later point is seen by the watcher
     // (queued in the pipe until the mount is up, then unmounting it), never the default action
     // that would leave a mount dangling.
-    let signals = SignalPipe::install().map_err(|e| CliError::new(Exit::Failure, format!("cannot install signal handlers: {e}")))?;
+    let signals = SignalPipe::install().map_err(|e| {
+        CliError::new(
+            Exit::Failure,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
     let mountpoint = check_mountpoint(&args.mountpoint)?;
     // The canonical path is what xattrs and /proc/mounts show; when it cannot be resolved,
     // opening the path as given reports the problem with the right exit class.
@@ -108,10 +121,19 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         }
     };
     let archive = Archive::open(&archive_path)?;
-    let gpus = if args.gpus.is_empty() { gpus::local_gpus(Path::new(gpus::KFD_NODES)) } else { args.gpus.clone() };
+    let gpus = if args.gpus.is_empty() {
+        gpus::local_gpus(Path::new(gpus::KFD_NODES))
+    } else {
+        args.gpus.clone()
+    };
     // SAFETY: plain libc calls without arguments; they cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let opts = FsOptions { cache_size: args.cache_size, gpus, uid, gid };
+    let opts = FsOptions {
+        cache_size: args.cache_size,
+        gpus,
+        uid,
+        gid,
+    };
     let (fs, _duplicates) = KpackFs::new(vec![Arc::new(archive)], &opts)
         .map_err(|e| CliError::new(Exit::BadFormat, e.to_string()))?;
     let threads = if args.single_thread {
@@ -122,10 +144,21 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     };
 
-    let cfg = MountConfig { threads, source: archive_path.display().to_string() };
-    let mut mounted = fuse::mount(fs, &mountpoint, &cfg)
-        .map_err(|e| CliError::new(Exit::MountFailed, format!("cannot mount on {}: {e}", mountpoint.display())))?;
-    log::info!("mounted {} on {} ({threads} threads)", archive_path.display(), mountpoint.display());
+    let cfg = MountConfig {
+        threads,
+        source: archive_path.display().to_string(),
+    };
+    let mut mounted = fuse::mount(fs, &mountpoint, &cfg).map_err(|e| {
+        CliError::new(
+            Exit::MountFailed,
+            format!("cannot mount on {}: {e}", mountpoint.display()),
+        )
+    })?;
+    log::info!(
+        "mounted {} on {} ({threads} threads)",
+        archive_path.display(),
+        mountpoint.display()
+    );
     let mut unmounter = mounted.unmounter();
     let watched = mountpoint.clone();
     std::thread::Builder::new()
@@ -135,39 +168,69 @@ pub fn run_mount(args: MountArgs) -> CliResult {
                 log::info!("signal {sig}: unmounting {}", watched.display());
                 if let Err(e) = unmounter.unmount() {
                     // Busy (files still open): detach now; the session ends on last close.
-                    log::warn!("unmount of {} failed ({e}); detaching lazily", watched.display());
+                    log::warn!(
+                        "unmount of {} failed ({e}); detaching lazily",
+                        watched.display()
+                    );
                     if let Err(e) = umount2(&watched, libc::MNT_DETACH) {
                         log::error!("lazy unmount of {} failed: {e}", watched.display());
                     }
                 }
             }
         })
-        .map_err(|e| CliError::new(Exit::Failure, format!("cannot start the signal thread: {e}")))?;
-    mounted
-        .run()
-        .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {} failed: {e}", mountpoint.display())))
+        .map_err(|e| {
+            CliError::new(
+                Exit::Failure,
+                format!("cannot start the signal thread: {e}"),
+            )
+        })?;
+    mounted.run().map_err(|e| {
+        CliError::new(
+            Exit::MountFailed,
+            format!("serving {} failed: {e}", mountpoint.display()),
+        )
+    })
 }
 
 pub fn run_unmount(args: UnmountArgs) -> CliResult {
     init_logging();
-    let bad = |why: &str| CliError::new(Exit::MountPoint, format!("{}: {why}", args.mountpoint.display()));
-    let canonical = args.mountpoint.canonicalize().map_err(|e| bad(&e.to_string()))?;
+    let bad = |why: &str| {
+        CliError::new(
+            Exit::MountPoint,
+            format!("{}: {why}", args.mountpoint.display()),
+        )
+    };
+    let canonical = args
+        .mountpoint
+        .canonicalize()
+        .map_err(|e| bad(&e.to_string()))?;
     let entry = mountinfo::mount_at(&canonical)
         .map_err(|e| bad(&format!("cannot read the mount table: {e}")))?
         .ok_or_else(|| bad("not a mount point"))?;
     if entry.fs_type != format!("fuse.{}", fuse::SUBTYPE) {
-        return Err(bad(&format!("not a kpack-fuse mount (type {})", entry.fs_type)));
+        return Err(bad(&format!(
+            "not a kpack-fuse mount (type {})",
+            entry.fs_type
+        )));
     }
     let flags = if args.lazy { libc::MNT_DETACH } else { 0 };
     match umount2(&canonical, flags) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(CliError::new(
             Exit::MountFailed,
-            format!("{}: busy (files are open); use --lazy to detach now", canonical.display()),
+            format!(
+                "{}: busy (files are open); use --lazy to detach now",
+                canonical.display()
+            ),
         )),
         // Not root: let the setuid helper do it.
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => fusermount_unmount(&canonical, args.lazy, e),
-        Err(e) => Err(CliError::new(Exit::MountFailed, format!("{}: unmount failed: {e}", canonical.display()))),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            fusermount_unmount(&canonical, args.lazy, e)
+        }
+        Err(e) => Err(CliError::new(
+            Exit::MountFailed,
+            format!("{}: unmount failed: {e}", canonical.display()),
+        )),
     }
 }
 
@@ -177,18 +240,34 @@ fn fusermount_unmount(path: &Path, lazy: bool, first: io::Error) -> CliResult {
         cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(path);
         match cmd.status() {
             Ok(s) if s.success() => return Ok(()),
-            Ok(s) => return Err(CliError::new(Exit::MountFailed, format!("{}: {helper} failed ({s})", path.display()))),
+            Ok(s) => {
+                return Err(CliError::new(
+                    Exit::MountFailed,
+                    format!("{}: {helper} failed ({s})", path.display()),
+                ));
+            }
             Err(_) => continue,
         }
     }
-    Err(CliError::new(Exit::MountFailed, format!("{}: unmount failed: {first} (and no fusermount3 found)", path.display())))
+    Err(CliError::new(
+        Exit::MountFailed,
+        format!(
+            "{}: unmount failed: {first} (and no fusermount3 found)",
+            path.display()
+        ),
+    ))
 }
 
 fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The write end of the self-pipe, for the async-signal-safe handler.

@@ -162,21 +162,36 @@ impl Filesystem for Adapter {
     /// Sent on every close of a descriptor. Nothing is buffered, so there is nothing to do;
     /// answering ENOSYS makes the kernel stop sending it (close succeeds), which saves a round
     /// trip per close.
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.error(FErrno::ENOSYS);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.0.getattr(ino.0) {
-            Ok(a) if a.kind == Kind::Dir => {
-                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
-            }
+            Ok(a) if a.kind == Kind::Dir => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
             Ok(_) => reply.error(FErrno::ENOTDIR),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         match self.0.readdir(ino.0, offset, &mut Sink(&mut reply)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -227,7 +242,16 @@ impl Filesystem for Adapter {
         reply.error(FErrno::EROFS);
     }
 
-    fn mknod(&self, _r: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _d: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        _r: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _m: u32,
+        _u: u32,
+        _d: u32,
+        reply: ReplyEntry,
+    ) {
         reply.error(FErrno::EROFS);
     }
 
@@ -279,7 +303,16 @@ impl Filesystem for Adapter {
         reply.error(FErrno::EROFS);
     }
 
-    fn create(&self, _r: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        _r: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _m: u32,
+        _u: u32,
+        _f: i32,
+        reply: ReplyCreate,
+    ) {
         reply.error(FErrno::EROFS);
     }
 

@@ -12,7 +12,9 @@ pub const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
 /// The GPU processors under `nodes_dir`, in node order, without duplicates. A missing or
 /// unreadable directory means no GPUs.
 pub fn local_gpus(nodes_dir: &Path) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(nodes_dir) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(nodes_dir) else {
+        return Vec::new();
+    };
     let mut nodes: Vec<(u64, std::path::PathBuf)> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
@@ -20,7 +22,9 @@ pub fn local_gpus(nodes_dir: &Path) -> Vec<String> {
     nodes.sort();
     let mut out: Vec<String> = Vec::new();
     for (_, node) in nodes {
-        let Ok(text) = std::fs::read_to_string(node.join("properties")) else { continue };
+        let Ok(text) = std::fs::read_to_string(node.join("properties")) else {
+            continue;
+        };
         let version = text.lines().find_map(|l| {
             let mut it = l.split_whitespace();
             (it.next()? == "gfx_target_version").then(|| it.next()?.parse::<u64>().ok())?
@@ -44,7 +48,11 @@ mod tests {
         for (node, version) in [(0, 0u64), (2, 110001), (1, 90010), (10, 90010)] {
             let p = dir.path().join(node.to_string());
             std::fs::create_dir(&p).unwrap();
-            std::fs::write(p.join("properties"), format!("cpu_cores_count 4\ngfx_target_version {version}\n")).unwrap();
+            std::fs::write(
+                p.join("properties"),
+                format!("cpu_cores_count 4\ngfx_target_version {version}\n"),
+            )
+            .unwrap();
         }
         assert_eq!(local_gpus(dir.path()), vec!["gfx90a", "gfx1101"]);
         assert!(local_gpus(&dir.path().join("missing")).is_empty());

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
 use crate::cache::{Bytes, CacheStats, KernelCache, KernelId};
-use tree::{Entry, FileNode, Ino, NodeKind, Tree, TreeBuilder, TreeError, ROOT};
+use tree::{Entry, FileNode, Ino, NodeKind, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
 
@@ -155,7 +155,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl KpackFs {
     /// Builds the tree over `archives` (merged in order; the first to provide a (key, arch)
     /// wins). Returns the filesystem and the dropped duplicates.
-    pub fn new(archives: Vec<Arc<Archive>>, opts: &FsOptions) -> Result<(KpackFs, Vec<Duplicate>), TreeError> {
+    pub fn new(
+        archives: Vec<Arc<Archive>>,
+        opts: &FsOptions,
+    ) -> Result<(KpackFs, Vec<Duplicate>), TreeError> {
         let mut builder = TreeBuilder::new();
         let mut duplicates = Vec::new();
         for (i, a) in archives.iter().enumerate() {
@@ -198,13 +201,18 @@ impl KpackFs {
     }
 
     fn file_time(&self, f: &FileNode) -> SystemTime {
-        self.archive_of(f).modified().unwrap_or(SystemTime::UNIX_EPOCH)
+        self.archive_of(f)
+            .modified()
+            .unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The (key, arch) names of a file.
     fn names_of(&self, f: &FileNode) -> (&str, &str) {
         let binary = &self.archive_of(f).binaries()[f.binary as usize];
-        (binary.key.as_str(), binary.arches[f.entry as usize].arch.as_str())
+        (
+            binary.key.as_str(),
+            binary.arches[f.entry as usize].arch.as_str(),
+        )
     }
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
@@ -241,7 +249,9 @@ impl KpackFs {
             Entry::Dir(d) => d,
             _ => return Err(Errno::ENOTDIR),
         };
-        let Ok(name) = std::str::from_utf8(name) else { return Ok(Lookup::Missing) };
+        let Ok(name) = std::str::from_utf8(name) else {
+            return Ok(Lookup::Missing);
+        };
         let ino = if let Some(ino) = self.tree.child(dir, name) {
             ino
         } else if let (NATIVE, Some(target)) = (name, dir.native) {
@@ -257,7 +267,13 @@ impl KpackFs {
     /// The target of a link: the sibling file's name.
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>, Errno> {
         match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
-            Entry::Link(target) => Ok(self.tree.node(target).ok_or(Errno::EIO)?.name.as_bytes().to_vec()),
+            Entry::Link(target) => Ok(self
+                .tree
+                .node(target)
+                .ok_or(Errno::EIO)?
+                .name
+                .as_bytes()
+                .to_vec()),
             _ => Err(Errno::EINVAL),
         }
     }
@@ -273,7 +289,13 @@ impl KpackFs {
             Entry::Link(_) => return Err(Errno::EINVAL),
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(OpenFile { ino, pinned: Mutex::new(None) }));
+        lock(&self.handles).insert(
+            fh,
+            Arc::new(OpenFile {
+                ino,
+                pinned: Mutex::new(None),
+            }),
+        );
         Ok(fh)
     }
 
@@ -291,7 +313,11 @@ impl KpackFs {
             Entry::Dir(_) => return Err(Errno::EISDIR),
             Entry::Link(_) => return Err(Errno::EINVAL),
         };
-        let empty = ReadSlice { bytes: None, start: 0, end: 0 };
+        let empty = ReadSlice {
+            bytes: None,
+            start: 0,
+            end: 0,
+        };
         if offset >= file.size || size == 0 {
             return Ok(empty);
         }
@@ -301,7 +327,11 @@ impl KpackFs {
             return Ok(empty);
         }
         let end = offset.saturating_add(u64::from(size)).min(len);
-        Ok(ReadSlice { bytes: Some(bytes), start: offset as usize, end: end as usize })
+        Ok(ReadSlice {
+            bytes: Some(bytes),
+            start: offset as usize,
+            end: end as usize,
+        })
     }
 
     /// The whole decoded kernel: from the handle's pinned copy, else through the shared cache.
@@ -311,7 +341,10 @@ impl KpackFs {
                 return Ok(b.clone());
             }
         }
-        let id = KernelId { archive: file.archive, ordinal: file.ordinal };
+        let id = KernelId {
+            archive: file.archive,
+            ordinal: file.ordinal,
+        };
         let fetched = self.cache.get_or_load(id, || self.decode(file))?;
         if !fetched.cached {
             if let Some(h) = handle {
@@ -331,7 +364,10 @@ impl KpackFs {
         };
         let kref = archive.locate(key, arch).map_err(|e| fail(&e))?;
         if kref.size != file.size {
-            return Err(fail(&format!("size changed from {} to {}", file.size, kref.size)));
+            return Err(fail(&format!(
+                "size changed from {} to {}",
+                file.size, kref.size
+            )));
         }
         // read_with checks that a frame can produce the TOC's size before allocating it.
         let buf = archive
@@ -368,7 +404,9 @@ impl KpackFs {
             };
             (name.as_ref(), *child, kind)
         });
-        let native = dir.native.map(|t| (NATIVE, self.tree.link_to(t), Kind::Symlink));
+        let native = dir
+            .native
+            .map(|t| (NATIVE, self.tree.link_to(t), Kind::Symlink));
         let all = fixed.into_iter().chain(children).chain(native);
         for (i, (name, child, kind)) in all.enumerate().skip(offset as usize) {
             if sink.add(child, i as u64 + 1, kind, name) {
@@ -382,18 +420,30 @@ impl KpackFs {
     fn xattrs(&self, ino: Ino) -> Vec<(&'static str, Vec<u8>)> {
         match self.tree.entry(ino) {
             Some(Entry::Dir(_)) if ino == ROOT => {
-                vec![("user.kpack.stats", self.cache.stats().to_text().into_bytes())]
+                vec![(
+                    "user.kpack.stats",
+                    self.cache.stats().to_text().into_bytes(),
+                )]
             }
             Some(Entry::File(f)) => {
                 let archive = self.archive_of(f);
                 let (key, arch) = self.names_of(f);
                 vec![
-                    ("user.kpack.archive", archive.path().as_os_str().as_encoded_bytes().to_vec()),
+                    (
+                        "user.kpack.archive",
+                        archive.path().as_os_str().as_encoded_bytes().to_vec(),
+                    ),
                     ("user.kpack.arch", arch.as_bytes().to_vec()),
                     ("user.kpack.key", key.as_bytes().to_vec()),
-                    ("user.kpack.scheme", archive.scheme().name().as_bytes().to_vec()),
+                    (
+                        "user.kpack.scheme",
+                        archive.scheme().name().as_bytes().to_vec(),
+                    ),
                     ("user.kpack.ordinal", f.ordinal.to_string().into_bytes()),
-                    ("user.kpack.stored_size", f.stored_size.to_string().into_bytes()),
+                    (
+                        "user.kpack.stored_size",
+                        f.stored_size.to_string().into_bytes(),
+                    ),
                 ]
             }
             _ => Vec::new(),
@@ -435,7 +485,13 @@ impl KpackFs {
                 NodeKind::Dir(_) => 0,
             })
             .sum();
-        StatFs { blocks: bytes, files: self.tree.len(), bsize: BSIZE, namelen: tree::NAME_MAX as u32, frsize: BSIZE }
+        StatFs {
+            blocks: bytes,
+            files: self.tree.len(),
+            bsize: BSIZE,
+            namelen: tree::NAME_MAX as u32,
+            frsize: BSIZE,
+        }
     }
 
     /// The archive paths, for the mount's source name.

@@ -21,7 +21,12 @@ pub fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
             let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -42,7 +47,13 @@ pub fn parse_line(line: &str) -> Option<MountEntry> {
     let mut rest = right.split(' ');
     let fs_type = rest.next()?.to_owned();
     let source = unescape(rest.next()?);
-    Some(MountEntry { major: major.parse().ok()?, minor: minor.parse().ok()?, mount_point, fs_type, source })
+    Some(MountEntry {
+        major: major.parse().ok()?,
+        minor: minor.parse().ok()?,
+        mount_point,
+        fs_type,
+        source,
+    })
 }
 
 /// Every mount of this process's namespace, in mount order.

@@ -90,7 +90,11 @@ pub struct TreeError {
 
 impl fmt::Display for TreeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: key {:?} cannot be mounted: {}", self.archive, self.key, self.reason)
+        write!(
+            f,
+            "{}: key {:?} cannot be mounted: {}",
+            self.archive, self.key, self.reason
+        )
     }
 }
 
@@ -200,7 +204,11 @@ impl Default for TreeBuilder {
 impl TreeBuilder {
     pub fn new() -> Self {
         TreeBuilder {
-            nodes: vec![Node { parent: ROOT, name: "".into(), kind: NodeKind::Dir(DirNode::default()) }],
+            nodes: vec![Node {
+                parent: ROOT,
+                name: "".into(),
+                kind: NodeKind::Dir(DirNode::default()),
+            }],
             children: vec![BTreeMap::new()],
         }
     }
@@ -236,7 +244,10 @@ impl TreeBuilder {
                             continue;
                         }
                         NodeKind::Dir(_) => {
-                            return Err(err(key, format!("file {name} would replace a directory of the same name")));
+                            return Err(err(
+                                key,
+                                format!("file {name} would replace a directory of the same name"),
+                            ));
                         }
                     }
                 }
@@ -258,7 +269,8 @@ impl TreeBuilder {
                     stored_size,
                 };
                 let ino = self.push(dir, name.into(), NodeKind::File(file));
-                self.children[dir as usize - 1].insert(self.nodes[ino as usize - 1].name.clone(), ino);
+                self.children[dir as usize - 1]
+                    .insert(self.nodes[ino as usize - 1].name.clone(), ino);
                 if let NodeKind::Dir(d) = &mut self.nodes[dir as usize - 1].kind {
                     d.has_files = true;
                 }
@@ -278,7 +290,9 @@ impl TreeBuilder {
         if let Some(&ino) = self.children[parent as usize - 1].get(name) {
             return match self.nodes[ino as usize - 1].kind {
                 NodeKind::Dir(_) => Ok(ino),
-                NodeKind::File(_) => Err(format!("directory {name} would replace a kernel file of the same name")),
+                NodeKind::File(_) => Err(format!(
+                    "directory {name} would replace a kernel file of the same name"
+                )),
             };
         }
         let ino = self.push(parent, name.into(), NodeKind::Dir(DirNode::default()));
@@ -303,13 +317,17 @@ impl TreeBuilder {
             .iter()
             .enumerate()
             .filter_map(|(i, node)| {
-                let NodeKind::Dir(d) = &node.kind else { return None };
+                let NodeKind::Dir(d) = &node.kind else {
+                    return None;
+                };
                 // A real entry of that name wins over the link.
                 if !d.has_files || tree.child(d, NATIVE).is_some() {
                     return None;
                 }
                 let target = gpus.iter().find_map(|gpu| {
-                    let found = arch::resolve_in(&arch::device_arch_list(gpu), |c| tree.kernel_file(d, c).is_some())?;
+                    let found = arch::resolve_in(&arch::device_arch_list(gpu), |c| {
+                        tree.kernel_file(d, c).is_some()
+                    })?;
                     tree.kernel_file(d, &found)
                 })?;
                 Some((i, target))
@@ -341,8 +359,21 @@ mod tests {
 
     #[test]
     fn rejects_unsafe_keys() {
-        assert_eq!(validate_key("lib/libx.so#0").unwrap(), vec!["lib", "libx.so#0"]);
-        for bad in ["", "/abs", "a//b", "a/", "a/../b", "./a", "..", "a/\0b", &"x".repeat(256)] {
+        assert_eq!(
+            validate_key("lib/libx.so#0").unwrap(),
+            vec!["lib", "libx.so#0"]
+        );
+        for bad in [
+            "",
+            "/abs",
+            "a//b",
+            "a/",
+            "a/../b",
+            "./a",
+            "..",
+            "a/\0b",
+            &"x".repeat(256),
+        ] {
             assert!(validate_key(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(validate_key(&"x".repeat(255)).is_ok());
@@ -350,7 +381,10 @@ mod tests {
 
     #[test]
     fn rejects_unsafe_arches() {
-        assert_eq!(validate_arch("gfx942:sramecc+:xnack-").unwrap(), "gfx942:sramecc+:xnack-.hsaco");
+        assert_eq!(
+            validate_arch("gfx942:sramecc+:xnack-").unwrap(),
+            "gfx942:sramecc+:xnack-.hsaco"
+        );
         for bad in ["", ".", "..", "gfx/900", "gfx\0", &"g".repeat(250)] {
             assert!(validate_arch(bad).is_err(), "{bad:?} must be refused");
         }

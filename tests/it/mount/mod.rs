@@ -17,17 +17,30 @@ use crate::support::mount::{Mount, fuse_available};
 /// In a normal test run the variable is unset and this returns at once.
 #[test]
 fn io_child_entry() {
-    let Ok(name) = std::env::var("KPACK_IT_SCENARIO") else { return };
+    let Ok(name) = std::env::var("KPACK_IT_SCENARIO") else {
+        return;
+    };
     let var = |k: &str| std::env::var(k).unwrap_or_default();
-    scenarios::run(&name, Path::new(&var("KPACK_IT_MOUNT")), Path::new(&var("KPACK_IT_ARCHIVE")), &var("KPACK_IT_ARG"));
+    scenarios::run(
+        &name,
+        Path::new(&var("KPACK_IT_MOUNT")),
+        Path::new(&var("KPACK_IT_ARCHIVE")),
+        &var("KPACK_IT_ARG"),
+    );
 }
 
 /// Deterministic, compressible bytes.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32).map(|i| ((i / 7).wrapping_mul(31).wrapping_add(seed) % 251) as u8).collect()
+    (0..len as u32)
+        .map(|i| ((i / 7).wrapping_mul(31).wrapping_add(seed) % 251) as u8)
+        .collect()
 }
 
-fn write_archive(path: &Path, compression: Compression, kernels: &[(&str, &str, Vec<u8>)]) -> PathBuf {
+fn write_archive(
+    path: &Path,
+    compression: Compression,
+    kernels: &[(&str, &str, Vec<u8>)],
+) -> PathBuf {
     let mut arches: Vec<String> = Vec::new();
     for (_, a, _) in kernels {
         if !arches.iter().any(|x| x == a) {
@@ -50,8 +63,16 @@ fn rich_archive(path: &Path, compression: Compression) -> PathBuf {
         &[
             ("lib/librich.so#0", "gfx900", pattern(4096, 1)),
             ("lib/librich.so#0", "gfx90a:xnack+", pattern(4097, 2)),
-            ("lib/librich.so#0", "gfx942:sramecc+:xnack-", pattern(70_000, 3)),
-            ("lib/librich.so#0", "gfx9-4-generic:sramecc+", pattern(12_345, 4)),
+            (
+                "lib/librich.so#0",
+                "gfx942:sramecc+:xnack-",
+                pattern(70_000, 3),
+            ),
+            (
+                "lib/librich.so#0",
+                "gfx9-4-generic:sramecc+",
+                pattern(12_345, 4),
+            ),
             ("lib/librich.so#0", "gfx11-generic", pattern(300_001, 5)),
             ("lib/librich.so#1", "gfx1100", pattern(1, 6)),
             ("bin/tool#0", "gfx900", pattern(5000, 7)),
@@ -74,7 +95,10 @@ fn walk_compares_every_file_with_the_archive_api() {
         fixture("test_noop.kpack"),
         fixture("test_zstd.kpack"),
         rich_archive(&d.path().join("rich-none.kpack"), Compression::None),
-        rich_archive(&d.path().join("rich-zstd.kpack"), Compression::Zstd { level: 3 }),
+        rich_archive(
+            &d.path().join("rich-zstd.kpack"),
+            Compression::Zstd { level: 3 },
+        ),
     ] {
         let m = Mount::start(&archive, &[]);
         m.check("walk", "");
@@ -88,7 +112,10 @@ fn stat_fields_and_statfs() {
         return;
     }
     let d = tmp();
-    let m = Mount::start(&rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }), &[]);
+    let m = Mount::start(
+        &rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }),
+        &[],
+    );
     m.check("stat", "");
     // Attributes come from the TOC: nothing was decoded to answer them.
     let m2 = Mount::start(&fixture("test_zstd.kpack"), &[]);
@@ -104,7 +131,10 @@ fn pread_offsets_and_mmap() {
     }
     let d = tmp();
     for compression in [Compression::None, Compression::Zstd { level: 3 }] {
-        let m = Mount::start(&rich_archive(&d.path().join("r.kpack"), compression), &["--cache-size", "128K"]);
+        let m = Mount::start(
+            &rich_archive(&d.path().join("r.kpack"), compression),
+            &["--cache-size", "128K"],
+        );
         m.check("pread", "");
         m.check("mmap", "");
         m.stop();
@@ -117,7 +147,10 @@ fn rereads_are_served_by_the_page_cache() {
         return;
     }
     let d = tmp();
-    let m = Mount::start(&rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }), &[]);
+    let m = Mount::start(
+        &rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }),
+        &[],
+    );
     m.check("keep_cache", "");
     m.stop();
 }
@@ -129,7 +162,10 @@ fn eight_concurrent_readers() {
     }
     let d = tmp();
     // A small cache forces evictions and re-decodes while the readers run.
-    let m = Mount::start(&rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }), &["--threads", "4", "--cache-size", "320K"]);
+    let m = Mount::start(
+        &rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }),
+        &["--threads", "4", "--cache-size", "320K"],
+    );
     m.check("concurrent", "");
     m.stop();
 }
@@ -167,7 +203,11 @@ fn corrupt_frame_gives_eio_and_neighbours_read() {
     }
     let d = tmp();
     let path = rich_archive(&d.path().join("bad.kpack"), Compression::Zstd { level: 3 });
-    let stored = Archive::open(&path).unwrap().locate("lib/librich.so#0", "gfx90a:xnack+").unwrap().stored;
+    let stored = Archive::open(&path)
+        .unwrap()
+        .locate("lib/librich.so#0", "gfx90a:xnack+")
+        .unwrap()
+        .stored;
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
     std::fs::write(&path, bytes).unwrap();
@@ -175,7 +215,8 @@ fn corrupt_frame_gives_eio_and_neighbours_read() {
     m.check("corrupt", "lib/librich.so#0/gfx90a:xnack+.hsaco");
     let log = m.daemon_log();
     assert!(
-        log.contains(&path.display().to_string()) && log.contains("lib/librich.so#0 [gfx90a:xnack+]"),
+        log.contains(&path.display().to_string())
+            && log.contains("lib/librich.so#0 [gfx90a:xnack+]"),
         "the failure is logged with archive, key and arch:\n{log}"
     );
     m.stop();
@@ -190,7 +231,10 @@ fn single_flight_one_decode_for_eight_cold_readers() {
     let path = write_archive(
         &d.path().join("big.kpack"),
         Compression::Zstd { level: 3 },
-        &[("lib/big.so#0", "gfx942", pattern(16 << 20, 9)), ("lib/big.so#0", "gfx900", pattern(100, 1))],
+        &[
+            ("lib/big.so#0", "gfx942", pattern(16 << 20, 9)),
+            ("lib/big.so#0", "gfx900", pattern(100, 1)),
+        ],
     );
     let m = Mount::start(&path, &["--threads", "8", "--cache-size", "64M"]);
     m.check("cold_concurrent", "lib/big.so#0/gfx942.hsaco");
@@ -203,7 +247,11 @@ fn kernel_larger_than_cache_decoded_once_in_small_chunks() {
         return;
     }
     let d = tmp();
-    let path = write_archive(&d.path().join("big.kpack"), Compression::Zstd { level: 3 }, &[("k#0", "gfx1100", pattern(1 << 20, 3))]);
+    let path = write_archive(
+        &d.path().join("big.kpack"),
+        Compression::Zstd { level: 3 },
+        &[("k#0", "gfx1100", pattern(1 << 20, 3))],
+    );
     let m = Mount::start(&path, &["--cache-size", "64K", "-s"]);
     m.check("small_chunks", "k#0/gfx1100.hsaco");
     m.stop();
@@ -222,7 +270,11 @@ fn sigterm_and_sigint_unmount_cleanly_and_proc_mounts_shows_escaped_source() {
     let entry = mountinfo::mount_at(&m.mountpoint).unwrap().unwrap();
     assert_eq!(entry.fs_type, "fuse.kpack-fuse");
     assert_eq!(entry.source, escape_fsname(&odd.display().to_string()));
-    assert!(entry.source.ends_with("a\\,b\\\\c.kpack"), "{}", entry.source);
+    assert!(
+        entry.source.ends_with("a\\,b\\\\c.kpack"),
+        "{}",
+        entry.source
+    );
     // Serve something first, so that the unmount happens on a used mount.
     m.check("walk", "");
     m.stop();
@@ -247,15 +299,28 @@ fn unmount_command_from_another_process() {
             cmd.arg("--lazy");
         }
         let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mp = m.mountpoint.clone();
         assert_eq!(m.wait_exit().code(), Some(0));
         assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
     }
     // Not a mount point: exit 8 (mount point problem).
     let d = tmp();
-    let out = Command::new(bin).arg("unmount").arg(d.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin)
+        .arg("unmount")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn mount_exit(archive: &Path, mountpoint: &Path) -> (Option<i32>, String) {
@@ -265,7 +330,10 @@ fn mount_exit(archive: &Path, mountpoint: &Path) -> (Option<i32>, String) {
         .arg(mountpoint)
         .output()
         .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Refusals happen before anything is mounted; they need no FUSE.
@@ -288,11 +356,21 @@ fn refuses_bad_mount_points_and_archives_before_mounting() {
     assert_eq!(code, Some(3), "{err}");
     let (code, err) = mount_exit(&file, &mp);
     assert_eq!(code, Some(4), "{err}");
-    let unsafe_key = write_archive(&d.path().join("unsafe.kpack"), Compression::None, &[("lib/../escape#0", "gfx900", vec![1])]);
+    let unsafe_key = write_archive(
+        &d.path().join("unsafe.kpack"),
+        Compression::None,
+        &[("lib/../escape#0", "gfx900", vec![1])],
+    );
     let (code, err) = mount_exit(&unsafe_key, &mp);
     assert_eq!(code, Some(4), "{err}");
-    assert!(err.contains("\"lib/../escape#0\""), "the message names the key: {err}");
-    assert_eq!(mountinfo::mount_at(&mp.canonicalize().unwrap()).unwrap(), None);
+    assert!(
+        err.contains("\"lib/../escape#0\""),
+        "the message names the key: {err}"
+    );
+    assert_eq!(
+        mountinfo::mount_at(&mp.canonicalize().unwrap()).unwrap(),
+        None
+    );
 }
 
 #[test]

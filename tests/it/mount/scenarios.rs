@@ -38,7 +38,9 @@ fn cpath(p: &Path) -> CString {
 fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
     match r {
         Ok(v) => panic!("{what}: expected an error, got {v:?}"),
-        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("{what}: {e} has no errno")),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("{what}: {e} has no errno")),
     }
 }
 
@@ -69,7 +71,13 @@ pub fn stats(mnt: &Path) -> BTreeMap<String, u64> {
 fn expected(archive: &Path) -> Vec<(String, String, Vec<u8>)> {
     let a = Archive::open(archive).unwrap();
     a.entries()
-        .map(|(key, e)| (key.to_owned(), e.arch.clone(), a.get_kernel(key, &e.arch).unwrap()))
+        .map(|(key, e)| {
+            (
+                key.to_owned(),
+                e.arch.clone(),
+                a.get_kernel(key, &e.arch).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -78,7 +86,9 @@ fn kernel_path(mnt: &Path, key: &str, arch: &str) -> PathBuf {
 }
 
 fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100000001b3))
+    data.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 /// Walks the whole tree: exactly the archive's files, each byte for byte.
@@ -94,28 +104,53 @@ fn walk(mnt: &Path, archive: &Path) {
             } else if ft.is_file() {
                 found.push(e.path());
             } else {
-                assert!(ft.is_symlink() && e.file_name() == "native.hsaco", "unexpected entry {:?}", e.path());
+                assert!(
+                    ft.is_symlink() && e.file_name() == "native.hsaco",
+                    "unexpected entry {:?}",
+                    e.path()
+                );
             }
         }
     }
     found.sort();
     let want = expected(archive);
-    let mut want_paths: Vec<PathBuf> = want.iter().map(|(k, a, _)| kernel_path(mnt, k, a)).collect();
+    let mut want_paths: Vec<PathBuf> = want
+        .iter()
+        .map(|(k, a, _)| kernel_path(mnt, k, a))
+        .collect();
     want_paths.sort();
     assert_eq!(found, want_paths);
     for (key, arch, data) in &want {
         let got = fs::read(kernel_path(mnt, key, arch)).unwrap();
-        assert!(got == *data, "{key} [{arch}]: {} bytes differ from the archive's {}", got.len(), data.len());
+        assert!(
+            got == *data,
+            "{key} [{arch}]: {} bytes differ from the archive's {}",
+            got.len(),
+            data.len()
+        );
     }
     println!("walked {} files", found.len());
 }
 
 /// Modes, sizes, owners, times, link counts and statfs.
 fn stat(mnt: &Path, archive: &Path) {
-    let archive_mtime = fs::metadata(archive).unwrap().modified().unwrap().duration_since(UNIX_EPOCH).unwrap();
+    let archive_mtime = fs::metadata(archive)
+        .unwrap()
+        .modified()
+        .unwrap()
+        .duration_since(UNIX_EPOCH)
+        .unwrap();
     let check_times = |m: &fs::Metadata, what: &Path| {
-        assert_eq!((m.mtime() as u64, m.mtime_nsec() as u32), (archive_mtime.as_secs(), archive_mtime.subsec_nanos()), "{what:?} mtime");
-        assert_eq!((m.ctime() as u64, m.ctime_nsec() as u32), (archive_mtime.as_secs(), archive_mtime.subsec_nanos()), "{what:?} ctime");
+        assert_eq!(
+            (m.mtime() as u64, m.mtime_nsec() as u32),
+            (archive_mtime.as_secs(), archive_mtime.subsec_nanos()),
+            "{what:?} mtime"
+        );
+        assert_eq!(
+            (m.ctime() as u64, m.ctime_nsec() as u32),
+            (archive_mtime.as_secs(), archive_mtime.subsec_nanos()),
+            "{what:?} ctime"
+        );
         assert_eq!((m.uid(), m.gid()), (0, 0), "{what:?} owner");
     };
     let root = fs::metadata(mnt).unwrap();
@@ -133,7 +168,11 @@ fn stat(mnt: &Path, archive: &Path) {
         assert_eq!(m.blksize(), 128 * 1024);
         check_times(&m, &p);
         total_blocks += (data.len() as u64).div_ceil(4096);
-        assert!(inodes.insert(m.ino(), p.clone()).is_none(), "inode {} reused", m.ino());
+        assert!(
+            inodes.insert(m.ino(), p.clone()).is_none(),
+            "inode {} reused",
+            m.ino()
+        );
         // Stable: asking again gives the same number.
         assert_eq!(fs::metadata(&p).unwrap().ino(), m.ino());
         let d = fs::metadata(p.parent().unwrap()).unwrap();
@@ -165,7 +204,14 @@ fn pread(mnt: &Path, archive: &Path) {
     for (key, arch, data) in expected(archive) {
         let f = File::open(kernel_path(mnt, &key, &arch)).unwrap();
         let len = data.len() as u64;
-        let mut offsets = vec![0, len.saturating_sub(1), len, len + 1, len + 4096, u64::MAX / 4];
+        let mut offsets = vec![
+            0,
+            len.saturating_sub(1),
+            len,
+            len + 1,
+            len + 4096,
+            u64::MAX / 4,
+        ];
         offsets.extend((0..40).map(|_| next() % (len + 1)));
         for off in offsets {
             let want_n = (next() % 9000) as usize + 1;
@@ -174,7 +220,10 @@ fn pread(mnt: &Path, archive: &Path) {
             let start = off.min(len) as usize;
             let end = (start + want_n).min(data.len());
             assert_eq!(n, end - start, "{key} [{arch}] pread({want_n}) at {off}");
-            assert!(buf[..n] == data[start..end], "{key} [{arch}] bytes at {off}");
+            assert!(
+                buf[..n] == data[start..end],
+                "{key} [{arch}] bytes at {off}"
+            );
         }
     }
 }
@@ -191,8 +240,20 @@ fn mmap(mnt: &Path, archive: &Path) {
             // SAFETY: mapping a file we hold open, read-only, for exactly its length; unmapped
             // below before the file is closed.
             unsafe {
-                let p = libc::mmap(std::ptr::null_mut(), data.len(), libc::PROT_READ, flags, f.as_raw_fd(), 0);
-                assert_ne!(p, libc::MAP_FAILED, "mmap {key} [{arch}]: {}", io::Error::last_os_error());
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    data.len(),
+                    libc::PROT_READ,
+                    flags,
+                    f.as_raw_fd(),
+                    0,
+                );
+                assert_ne!(
+                    p,
+                    libc::MAP_FAILED,
+                    "mmap {key} [{arch}]: {}",
+                    io::Error::last_os_error()
+                );
                 let mapped = std::slice::from_raw_parts(p.cast::<u8>(), data.len());
                 assert!(mapped == &data[..], "{key} [{arch}] mapped bytes differ");
                 libc::munmap(p, data.len());
@@ -203,8 +264,12 @@ fn mmap(mnt: &Path, archive: &Path) {
 
 /// 8 threads reading every file in different orders, comparing checksums.
 fn concurrent(mnt: &Path, archive: &Path) {
-    let want: Arc<Vec<(PathBuf, u64)>> =
-        Arc::new(expected(archive).into_iter().map(|(k, a, d)| (kernel_path(mnt, &k, &a), fnv(&d))).collect());
+    let want: Arc<Vec<(PathBuf, u64)>> = Arc::new(
+        expected(archive)
+            .into_iter()
+            .map(|(k, a, d)| (kernel_path(mnt, &k, &a), fnv(&d)))
+            .collect(),
+    );
     let start = Arc::new(Barrier::new(8));
     let threads: Vec<_> = (0..8)
         .map(|t| {
@@ -233,40 +298,121 @@ fn errno(mnt: &Path, arg: &str) {
     let dir = file.parent().unwrap().to_path_buf();
     fs::metadata(&file).unwrap();
     for _ in 0..2 {
-        assert_eq!(errno_of(fs::metadata(mnt.join("no-such-name")), "stat missing"), libc::ENOENT);
-        assert_eq!(errno_of(fs::metadata(dir.join("gfx000.hsaco")), "stat missing kernel"), libc::ENOENT);
+        assert_eq!(
+            errno_of(fs::metadata(mnt.join("no-such-name")), "stat missing"),
+            libc::ENOENT
+        );
+        assert_eq!(
+            errno_of(
+                fs::metadata(dir.join("gfx000.hsaco")),
+                "stat missing kernel"
+            ),
+            libc::ENOENT
+        );
     }
-    assert_eq!(errno_of(fs::metadata(file.join("x")), "stat under a file"), libc::ENOTDIR);
-    assert_eq!(errno_of(fs::read_dir(&file), "opendir on a file"), libc::ENOTDIR);
+    assert_eq!(
+        errno_of(fs::metadata(file.join("x")), "stat under a file"),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        errno_of(fs::read_dir(&file), "opendir on a file"),
+        libc::ENOTDIR
+    );
     let mut d = File::open(&dir).unwrap();
-    assert_eq!(errno_of(d.read(&mut [0u8; 16]), "read a directory"), libc::EISDIR);
-    assert_eq!(errno_of(OpenOptions::new().write(true).open(&dir), "open a directory for write"), libc::EISDIR);
-    assert_eq!(errno_of(OpenOptions::new().write(true).open(&file), "open for write"), libc::EROFS);
-    assert_eq!(errno_of(OpenOptions::new().read(true).write(true).open(&file), "open rw"), libc::EROFS);
-    assert_eq!(errno_of(OpenOptions::new().append(true).open(&file), "open append"), libc::EROFS);
-    assert_eq!(errno_of(File::create(dir.join("new.hsaco")), "create"), libc::EROFS);
-    assert_eq!(errno_of(fs::create_dir(dir.join("newdir")), "mkdir"), libc::EROFS);
+    assert_eq!(
+        errno_of(d.read(&mut [0u8; 16]), "read a directory"),
+        libc::EISDIR
+    );
+    assert_eq!(
+        errno_of(
+            OpenOptions::new().write(true).open(&dir),
+            "open a directory for write"
+        ),
+        libc::EISDIR
+    );
+    assert_eq!(
+        errno_of(OpenOptions::new().write(true).open(&file), "open for write"),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(
+            OpenOptions::new().read(true).write(true).open(&file),
+            "open rw"
+        ),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(OpenOptions::new().append(true).open(&file), "open append"),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(File::create(dir.join("new.hsaco")), "create"),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(fs::create_dir(dir.join("newdir")), "mkdir"),
+        libc::EROFS
+    );
     assert_eq!(errno_of(fs::remove_file(&file), "unlink"), libc::EROFS);
     assert_eq!(errno_of(fs::remove_dir(&dir), "rmdir"), libc::EROFS);
-    assert_eq!(errno_of(fs::rename(&file, dir.join("renamed")), "rename"), libc::EROFS);
-    assert_eq!(errno_of(std::os::unix::fs::symlink("x", dir.join("link")), "symlink"), libc::EROFS);
-    assert_eq!(errno_of(fs::hard_link(&file, dir.join("hard")), "link"), libc::EROFS);
+    assert_eq!(
+        errno_of(fs::rename(&file, dir.join("renamed")), "rename"),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("x", dir.join("link")), "symlink"),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno_of(fs::hard_link(&file, dir.join("hard")), "link"),
+        libc::EROFS
+    );
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(errno_of(fs::set_permissions(&file, fs::Permissions::from_mode(0o644)), "chmod"), libc::EROFS);
+    assert_eq!(
+        errno_of(
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o644)),
+            "chmod"
+        ),
+        libc::EROFS
+    );
     let c = cpath(&file);
     let n = CString::new("user.kpack.arch").unwrap();
     // SAFETY: valid strings and buffer.
     let rc = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
-    assert_eq!((rc, io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EROFS)), "setxattr");
+    assert_eq!(
+        (rc, io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EROFS)),
+        "setxattr"
+    );
     // SAFETY: valid path.
     let rc = unsafe { libc::truncate(c.as_ptr(), 0) };
-    assert_eq!((rc, io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EROFS)), "truncate");
-    assert_eq!(errno_of(getxattr(&file, "user.kpack.nope"), "missing xattr"), libc::ENODATA);
-    assert_eq!(errno_of(getxattr(&dir, "user.kpack.stats"), "stats on a non-root dir"), libc::ENODATA);
-    assert_eq!(errno_of(getxattr(mnt, "user.kpack.arch"), "file xattr on the root"), libc::ENODATA);
+    assert_eq!(
+        (rc, io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EROFS)),
+        "truncate"
+    );
+    assert_eq!(
+        errno_of(getxattr(&file, "user.kpack.nope"), "missing xattr"),
+        libc::ENODATA
+    );
+    assert_eq!(
+        errno_of(
+            getxattr(&dir, "user.kpack.stats"),
+            "stats on a non-root dir"
+        ),
+        libc::ENODATA
+    );
+    assert_eq!(
+        errno_of(getxattr(mnt, "user.kpack.arch"), "file xattr on the root"),
+        libc::ENODATA
+    );
     // And the real ones are there.
     assert!(!getxattr(&file, "user.kpack.key").unwrap().is_empty());
-    assert!(getxattr(mnt, "user.kpack.stats").unwrap().starts_with(b"hits "));
+    assert!(
+        getxattr(mnt, "user.kpack.stats")
+            .unwrap()
+            .starts_with(b"hits ")
+    );
 }
 
 fn link_target(p: &Path) -> Option<String> {
@@ -290,7 +436,10 @@ fn fallback(mnt: &Path, archive: &Path, native: bool) {
         ("gfx942:sramecc+:xnack-.hsaco", None), // present as a file, not a link
         ("gfx1151.hsaco", Some("gfx11-generic.hsaco")),
         ("gfx1100:xnack-.hsaco", Some("gfx11-generic.hsaco")),
-        ("gfx950:sramecc+:xnack-.hsaco", Some("gfx9-4-generic:sramecc+.hsaco")),
+        (
+            "gfx950:sramecc+:xnack-.hsaco",
+            Some("gfx9-4-generic:sramecc+.hsaco"),
+        ),
     ];
     for (name, target) in cases {
         let p = rich.join(name);
@@ -299,18 +448,40 @@ fn fallback(mnt: &Path, archive: &Path, native: bool) {
             Some(t) => {
                 assert!(meta.file_type().is_symlink(), "{name} is a link");
                 assert_eq!(link_target(&p).as_deref(), Some(t), "{name}");
-                assert_eq!(fs::read(&p).unwrap(), fs::read(rich.join(t)).unwrap(), "{name} reads as {t}");
+                assert_eq!(
+                    fs::read(&p).unwrap(),
+                    fs::read(rich.join(t)).unwrap(),
+                    "{name} reads as {t}"
+                );
             }
             None => assert!(meta.file_type().is_file(), "{name} is the file itself"),
         }
     }
-    for name in ["gfx1030.hsaco", "gfx90a:xnack-.hsaco", "gfx90a.hsaco", "gfx942.hsaco", "gfx906.hsaco", "nonsense", "gfx900"] {
+    for name in [
+        "gfx1030.hsaco",
+        "gfx90a:xnack-.hsaco",
+        "gfx90a.hsaco",
+        "gfx942.hsaco",
+        "gfx906.hsaco",
+        "nonsense",
+        "gfx900",
+    ] {
         for _ in 0..2 {
-            assert_eq!(errno_of(fs::symlink_metadata(rich.join(name)), name), libc::ENOENT, "{name}");
+            assert_eq!(
+                errno_of(fs::symlink_metadata(rich.join(name)), name),
+                libc::ENOENT,
+                "{name}"
+            );
         }
     }
     // Directories without kernels resolve nothing.
-    assert_eq!(errno_of(fs::symlink_metadata(mnt.join("lib/gfx900.hsaco")), "lib/gfx900"), libc::ENOENT);
+    assert_eq!(
+        errno_of(
+            fs::symlink_metadata(mnt.join("lib/gfx900.hsaco")),
+            "lib/gfx900"
+        ),
+        libc::ENOENT
+    );
     let a = Archive::open(archive).unwrap();
     let mut want: Vec<String> = a
         .entries()
@@ -321,16 +492,25 @@ fn fallback(mnt: &Path, archive: &Path, native: bool) {
         want.push("native.hsaco".into());
     }
     want.sort();
-    let mut listed: Vec<String> = fs::read_dir(&rich).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut listed: Vec<String> = fs::read_dir(&rich)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     listed.sort();
     assert_eq!(listed, want, "fallback names must not be listed");
     let native_of = |dir: &str| link_target(&mnt.join(dir).join("native.hsaco"));
     if native {
         // gfx1101 (first --gpu) resolves through its generic target here ...
-        assert_eq!(native_of("lib/librich.so#0").as_deref(), Some("gfx11-generic.hsaco"));
+        assert_eq!(
+            native_of("lib/librich.so#0").as_deref(),
+            Some("gfx11-generic.hsaco")
+        );
         // ... not here, where gfx900 (second --gpu) does ...
         assert_eq!(native_of("bin/tool#0").as_deref(), Some("gfx900.hsaco"));
-        assert_eq!(fs::read(mnt.join("bin/tool#0/native.hsaco")).unwrap(), fs::read(mnt.join("bin/tool#0/gfx900.hsaco")).unwrap());
+        assert_eq!(
+            fs::read(mnt.join("bin/tool#0/native.hsaco")).unwrap(),
+            fs::read(mnt.join("bin/tool#0/gfx900.hsaco")).unwrap()
+        );
         // ... and neither runs gfx1100-only code.
         assert_eq!(native_of("lib/librich.so#1"), None);
     } else {
@@ -347,7 +527,13 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
     let want: Vec<(String, String, Vec<u8>)> = a
         .entries()
         .filter(|(key, e)| kernel_path(mnt, key, &e.arch) != bad)
-        .map(|(key, e)| (key.to_owned(), e.arch.clone(), a.get_kernel(key, &e.arch).unwrap()))
+        .map(|(key, e)| {
+            (
+                key.to_owned(),
+                e.arch.clone(),
+                a.get_kernel(key, &e.arch).unwrap(),
+            )
+        })
         .collect();
     assert!(want.len() >= 2, "there are neighbours to check");
     let check_others = || {
@@ -360,7 +546,10 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
     };
     check_others();
     let (key, arch) = arg.rsplit_once('/').unwrap();
-    let size = a.locate(key, arch.strip_suffix(".hsaco").unwrap()).unwrap().size;
+    let size = a
+        .locate(key, arch.strip_suffix(".hsaco").unwrap())
+        .unwrap()
+        .size;
     assert_eq!(fs::metadata(&bad).unwrap().len(), size);
     for _ in 0..2 {
         assert_eq!(errno_of(fs::read(&bad), "read corrupt kernel"), libc::EIO);
@@ -372,7 +561,12 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
 fn cold_concurrent(mnt: &Path, archive: &Path, arg: &str) {
     let path = mnt.join(arg);
     let (key, arch) = arg.rsplit_once('/').unwrap();
-    let data = Arc::new(Archive::open(archive).unwrap().get_kernel(key, arch.strip_suffix(".hsaco").unwrap()).unwrap());
+    let data = Arc::new(
+        Archive::open(archive)
+            .unwrap()
+            .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+            .unwrap(),
+    );
     let before = stats(mnt);
     assert_eq!(before["decodes"], 0, "the file must be cold");
     let start = Arc::new(Barrier::new(8));
@@ -386,7 +580,10 @@ fn cold_concurrent(mnt: &Path, archive: &Path, arg: &str) {
                 start.wait();
                 let n = f.read_at(&mut buf, off).unwrap();
                 assert_eq!(n, buf.len());
-                assert!(buf[..] == data[off as usize..off as usize + n], "thread {t}");
+                assert!(
+                    buf[..] == data[off as usize..off as usize + n],
+                    "thread {t}"
+                );
             })
         })
         .collect();
@@ -396,13 +593,19 @@ fn cold_concurrent(mnt: &Path, archive: &Path, arg: &str) {
     let after = stats(mnt);
     println!("stats after 8 cold readers: {after:?}");
     assert_eq!(after["decodes"], 1);
-    assert!(after["hits"] + after["misses"] >= 8, "every reader's request went through the cache");
+    assert!(
+        after["hits"] + after["misses"] >= 8,
+        "every reader's request went through the cache"
+    );
 }
 
 /// `arg`: a kernel larger than the cache, read in 4 KiB steps: one decode, nothing cached.
 fn small_chunks(mnt: &Path, archive: &Path, arg: &str) {
     let (key, arch) = arg.rsplit_once('/').unwrap();
-    let data = Archive::open(archive).unwrap().get_kernel(key, arch.strip_suffix(".hsaco").unwrap()).unwrap();
+    let data = Archive::open(archive)
+        .unwrap()
+        .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+        .unwrap();
     let f = File::open(mnt.join(arg)).unwrap();
     let mut off = 0;
     let mut buf = vec![0u8; 4096];

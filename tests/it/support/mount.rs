@@ -21,7 +21,10 @@ use rocm_kpack::fs::mountinfo;
 
 /// How long one I/O child may run (`KPACK_IT_DEADLINE_SECS` overrides it).
 fn child_deadline() -> Duration {
-    let secs = std::env::var("KPACK_IT_DEADLINE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(90);
+    let secs = std::env::var("KPACK_IT_DEADLINE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(90);
     Duration::from_secs(secs)
 }
 /// How long the daemon may take to mount or to exit after SIGTERM.
@@ -33,12 +36,17 @@ const CONNECTIONS: &str = "/sys/fs/fuse/connections";
 pub fn fuse_available() -> bool {
     // SAFETY: no arguments, cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok();
     if root && dev {
         ensure_fusectl();
         return true;
     }
-    let why = format!("mount tests need root and /dev/fuse (root: {root}, /dev/fuse usable: {dev})");
+    let why =
+        format!("mount tests need root and /dev/fuse (root: {root}, /dev/fuse usable: {dev})");
     if std::env::var_os("CI").is_some() || std::env::var_os("KPACK_REQUIRE_FUSE").is_some() {
         panic!("{why}");
     }
@@ -57,9 +65,14 @@ fn ensure_fusectl() {
             let c = |s: &str| std::ffi::CString::new(s).unwrap();
             let (src, dst, ty) = (c("fusectl"), c(CONNECTIONS), c("fusectl"));
             // SAFETY: valid NUL-terminated strings; no data argument.
-            let rc = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) };
+            let rc = unsafe {
+                libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null())
+            };
             if rc != 0 {
-                eprintln!("note: cannot mount fusectl: {}", std::io::Error::last_os_error());
+                eprintln!(
+                    "note: cannot mount fusectl: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         }
     });
@@ -135,7 +148,14 @@ impl Mount {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut m = Mount { dir, mountpoint, archive: archive.to_path_buf(), daemon: Some(daemon), conn: 0, log };
+        let mut m = Mount {
+            dir,
+            mountpoint,
+            archive: archive.to_path_buf(),
+            daemon: Some(daemon),
+            conn: 0,
+            log,
+        };
         let deadline = Instant::now() + DAEMON_DEADLINE;
         loop {
             if let Some(entry) = mountinfo::mount_at(&m.mountpoint).unwrap() {
@@ -144,9 +164,15 @@ impl Mount {
                 return m;
             }
             if let Ok(Some(status)) = m.daemon.as_mut().unwrap().try_wait() {
-                panic!("kpack-fuse mount exited with {status} before mounting:\n{}", m.daemon_log());
+                panic!(
+                    "kpack-fuse mount exited with {status} before mounting:\n{}",
+                    m.daemon_log()
+                );
             }
-            assert!(Instant::now() < deadline, "mount did not appear within {DAEMON_DEADLINE:?}");
+            assert!(
+                Instant::now() < deadline,
+                "mount did not appear within {DAEMON_DEADLINE:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -159,10 +185,19 @@ impl Mount {
     /// Runs scenario `name` of `mount::io_child_entry` in a child process against this mount,
     /// under the watchdog. `arg` is passed through.
     pub fn child(&self, name: &str, arg: &str) -> ChildOutput {
-        let out_path = self.dir.path().join(format!("child-{name}-{}.out", std::process::id()));
+        let out_path = self
+            .dir
+            .path()
+            .join(format!("child-{name}-{}.out", std::process::id()));
         let out = std::fs::File::create(&out_path).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "mount::io_child_entry", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                "mount::io_child_entry",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("KPACK_IT_SCENARIO", name)
             .env("KPACK_IT_MOUNT", &self.mountpoint)
             .env("KPACK_IT_ARCHIVE", &self.archive)
@@ -174,7 +209,10 @@ impl Mount {
             .unwrap();
         let deadline = child_deadline();
         match wait_until(&mut child, Instant::now() + deadline) {
-            Some(status) => ChildOutput { success: status.success(), output: read_file(&out_path) },
+            Some(status) => ChildOutput {
+                success: status.success(),
+                output: read_file(&out_path),
+            },
             None => {
                 abort_connection(self.conn);
                 let _ = child.kill();
@@ -196,7 +234,12 @@ impl Mount {
         if std::env::var_os("KPACK_IT_VERBOSE").is_some() {
             eprintln!("scenario {name}({arg}):\n{}", out.output);
         }
-        assert!(out.success, "scenario {name}({arg}) failed:\n{}\ndaemon log:\n{}", out.output, self.daemon_log());
+        assert!(
+            out.success,
+            "scenario {name}({arg}) failed:\n{}\ndaemon log:\n{}",
+            out.output,
+            self.daemon_log()
+        );
     }
 
     /// Sends `signal` to the daemon and waits for it to exit; returns its status and checks
@@ -211,10 +254,17 @@ impl Mount {
                 abort_connection(self.conn);
                 let _ = daemon.kill();
                 let _ = daemon.wait();
-                panic!("daemon did not exit after signal {signal}:\n{}", self.daemon_log());
+                panic!(
+                    "daemon did not exit after signal {signal}:\n{}",
+                    self.daemon_log()
+                );
             }
         };
-        assert_eq!(mountinfo::mount_at(&self.mountpoint).unwrap(), None, "mount left behind");
+        assert_eq!(
+            mountinfo::mount_at(&self.mountpoint).unwrap(),
+            None,
+            "mount left behind"
+        );
         status
     }
 
@@ -222,7 +272,12 @@ impl Mount {
     pub fn stop(self) {
         let log = self.log.clone();
         let status = self.stop_with(libc::SIGTERM);
-        assert_eq!(status.code(), Some(0), "daemon exit after SIGTERM:\n{}", read_file(&log));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "daemon exit after SIGTERM:\n{}",
+            read_file(&log)
+        );
     }
 
     /// Waits for the daemon to exit by itself (after an external unmount).
