@@ -223,6 +223,38 @@ fn corrupt_frame_gives_eio_and_neighbours_read() {
 }
 
 #[test]
+fn archive_rewritten_in_place_gives_eio_not_wrong_bytes() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = rich_archive(&d.path().join("w.kpack"), Compression::None);
+    let m = Mount::start(&path, &[]);
+    let first = "bin/tool#0/gfx900.hsaco";
+    m.check("walk_one", first);
+    // Rewrite every stored byte in place (same inode, same length, newer mtime).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let a = Archive::open(&path).unwrap();
+    for (key, e) in a.entries() {
+        let s = a.locate(key, &e.arch).unwrap().stored;
+        for b in &mut bytes[s.offset as usize..(s.offset + s.size) as usize] {
+            *b ^= 0x5a;
+        }
+    }
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0).unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(2))
+        .unwrap();
+    m.check("changed", first);
+    assert!(
+        m.daemon_log().contains("archive changed while open"),
+        "{}",
+        m.daemon_log()
+    );
+    m.stop();
+}
+
+#[test]
 fn single_flight_one_decode_for_eight_cold_readers() {
     if !fuse_available() {
         return;

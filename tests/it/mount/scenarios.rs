@@ -27,6 +27,15 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "cold_concurrent" => cold_concurrent(mnt, archive, arg),
         "small_chunks" => small_chunks(mnt, archive, arg),
         "keep_cache" => keep_cache(mnt, archive),
+        "changed" => changed(mnt, arg),
+        "walk_one" => {
+            let (key, arch) = arg.rsplit_once('/').unwrap();
+            let want = Archive::open(archive)
+                .unwrap()
+                .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+                .unwrap();
+            assert!(fs::read(mnt.join(arg)).unwrap() == want);
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -640,4 +649,32 @@ fn keep_cache(mnt: &Path, archive: &Path) {
     println!("after first pass {first:?}, after three more {again:?}");
     assert_eq!(first, again, "re-reads reached the daemon");
     assert!(first["decodes"] >= want.iter().filter(|k| !k.2.is_empty()).count() as u64);
+}
+
+/// After the archive was rewritten in place: `arg` (read before the change) still reads from
+/// the page cache; every kernel not read yet gives EIO, never different bytes.
+fn changed(mnt: &Path, arg: &str) {
+    let mut read_before = 0;
+    let mut failed = 0;
+    let mut dirs = vec![mnt.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p == mnt.join(arg) {
+                assert!(!fs::read(&p).unwrap().is_empty());
+                read_before += 1;
+            } else if fs::metadata(&p).unwrap().len() > 0 {
+                assert_eq!(
+                    errno_of(fs::read(&p), &format!("{p:?}")),
+                    libc::EIO,
+                    "{p:?}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    assert_eq!(read_before, 1);
+    assert!(failed >= 5, "{failed}");
 }
