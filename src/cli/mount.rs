@@ -200,10 +200,12 @@ pub fn run_unmount(args: UnmountArgs) -> CliResult {
             format!("{}: {why}", args.mountpoint.display()),
         )
     };
-    let canonical = args
-        .mountpoint
-        .canonicalize()
-        .map_err(|e| bad(&e.to_string()))?;
+    // A mount whose daemon died cannot be stat'ed (ENOTCONN), so canonicalize may fail; the
+    // absolute path is then looked up as given.
+    let canonical = match args.mountpoint.canonicalize() {
+        Ok(p) => p,
+        Err(_) => std::path::absolute(&args.mountpoint).map_err(|e| bad(&e.to_string()))?,
+    };
     let entry = mountinfo::mount_at(&canonical)
         .map_err(|e| bad(&format!("cannot read the mount table: {e}")))?
         .ok_or_else(|| bad("not a mount point"))?;

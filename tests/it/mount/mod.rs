@@ -340,6 +340,20 @@ fn unmount_command_from_another_process() {
         assert_eq!(m.wait_exit().code(), Some(0));
         assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
     }
+    // After a crash (SIGKILL) the mount point is ENOTCONN; unmount still clears it.
+    for lazy in [false, true] {
+        let mut m = Mount::start(&fixture("test_noop.kpack"), &[]);
+        m.kill_daemon();
+        assert!(mountinfo::mount_at(&m.mountpoint).unwrap().is_some());
+        let mut cmd = Command::new(bin);
+        cmd.arg("unmount").arg(&m.mountpoint);
+        if lazy {
+            cmd.arg("--lazy");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(mountinfo::mount_at(&m.mountpoint).unwrap(), None);
+    }
     // Not a mount point: exit 8 (mount point problem).
     let d = tmp();
     let out = Command::new(bin)

@@ -280,6 +280,13 @@ impl Mount {
         );
     }
 
+    /// Kills the daemon with SIGKILL, leaving the mount behind (ENOTCONN), as a crash would.
+    pub fn kill_daemon(&mut self) {
+        let mut daemon = self.daemon.take().unwrap();
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+    }
+
     /// Waits for the daemon to exit by itself (after an external unmount).
     pub fn wait_exit(mut self) -> ExitStatus {
         let mut daemon = self.daemon.take().unwrap();
