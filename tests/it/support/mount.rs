@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::fs::mountinfo;
 
+/// Printed by an I/O child after its scenario completed, followed by the scenario name.
+pub const DONE_MARKER: &str = "KPACK_IT_SCENARIO_DONE ";
+
 /// How long one I/O child may run (`KPACK_IT_DEADLINE_SECS` overrides it).
 fn child_deadline() -> Duration {
     let secs = std::env::var("KPACK_IT_DEADLINE_SECS")
@@ -192,6 +195,7 @@ impl Mount {
         let out = std::fs::File::create(&out_path).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
+                "--ignored",
                 "--exact",
                 "mount::io_child_entry",
                 "--nocapture",
@@ -210,7 +214,8 @@ impl Mount {
         let deadline = child_deadline();
         match wait_until(&mut child, Instant::now() + deadline) {
             Some(status) => ChildOutput {
-                success: status.success(),
+                success: status.success()
+                    && read_file(&out_path).contains(&format!("{DONE_MARKER}{name}\n")),
                 output: read_file(&out_path),
             },
             None => {
