@@ -5,6 +5,7 @@ mod scenarios;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use rocm_kpack::fs::fuse::escape_fsname;
 use rocm_kpack::fs::mountinfo;
@@ -321,6 +322,48 @@ fn sigterm_and_sigint_unmount_cleanly_and_proc_mounts_shows_escaped_source() {
 }
 
 #[test]
+fn sigterm_with_a_file_open_detaches_and_exits_after_release() {
+    if !fuse_available() {
+        return;
+    }
+    let mut m = Mount::start(&fixture("test_noop.kpack"), &[]);
+    let scratch = tmp();
+    let arg = format!("lib/libtest.so#0/gfx906.hsaco|{}", scratch.path().display());
+    let child = m.spawn_child("hold", &arg);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !scratch.path().join("ready").exists() {
+        if Instant::now() > deadline {
+            let out = m.finish(child);
+            panic!("the holder never got ready:\n{}", out.output);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    m.signal(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mountinfo::mount_at(&m.mountpoint).unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "not detached:\n{}",
+            m.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        m.daemon_running(),
+        "the daemon serves the open file until it is closed"
+    );
+    std::fs::write(scratch.path().join("go"), b"").unwrap();
+    let out = m.finish(child);
+    assert!(
+        out.success,
+        "{}\ndaemon log:\n{}",
+        out.output,
+        m.daemon_log()
+    );
+    assert_eq!(m.wait_exit().code(), Some(0));
+}
+
+#[test]
 fn unmount_command_from_another_process() {
     if !fuse_available() {
         return;
@@ -354,7 +397,11 @@ fn unmount_command_from_another_process() {
             cmd.arg("--lazy");
         }
         let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(mountinfo::mount_at(&m.mountpoint).unwrap(), None);
     }
     // Not a mount point: exit 8 (mount point problem).

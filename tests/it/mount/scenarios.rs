@@ -28,6 +28,7 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "small_chunks" => small_chunks(mnt, archive, arg),
         "keep_cache" => keep_cache(mnt, archive),
         "changed" => changed(mnt, arg),
+        "hold" => hold(mnt, archive, arg),
         "walk_one" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();
             let want = Archive::open(archive)
@@ -677,4 +678,26 @@ fn changed(mnt: &Path, arg: &str) {
     }
     assert_eq!(read_before, 1);
     assert!(failed >= 5, "{failed}");
+}
+
+/// `arg` = `FILE|SCRATCH`: opens FILE, announces `SCRATCH/ready`, waits for `SCRATCH/go`, then
+/// reads FILE through the descriptor opened before (the mount is detached by then).
+fn hold(mnt: &Path, archive: &Path, arg: &str) {
+    let (file, scratch) = arg.split_once('|').unwrap();
+    let scratch = Path::new(scratch);
+    let (key, arch) = file.rsplit_once('/').unwrap();
+    let want = Archive::open(archive)
+        .unwrap()
+        .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+        .unwrap();
+    let mut f = File::open(mnt.join(file)).unwrap();
+    fs::write(scratch.join("ready"), b"").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !scratch.join("go").exists() {
+        assert!(std::time::Instant::now() < deadline, "never told to go");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert!(got == want, "read after the detach");
 }

@@ -121,6 +121,23 @@ pub struct ChildOutput {
     pub output: String,
 }
 
+/// An I/O child started with [`Mount::spawn_child`]; killed if dropped unfinished.
+pub struct RunningChild {
+    child: Option<Child>,
+    out_path: PathBuf,
+    name: String,
+    started: Instant,
+}
+
+impl Drop for RunningChild {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// One `kpack-fuse mount` process and its mount point.
 pub struct Mount {
     dir: tempfile::TempDir,
@@ -188,12 +205,19 @@ impl Mount {
     /// Runs scenario `name` of `mount::io_child_entry` in a child process against this mount,
     /// under the watchdog. `arg` is passed through.
     pub fn child(&self, name: &str, arg: &str) -> ChildOutput {
+        let running = self.spawn_child(name, arg);
+        self.finish(running)
+    }
+
+    /// Starts scenario `name` without waiting for it; [`Mount::finish`] waits under the
+    /// watchdog (counted from the start).
+    pub fn spawn_child(&self, name: &str, arg: &str) -> RunningChild {
         let out_path = self
             .dir
             .path()
             .join(format!("child-{name}-{}.out", std::process::id()));
         let out = std::fs::File::create(&out_path).unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
                 "--exact",
@@ -211,8 +235,21 @@ impl Mount {
             .stderr(out)
             .spawn()
             .unwrap();
+        RunningChild {
+            child: Some(child),
+            out_path,
+            name: name.to_owned(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits for a child started with [`Mount::spawn_child`]; on timeout aborts the connection
+    /// and fails the test.
+    pub fn finish(&self, mut running: RunningChild) -> ChildOutput {
         let deadline = child_deadline();
-        match wait_until(&mut child, Instant::now() + deadline) {
+        let mut child = running.child.take().unwrap();
+        let (name, out_path) = (running.name.clone(), running.out_path.clone());
+        match wait_until(&mut child, running.started + deadline) {
             Some(status) => ChildOutput {
                 success: status.success()
                     && read_file(&out_path).contains(&format!("{DONE_MARKER}{name}\n")),
@@ -231,6 +268,18 @@ impl Mount {
                 );
             }
         }
+    }
+
+    /// Sends `signal` to the daemon without waiting.
+    pub fn signal(&self, signal: i32) {
+        let daemon = self.daemon.as_ref().unwrap();
+        // SAFETY: signalling the child we started, by its pid.
+        unsafe { libc::kill(daemon.id() as i32, signal) };
+    }
+
+    /// Whether the daemon is still running.
+    pub fn daemon_running(&mut self) -> bool {
+        matches!(self.daemon.as_mut().unwrap().try_wait(), Ok(None))
     }
 
     /// Runs a scenario and fails the test, with its output, unless it succeeded.
