@@ -199,6 +199,7 @@ fn stat(mnt: &Path, archive: &Path) {
     assert_eq!(sv.f_blocks, total_blocks);
     assert_eq!(sv.f_bfree, 0);
     assert_ne!(sv.f_flag & libc::ST_RDONLY, 0, "mounted read-only");
+    assert_eq!(stats(mnt)["decodes"], 0, "sizes and attributes come from the TOC, not a decode");
     println!("stat ok: {} files, {total_blocks} blocks", inodes.len());
 }
 
