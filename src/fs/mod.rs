@@ -142,6 +142,10 @@ pub struct KpackFs {
     cache: KernelCache<Errno>,
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
+    /// LOOKUP requests answered, and how many of them found nothing. Reported in
+    /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
+    lookups: AtomicU64,
+    lookups_missing: AtomicU64,
     uid: u32,
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
@@ -176,6 +180,8 @@ impl KpackFs {
             cache: KernelCache::new(opts.cache_size),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            lookups: AtomicU64::new(0),
+            lookups_missing: AtomicU64::new(0),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
@@ -245,6 +251,15 @@ impl KpackFs {
 
     /// Looks `name` up in directory `parent`: an entry, `native.hsaco`, or a fallback link.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Lookup, Errno> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        let found = self.resolve(parent, name);
+        if let Ok(Lookup::Missing) = found {
+            self.lookups_missing.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    fn resolve(&self, parent: Ino, name: &[u8]) -> Result<Lookup, Errno> {
         let dir = match self.tree.entry(parent).ok_or(Errno::ENOENT)? {
             Entry::Dir(d) => d,
             _ => return Err(Errno::ENOTDIR),
@@ -416,14 +431,21 @@ impl KpackFs {
         Ok(())
     }
 
+    /// The `user.kpack.stats` text: the cache's counters, then the lookup counters.
+    pub fn stats_text(&self) -> String {
+        format!(
+            "{}lookups {}\nlookups_missing {}\n",
+            self.cache.stats().to_text(),
+            self.lookups.load(Ordering::Relaxed),
+            self.lookups_missing.load(Ordering::Relaxed)
+        )
+    }
+
     /// The extended attributes of an inode, in listing order.
     fn xattrs(&self, ino: Ino) -> Vec<(&'static str, Vec<u8>)> {
         match self.tree.entry(ino) {
             Some(Entry::Dir(_)) if ino == ROOT => {
-                vec![(
-                    "user.kpack.stats",
-                    self.cache.stats().to_text().into_bytes(),
-                )]
+                vec![("user.kpack.stats", self.stats_text().into_bytes())]
             }
             Some(Entry::File(f)) => {
                 let archive = self.archive_of(f);

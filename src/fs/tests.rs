@@ -371,7 +371,7 @@ fn xattrs_describe_the_entry() {
     read_all(&fs, f, 4096);
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
-        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\n"
+        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n"
     );
 }
 
