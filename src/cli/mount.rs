@@ -24,7 +24,7 @@ const DEFAULT_CACHE: &str = "256M";
 pub struct MountArgs {
     /// The .kpack archive to show.
     pub archive: PathBuf,
-    /// An existing, empty directory to mount it on.
+    /// An existing directory to mount it on.
     pub mountpoint: PathBuf,
     /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024).
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_CACHE, value_parser = parse_size)]
