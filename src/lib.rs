@@ -5,6 +5,7 @@
 //! line only in `cli`.
 
 pub mod arch;
+pub mod bundle;
 pub mod archive;
 pub mod cache;
 pub mod codec;
@@ -12,7 +13,9 @@ pub mod elf;
 pub mod error;
 pub mod format;
 pub mod fs;
+pub mod import;
 pub mod msgpack;
+pub mod split;
 pub mod names;
 pub mod writer;
 

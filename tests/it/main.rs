@@ -9,3 +9,5 @@ mod cli;
 
 mod golden;
 mod mount;
+mod fatbin;
+mod split;
