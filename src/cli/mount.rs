@@ -73,7 +73,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 fn init_logging() {
-    let env = env_logger::Env::default().default_filter_or("warn");
+    // fuser warns when its own unmount on exit finds the mount already gone (after
+    // `kpack-fuse unmount` or `umount`), which is the normal way to stop; keep it quiet.
+    let env = env_logger::Env::default().default_filter_or("warn,fuser::session=error");
     let _ = env_logger::Builder::from_env(env).try_init();
 }
 

@@ -111,6 +111,19 @@ fn walk_compares_every_file_with_the_archive_api() {
 }
 
 #[test]
+fn sample_archive_of_real_code_objects() {
+    if !fuse_available() {
+        return;
+    }
+    let sample = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples/rocrand-sample.kpack");
+    let m = Mount::start(&sample, &["--gpu", "gfx90a:xnack+:sramecc+"]);
+    m.check("walk", "");
+    m.check("elf", "");
+    m.check("sample_links", "");
+    m.stop();
+}
+
+#[test]
 fn stat_fields_and_statfs() {
     if !fuse_available() {
         return;
