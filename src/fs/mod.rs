@@ -361,6 +361,19 @@ impl KpackFs {
             ordinal: file.ordinal,
         };
         let fetched = self.cache.get_or_load(id, || self.decode(file))?;
+        // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
+        // the cached bytes then belong to the other entry and must not be served for this one.
+        if fetched.bytes.len() as u64 != file.size {
+            let (key, arch) = self.names_of(file);
+            log::error!(
+                "{}: {key} [{arch}]: ordinal {} decodes to {} bytes, the TOC says {}",
+                self.archive_of(file).path().display(),
+                file.ordinal,
+                fetched.bytes.len(),
+                file.size
+            );
+            return Err(Errno::EIO);
+        }
         if !fetched.cached {
             if let Some(h) = handle {
                 *lock(&h.pinned) = Some(fetched.bytes.clone());

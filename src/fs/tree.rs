@@ -16,7 +16,7 @@ use std::fmt;
 
 use crate::arch;
 use crate::archive::Archive;
-use crate::format::Scheme;
+use crate::error::Error;
 use crate::names;
 
 pub type Ino = u64;
@@ -253,12 +253,11 @@ impl TreeBuilder {
                 }
                 let (size, stored_size) = match archive.locate(key, &entry.arch) {
                     Ok(k) => (k.size, k.stored.size),
-                    // The entry points at nothing usable: show it with the TOC's size; reading
-                    // it gives EIO with the reason in the log.
-                    Err(_) => match archive.scheme() {
-                        Scheme::ZstdPerKernel => (entry.original_size, 0),
-                        Scheme::None => (0, 0),
-                    },
+                    // The entry points at nothing usable. Show it with the size it claims (the
+                    // blob's for `none`, else the TOC's); reading it gives EIO, with the reason
+                    // in the log.
+                    Err(Error::BlobOutOfBounds { size, .. }) => (size, size),
+                    Err(_) => (entry.original_size, 0),
                 };
                 let file = FileNode {
                     archive: id,
