@@ -25,4 +25,8 @@ pub fn golden_zstd_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("bin/hiptest#0", "gfx1100", [&b"TEST_APP_KERNEL___"[..], &[0x42u8; 1000]].concat()),
     ]
 }
+
+pub mod cc;
+pub mod cmatrix;
 pub mod craft;
+pub mod layout;
