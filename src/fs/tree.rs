@@ -123,6 +123,7 @@ impl Tree {
         self.nodes.len() as u64
     }
 
+    /// Never: the root directory always exists.
     pub fn is_empty(&self) -> bool {
         false
     }
