@@ -7,11 +7,13 @@
 pub mod arch;
 pub mod bundle;
 pub mod archive;
+pub mod cache;
 pub mod codec;
 pub mod elf;
 pub mod error;
 pub mod ffi;
 pub mod format;
+pub mod fs;
 pub mod import;
 pub mod loader;
 pub mod msgpack;

@@ -11,6 +11,7 @@ mod abi;
 mod c_api;
 mod cli_loader;
 mod golden;
+mod mount;
 mod fatbin;
 mod install;
 mod loader;

@@ -1,5 +1,7 @@
 //! Shared fixtures for the integration tests.
 
+pub mod mount;
+
 use std::path::PathBuf;
 
 /// A file under `tests/fixtures/`.
