@@ -4,7 +4,7 @@
 //! so the file system is left as it was. A rename never writes into an existing file: it
 //! replaces the directory entry, so a file that shared an inode with an output is not changed.
 
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -28,9 +28,12 @@ impl Staging {
         self.create_dirs(dir).map_err(fail)?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.split{}", std::process::id()));
+        // A leftover of a crashed run is removed (a symlink as a link, never its target); the
+        // file is then created exclusively, so nothing placed there meanwhile is followed.
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(fail)?;
         // Recorded before writing, so a failed write is cleaned up too.
         self.files.push((tmp.clone(), path.to_path_buf()));
-        let mut file = File::create(&tmp).map_err(fail)?;
         file.write_all(bytes)
             .and_then(|_| file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)))
             .and_then(|_| file.sync_all())
@@ -83,5 +86,40 @@ impl Drop for Staging {
         for d in self.created_dirs.iter().rev() {
             let _ = std::fs::remove_dir(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_at_the_temporary_name_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let out = dir.path().join("out.so");
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".out.so.split{}", std::process::id()))).unwrap();
+        let mut s = Staging::default();
+        s.stage(&out, b"new", 0o640).unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o640);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_failed_stage_removes_temporaries_and_created_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("blocker"), b"x").unwrap();
+        let mut s = Staging::default();
+        s.stage(&dir.path().join("a/b/one"), b"1", 0o644).unwrap();
+        assert!(dir.path().join(format!("a/b/.one.split{}", std::process::id())).is_file());
+        let e = s.stage(&dir.path().join("blocker/two"), b"2", 0o644).unwrap_err();
+        assert!(matches!(&e, TreeError::Write { path, .. } if path.ends_with("blocker/two")), "{e}");
+        drop(s);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["blocker"]);
     }
 }
