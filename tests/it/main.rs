@@ -8,3 +8,6 @@ mod interop;
 mod cli;
 
 mod golden;
+
+mod alloc_bounds;
+mod fuzz_regressions;
