@@ -4,6 +4,7 @@
 #
 #   scripts/fuzz.sh TARGET [SECONDS]     # default 600 s; TARGET as in fuzz/Cargo.toml
 #   scripts/fuzz.sh --list               # the targets
+#   scripts/fuzz.sh --smoke [SECONDS]    # every target in turn, SECONDS each (default 10)
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`) and a nightly toolchain; without nightly it
 # sets RUSTC_BOOTSTRAP=1 on stable. The working corpus lives in fuzz/corpus/TARGET (not
@@ -11,8 +12,9 @@
 # tests/fixtures/fuzz/TARGET/, where `cargo test` (fuzz_regressions) replays it on stable.
 # The full log is kept in fuzz/logs/TARGET-<time>.log.
 #
-# Not meant for .ci/run: the sanitizer build of the fuzz crate alone takes about ten minutes
-# on the 2-core machine. `cargo test` already replays every committed input.
+# Not meant for .ci/run, not even --smoke: the sanitizer build of the fuzz crate alone takes
+# about ten minutes on the 2-core machine, and it needs nightly plus cargo-fuzz installed.
+# `cargo test` (tests/it/fuzz_regressions.rs) already replays every committed input on stable.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root/fuzz"
@@ -21,6 +23,13 @@ targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v '^kpack-fuzz$')
 if [[ "${1:-}" == "--list" ]]; then
     echo "$targets"
     exit 0
+fi
+if [[ "${1:-}" == "--smoke" ]]; then
+    status=0
+    for t in $targets; do
+        "$0" "$t" "${2:-10}" || status=1
+    done
+    exit "$status"
 fi
 target="${1:?usage: scripts/fuzz.sh TARGET [SECONDS] (see --list)}"
 seconds="${2:-600}"

@@ -4,7 +4,8 @@
 //! Invariants: open fails only with the open matrix's error kinds; on success every entry either
 //! locates or fails as not-found/I/O, and every read either returns exactly `size` bytes (the
 //! stored bytes themselves for `none`) or fails with a decode, I/O or out-of-memory kind. Reading
-//! the same kernel twice gives the same answer (the per-thread buffers keep no state).
+//! the same kernel twice gives the same answer (the per-thread buffers keep no state); a refused
+//! allocation is OutOfMemory, never a crash; a caller buffer of the wrong size is refused.
 
 use std::fs::File;
 use std::io::Write;
@@ -94,6 +95,17 @@ fn read_one(archive: &Archive, data: &[u8], key: &str, arch: &str, ordinal: u32)
         (Ok(a), Ok(b)) => assert_eq!(a, b, "two reads of {key} [{arch}] differ"),
         (Err(a), Err(b)) => assert_eq!(a.kind(), b.kind()),
         _ => panic!("two reads of {key} [{arch}] disagree: {first:?} vs {second:?}"),
+    }
+    // An allocator that refuses must give OutOfMemory whenever the read would have worked.
+    let refused = archive.get_kernel_with(key, arch, |_| None::<Vec<u8>>).expect_err("refused allocation succeeded");
+    if first.is_ok() {
+        assert_eq!(refused.kind(), ErrorKind::OutOfMemory, "{refused}");
+    }
+    // A caller buffer of the wrong size is refused before anything is read.
+    if kref.size < 1 << 16 {
+        let mut wrong = vec![0u8; kref.size as usize + 1];
+        let e = archive.read_into(&kref, &mut wrong).expect_err("wrong-size buffer accepted");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     }
     match first {
         Ok(bytes) => {
