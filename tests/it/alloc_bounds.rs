@@ -314,3 +314,19 @@ fn one_key_with_many_repeated_arches_opens_in_linear_time() {
         assert_eq!((e.arch.as_str(), e.ordinal, e.original_size), (format!("gfx{i:06}").as_str(), 1, i as u64));
     }
 }
+
+/// Not memory but time: a FIFO where the archive should be. Opening one for reading used to wait
+/// for a writer forever; now it reads as an empty file (an I/O error) at once.
+#[test]
+fn a_fifo_in_place_of_the_archive_does_not_block_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fifo.kpack");
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string and mode.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || tx.send(Archive::open(&p).map(|_| ()).map_err(|e| e.kind())));
+    let got = rx.recv_timeout(Duration::from_secs(10)).expect("Archive::open on a FIFO blocked");
+    assert_eq!(got, Err(ErrorKind::IoError));
+}
