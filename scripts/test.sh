@@ -11,3 +11,4 @@ scripts/setup-deps.sh
 cargo build --all-targets
 cargo test --no-fail-fast
 cargo bench --bench core -- --quick
+cargo bench --bench capi -- --quick

@@ -252,6 +252,28 @@ impl Archive {
         }
     }
 
+    /// Checks that the file still has the length and modification time it had at open. A
+    /// reader that keeps an archive open for a long time (the mount) calls this after decoding,
+    /// so that bytes read from a file truncated or rewritten in place are reported as an I/O
+    /// error instead of being served.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let meta = self.file.metadata().map_err(|e| Error::io(&self.path, "cannot stat", e))?;
+        let modified = meta.modified().ok();
+        if meta.len() != self.file_len || modified != self.modified {
+            return Err(Error::io(
+                &self.path,
+                "archive changed while open",
+                io::Error::other(format!(
+                    "length {} -> {}{}",
+                    self.file_len,
+                    meta.len(),
+                    if modified != self.modified { ", modification time changed" } else { "" }
+                )),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes.
     pub fn read_into(&self, kref: &KernelRef<'_>, dst: &mut [u8]) -> Result<()> {
         if dst.len() as u64 != kref.size {

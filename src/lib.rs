@@ -5,12 +5,19 @@
 //! line only in `cli`.
 
 pub mod arch;
+pub mod bundle;
 pub mod archive;
+pub mod cache;
 pub mod codec;
 pub mod elf;
 pub mod error;
+pub mod ffi;
 pub mod format;
+pub mod fs;
+pub mod import;
+pub mod loader;
 pub mod msgpack;
+pub mod split;
 pub mod names;
 pub mod writer;
 

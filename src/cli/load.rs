@@ -1,10 +1,53 @@
-//! `kpack-fuse load` (being written).
+//! `kpack-fuse load`: loads one code object of a HIPK host binary exactly as
+//! `kpack_load_code_object` would (same loader, same environment variables, same debug log) and
+//! writes it to a file.
 
+use std::path::PathBuf;
+
+use rocm_kpack::loader::{LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace};
+
+use super::resolve::{alloc, arch_list, read_host, runtime_path};
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The HIPK host binary (executable or shared library).
+    pub binary: PathBuf,
+    /// Device ISA; once means [ISA, its generic ISA], repeated means an exact list.
+    #[arg(long = "arch", value_name = "ISA", required = true)]
+    pub arch: Vec<String>,
+    /// Code-object index (the wrapper's index).
+    #[arg(long, value_name = "N")]
+    pub co: u32,
+    /// Where to write the code object.
+    #[arg(short = 'o', long = "output", value_name = "OUT.hsaco")]
+    pub output: PathBuf,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::new(Exit::Failure, "load is not built yet"))
+pub fn run(args: Args) -> CliResult {
+    let host = read_host(&args.binary)?;
+    let binary = runtime_path(&args.binary);
+    let arches = arch_list(&args.arch);
+    let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let loader = Loader::new(LoaderConfig::from_env());
+    let mut log = StderrLog;
+    let mut silent = Silent;
+    let trace: &mut dyn Trace = if loader.config().debug {
+        log.record(loader.created_event());
+        &mut log
+    } else {
+        &mut silent
+    };
+    let request = LoadRequest { binary_path: &binary, co_index: args.co, arch_list: &arch_refs };
+    let loaded = loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, trace)?;
+    std::fs::write(&args.output, &loaded.data)
+        .map_err(|e| CliError::new(Exit::Output, format!("{}: {e}", args.output.display())))?;
+    println!(
+        "{}: {} bytes ({} from {})",
+        args.output.display(),
+        loaded.data.len(),
+        loaded.target,
+        loaded.archive.display()
+    );
+    Ok(())
 }

@@ -11,6 +11,7 @@ mod load;
 mod mount;
 mod pack;
 mod resolve;
+mod split;
 mod verify;
 
 use std::process::ExitCode;
@@ -47,6 +48,8 @@ pub enum Command {
     Resolve(resolve::Args),
     /// Load one code object the way kpack_load_code_object does, and write it to a file.
     Load(load::Args),
+    /// Turn fat ROCm host binaries into HIPK host binaries plus per-arch kernel archives.
+    Split(split::Args),
 }
 
 /// Parses the command line, runs the command, and maps failures to exit codes.
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Resolve(a) => resolve::run(a),
         Command::Load(a) => load::run(a),
+        Command::Split(a) => split::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

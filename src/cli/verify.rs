@@ -12,14 +12,27 @@ use super::{CliError, CliResult, Exit};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The archives to check.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "split")]
     pub archives: Vec<PathBuf>,
     /// ROCm host binaries whose .hip_fatbin code objects must all be in the archives.
     #[arg(long, value_name = "HOST", num_args = 1..)]
     pub against: Vec<PathBuf>,
+    /// Check a tree written by `split`: every rewritten binary's code objects must load and match
+    /// the original binary's byte for byte.
+    #[arg(long, value_name = "OUTROOT", requires = "original")]
+    pub split: Option<PathBuf>,
+    /// With --split: the root the original (fat) binaries are under.
+    #[arg(long, value_name = "ROOT", requires = "split")]
+    pub original: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let (Some(out_root), Some(original)) = (&args.split, &args.original) {
+        super::split::verify_tree(out_root, original)?;
+        if args.archives.is_empty() {
+            return Ok(());
+        }
+    }
     let mut problems = Vec::new();
     let mut total = 0usize;
     for path in &args.archives {

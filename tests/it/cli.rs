@@ -33,7 +33,7 @@ fn make_tree(root: &Path, kernels: &[(&str, &str, Vec<u8>)]) {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["pack", "list", "cat", "extract", "verify", "mount", "unmount", "resolve", "load"] {
+    for cmd in ["pack", "list", "cat", "extract", "verify", "mount", "unmount", "resolve", "load", "split"] {
         let o = kpack_fuse(&[&cmd, &"--help"]);
         assert_eq!(code(&o), 0, "{cmd}");
         assert!(String::from_utf8_lossy(&o.stdout).contains("Usage:"), "{cmd}");

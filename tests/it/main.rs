@@ -7,7 +7,15 @@ mod roundtrip;
 mod interop;
 mod cli;
 
+mod abi;
+mod c_api;
+mod cli_loader;
 mod golden;
+mod mount;
+mod fatbin;
+mod install;
+mod loader;
+mod split;
 
 mod alloc_bounds;
 mod fuzz_regressions;

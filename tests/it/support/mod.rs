@@ -1,5 +1,7 @@
 //! Shared fixtures for the integration tests.
 
+pub mod mount;
+
 use std::path::PathBuf;
 
 /// A file under `tests/fixtures/`.
@@ -23,4 +25,8 @@ pub fn golden_zstd_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("bin/hiptest#0", "gfx1100", [&b"TEST_APP_KERNEL___"[..], &[0x42u8; 1000]].concat()),
     ]
 }
+
+pub mod cc;
+pub mod cmatrix;
 pub mod craft;
+pub mod layout;

@@ -1,0 +1,234 @@
+//! C ABI benchmark: `kpack_load_code_object` latency (first call on a fresh cache, and warm), and
+//! `kpack_get_kernel` throughput through the C entry points against the Rust `Archive::get_kernel`
+//! call, with 1 and 2 threads. Each figure is a ratio against a baseline from the same run.
+//!
+//! The loads use a realistic install: `PREFIX/lib/libbench.so` with the embedded pattern
+//! `../.kpack/bench_@GFXARCH@.kpack`, a device list `[gfx942:sramecc+:xnack-, its generic]`
+//! (eight candidate file names) and one archive, `bench_gfx942.kpack`.
+//!
+//! Run: `cargo bench --bench capi` (full) or `cargo bench --bench capi -- --quick` (CI smoke).
+
+use std::ffi::{c_char, c_void, CString};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use rocm_kpack::ffi;
+use rocm_kpack::{Archive, ArchiveWriter, Compression};
+
+/// Code-like bytes that zstd compresses about 3:1.
+fn kernel_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let vocab: Vec<u32> = (0..64).map(|_| next() as u32).collect();
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        let r = next();
+        out.extend_from_slice(&vocab[(r % 64) as usize].to_le_bytes());
+        if r & 0x300 == 0 {
+            out.extend_from_slice(&((r >> 32) as u32).to_le_bytes());
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn best_of<F: FnMut() -> Duration>(runs: usize, mut f: F) -> Duration {
+    (0..runs).map(|_| f()).min().expect("at least one run")
+}
+
+fn hipk_metadata(kernel_name: &str, pattern: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    rmp::encode::write_map_len(&mut b, 2).unwrap();
+    rmp::encode::write_str(&mut b, "kpack_search_paths").unwrap();
+    rmp::encode::write_array_len(&mut b, 1).unwrap();
+    rmp::encode::write_str(&mut b, pattern).unwrap();
+    rmp::encode::write_str(&mut b, "kernel_name").unwrap();
+    rmp::encode::write_str(&mut b, kernel_name).unwrap();
+    b
+}
+
+/// One load through the C entry point; returns the code object's size.
+fn c_load(cache: ffi::kpack_cache_t, meta: &[u8], binary: &CString, co: u32, arches: &[*const c_char]) -> usize {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    let mut size = 0usize;
+    let rc = unsafe {
+        ffi::kpack_load_code_object(cache, meta.as_ptr().cast(), binary.as_ptr(), co, arches.as_ptr(), arches.len(), &mut out, &mut size)
+    };
+    assert_eq!(rc, 0, "load failed");
+    unsafe { ffi::kpack_free_code_object(out) };
+    size
+}
+
+fn c_get(archive: ffi::kpack_archive_t, key: &CString, arch: &CString) -> usize {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    let mut size = 0usize;
+    let rc = unsafe { ffi::kpack_get_kernel(archive, key.as_ptr(), arch.as_ptr(), &mut out, &mut size) };
+    assert_eq!(rc, 0, "get failed");
+    unsafe { ffi::kpack_free_kernel(out) };
+    size
+}
+
+struct Row {
+    name: String,
+    value: String,
+    ratio: Option<(f64, &'static str, &'static str)>,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (objects, size, runs, iterations) = if quick { (8, 200_000, 2, 20) } else { (64, 200_000, 5, 200) };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefix = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(prefix.join("lib")).unwrap();
+    std::fs::create_dir_all(prefix.join(".kpack")).unwrap();
+    let archive_path = prefix.join(".kpack/bench_gfx942.kpack");
+    let mut w = ArchiveWriter::new("bench", "gfx942", vec!["gfx942".into()], Compression::Zstd { level: 3 }).unwrap();
+    let keys: Vec<String> = (0..objects).map(|i| format!("lib/libbench.so#{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        w.add_kernel(k, "gfx942", kernel_bytes(i as u64, size)).unwrap();
+    }
+    w.write(&archive_path, &|_| {}).unwrap();
+    let meta = hipk_metadata("lib/libbench.so", "../.kpack/bench_@GFXARCH@.kpack");
+    let binary = CString::new(prefix.join("lib/libbench.so").to_str().unwrap()).unwrap();
+    let isa = CString::new("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-").unwrap();
+    let generic = CString::new("amdgcn-amd-amdhsa--gfx9-4-generic:sramecc+:xnack-").unwrap();
+    let arches = [isa.as_ptr(), generic.as_ptr()];
+    let archive = Archive::open(&archive_path).unwrap();
+    let mut rows = Vec::new();
+
+    // Decode-only baseline: the same code object fetched straight from an open archive.
+    let decode = median(
+        (0..iterations)
+            .map(|i| {
+                let t = Instant::now();
+                black_box(archive.get_kernel(&keys[i % objects], "gfx942").unwrap());
+                t.elapsed()
+            })
+            .collect(),
+    );
+    rows.push(Row { name: format!("Archive::get_kernel, {} KB object", size / 1000), value: format!("{:.1} us", decode.as_secs_f64() * 1e6), ratio: None });
+
+    // First load on a fresh cache: creating it, resolving, opening the archive, decoding.
+    let first = median(
+        (0..iterations.min(50))
+            .map(|i| {
+                let t = Instant::now();
+                let mut cache: ffi::kpack_cache_t = std::ptr::null_mut();
+                assert_eq!(unsafe { ffi::kpack_cache_create(&mut cache) }, 0);
+                black_box(c_load(cache, &meta, &binary, (i % objects) as u32, &arches));
+                unsafe { ffi::kpack_cache_destroy(cache) };
+                t.elapsed()
+            })
+            .collect(),
+    );
+    rows.push(Row {
+        name: "kpack_load_code_object, fresh cache".into(),
+        value: format!("{:.1} us", first.as_secs_f64() * 1e6),
+        ratio: Some((first.as_secs_f64() / decode.as_secs_f64(), "decode only", "")),
+    });
+
+    // Warm loads: the archive is cached; resolution is re-done on every call, as in the reference.
+    let mut cache: ffi::kpack_cache_t = std::ptr::null_mut();
+    assert_eq!(unsafe { ffi::kpack_cache_create(&mut cache) }, 0);
+    c_load(cache, &meta, &binary, 0, &arches);
+    let warm = median(
+        (0..iterations)
+            .map(|i| {
+                let t = Instant::now();
+                black_box(c_load(cache, &meta, &binary, (i % objects) as u32, &arches));
+                t.elapsed()
+            })
+            .collect(),
+    );
+    unsafe { ffi::kpack_cache_destroy(cache) };
+    rows.push(Row {
+        name: "kpack_load_code_object, warm cache".into(),
+        value: format!("{:.1} us", warm.as_secs_f64() * 1e6),
+        ratio: Some((warm.as_secs_f64() / decode.as_secs_f64(), "decode only", "(target: near 1)")),
+    });
+
+    // kpack_get_kernel through the C entry point against the Rust call, 1 and 2 threads.
+    let path_c = CString::new(archive_path.to_str().unwrap()).unwrap();
+    let mut handle: ffi::kpack_archive_t = std::ptr::null_mut();
+    assert_eq!(unsafe { ffi::kpack_open(path_c.as_ptr(), &mut handle) }, 0);
+    let c_keys: Vec<CString> = keys.iter().map(|k| CString::new(k.as_str()).unwrap()).collect();
+    let gfx942 = CString::new("gfx942").unwrap();
+    let total = (objects * size) as f64;
+    let rust_one = best_of(runs, || {
+        let t = Instant::now();
+        for k in &keys {
+            black_box(archive.get_kernel(k, "gfx942").unwrap());
+        }
+        t.elapsed()
+    });
+    let c_one = best_of(runs, || {
+        let t = Instant::now();
+        for k in &c_keys {
+            black_box(c_get(handle, k, &gfx942));
+        }
+        t.elapsed()
+    });
+    // Raw pointers are not Send; the handle is documented as shareable across threads.
+    let handle_addr = handle as usize;
+    let rust_two = best_of(runs, || {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in 0..2 {
+                let (archive, keys) = (&archive, &keys);
+                s.spawn(move || {
+                    for k in keys.iter().skip(part).step_by(2) {
+                        black_box(archive.get_kernel(k, "gfx942").unwrap());
+                    }
+                });
+            }
+        });
+        t.elapsed()
+    });
+    let c_two = best_of(runs, || {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in 0..2 {
+                let (keys, arch) = (&c_keys, &gfx942);
+                s.spawn(move || {
+                    for k in keys.iter().skip(part).step_by(2) {
+                        black_box(c_get(handle_addr as ffi::kpack_archive_t, k, arch));
+                    }
+                });
+            }
+        });
+        t.elapsed()
+    });
+    unsafe { ffi::kpack_close(handle) };
+    let rate = |d: Duration| total / d.as_secs_f64() / 1e6;
+    rows.push(Row { name: "Archive::get_kernel, 1 thread".into(), value: format!("{:.0} MB/s", rate(rust_one)), ratio: None });
+    rows.push(Row {
+        name: "kpack_get_kernel, 1 thread".into(),
+        value: format!("{:.0} MB/s", rate(c_one)),
+        ratio: Some((rate(c_one) / rate(rust_one), "Rust call", "(target >= 0.95)")),
+    });
+    rows.push(Row { name: "Archive::get_kernel, 2 threads".into(), value: format!("{:.0} MB/s", rate(rust_two)), ratio: None });
+    rows.push(Row {
+        name: "kpack_get_kernel, 2 threads".into(),
+        value: format!("{:.0} MB/s", rate(c_two)),
+        ratio: Some((rate(c_two) / rate(rust_two), "Rust call", "(target >= 0.95)")),
+    });
+
+    println!("kpack C ABI benchmark{}", if quick { " (quick smoke run)" } else { "" });
+    println!("{:<44} {:>12} {:>9}  against", "measurement", "value", "ratio");
+    for r in rows {
+        match r.ratio {
+            Some((ratio, against, target)) => println!("{:<44} {:>12} {:>8.2}x  {against} {target}", r.name, r.value, ratio),
+            None => println!("{:<44} {:>12} {:>9}  baseline", r.name, r.value, "1.00x"),
+        }
+    }
+}

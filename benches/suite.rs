@@ -1,0 +1,479 @@
+//! The benchmark suite: kpack-fuse against the tools people would use instead, on the same files,
+//! in one run, printing ratios against baselines measured in that run.
+//!
+//! For each data set (real rocRAND code objects when `bench/fetch-rocrand.sh` has fetched them,
+//! and a synthetic set): archive sizes (kpack zstd-3/19, squashfs zstd-3/19, tar.zst), pack time
+//! with 1 and 2 threads, reading every file cold and warm through `kpack-fuse mount`,
+//! `squashfuse_ll` and local disk, the direct API and plain zstd decoding as the ceiling, random
+//! 4 KiB reads, daemon peak RSS, and mount/open time for 100,000 entries.
+//!
+//! Run as root (it mounts and drops the page cache):
+//!   cargo bench --bench suite                 # full run: >= 1 GiB synthetic set, minutes
+//!   cargo bench --bench suite -- --quick      # smoke run for CI: small sets, seconds
+//! Options: --synthetic-mib N, --keep (leave the work directory), --no-rocrand.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rocm_kpack::Archive;
+
+struct Opts {
+    quick: bool,
+    synthetic_mib: u64,
+    rocrand: bool,
+    keep: bool,
+}
+
+fn opts() -> Opts {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
+    Opts {
+        quick,
+        synthetic_mib: value("--synthetic-mib").unwrap_or(if quick { 48 } else { 1100 }),
+        rocrand: !args.iter().any(|a| a == "--no-rocrand"),
+        keep: args.iter().any(|a| a == "--keep"),
+    }
+}
+
+/// One printed line: a measurement, and optionally its ratio against a baseline.
+struct Line {
+    what: String,
+    value: String,
+    ratio: Option<(f64, String)>,
+}
+
+struct Report {
+    lines: Vec<Line>,
+}
+
+impl Report {
+    fn section(&mut self, title: &str) {
+        self.lines.push(Line { what: format!("== {title}"), value: String::new(), ratio: None });
+    }
+    fn value(&mut self, what: impl Into<String>, value: impl Into<String>) {
+        self.lines.push(Line { what: what.into(), value: value.into(), ratio: None });
+    }
+    fn ratio(&mut self, what: impl Into<String>, value: impl Into<String>, ratio: f64, against: impl Into<String>) {
+        self.lines.push(Line { what: what.into(), value: value.into(), ratio: Some((ratio, against.into())) });
+    }
+    fn print(&self) {
+        for l in &self.lines {
+            match &l.ratio {
+                _ if l.value.is_empty() => println!("{}", l.what),
+                Some((r, against)) => println!("  {:<52} {:>14} {:>8.2}x  vs {}", l.what, l.value, r, against),
+                None => println!("  {:<52} {:>14}", l.what, l.value),
+            }
+        }
+    }
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kpack-fuse"))
+}
+
+fn run(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().expect("spawn");
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    t.elapsed()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn drop_caches() {
+    unsafe { libc::sync() };
+    if fs::write("/proc/sys/vm/drop_caches", "3").is_err() {
+        eprintln!("warning: cannot drop the page cache (not root?): cold numbers are warm");
+    }
+}
+
+fn mb_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e6
+}
+
+/// Every regular file under `root`, relative, sorted.
+fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file() {
+                out.push(e.path().strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Reads every file whole with `readers` threads; returns (bytes, time).
+fn read_all(root: &Path, files: &[PathBuf], readers: usize) -> (u64, Duration) {
+    let t = Instant::now();
+    let total: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..readers)
+            .map(|r| {
+                s.spawn(move || {
+                    files.iter().skip(r).step_by(readers).map(|f| fs::read(root.join(f)).unwrap().len() as u64).sum::<u64>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    (total, t.elapsed())
+}
+
+/// `count` random 4 KiB preads across all files, 2 threads; returns operations per second.
+fn random_reads(root: &Path, files: &[PathBuf], sizes: &[u64], count: usize) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for r in 0..2u64 {
+            s.spawn(move || {
+                let mut x = 0x1234_5678_9abc_def0u64 ^ r;
+                let mut buf = vec![0u8; 4096];
+                let handles: Vec<fs::File> = files.iter().map(|f| fs::File::open(root.join(f)).unwrap()).collect();
+                for _ in 0..count / 2 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = (x % files.len() as u64) as usize;
+                    let off = if sizes[i] > 4096 { (x >> 20) % (sizes[i] - 4096) } else { 0 };
+                    handles[i].read_at(&mut buf, off).unwrap();
+                }
+            });
+        }
+    });
+    count as f64 / t.elapsed().as_secs_f64()
+}
+
+fn mounted(mnt: &Path) -> bool {
+    let want = fs::canonicalize(mnt).unwrap_or(mnt.to_path_buf());
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|p| Path::new(p) == want))
+}
+
+/// A FUSE daemon started in the foreground for the duration of a measurement.
+struct Daemon {
+    child: Child,
+    mnt: PathBuf,
+    mount_time: Duration,
+}
+
+impl Daemon {
+    fn start(mut cmd: Command, mnt: &Path) -> Daemon {
+        fs::create_dir_all(mnt).unwrap();
+        let t = Instant::now();
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn daemon");
+        let mut d = Daemon { child, mnt: mnt.to_path_buf(), mount_time: Duration::ZERO };
+        while !mounted(mnt) {
+            if t.elapsed() > Duration::from_secs(60) {
+                panic!("{cmd:?} did not mount within 60 s");
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("{cmd:?} exited with {status} before mounting");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        d.mount_time = t.elapsed();
+        d
+    }
+
+    /// Peak resident memory of the daemon so far, in bytes.
+    fn peak_rss(&self) -> u64 {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kpack_mount(archive: &Path, mnt: &Path, cache: &str) -> Daemon {
+    let mut cmd = Command::new(bin());
+    cmd.arg("mount").arg(archive).arg(mnt).arg("-f").arg("--cache-size").arg(cache);
+    Daemon::start(cmd, mnt)
+}
+
+fn squash_mount(image: &Path, mnt: &Path) -> Daemon {
+    let mut cmd = Command::new("squashfuse_ll");
+    cmd.arg("-f").arg(image).arg(mnt);
+    Daemon::start(cmd, mnt)
+}
+
+/// The plain-zstd ceiling: every frame of the archive, already in memory, decoded by 2 threads.
+fn zstd_ceiling(archive: &Archive) -> (u64, Duration) {
+    use std::os::unix::fs::FileExt;
+    let file = fs::File::open(archive.path()).unwrap();
+    let frames: Vec<(Vec<u8>, usize)> = archive
+        .entries()
+        .map(|(k, e)| {
+            let r = archive.locate(k, &e.arch).unwrap();
+            let mut f = vec![0u8; r.stored.size as usize];
+            file.read_exact_at(&mut f, r.stored.offset).unwrap();
+            (f, r.size as usize)
+        })
+        .collect();
+    let frames = &frames;
+    let t = Instant::now();
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                s.spawn(move || {
+                    let mut dctx = zstd::zstd_safe::DCtx::create();
+                    let mut out = Vec::new();
+                    let mut n = 0u64;
+                    for (f, size) in frames.iter().skip(r).step_by(2) {
+                        out.resize(*size, 0);
+                        n += dctx.decompress(&mut out[..], f).unwrap() as u64;
+                    }
+                    n
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    (total, t.elapsed())
+}
+
+/// The direct API: open, then every kernel by get_kernel, 2 threads.
+fn direct_api(path: &Path) -> (u64, Duration) {
+    let t = Instant::now();
+    let archive = Archive::open(path).unwrap();
+    let entries: Vec<(String, String)> = archive.entries().map(|(k, e)| (k.to_owned(), e.arch.clone())).collect();
+    let (archive, entries) = (&archive, &entries);
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| s.spawn(move || entries.iter().skip(r).step_by(2).map(|(k, a)| archive.get_kernel(k, a).unwrap().len() as u64).sum::<u64>()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    (total, t.elapsed())
+}
+
+/// Code-like synthetic kernels: a vocabulary of 4-byte words with random operands (about 2:1
+/// with zstd, like real code objects), sizes spread from 20 KB to 15 MB.
+fn write_synthetic(tree: &Path, total_mib: u64) {
+    let mut x = 0x0123_4567_89ab_cdefu64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let arches = ["gfx90a:xnack-", "gfx942", "gfx1100", "gfx1201"];
+    let mut written = 0u64;
+    let mut i = 0;
+    while written < total_mib << 20 {
+        // Mostly small and medium files, some large ones, as in real libraries.
+        let size = match next() % 10 {
+            0 => 4_000_000 + next() % 11_000_000,
+            1..=3 => 500_000 + next() % 3_500_000,
+            _ => 20_000 + next() % 480_000,
+        } as usize;
+        let vocab: Vec<u32> = (0..128).map(|_| next() as u32).collect();
+        let mut data = Vec::with_capacity(size + 8);
+        while data.len() < size {
+            let r = next();
+            data.extend_from_slice(&vocab[(r % 128) as usize].to_le_bytes());
+            if r & 0x300 == 0 {
+                data.extend_from_slice(&((r >> 32) as u32).to_le_bytes());
+            }
+        }
+        data.truncate(size);
+        let dir = tree.join(format!("lib/libsynth{}.so#{}", i / arches.len(), 0));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(format!("{}.hsaco", arches[i % arches.len()])), &data).unwrap();
+        written += size as u64;
+        i += 1;
+    }
+}
+
+fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts) {
+    let files = files_under(tree);
+    let sizes: Vec<u64> = files.iter().map(|f| fs::metadata(tree.join(f)).unwrap().len()).collect();
+    let total: u64 = sizes.iter().sum();
+    report.section(&format!("{name}: {} files, {:.1} MB", files.len(), total as f64 / 1e6));
+
+    // Sizes and pack time.
+    let k3 = work.join(format!("{name}-3.kpack"));
+    let k19 = work.join(format!("{name}-19.kpack"));
+    let pack = |out: &Path, level: &str, threads: &str| {
+        run(Command::new(bin()).arg("pack").arg(tree).arg("-o").arg(out).args(["--level", level, "--threads", threads]))
+    };
+    let p1 = pack(&k3, "3", "1");
+    let p2 = pack(&k3, "3", "2");
+    report.ratio("pack zstd-3, 2 threads", format!("{:.0} MB/s", mb_s(total, p2)), p1.as_secs_f64() / p2.as_secs_f64(), "1 thread");
+    pack(&k19, "19", "2");
+    let size = |p: &Path| fs::metadata(p).unwrap().len();
+    let squash = have("mksquashfs") && have("squashfuse_ll");
+    let (s3, s19) = (work.join(format!("{name}-3.sqfs")), work.join(format!("{name}-19.sqfs")));
+    if squash {
+        for (img, level) in [(&s3, "3"), (&s19, "19")] {
+            run(Command::new("mksquashfs").arg(tree).arg(img).args(["-noappend", "-quiet", "-comp", "zstd", "-Xcompression-level", level]));
+        }
+        report.ratio("archive: kpack zstd-3", format!("{} B", size(&k3)), size(&k3) as f64 / size(&s3) as f64, "squashfs zstd-3");
+        report.ratio("archive: kpack zstd-19", format!("{} B", size(&k19)), size(&k19) as f64 / size(&s19) as f64, "squashfs zstd-19");
+    } else {
+        eprintln!("warning: mksquashfs/squashfuse_ll missing (scripts/setup-deps.sh installs them)");
+    }
+    let tarball = work.join(format!("{name}.tar.zst"));
+    run(Command::new("tar").arg("--zstd").arg("-cf").arg(&tarball).arg("-C").arg(tree).arg("."));
+    report.ratio("archive: kpack zstd-3", format!("{} B", size(&k3)), size(&k3) as f64 / size(&tarball) as f64, "tar --zstd");
+
+    // Baselines.
+    let archive = Archive::open(&k3).unwrap();
+    let (zb, zt) = zstd_ceiling(&archive);
+    let ceiling = mb_s(zb, zt);
+    report.value("plain zstd decode of the frames, 2 threads", format!("{ceiling:.0} MB/s"));
+    drop_caches();
+    let (db, dt) = direct_api(&k3);
+    let direct_cold = mb_s(db, dt);
+    report.ratio("direct API cold, 2 threads", format!("{direct_cold:.0} MB/s"), direct_cold / ceiling, "plain zstd");
+    drop_caches();
+    let (nb, nt) = read_all(tree, &files, 2);
+    let native_cold = mb_s(nb, nt);
+    let (nb, nt) = read_all(tree, &files, 2);
+    let native_warm = mb_s(nb, nt);
+    report.value("local disk cold, 2 readers", format!("{native_cold:.0} MB/s"));
+    report.value("local disk warm, 2 readers", format!("{native_warm:.0} MB/s"));
+
+    // Through kpack-fuse.
+    let mnt = work.join("mnt");
+    let (kp_cold, kp_warm, kp_rand, kp_rss) = {
+        drop_caches();
+        let d = kpack_mount(&k3, &mnt, "256M");
+        let (b, t) = read_all(&mnt, &files, 2);
+        assert_eq!(b, total);
+        let cold = mb_s(b, t);
+        let (b, t) = read_all(&mnt, &files, 2);
+        let warm = mb_s(b, t);
+        let rss = d.peak_rss();
+        drop(d);
+        drop_caches();
+        let d = kpack_mount(&k3, &mnt, "256M");
+        let rand = random_reads(&mnt, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
+        (cold, warm, rand, rss.max(d.peak_rss()))
+    };
+    report.ratio("kpack-fuse cold, 2 readers", format!("{kp_cold:.0} MB/s"), kp_cold / direct_cold, "direct API cold (target >= 0.85)");
+    report.ratio("kpack-fuse warm, 2 readers", format!("{kp_warm:.0} MB/s"), kp_warm / native_warm, "local disk warm (target >= 0.9)");
+    report.value("kpack-fuse daemon peak RSS (cache 256 MiB)", format!("{:.0} MiB", kp_rss as f64 / 1048576.0));
+    drop_caches();
+    let native_rand = random_reads(tree, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
+    report.ratio("random 4 KiB reads, kpack-fuse (cold mount)", format!("{kp_rand:.0} op/s"), kp_rand / native_rand, "local disk cold");
+
+    if squash {
+        drop_caches();
+        let d = squash_mount(&s3, &mnt);
+        let (b, t) = read_all(&mnt, &files, 2);
+        assert_eq!(b, total);
+        let sq_cold = mb_s(b, t);
+        let (b, t) = read_all(&mnt, &files, 2);
+        let sq_warm = mb_s(b, t);
+        let rss = d.peak_rss();
+        drop(d);
+        drop_caches();
+        let d = squash_mount(&s3, &mnt);
+        let sq_rand = random_reads(&mnt, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
+        drop(d);
+        report.ratio("squashfuse_ll cold, 2 readers", format!("{sq_cold:.0} MB/s"), kp_cold / sq_cold, "kpack-fuse cold is this much faster (target >= 2)");
+        report.ratio("squashfuse_ll warm, 2 readers", format!("{sq_warm:.0} MB/s"), kp_warm / sq_warm, "kpack-fuse warm is this much faster");
+        report.ratio("random 4 KiB reads, squashfuse_ll", format!("{sq_rand:.0} op/s"), kp_rand / sq_rand, "kpack-fuse is this much faster");
+        report.value("squashfuse_ll peak RSS", format!("{:.0} MiB", rss as f64 / 1048576.0));
+    }
+}
+
+fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
+    report.section(&format!("{entries} entries of 1 KiB"));
+    let tree = work.join("many");
+    for e in 0..entries {
+        let dir = tree.join(format!("lib/d{}/libk{e}.so#0", e % 100));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("gfx942.hsaco"), vec![(e % 251) as u8; 1024]).unwrap();
+    }
+    let archive = work.join("many.kpack");
+    run(Command::new(bin()).arg("pack").arg(&tree).arg("-o").arg(&archive));
+    let _ = fs::read(&archive);
+    let open = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(Archive::open(&archive).unwrap());
+            t.elapsed()
+        })
+        .min()
+        .unwrap();
+    report.value("Archive::open (page cache warm)", format!("{:.1} ms", open.as_secs_f64() * 1e3));
+    let mnt = work.join("mnt");
+    let d = kpack_mount(&archive, &mnt, "64M");
+    report.ratio("kpack-fuse mount until live", format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3), d.mount_time.as_secs_f64() / open.as_secs_f64(), "Archive::open");
+    drop(d);
+    if have("mksquashfs") && have("squashfuse_ll") {
+        let img = work.join("many.sqfs");
+        run(Command::new("mksquashfs").arg(&tree).arg(&img).args(["-noappend", "-quiet", "-comp", "zstd"]));
+        let _ = fs::read(&img);
+        let d = squash_mount(&img, &mnt);
+        report.value("squashfuse_ll mount until live", format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3));
+    }
+}
+
+fn main() {
+    let o = opts();
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-work");
+    let _ = fs::remove_dir_all(&base);
+    fs::create_dir_all(&base).unwrap();
+    let mut report = Report { lines: Vec::new() };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("kpack-fuse benchmark suite{} on {cpus} CPUs, kernel {}", if o.quick { " (quick)" } else { "" },
+        fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
+
+    let rocrand = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/data/librocrand.so.1.1");
+    if o.rocrand && rocrand.exists() {
+        let out = base.join("rocrand-import");
+        run(Command::new(bin()).arg("pack").arg("--from-fatbin").arg(&rocrand).arg("--single").arg("-o").arg(&out));
+        let single = fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "kpack")).expect("import wrote an archive");
+        let tree = base.join("rocrand-tree");
+        run(Command::new(bin()).arg("extract").arg(&single).arg(&tree));
+        bench_set(&mut report, "rocrand", &tree, &base, &o);
+    } else if o.rocrand {
+        eprintln!("note: {} not found; run bench/fetch-rocrand.sh for the rocRAND set", rocrand.display());
+    }
+    let tree = base.join("synthetic-tree");
+    write_synthetic(&tree, o.synthetic_mib);
+    bench_set(&mut report, "synthetic", &tree, &base, &o);
+    bench_many_entries(&mut report, &base, if o.quick { 5_000 } else { 100_000 });
+
+    report.print();
+    if !o.keep {
+        let _ = fs::remove_dir_all(&base);
+    }
+}

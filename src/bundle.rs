@@ -1,0 +1,349 @@
+//! Clang offload bundles, as found in the `.hip_fatbin` section of ROCm host binaries.
+//!
+//! A section holds one bundle per translation unit, one after another (usually with alignment
+//! padding between them). Each bundle is either uncompressed (`__CLANG_OFFLOAD_BUNDLE__`: a table
+//! of entries, each an offset/size into the bundle plus a target triple) or a `CCOB` compressed
+//! bundle (a small header and a zstd frame that decodes to one uncompressed bundle). Byte layouts
+//! are in `docs/import.md`.
+//!
+//! Everything here is a pure function over bytes: no I/O, no panics on any input. Every length is
+//! checked against the bytes present before it is used, and decompression output is bounded by
+//! the size the header declares (itself capped by [`MAX_DECOMPRESSED`]) and grows only as real
+//! output is produced, so a hostile header cannot make us allocate what it merely claims.
+//!
+//! The module also builds uncompressed and CCOB bundles, so tests and benchmarks can generate
+//! fat binaries in the real format.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Read;
+
+/// The first bytes of an uncompressed bundle.
+pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
+/// The first bytes of a compressed bundle.
+pub const CCOB_MAGIC: &[u8; 4] = b"CCOB";
+/// The CCOB compression method we read: zstd. (Method 0 is zlib, which ROCm does not use for
+/// device code.)
+pub const CCOB_METHOD_ZSTD: u16 = 1;
+/// Header lengths of CCOB versions 2 and 3.
+pub const CCOB_V2_HEADER: usize = 24;
+pub const CCOB_V3_HEADER: usize = 32;
+/// The largest decompressed bundle we accept. Real per-TU bundles are tens of megabytes; this cap
+/// only exists so that a corrupt size field cannot ask for more.
+pub const MAX_DECOMPRESSED: u64 = 4 << 30;
+/// Triples are short (`hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`); a longer one is corrupt.
+pub const MAX_TRIPLE_LEN: u64 = 1024;
+
+/// Bytes of an uncompressed bundle header: magic plus entry count.
+const BUNDLE_HEADER: usize = 24 + 8;
+/// Smallest entry record: offset, size and triple length (an empty triple).
+const MIN_ENTRY: usize = 24;
+
+/// Why a `.hip_fatbin` section could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleError {
+    /// Byte offset in the parsed input where the problem is.
+    pub offset: u64,
+    pub reason: String,
+}
+
+impl BundleError {
+    fn new(offset: usize, reason: impl Into<String>) -> BundleError {
+        BundleError { offset: offset as u64, reason: reason.into() }
+    }
+
+    /// The same error, with `base` added to the offset (for errors inside a nested buffer).
+    fn shifted(self, base: usize, context: &str) -> BundleError {
+        BundleError { offset: self.offset + base as u64, reason: format!("{context}: {}", self.reason) }
+    }
+}
+
+impl fmt::Display for BundleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad offload bundle at byte {}: {}", self.offset, self.reason)
+    }
+}
+
+impl std::error::Error for BundleError {}
+
+/// How a bundle is stored in the section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Uncompressed,
+    /// `CCOB` with this format version (2 or 3).
+    Compressed { version: u16 },
+}
+
+/// One device code object of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The full bundler triple, e.g. `hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-`.
+    pub triple: String,
+    /// The target ID: the triple's text after its last `--`, e.g. `gfx90a:xnack-`.
+    pub arch: String,
+    /// Offset of the code object from the start of its (decompressed) bundle.
+    pub offset: u64,
+    /// The code object. Borrowed from the section for uncompressed bundles.
+    pub data: Cow<'a, [u8]>,
+}
+
+/// One bundle (one translation unit) of a `.hip_fatbin` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle<'a> {
+    /// Where the bundle starts in the section.
+    pub offset: u64,
+    /// How many section bytes it occupies.
+    pub len: u64,
+    pub layout: Layout,
+    /// Device entries in table order; host entries are left out.
+    pub entries: Vec<Entry<'a>>,
+}
+
+/// Whether a bundler triple names the host part (which carries no device code).
+pub fn is_host_triple(triple: &str) -> bool {
+    triple.starts_with("host-")
+}
+
+/// The target ID of a device triple: the text after the last `--`, if that is non-empty.
+pub fn arch_of_triple(triple: &str) -> Option<&str> {
+    let (_, arch) = triple.rsplit_once("--")?;
+    (!arch.is_empty()).then_some(arch)
+}
+
+/// Reads every bundle of a `.hip_fatbin` section, in order.
+///
+/// Scanning starts at byte 0; after each bundle it resumes right after the bundle's last byte
+/// and looks for the next magic of either kind (what lies between is padding). A section with no
+/// magic at all (for example one zeroed by a kpack split) has no bundles.
+pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
+    let mut bundles = Vec::new();
+    let mut pos = 0usize;
+    while let Some(start) = find_next_magic(section, pos) {
+        let rest = &section[start..];
+        let bundle = if rest.starts_with(BUNDLE_MAGIC) {
+            let (entries, len) = parse_uncompressed(rest).map_err(|e| e.shifted(start, "uncompressed bundle"))?;
+            Bundle { offset: start as u64, len: len as u64, layout: Layout::Uncompressed, entries }
+        } else {
+            let ccob = decompress_ccob(rest).map_err(|e| e.shifted(start, "CCOB bundle"))?;
+            let (entries, _) = parse_uncompressed(&ccob.bundle)
+                .map_err(|e| e.shifted(start, "inside decompressed CCOB bundle (offset relative to its start)"))?;
+            let entries = entries.into_iter().map(into_owned).collect();
+            Bundle {
+                offset: start as u64,
+                len: ccob.total_size as u64,
+                layout: Layout::Compressed { version: ccob.version },
+                entries,
+            }
+        };
+        // Both parsers guarantee len >= their header size, so the scan always moves forward.
+        pos = start + bundle.len as usize;
+        bundles.push(bundle);
+    }
+    Ok(bundles)
+}
+
+fn into_owned(e: Entry<'_>) -> Entry<'static> {
+    Entry { triple: e.triple, arch: e.arch, offset: e.offset, data: Cow::Owned(e.data.into_owned()) }
+}
+
+/// The first position at or after `from` where either magic starts.
+fn find_next_magic(data: &[u8], from: usize) -> Option<usize> {
+    let hay = data.get(from..)?;
+    hay.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'_' || **b == b'C')
+        .map(|(i, _)| i)
+        .find(|&i| hay[i..].starts_with(BUNDLE_MAGIC) || hay[i..].starts_with(CCOB_MAGIC))
+        .map(|i| from + i)
+}
+
+fn read_u64(data: &[u8], at: usize) -> Result<u64, BundleError> {
+    data.get(at..at.saturating_add(8))
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 8 bytes at {at}, only {} present", data.len())))
+}
+
+fn read_u32(data: &[u8], at: usize) -> Result<u32, BundleError> {
+    data.get(at..at.saturating_add(4))
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 4 bytes at {at}, only {} present", data.len())))
+}
+
+fn read_u16(data: &[u8], at: usize) -> Result<u16, BundleError> {
+    data.get(at..at.saturating_add(2))
+        .map(|b| u16::from_le_bytes(b.try_into().expect("2 bytes")))
+        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 2 bytes at {at}, only {} present", data.len())))
+}
+
+/// Parses the uncompressed bundle at the start of `data` (which may continue past the bundle).
+/// Returns its device entries and its length: the end of the furthest entry or of the entry
+/// table, whichever is later.
+pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), BundleError> {
+    if !data.starts_with(BUNDLE_MAGIC) {
+        return Err(BundleError::new(0, "missing __CLANG_OFFLOAD_BUNDLE__ magic"));
+    }
+    let count = read_u64(data, 24)?;
+    // Each record takes at least MIN_ENTRY bytes, which bounds the count by the input before we
+    // reserve anything for it.
+    let room = (data.len() - BUNDLE_HEADER.min(data.len())) / MIN_ENTRY;
+    if count > room as u64 {
+        return Err(BundleError::new(24, format!("entry count {count} cannot fit in the {} bytes present", data.len())));
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    let mut at = BUNDLE_HEADER;
+    let mut end = 0usize;
+    for n in 0..count {
+        let offset = read_u64(data, at)?;
+        let size = read_u64(data, at + 8)?;
+        let triple_len = read_u64(data, at + 16)?;
+        if triple_len > MAX_TRIPLE_LEN {
+            return Err(BundleError::new(at + 16, format!("entry {n}: triple length {triple_len} is implausible")));
+        }
+        let triple_at = at + 24;
+        let triple = data
+            .get(triple_at..triple_at + triple_len as usize)
+            .ok_or_else(|| BundleError::new(triple_at, format!("entry {n}: triple runs past the end of the input")))?;
+        let triple = std::str::from_utf8(triple)
+            .map_err(|_| BundleError::new(triple_at, format!("entry {n}: triple is not UTF-8")))?;
+        let code_end = offset
+            .checked_add(size)
+            .filter(|e| *e <= data.len() as u64)
+            .ok_or_else(|| {
+                BundleError::new(at, format!("entry {n} ({triple}): bytes {offset}+{size} run past the {} bytes present", data.len()))
+            })?;
+        at = triple_at + triple_len as usize;
+        end = end.max(code_end as usize);
+        if is_host_triple(triple) {
+            continue;
+        }
+        let arch = arch_of_triple(triple)
+            .ok_or_else(|| BundleError::new(triple_at, format!("entry {n}: triple {triple:?} has no target ID after \"--\"")))?;
+        entries.push(Entry {
+            triple: triple.to_owned(),
+            arch: arch.to_owned(),
+            offset,
+            data: Cow::Borrowed(&data[offset as usize..code_end as usize]),
+        });
+    }
+    Ok((entries, end.max(at)))
+}
+
+/// A decompressed CCOB bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decompressed {
+    pub version: u16,
+    /// Bytes the compressed bundle occupies (header plus payload), from its header.
+    pub total_size: usize,
+    /// The uncompressed bundle it wraps.
+    pub bundle: Vec<u8>,
+}
+
+/// Decompresses the CCOB bundle at the start of `data` (which may continue past it).
+pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
+    if !data.starts_with(CCOB_MAGIC) {
+        return Err(BundleError::new(0, "missing CCOB magic"));
+    }
+    let version = read_u16(data, 4)?;
+    let method = read_u16(data, 6)?;
+    let (header, total, declared) = match version {
+        2 => (CCOB_V2_HEADER, u64::from(read_u32(data, 8)?), u64::from(read_u32(data, 12)?)),
+        3 => (CCOB_V3_HEADER, read_u64(data, 8)?, read_u64(data, 16)?),
+        v => return Err(BundleError::new(4, format!("unsupported CCOB version {v} (2 and 3 are known)"))),
+    };
+    if header > data.len() {
+        return Err(BundleError::new(0, format!("truncated: the v{version} header needs {header} bytes, {} present", data.len())));
+    }
+    if method != CCOB_METHOD_ZSTD {
+        return Err(BundleError::new(6, format!("unsupported compression method {method} (only 1 = zstd is read)")));
+    }
+    if total < header as u64 || total > data.len() as u64 {
+        return Err(BundleError::new(
+            8,
+            format!("total size {total} is not between the {header}-byte header and the {} bytes present", data.len()),
+        ));
+    }
+    if declared > MAX_DECOMPRESSED {
+        return Err(BundleError::new(if version == 2 { 12 } else { 16 }, format!("uncompressed size {declared} exceeds the {MAX_DECOMPRESSED}-byte limit")));
+    }
+    let payload = &data[header..total as usize];
+    let bundle = decode_bounded(payload, declared).map_err(|r| BundleError::new(header, r))?;
+    Ok(Decompressed { version, total_size: total as usize, bundle })
+}
+
+/// Decodes one zstd frame that must produce exactly `expected` bytes. The output buffer grows
+/// with the bytes actually produced (never to more than `expected + 1`), so a lying size field
+/// costs nothing.
+fn decode_bounded(payload: &[u8], expected: u64) -> Result<Vec<u8>, String> {
+    let decoder = zstd::stream::read::Decoder::with_buffer(payload)
+        .map_err(|e| format!("cannot start zstd decoder: {e}"))?
+        .single_frame();
+    let mut out = Vec::new();
+    decoder
+        .take(expected + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd payload does not decode: {e}"))?;
+    if out.len() as u64 != expected {
+        let got = if out.len() as u64 > expected { format!("more than {expected}") } else { out.len().to_string() };
+        return Err(format!("payload decodes to {got} bytes, the header says {expected}"));
+    }
+    Ok(out)
+}
+
+/// Builds an uncompressed bundle from `(triple, code object)` entries, in the given order. Code
+/// objects start at multiples of `align` (clang uses 4096); an entry with no bytes (the host
+/// entry) gets the next aligned offset and size 0, as clang writes it.
+pub fn build_uncompressed(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
+    let align = align.max(1);
+    let up = |n: usize| n.div_ceil(align) * align;
+    let table: usize = BUNDLE_HEADER + entries.iter().map(|(t, _)| 24 + t.len()).sum::<usize>();
+    let mut offsets = Vec::with_capacity(entries.len());
+    let mut next = up(table);
+    for (_, data) in entries {
+        offsets.push(next);
+        next = up(next + data.len());
+    }
+    let total = offsets.last().zip(entries.last()).map(|(o, (_, d))| o + d.len()).unwrap_or(table);
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(BUNDLE_MAGIC);
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for ((triple, data), off) in entries.iter().zip(&offsets) {
+        out.extend_from_slice(&(*off as u64).to_le_bytes());
+        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(triple.len() as u64).to_le_bytes());
+        out.extend_from_slice(triple.as_bytes());
+    }
+    for ((_, data), off) in entries.iter().zip(&offsets) {
+        out.resize(*off, 0);
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// Wraps an uncompressed bundle in a CCOB bundle of `version` 2 or 3 (zstd at `level`). The hash
+/// field, which clang fills for its own caching and readers do not check, is written as zero.
+pub fn build_ccob(version: u16, bundle: &[u8], level: i32) -> Result<Vec<u8>, String> {
+    let payload = zstd::bulk::compress(bundle, level).map_err(|e| format!("zstd: {e}"))?;
+    let mut out = Vec::with_capacity(CCOB_V3_HEADER + payload.len());
+    out.extend_from_slice(CCOB_MAGIC);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&CCOB_METHOD_ZSTD.to_le_bytes());
+    match version {
+        2 => {
+            let total = u32::try_from(CCOB_V2_HEADER + payload.len()).map_err(|_| "bundle too large for CCOB v2")?;
+            let size = u32::try_from(bundle.len()).map_err(|_| "bundle too large for CCOB v2")?;
+            out.extend_from_slice(&total.to_le_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+        }
+        3 => {
+            out.extend_from_slice(&((CCOB_V3_HEADER + payload.len()) as u64).to_le_bytes());
+            out.extend_from_slice(&(bundle.len() as u64).to_le_bytes());
+        }
+        v => return Err(format!("CCOB version {v} cannot be written (2 or 3)")),
+    }
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,482 @@
+//! The shared cache of decoded kernels: one per mount, used by every open file and every FUSE
+//! worker thread.
+//!
+//! * Bounded in bytes: entries are evicted least recently used first until the new one fits.
+//! * Single-flight: when several threads miss the same kernel at once, one of them decodes it
+//!   and the others wait for that result instead of decoding it again.
+//! * The map lock is only held to look up, insert or evict; never while decoding, so a slow
+//!   decode of one kernel does not hold up hits on others.
+//! * A kernel larger than the whole cache is handed to its callers but not kept; the caller
+//!   (an open file handle) holds it until it is released, so it is decoded once per handle and
+//!   not once per read.
+//!
+//! This module knows nothing about archives or FUSE: values come from a loader closure.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use lru::LruCache;
+
+/// Decoded kernel bytes, shared between the cache and the readers using them.
+pub type Bytes = Arc<Vec<u8>>;
+
+/// Identifies one stored kernel: which archive of the mount, and its ordinal in that archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub archive: u32,
+    pub ordinal: u32,
+}
+
+/// A snapshot of the counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups that did not find the kernel (including those that then waited for another
+    /// thread's decode of it).
+    pub misses: u64,
+    /// Loader calls, i.e. kernels actually decoded.
+    pub decodes: u64,
+    /// Bytes currently held by cached entries.
+    pub bytes_cached: u64,
+    /// Entries dropped to make room.
+    pub evictions: u64,
+    /// The byte bound.
+    pub capacity: u64,
+}
+
+impl CacheStats {
+    /// The `user.kpack.stats` text: one `name value` per line.
+    pub fn to_text(&self) -> String {
+        format!(
+            "hits {}\nmisses {}\ndecodes {}\nbytes_cached {}\nevictions {}\ncapacity {}\n",
+            self.hits, self.misses, self.decodes, self.bytes_cached, self.evictions, self.capacity
+        )
+    }
+}
+
+/// What a lookup produced.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub bytes: Bytes,
+    /// False when the kernel is larger than the cache and was therefore not kept: the caller
+    /// must hold on to `bytes` itself if it wants to avoid another decode.
+    pub cached: bool,
+}
+
+/// The state of one in-progress decode that other threads may wait on.
+enum FlightState<E> {
+    Running,
+    Done(Result<Fetched, E>),
+    /// The decoding thread unwound without a result (a panic); waiters retry.
+    Abandoned,
+}
+
+struct Flight<E> {
+    state: Mutex<FlightState<E>>,
+    done: Condvar,
+}
+
+struct Inner<E> {
+    lru: LruCache<KernelId, Bytes>,
+    bytes: u64,
+    flights: HashMap<KernelId, Arc<Flight<E>>>,
+}
+
+/// The byte-bounded, single-flight kernel cache. `E` is the loader's error, cloned to every
+/// waiter of a failed decode.
+pub struct KernelCache<E: Clone> {
+    inner: Mutex<Inner<E>>,
+    capacity: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    decodes: AtomicU64,
+    evictions: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the data inconsistent (every
+    // critical section is a few map operations), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Marks a flight abandoned and unregisters it if the decoding thread unwinds.
+struct FlightGuard<'a, E: Clone> {
+    cache: &'a KernelCache<E>,
+    id: KernelId,
+    flight: Arc<Flight<E>>,
+    finished: bool,
+}
+
+impl<E: Clone> Drop for FlightGuard<'_, E> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        lock(&self.cache.inner).flights.remove(&self.id);
+        *lock(&self.flight.state) = FlightState::Abandoned;
+        self.flight.done.notify_all();
+    }
+}
+
+impl<E: Clone> KernelCache<E> {
+    /// A cache holding at most `capacity` bytes of decoded kernels (0 keeps nothing).
+    pub fn new(capacity: u64) -> Self {
+        KernelCache {
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                flights: HashMap::new(),
+            }),
+            capacity,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            decodes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Returns the kernel `id`, decoding it with `load` when it is neither cached nor being
+    /// decoded by another thread. Concurrent callers for the same `id` share one `load` call
+    /// and its result (or its error).
+    pub fn get_or_load<F>(&self, id: KernelId, load: F) -> Result<Fetched, E>
+    where
+        F: FnOnce() -> Result<Vec<u8>, E>,
+    {
+        let mut load = Some(load);
+        loop {
+            let flight = {
+                let mut inner = lock(&self.inner);
+                if let Some(bytes) = inner.lru.get(&id) {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Fetched {
+                        bytes: bytes.clone(),
+                        cached: true,
+                    });
+                }
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                match inner.flights.get(&id) {
+                    Some(f) => Err(f.clone()),
+                    None => {
+                        let f = Arc::new(Flight {
+                            state: Mutex::new(FlightState::Running),
+                            done: Condvar::new(),
+                        });
+                        inner.flights.insert(id, f.clone());
+                        Ok(f)
+                    }
+                }
+            };
+            match flight {
+                // We lead: decode without any cache lock held.
+                Ok(flight) => {
+                    let load = load.take().expect("a caller leads at most one flight");
+                    return self.lead(id, flight, load);
+                }
+                // Someone else is decoding it: wait for their result.
+                Err(flight) => {
+                    let mut state = lock(&flight.state);
+                    while matches!(*state, FlightState::Running) {
+                        state = flight.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                    }
+                    match &*state {
+                        FlightState::Done(result) => return result.clone(),
+                        // The leader unwound: try again (we may lead this time).
+                        _ => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    fn lead<F>(&self, id: KernelId, flight: Arc<Flight<E>>, load: F) -> Result<Fetched, E>
+    where
+        F: FnOnce() -> Result<Vec<u8>, E>,
+    {
+        let mut guard = FlightGuard {
+            cache: self,
+            id,
+            flight,
+            finished: false,
+        };
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        let result = load().map(|data| {
+            let bytes = Arc::new(data);
+            let cached = self.insert(id, &bytes);
+            Fetched { bytes, cached }
+        });
+        // Publish: unregister first, so that a caller arriving after this point finds the
+        // entry in the LRU (or, if it was not kept, starts a new flight).
+        lock(&self.inner).flights.remove(&id);
+        *lock(&guard.flight.state) = FlightState::Done(result.clone());
+        guard.flight.done.notify_all();
+        guard.finished = true;
+        result
+    }
+
+    /// Inserts unless the kernel alone exceeds the bound; evicts least recently used entries
+    /// until it fits. Returns whether it was kept.
+    fn insert(&self, id: KernelId, bytes: &Bytes) -> bool {
+        let size = bytes.len() as u64;
+        if size > self.capacity {
+            return false;
+        }
+        let mut inner = lock(&self.inner);
+        while inner.bytes + size > self.capacity {
+            match inner.lru.pop_lru() {
+                Some((_, old)) => {
+                    inner.bytes -= old.len() as u64;
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                None => break,
+            }
+        }
+        if let Some(old) = inner.lru.put(id, bytes.clone()) {
+            inner.bytes -= old.len() as u64;
+        }
+        inner.bytes += size;
+        true
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let bytes_cached = lock(&self.inner).bytes;
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            decodes: self.decodes.load(Ordering::Relaxed),
+            bytes_cached,
+            evictions: self.evictions.load(Ordering::Relaxed),
+            capacity: self.capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::sync::atomic::AtomicUsize;
+    use std::thread;
+    use std::time::Duration;
+
+    fn id(ordinal: u32) -> KernelId {
+        KernelId {
+            archive: 0,
+            ordinal,
+        }
+    }
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn cache_is_send_and_sync() {
+        assert_send_sync::<KernelCache<String>>();
+    }
+
+    #[test]
+    fn hit_after_miss_and_exact_counters() {
+        let c: KernelCache<String> = KernelCache::new(100);
+        let a = c.get_or_load(id(1), || Ok(vec![7u8; 10])).unwrap();
+        assert!(a.cached);
+        assert_eq!(*a.bytes, vec![7u8; 10]);
+        let b = c
+            .get_or_load(id(1), || panic!("must not decode again"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a.bytes, &b.bytes));
+        assert_eq!(
+            c.stats(),
+            CacheStats {
+                hits: 1,
+                misses: 1,
+                decodes: 1,
+                bytes_cached: 10,
+                evictions: 0,
+                capacity: 100
+            }
+        );
+    }
+
+    #[test]
+    fn evicts_least_recently_used_to_stay_within_bytes() {
+        let c: KernelCache<String> = KernelCache::new(30);
+        for i in 0..3 {
+            c.get_or_load(id(i), || Ok(vec![i as u8; 10])).unwrap();
+        }
+        // Touch 0 so that 1 is now the least recently used.
+        c.get_or_load(id(0), || panic!("cached")).unwrap();
+        c.get_or_load(id(3), || Ok(vec![3; 10])).unwrap();
+        let s = c.stats();
+        assert_eq!((s.bytes_cached, s.evictions), (30, 1));
+        c.get_or_load(id(0), || panic!("0 must still be cached"))
+            .unwrap();
+        c.get_or_load(id(2), || panic!("2 must still be cached"))
+            .unwrap();
+        let reloaded = AtomicUsize::new(0);
+        c.get_or_load(id(1), || {
+            reloaded.fetch_add(1, Ordering::SeqCst);
+            Ok(vec![1; 10])
+        })
+        .unwrap();
+        assert_eq!(reloaded.load(Ordering::SeqCst), 1, "1 was the one evicted");
+        // Reloading 1 evicted 3, the least recently used at that point.
+        assert_eq!(c.stats().evictions, 2);
+        c.get_or_load(id(0), || panic!("0 must still be cached"))
+            .unwrap();
+        // One 25-byte entry needs all three 10-byte ones gone.
+        c.get_or_load(id(9), || Ok(vec![9; 25])).unwrap();
+        let s = c.stats();
+        assert_eq!(s.bytes_cached, 25);
+        assert_eq!(s.evictions, 2 + 3);
+    }
+
+    #[test]
+    fn oversized_kernels_are_returned_but_not_kept() {
+        let c: KernelCache<String> = KernelCache::new(8);
+        c.get_or_load(id(1), || Ok(vec![1; 8])).unwrap();
+        let big = c.get_or_load(id(2), || Ok(vec![2; 9])).unwrap();
+        assert!(!big.cached);
+        assert_eq!(big.bytes.len(), 9);
+        let s = c.stats();
+        assert_eq!((s.bytes_cached, s.evictions, s.decodes), (8, 0, 2));
+        // Not kept: the next lookup decodes again (the fs layer pins it per handle instead).
+        let again = c.get_or_load(id(2), || Ok(vec![2; 9])).unwrap();
+        assert!(!again.cached);
+        assert_eq!(c.stats().decodes, 3);
+    }
+
+    #[test]
+    fn errors_are_not_cached() {
+        let c: KernelCache<String> = KernelCache::new(100);
+        assert_eq!(
+            c.get_or_load(id(1), || Err("bad frame".to_owned()))
+                .unwrap_err(),
+            "bad frame"
+        );
+        assert_eq!(
+            *c.get_or_load(id(1), || Ok(vec![1])).unwrap().bytes,
+            vec![1]
+        );
+        assert_eq!(c.stats().decodes, 2);
+    }
+
+    #[test]
+    fn concurrent_misses_share_one_decode() {
+        const N: usize = 8;
+        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let decodes = Arc::new(AtomicUsize::new(0));
+        let start = Arc::new(Barrier::new(N));
+        let threads: Vec<_> = (0..N)
+            .map(|_| {
+                let (c, decodes, start) = (c.clone(), decodes.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    c.get_or_load(id(5), || {
+                        decodes.fetch_add(1, Ordering::SeqCst);
+                        // Slow enough that every other thread arrives while this runs.
+                        thread::sleep(Duration::from_millis(300));
+                        Ok(vec![0xab; 4096])
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(decodes.load(Ordering::SeqCst), 1);
+        for r in &results {
+            assert!(Arc::ptr_eq(&r.bytes, &results[0].bytes));
+        }
+        let s = c.stats();
+        assert_eq!((s.decodes, s.misses + s.hits), (1, N as u64));
+    }
+
+    #[test]
+    fn waiters_share_the_error_of_a_failed_decode() {
+        const N: usize = 4;
+        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let start = Arc::new(Barrier::new(N));
+        let threads: Vec<_> = (0..N)
+            .map(|_| {
+                let (c, start) = (c.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    c.get_or_load(id(5), || {
+                        thread::sleep(Duration::from_millis(300));
+                        Err("corrupt".to_owned())
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap_err(), "corrupt");
+        }
+        assert_eq!(c.stats().decodes, 1);
+    }
+
+    #[test]
+    fn a_slow_decode_does_not_block_hits_on_other_kernels() {
+        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        c.get_or_load(id(1), || Ok(vec![1; 16])).unwrap();
+        let entered = Arc::new(Barrier::new(2));
+        let release = Arc::new(Barrier::new(2));
+        let slow = {
+            let (c, entered, release) = (c.clone(), entered.clone(), release.clone());
+            thread::spawn(move || {
+                c.get_or_load(id(2), || {
+                    entered.wait();
+                    release.wait();
+                    Ok(vec![2; 16])
+                })
+                .unwrap()
+            })
+        };
+        entered.wait();
+        // The decode of 2 is in progress; a hit on 1 must complete now.
+        assert_eq!(
+            *c.get_or_load(id(1), || panic!("cached")).unwrap().bytes,
+            vec![1; 16]
+        );
+        release.wait();
+        assert_eq!(*slow.join().unwrap().bytes, vec![2; 16]);
+    }
+
+    #[test]
+    fn a_panicking_leader_lets_waiters_retry() {
+        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let entered = Arc::new(Barrier::new(2));
+        let leader = {
+            let (c, entered) = (c.clone(), entered.clone());
+            thread::spawn(move || {
+                let _ = c.get_or_load(id(3), || {
+                    entered.wait();
+                    thread::sleep(Duration::from_millis(200));
+                    panic!("decoder bug");
+                });
+            })
+        };
+        entered.wait();
+        let got = c.get_or_load(id(3), || Ok(vec![3; 4])).unwrap();
+        assert_eq!(*got.bytes, vec![3; 4]);
+        assert!(leader.join().is_err());
+    }
+
+    #[test]
+    fn stats_text_format() {
+        let s = CacheStats {
+            hits: 1,
+            misses: 2,
+            decodes: 3,
+            bytes_cached: 4,
+            evictions: 5,
+            capacity: 6,
+        };
+        assert_eq!(
+            s.to_text(),
+            "hits 1\nmisses 2\ndecodes 3\nbytes_cached 4\nevictions 5\ncapacity 6\n"
+        );
+    }
+}

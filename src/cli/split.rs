@@ -1,0 +1,83 @@
+//! `kpack-fuse split`: fat ROCm host binaries become HIPK host binaries plus shared per-arch
+//! archives in `<OUTROOT>/.kpack/`. The work is `rocm_kpack::split::split_tree`; this file maps
+//! its errors to exit codes and prints a summary.
+//! `verify --split OUTROOT --original ROOT` calls [`verify_tree`].
+
+use std::path::{Path, PathBuf};
+
+use rocm_kpack::split::{self, Outcome, SplitRequest, TreeError};
+
+use super::pack::CompressionArgs;
+use super::{CliError, CliResult, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// ELF host binaries below ROOT (binaries without device code are copied unchanged).
+    #[arg(required = true, value_name = "HOST")]
+    pub hosts: Vec<PathBuf>,
+    /// The install root: kernel names are the binaries' paths below it.
+    #[arg(long)]
+    pub root: PathBuf,
+    /// Where the rewritten tree goes (binaries at the same relative paths, archives in .kpack/).
+    #[arg(short, long, value_name = "OUTROOT")]
+    pub output: PathBuf,
+    /// Archive name prefix (<prefix>_<arch>.kpack; default: the first binary's name without
+    /// "lib" and extensions).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub compression: CompressionArgs,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let req = SplitRequest {
+        hosts: args.hosts,
+        root: args.root,
+        out_root: args.output,
+        prefix: args.prefix,
+        compression: args.compression.compression(),
+    };
+    let report = split::split_tree(&req).map_err(cli_error)?;
+    for b in &report.binaries {
+        match &b.outcome {
+            Outcome::Split { wrappers, code_objects, size_before, size_after } => println!(
+                "{}: {wrappers} wrappers now HIPK, {code_objects} code objects moved out, {size_before} -> {size_after} bytes",
+                b.output.display()
+            ),
+            Outcome::Copied => println!("{}: no device code, copied unchanged", b.output.display()),
+        }
+    }
+    for (path, n) in &report.archives {
+        println!("{}: {n} code objects", path.display());
+    }
+    Ok(())
+}
+
+/// `verify --split OUTROOT --original ROOT`.
+pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
+    let check = split::verify_split(out_root, original_root)
+        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", out_root.display())))?;
+    if check.binaries == 0 {
+        return Err(CliError::new(Exit::NotFound, format!("{}: no split binaries found", out_root.display())));
+    }
+    for p in &check.problems {
+        eprintln!("BAD {p}");
+    }
+    if !check.problems.is_empty() {
+        return Err(CliError::new(Exit::Corrupt, format!("{} problems in {} split binaries", check.problems.len(), check.binaries)));
+    }
+    println!("{} split binaries: {} code objects found through their markers, byte-identical to the originals", check.binaries, check.code_objects);
+    Ok(())
+}
+
+fn cli_error(e: TreeError) -> CliError {
+    let exit = match &e {
+        TreeError::Usage(_) => Exit::Usage,
+        TreeError::Read { .. } => Exit::Unreadable,
+        // Every refusal means an input is not a fat binary we can rewrite.
+        TreeError::Refused { .. } => Exit::BadFormat,
+        TreeError::Write { .. } => Exit::Output,
+        TreeError::Archive(_) => Exit::Output,
+    };
+    CliError::new(exit, e.to_string())
+}

@@ -1,0 +1,71 @@
+//! Buffers handed to C, which frees them with `free` (the free functions take no length).
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+/// A `calloc`'d byte buffer. Freed on drop unless given away with [`MallocBuf::into_raw`].
+///
+/// `calloc` rather than `malloc` so the bytes are initialised before Rust borrows them as a
+/// slice; large requests get fresh zero pages from the kernel, so this costs no extra pass.
+/// A zero-length buffer still gets a unique non-NULL pointer, as `malloc(0)` does on glibc.
+pub struct MallocBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is uniquely owned heap memory.
+unsafe impl Send for MallocBuf {}
+
+impl MallocBuf {
+    /// `None` when the allocation fails.
+    pub fn new(len: usize) -> Option<MallocBuf> {
+        // SAFETY: plain allocation; the result is checked for NULL.
+        let ptr = unsafe { libc::calloc(len.max(1), 1) } as *mut u8;
+        NonNull::new(ptr).map(|ptr| MallocBuf { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Gives the buffer to C: the pointer must later be passed to `free`.
+    pub fn into_raw(self) -> (*mut c_void, usize) {
+        let out = (self.ptr.as_ptr() as *mut c_void, self.len);
+        std::mem::forget(self);
+        out
+    }
+}
+
+impl AsMut<[u8]> for MallocBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` initialised bytes (calloc) owned by `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for MallocBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by calloc and not given away.
+        unsafe { libc::free(self.ptr.as_ptr() as *mut c_void) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_length_buffers_are_non_null_and_freeable() {
+        let b = MallocBuf::new(0).unwrap();
+        let (p, n) = b.into_raw();
+        assert!(!p.is_null());
+        assert_eq!(n, 0);
+        unsafe { libc::free(p) };
+        let mut b = MallocBuf::new(3).unwrap();
+        assert_eq!(b.as_mut(), [0, 0, 0]);
+    }
+}

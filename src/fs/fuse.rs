@@ -1,0 +1,412 @@
+//! The FUSE adapter: the only file that imports `fuser`. It translates kernel requests into
+//! calls on [`KpackFs`] and its answers back into replies, and sets up the mount. No logic
+//! lives here beyond that translation, so upgrading fuser touches only this file.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType, Filesystem,
+    FopenFlags, Generation, INodeNo, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, Session, SessionACL, SessionUnmounter, TimeOrNow, WriteFlags,
+};
+
+use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
+
+/// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
+pub const SUBTYPE: &str = "kpack-fuse";
+
+fn errno(e: Errno) -> FErrno {
+    FErrno::from_i32(e.0)
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: a.mtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+/// A negative entry: inode 0 with a TTL makes the kernel cache "no such name".
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
+/// Escapes `\` and `,` in a mount source name. fuser 0.18 passes the name unescaped: as the
+/// `mount(2)` source on the direct (root) path, but inside the comma-separated option string
+/// when it goes through fusermount, where a raw comma would start another option.
+pub fn escape_fsname(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '\\' || c == ',' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The adapter handed to fuser.
+struct Adapter(KpackFs);
+
+struct Sink<'a>(&'a mut ReplyDirectory);
+
+impl DirSink for Sink<'_> {
+    fn add(&mut self, ino: u64, next_offset: u64, kind: Kind, name: &str) -> bool {
+        self.0.add(INodeNo(ino), next_offset, file_type(kind), name)
+    }
+}
+
+impl Filesystem for Adapter {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.0.lookup(parent.0, name.as_encoded_bytes()) {
+            Ok(Lookup::Found(a)) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(Lookup::Missing) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.0.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.0.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.open(ino.0, flags.0) {
+            // Keep the page cache across opens: the archive does not change while mounted.
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.0.read(ino.0, fh.0, offset, size) {
+            Ok(slice) => reply.data(slice.as_slice()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.0.release(fh.0);
+        reply.ok();
+    }
+
+    /// Sent on every close of a descriptor. Nothing is buffered, so there is nothing to do;
+    /// answering ENOSYS makes the kernel stop sending it (close succeeds), which saves a round
+    /// trip per close.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(FErrno::ENOSYS);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.0.getattr(ino.0) {
+            Ok(a) if a.kind == Kind::Dir => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            Ok(_) => reply.error(FErrno::ENOTDIR),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.0.readdir(ino.0, offset, &mut Sink(&mut reply)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.0.statfs();
+        reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.frsize);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.0.getxattr(ino.0, name.as_encoded_bytes()), size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(self.0.listxattr(ino.0), size, reply);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.0.getattr(ino.0) {
+            Ok(_) if mask.contains(AccessFlags::W_OK) => reply.error(FErrno::EROFS),
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    // Everything that would change the tree is refused: the filesystem is read-only.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn mknod(
+        &self,
+        _r: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _m: u32,
+        _u: u32,
+        _d: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn mkdir(&self, _r: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn unlink(&self, _r: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn rmdir(&self, _r: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn symlink(&self, _r: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _r: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _np: INodeNo,
+        _nn: &OsStr,
+        _f: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn link(&self, _r: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn write(
+        &self,
+        _r: &Request,
+        _i: INodeNo,
+        _fh: FileHandle,
+        _o: u64,
+        _d: &[u8],
+        _wf: WriteFlags,
+        _f: OpenFlags,
+        _l: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn create(
+        &self,
+        _r: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _m: u32,
+        _u: u32,
+        _f: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn setxattr(
+        &self,
+        _r: &Request,
+        _i: INodeNo,
+        _n: &OsStr,
+        _v: &[u8],
+        _f: i32,
+        _p: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(FErrno::EROFS);
+    }
+
+    fn removexattr(&self, _r: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(FErrno::EROFS);
+    }
+}
+
+/// `size == 0` asks for the length; a value that does not fit is ERANGE.
+fn xattr_reply(value: Result<Vec<u8>, Errno>, size: u32, reply: ReplyXattr) {
+    match value {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(FErrno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Request-handling threads (1 = single-threaded).
+    pub threads: usize,
+    /// The source shown in `/proc/mounts` (escaped here).
+    pub source: String,
+}
+
+/// A live mount whose requests are not served until [`Mounted::run`].
+pub struct Mounted {
+    session: Session<Adapter>,
+}
+
+/// Unmounts a [`Mounted`] from another thread (a signal watcher).
+pub struct Unmounter(SessionUnmounter);
+
+impl Unmounter {
+    pub fn unmount(&mut self) -> io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
+/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
+pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(escape_fsname(&cfg.source)),
+        // The root mount path ignores Subtype; the raw option makes the type fuse.kpack-fuse.
+        MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
+    ];
+    config.acl = SessionACL::Owner;
+    let threads = cfg.threads.max(1);
+    config.n_threads = Some(threads);
+    config.clone_fd = threads > 1;
+    let session = Session::new(Adapter(fs), mountpoint, &config)?;
+    Ok(Mounted { session })
+}
+
+impl Mounted {
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter(self.session.unmount_callable())
+    }
+
+    /// Serves requests until the filesystem is unmounted (by [`Unmounter`], `umount` or
+    /// `kpack-fuse unmount`).
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_commas_and_backslashes() {
+        assert_eq!(escape_fsname("/a/b.kpack"), "/a/b.kpack");
+        assert_eq!(escape_fsname("/a,b\\c.kpack"), "/a\\,b\\\\c.kpack");
+    }
+}

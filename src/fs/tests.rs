@@ -1,0 +1,586 @@
+//! `KpackFs` without a mount: lookups, fallback links, attributes, listings, xattrs, reads
+//! through the cache, and the errors the kernel would see.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::tree::{Entry, ROOT};
+use super::*;
+use crate::writer::{ArchiveWriter, Compression};
+
+type Kernels = Vec<(&'static str, &'static str, Vec<u8>)>;
+
+fn write_archive(
+    dir: &Path,
+    name: &str,
+    compression: Compression,
+    kernels: &Kernels,
+) -> std::path::PathBuf {
+    let mut arches: Vec<String> = kernels.iter().map(|k| k.1.to_owned()).collect();
+    arches.dedup();
+    let mut w = ArchiveWriter::new("g", "fam", arches, compression).unwrap();
+    for (key, arch, data) in kernels {
+        w.add_kernel(key, arch, data.clone()).unwrap();
+    }
+    let path = dir.join(name);
+    w.write(&path, &|_| {}).unwrap();
+    path
+}
+
+fn sample() -> Kernels {
+    vec![
+        ("lib/liba.so#0", "gfx900", b"A-900".repeat(100)),
+        (
+            "lib/liba.so#0",
+            "gfx942:sramecc+:xnack-",
+            b"A-942sx".repeat(50),
+        ),
+        ("lib/liba.so#0", "gfx11-generic", b"A-11g".repeat(70)),
+        ("lib/libb.so#1", "gfx1100", b"B-1100".repeat(30)),
+        ("bin/app#0", "gfx90a:xnack+", vec![0xee; 3000]),
+    ]
+}
+
+fn options(cache: u64, gpus: &[&str]) -> FsOptions {
+    FsOptions {
+        cache_size: cache,
+        gpus: gpus.iter().map(|s| s.to_string()).collect(),
+        uid: 1234,
+        gid: 5678,
+    }
+}
+
+fn mount_fs(
+    kernels: &Kernels,
+    compression: Compression,
+    opts: &FsOptions,
+) -> (tempfile::TempDir, KpackFs) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_archive(dir.path(), "a.kpack", compression, kernels);
+    let archive = Arc::new(Archive::open(&path).unwrap());
+    let (fs, dups) = KpackFs::new(vec![archive], opts).unwrap();
+    assert!(dups.is_empty());
+    (dir, fs)
+}
+
+fn walk(fs: &KpackFs, path: &str) -> Result<Lookup, Errno> {
+    let mut ino = ROOT;
+    let mut last = Lookup::Found(fs.getattr(ROOT).unwrap());
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        last = fs.lookup(ino, comp.as_bytes())?;
+        match last {
+            Lookup::Found(a) => ino = a.ino,
+            Lookup::Missing => return Ok(Lookup::Missing),
+        }
+    }
+    Ok(last)
+}
+
+fn attr(fs: &KpackFs, path: &str) -> Attr {
+    match walk(fs, path).unwrap() {
+        Lookup::Found(a) => a,
+        Lookup::Missing => panic!("{path} not found"),
+    }
+}
+
+fn read_all(fs: &KpackFs, ino: u64, chunk: u32) -> Vec<u8> {
+    let fh = fs.open(ino, libc::O_RDONLY).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let s = fs.read(ino, fh, out.len() as u64, chunk).unwrap();
+        if s.as_slice().is_empty() {
+            break;
+        }
+        out.extend_from_slice(s.as_slice());
+    }
+    fs.release(fh);
+    out
+}
+
+struct VecSink {
+    entries: Vec<(u64, u64, Kind, String)>,
+    room: usize,
+}
+
+impl DirSink for VecSink {
+    fn add(&mut self, ino: u64, next: u64, kind: Kind, name: &str) -> bool {
+        if self.entries.len() == self.room {
+            return true;
+        }
+        self.entries.push((ino, next, kind, name.to_owned()));
+        false
+    }
+}
+
+fn list(fs: &KpackFs, ino: u64) -> Vec<String> {
+    let mut sink = VecSink {
+        entries: Vec::new(),
+        room: usize::MAX,
+    };
+    fs.readdir(ino, 0, &mut sink).unwrap();
+    sink.entries.into_iter().map(|e| e.3).collect()
+}
+
+#[test]
+fn tree_matches_keys_and_arches() {
+    for compression in [Compression::None, Compression::Zstd { level: 3 }] {
+        let (_d, fs) = mount_fs(&sample(), compression, &options(1 << 20, &[]));
+        assert_eq!(list(&fs, ROOT), [".", "..", "bin", "lib"]);
+        let lib = attr(&fs, "lib");
+        assert_eq!(list(&fs, lib.ino), [".", "..", "liba.so#0", "libb.so#1"]);
+        let a = attr(&fs, "lib/liba.so#0");
+        assert_eq!(
+            list(&fs, a.ino),
+            [
+                ".",
+                "..",
+                "gfx11-generic.hsaco",
+                "gfx900.hsaco",
+                "gfx942:sramecc+:xnack-.hsaco"
+            ]
+        );
+        for (key, arch, data) in sample() {
+            let f = attr(&fs, &format!("{key}/{arch}.hsaco"));
+            assert_eq!(
+                (f.kind, f.size, f.perm, f.nlink),
+                (Kind::File, data.len() as u64, 0o444, 1)
+            );
+            assert_eq!((f.uid, f.gid), (1234, 5678));
+            assert_eq!(read_all(&fs, f.ino, 7), data, "{key} {arch}");
+        }
+        let root = fs.getattr(ROOT).unwrap();
+        assert_eq!((root.kind, root.perm, root.nlink), (Kind::Dir, 0o555, 4));
+        assert_eq!(lib.nlink, 4);
+    }
+}
+
+#[test]
+fn inode_numbers_are_stable_across_builds() {
+    let (_d1, fs1) = mount_fs(&sample(), Compression::None, &options(0, &[]));
+    let (_d2, fs2) = mount_fs(&sample(), Compression::None, &options(0, &[]));
+    for (key, arch, _) in sample() {
+        let p = format!("{key}/{arch}.hsaco");
+        assert_eq!(attr(&fs1, &p).ino, attr(&fs2, &p).ino);
+        // And for the life of one mount: a second lookup gives the same number.
+        assert_eq!(attr(&fs1, &p).ino, attr(&fs1, &p).ino);
+    }
+}
+
+#[test]
+fn fallback_links_follow_the_loader_rules() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let dir = attr(&fs, "lib/liba.so#0").ino;
+    let link = |name: &str| match fs.lookup(dir, name.as_bytes()).unwrap() {
+        Lookup::Found(a) => {
+            assert_eq!(a.kind, Kind::Symlink);
+            Some(String::from_utf8(fs.readlink(a.ino).unwrap()).unwrap())
+        }
+        Lookup::Missing => None,
+    };
+    // Feature subsets: more specific requests fall back to what is present.
+    assert_eq!(link("gfx900:xnack+.hsaco").as_deref(), Some("gfx900.hsaco"));
+    assert_eq!(
+        link("gfx900:sramecc-:xnack-.hsaco").as_deref(),
+        Some("gfx900.hsaco")
+    );
+    // Signs are never flipped, and a present arch with features needs those features.
+    assert_eq!(link("gfx942:sramecc+:xnack+.hsaco"), None);
+    assert_eq!(link("gfx942.hsaco"), None);
+    // Generic target of the processor.
+    assert_eq!(
+        link("gfx1101.hsaco").as_deref(),
+        Some("gfx11-generic.hsaco")
+    );
+    assert_eq!(
+        link("amdgcn-amd-amdhsa--gfx1151:xnack-.hsaco").as_deref(),
+        Some("gfx11-generic.hsaco")
+    );
+    // Nothing resolvable; not a kernel name; no processor-to-processor fallback.
+    assert_eq!(link("gfx1030.hsaco"), None);
+    assert_eq!(link("gfx906.hsaco"), None);
+    assert_eq!(link("gfx900"), None);
+    assert_eq!(link(".hsaco"), None);
+    // Directories without kernels answer nothing.
+    assert_eq!(fs.lookup(ROOT, b"gfx900.hsaco").unwrap(), Lookup::Missing);
+    // Fallback names never show up in listings.
+    assert!(
+        !list(&fs, dir)
+            .iter()
+            .any(|n| n.contains("1101") || n.contains("xnack+"))
+    );
+    // Every name resolving to one file shares one link inode, and the link reads as the file.
+    let a = match fs.lookup(dir, b"gfx900:xnack+.hsaco").unwrap() {
+        Lookup::Found(a) => a,
+        _ => unreachable!(),
+    };
+    let b = match fs.lookup(dir, b"gfx900:xnack-.hsaco").unwrap() {
+        Lookup::Found(a) => a,
+        _ => unreachable!(),
+    };
+    assert_eq!(a.ino, b.ino);
+    assert_eq!(a.size, "gfx900.hsaco".len() as u64);
+    assert_eq!(
+        fs.tree().entry(a.ino),
+        Some(Entry::Link(attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino))
+    );
+}
+
+#[test]
+fn native_link_uses_the_first_gpu_that_resolves() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::None,
+        &options(1 << 20, &["gfx1030", "gfx1101", "gfx900"]),
+    );
+    let a = attr(&fs, "lib/liba.so#0").ino;
+    assert_eq!(list(&fs, a).last().map(String::as_str), Some(NATIVE));
+    let native = attr(&fs, "lib/liba.so#0/native.hsaco");
+    assert_eq!(native.kind, Kind::Symlink);
+    assert_eq!(fs.readlink(native.ino).unwrap(), b"gfx11-generic.hsaco");
+    // libb has gfx1100 only: gfx1101 does not run it, gfx900 neither.
+    let b = attr(&fs, "lib/libb.so#1").ino;
+    assert!(!list(&fs, b).contains(&NATIVE.to_owned()));
+    assert_eq!(fs.lookup(b, NATIVE.as_bytes()).unwrap(), Lookup::Missing);
+    // Readdir gives native.hsaco its link inode and kind.
+    let mut sink = VecSink {
+        entries: Vec::new(),
+        room: usize::MAX,
+    };
+    fs.readdir(a, 0, &mut sink).unwrap();
+    let last = sink.entries.last().unwrap();
+    assert_eq!((last.0, last.2), (native.ino, Kind::Symlink));
+}
+
+#[test]
+fn readdir_offsets_resume_after_the_last_entry() {
+    let (_d, fs) = mount_fs(&sample(), Compression::None, &options(0, &["gfx900"]));
+    let dir = attr(&fs, "lib/liba.so#0").ino;
+    let full = list(&fs, dir);
+    let mut got = Vec::new();
+    let mut offset = 0;
+    loop {
+        let mut sink = VecSink {
+            entries: Vec::new(),
+            room: 2,
+        };
+        fs.readdir(dir, offset, &mut sink).unwrap();
+        if sink.entries.is_empty() {
+            break;
+        }
+        offset = sink.entries.last().unwrap().1;
+        got.extend(sink.entries.into_iter().map(|e| e.3));
+    }
+    assert_eq!(got, full);
+    assert_eq!(full.len(), 6);
+}
+
+#[test]
+fn errnos() {
+    let (_d, fs) = mount_fs(&sample(), Compression::None, &options(1 << 20, &[]));
+    let file = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    let dir = attr(&fs, "bin/app#0").ino;
+    assert_eq!(fs.lookup(ROOT, b"nope").unwrap(), Lookup::Missing);
+    assert_eq!(fs.lookup(file, b"x").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(fs.getattr(999_999).unwrap_err(), Errno::ENOENT);
+    assert_eq!(fs.open(file, libc::O_WRONLY).unwrap_err(), Errno::EROFS);
+    assert_eq!(fs.open(file, libc::O_RDWR).unwrap_err(), Errno::EROFS);
+    assert_eq!(
+        fs.open(file, libc::O_RDONLY | libc::O_TRUNC).unwrap_err(),
+        Errno::EROFS
+    );
+    assert_eq!(fs.open(dir, libc::O_RDONLY).unwrap_err(), Errno::EISDIR);
+    assert_eq!(fs.readlink(file).unwrap_err(), Errno::EINVAL);
+    assert_eq!(
+        fs.readdir(
+            file,
+            0,
+            &mut VecSink {
+                entries: vec![],
+                room: 9
+            }
+        )
+        .unwrap_err(),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        fs.getxattr(file, b"user.kpack.nope").unwrap_err(),
+        Errno::ENODATA
+    );
+    assert_eq!(
+        fs.getxattr(dir, b"user.kpack.stats").unwrap_err(),
+        Errno::ENODATA
+    );
+}
+
+#[test]
+fn reads_at_edges() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco");
+    let fh = fs.open(f.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(f.ino, fh, 0, 1).unwrap().as_slice(), [0xee]);
+    assert_eq!(fs.read(f.ino, fh, 2999, 100).unwrap().as_slice(), [0xee]);
+    assert!(fs.read(f.ino, fh, 3000, 100).unwrap().as_slice().is_empty());
+    assert!(
+        fs.read(f.ino, fh, u64::MAX, 100)
+            .unwrap()
+            .as_slice()
+            .is_empty()
+    );
+    assert_eq!(fs.read(f.ino, fh, 10, 0).unwrap().as_slice().len(), 0);
+    assert_eq!(
+        fs.read(f.ino, fh, 2990, u32::MAX).unwrap().as_slice().len(),
+        10
+    );
+    fs.release(fh);
+    assert_eq!(fs.open_handles(), 0);
+}
+
+#[test]
+fn xattrs_describe_the_entry() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
+    let get = |n: &str| String::from_utf8(fs.getxattr(f, n.as_bytes()).unwrap()).unwrap();
+    assert!(get("user.kpack.archive").ends_with("/a.kpack"));
+    assert_eq!(get("user.kpack.arch"), "gfx1100");
+    assert_eq!(get("user.kpack.key"), "lib/libb.so#1");
+    assert_eq!(get("user.kpack.scheme"), "zstd-per-kernel");
+    assert_eq!(get("user.kpack.ordinal"), "3");
+    let stored: u64 = get("user.kpack.stored_size").parse().unwrap();
+    assert!(
+        stored > 0 && stored < 180,
+        "a repetitive 180-byte kernel compresses: {stored}"
+    );
+    assert_eq!(
+        fs.listxattr(f).unwrap(),
+        b"user.kpack.archive\0user.kpack.arch\0user.kpack.key\0user.kpack.scheme\0user.kpack.ordinal\0user.kpack.stored_size\0"
+    );
+    assert_eq!(fs.listxattr(ROOT).unwrap(), b"user.kpack.stats\0");
+    read_all(&fs, f, 4096);
+    read_all(&fs, f, 4096);
+    assert_eq!(
+        String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
+        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n"
+    );
+}
+
+#[test]
+fn kernel_larger_than_the_cache_is_decoded_once_per_handle() {
+    let kernels: Kernels = vec![(
+        "k#0",
+        "gfx900",
+        (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect(),
+    )];
+    let (_d, fs) = mount_fs(
+        &kernels,
+        Compression::Zstd { level: 3 },
+        &options(1000, &[]),
+    );
+    let f = attr(&fs, "k#0/gfx900.hsaco").ino;
+    assert_eq!(read_all(&fs, f, 4096), kernels[0].2);
+    let s = fs.cache_stats();
+    assert_eq!((s.decodes, s.bytes_cached), (1, 0));
+    assert_eq!(read_all(&fs, f, 333), kernels[0].2);
+    assert_eq!(
+        fs.cache_stats().decodes,
+        2,
+        "a new handle decodes again; its reads do not"
+    );
+    assert_eq!(fs.open_handles(), 0);
+}
+
+#[test]
+fn corrupt_frame_is_eio_and_neighbours_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_archive(
+        dir.path(),
+        "c.kpack",
+        Compression::Zstd { level: 3 },
+        &sample(),
+    );
+    let stored = Archive::open(&path)
+        .unwrap()
+        .locate("lib/libb.so#1", "gfx1100")
+        .unwrap()
+        .stored;
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
+    std::fs::write(&path, bytes).unwrap();
+    let (fs, _) = KpackFs::new(
+        vec![Arc::new(Archive::open(&path).unwrap())],
+        &options(1 << 20, &[]),
+    )
+    .unwrap();
+    let bad = attr(&fs, "lib/libb.so#1/gfx1100.hsaco");
+    assert_eq!(bad.size, 180, "the size comes from the TOC");
+    let fh = fs.open(bad.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(bad.ino, fh, 0, 10).unwrap_err(), Errno::EIO);
+    assert_eq!(
+        read_all(&fs, attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino, 64),
+        b"A-900".repeat(100)
+    );
+}
+
+#[test]
+fn archive_rewritten_in_place_gives_eio() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_archive(dir.path(), "w.kpack", Compression::None, &sample());
+    let (fs, _) = KpackFs::new(
+        vec![Arc::new(Archive::open(&path).unwrap())],
+        &options(1 << 20, &[]),
+    )
+    .unwrap();
+    let f = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
+    // Same length, different bytes, newer mtime: rewritten in place (not replaced).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let stored = Archive::open(&path)
+        .unwrap()
+        .locate("lib/libb.so#1", "gfx1100")
+        .unwrap()
+        .stored;
+    bytes[stored.offset as usize] ^= 0xff;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
+    file.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    let fh = fs.open(f, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(f, fh, 0, 10).unwrap_err(), Errno::EIO);
+    // Truncated: EIO too.
+    file.set_len(stored.offset).unwrap();
+    let g = attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino;
+    let fh = fs.open(g, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(g, fh, 0, 10).unwrap_err(), Errno::EIO);
+}
+
+#[test]
+fn unsafe_names_refuse_the_mount_naming_the_key() {
+    for (key, arch) in [
+        ("lib/../x#0", "gfx900"),
+        ("lib//x#0", "gfx900"),
+        ("/abs#0", "gfx900"),
+        ("lib/x#0/", "gfx900"),
+        (".", "gfx900"),
+        ("lib/a\0b", "gfx900"),
+        ("ok#0", "gfx9/00"),
+        ("ok#0", ".."),
+        ("ok#0", "gfx\0"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let k: Kernels = vec![(
+            Box::leak(key.to_owned().into_boxed_str()),
+            Box::leak(arch.to_owned().into_boxed_str()),
+            vec![1],
+        )];
+        let path = write_archive(dir.path(), "bad.kpack", Compression::None, &k);
+        let err = KpackFs::new(
+            vec![Arc::new(Archive::open(&path).unwrap())],
+            &options(0, &[]),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.key, key);
+        assert!(err.to_string().contains(&format!("{key:?}")), "{err}");
+    }
+    let long = "x".repeat(256);
+    let dir = tempfile::tempdir().unwrap();
+    let k: Kernels = vec![(
+        Box::leak(format!("lib/{long}").into_boxed_str()),
+        "gfx900",
+        vec![1],
+    )];
+    let path = write_archive(dir.path(), "long.kpack", Compression::None, &k);
+    let err = KpackFs::new(
+        vec![Arc::new(Archive::open(&path).unwrap())],
+        &options(0, &[]),
+    )
+    .err()
+    .unwrap();
+    assert!(err.reason.contains("256 bytes"), "{err}");
+}
+
+#[test]
+fn file_and_directory_name_clash_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let k: Kernels = vec![
+        ("a", "gfx900", vec![1]),
+        ("a/gfx900.hsaco", "gfx906", vec![2]),
+    ];
+    let path = write_archive(dir.path(), "clash.kpack", Compression::None, &k);
+    let err = KpackFs::new(
+        vec![Arc::new(Archive::open(&path).unwrap())],
+        &options(0, &[]),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.key, "a/gfx900.hsaco");
+}
+
+#[test]
+fn merged_archives_keep_the_first_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let p1 = write_archive(
+        dir.path(),
+        "1.kpack",
+        Compression::None,
+        &vec![("k#0", "gfx900", b"first".to_vec())],
+    );
+    let p2 = write_archive(
+        dir.path(),
+        "2.kpack",
+        Compression::Zstd { level: 3 },
+        &vec![
+            ("k#0", "gfx900", b"second".to_vec()),
+            ("k#0", "gfx906", b"other".to_vec()),
+        ],
+    );
+    let archives = vec![
+        Arc::new(Archive::open(&p1).unwrap()),
+        Arc::new(Archive::open(&p2).unwrap()),
+    ];
+    let (fs, dups) = KpackFs::new(archives, &options(1 << 20, &[])).unwrap();
+    assert_eq!(
+        dups,
+        vec![Duplicate {
+            key: "k#0".into(),
+            arch: "gfx900".into(),
+            kept: 0,
+            dropped: 1
+        }]
+    );
+    assert_eq!(
+        read_all(&fs, attr(&fs, "k#0/gfx900.hsaco").ino, 100),
+        b"first"
+    );
+    assert_eq!(
+        read_all(&fs, attr(&fs, "k#0/gfx906.hsaco").ino, 100),
+        b"other"
+    );
+}
+
+#[test]
+fn statfs_counts_blocks_and_inodes() {
+    let (_d, fs) = mount_fs(&sample(), Compression::None, &options(0, &[]));
+    let s = fs.statfs();
+    // 500 + 350 + 350 + 180 + 3000 bytes: 1 + 1 + 1 + 1 + 1 blocks of 4096.
+    assert_eq!(
+        s,
+        StatFs {
+            blocks: 5,
+            files: 11,
+            bsize: 4096,
+            namelen: 255,
+            frsize: 4096
+        }
+    );
+}

@@ -1,0 +1,270 @@
+//! Import: turns the device code of ROCm fat host binaries into kpack archive contents, and
+//! computes the HIPK metadata those binaries will carry once split.
+//!
+//! The naming rules are the reference splitter's, so archives made here are the ones a split
+//! binary looks for:
+//! - key `<kernel_name>#<i>`, where `i` counts one binary's code objects *per arch*, in bundle
+//!   order (with one bundle per translation unit this equals the wrapper index the runtime
+//!   passes);
+//! - `kernel_name` is the binary's path relative to the install root, `/`-separated;
+//! - archives live in `<root>/.kpack/`, one per arch named `<prefix>_<arch>.kpack` (or a single
+//!   multi-arch `<prefix>.kpack`), so the search path written into the binary is `../` once per
+//!   directory level of `kernel_name`, then `.kpack/<prefix>_@GFXARCH@.kpack`.
+//!
+//! No file I/O here except resolving paths in [`kernel_name_below`]: callers read the binaries
+//! and write the archives (see `cli::import`), and `split` reuses the same functions.
+
+use std::fmt;
+use std::path::{Component, Path};
+
+use crate::bundle::{self, BundleError};
+use crate::elf::{self, ElfFile};
+use crate::writer::{ArchiveWriter, Compression};
+
+/// Placeholder the loader replaces with each candidate target ID.
+pub const GFXARCH_PLACEHOLDER: &str = "@GFXARCH@";
+/// Directory, at the install root, that holds the archives.
+pub const KPACK_DIR: &str = ".kpack";
+/// Suffix of the metadata files `--emit-metadata` writes.
+pub const METADATA_SUFFIX: &str = ".hipk.msgpack";
+
+/// Why a host binary cannot be imported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportError {
+    /// Not a readable ELF file.
+    NotElf(String),
+    /// The ELF file has no `.hip_fatbin` section.
+    NoDeviceCode,
+    /// The binary already carries a `.rocm_kpack_ref` marker: its device code was moved out.
+    AlreadySplit,
+    /// The section's bundles are malformed.
+    Bundle(BundleError),
+    /// A bundle names a target that cannot be used in a file name.
+    BadArch { triple: String },
+}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImportError::NotElf(why) => write!(f, "not an ELF host binary: {why}"),
+            ImportError::NoDeviceCode => write!(f, "has no {} section (no device code to import)", elf::HIP_FATBIN_SECTION),
+            ImportError::AlreadySplit => write!(
+                f,
+                "already split: it has a {} marker and its device code lives in kpack archives",
+                elf::KPACK_REF_SECTION
+            ),
+            ImportError::Bundle(e) => write!(f, "{}: {e}", elf::HIP_FATBIN_SECTION),
+            ImportError::BadArch { triple } => {
+                write!(f, "bundle triple {triple:?} names a target that is not a valid arch string")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// One device code object of a host binary, with its archive key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeObject {
+    /// `<kernel_name>#<index>`.
+    pub key: String,
+    pub arch: String,
+    /// The bundler triple it came from.
+    pub triple: String,
+    /// Its position among this binary's code objects for `arch`.
+    pub index: u32,
+    pub data: Vec<u8>,
+}
+
+/// A host binary's device code, ready to be archived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedHost {
+    pub kernel_name: String,
+    pub code_objects: Vec<CodeObject>,
+}
+
+/// Target IDs are processor names plus `:feature±` suffixes (`gfx90a:xnack-`,
+/// `gfx9-4-generic`, `gfx1250-strict`). Anything else (in particular `/`) is refused, because
+/// the arch becomes part of an output file name.
+pub fn is_valid_arch(arch: &str) -> bool {
+    !arch.is_empty()
+        && arch != "."
+        && arch != ".."
+        && arch.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'+' | b'-' | b'_' | b'.'))
+}
+
+/// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
+pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
+    let bundles = bundle::parse_fatbin(fatbin).map_err(ImportError::Bundle)?;
+    let mut counters: Vec<(String, u32)> = Vec::new();
+    let mut out = Vec::new();
+    for e in bundles.into_iter().flat_map(|b| b.entries) {
+        if !is_valid_arch(&e.arch) {
+            return Err(ImportError::BadArch { triple: e.triple });
+        }
+        let index = match counters.iter_mut().find(|(a, _)| *a == e.arch) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                counters.push((e.arch.clone(), 0));
+                0
+            }
+        };
+        out.push(CodeObject {
+            key: crate::names::lookup_key(kernel_name, index),
+            arch: e.arch,
+            triple: e.triple,
+            index,
+            data: e.data.into_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// Reads the device code of an ELF host binary. Binaries already split are refused.
+pub fn host_code_objects(kernel_name: &str, elf_bytes: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
+    let file = ElfFile::parse(elf_bytes).map_err(ImportError::NotElf)?;
+    if file.section(elf::KPACK_REF_SECTION).is_some() {
+        return Err(ImportError::AlreadySplit);
+    }
+    let section = file.section(elf::HIP_FATBIN_SECTION).ok_or(ImportError::NoDeviceCode)?;
+    code_objects(kernel_name, section.data)
+}
+
+/// The `kernel_name` for a binary at `relative` (its path below the install root):
+/// components joined by `/`. Absolute paths and `..` are refused.
+pub fn kernel_name_from_relative(relative: &Path) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for c in relative.components() {
+        match c {
+            Component::Normal(s) => {
+                parts.push(s.to_str().ok_or_else(|| format!("{}: path is not UTF-8", relative.display()))?)
+            }
+            Component::CurDir => {}
+            _ => return Err(format!("{}: not a path below the root", relative.display())),
+        }
+    }
+    if parts.is_empty() {
+        return Err(format!("{:?}: names no file", relative.display().to_string()));
+    }
+    Ok(parts.join("/"))
+}
+
+/// The `kernel_name` of `host` below the install root `root`. Reads the file system: the
+/// directories of both are resolved through symlinks; the binary's own name is kept as given
+/// (a symlinked library keeps the name it was asked for).
+pub fn kernel_name_below(host: &Path, root: &Path) -> Result<String, String> {
+    let root_abs = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let parent = host.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent_abs = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let name = host.file_name().ok_or_else(|| format!("{}: names no file", host.display()))?;
+    let full = parent_abs.join(name);
+    let rel = full
+        .strip_prefix(&root_abs)
+        .map_err(|_| format!("{} is not below the root {}", host.display(), root.display()))?;
+    kernel_name_from_relative(rel)
+}
+
+/// The default archive prefix for a binary file name: the name up to its first `.`, without a
+/// leading `lib` (`librocrand.so.1.1` → `rocrand`, `hipcc_app` → `hipcc_app`).
+pub fn default_prefix(file_name: &str) -> String {
+    let stem = file_name.split('.').next().unwrap_or(file_name);
+    match stem.strip_prefix("lib") {
+        Some(rest) if !rest.is_empty() => rest.to_owned(),
+        _ => stem.to_owned(),
+    }
+}
+
+/// Checks a user-supplied prefix: it becomes part of file names and of the search path.
+pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() || prefix.contains(['/', '\0', '@']) || prefix == "." || prefix == ".." {
+        return Err(format!("prefix {prefix:?} must be a non-empty file-name part without '/', '@' or NUL"));
+    }
+    Ok(())
+}
+
+/// The archive file name: `<prefix>_<arch>.kpack`, or `<prefix>.kpack` for a multi-arch archive.
+pub fn archive_file_name(prefix: &str, arch: Option<&str>) -> String {
+    match arch {
+        Some(a) => format!("{prefix}_{a}.kpack"),
+        None => format!("{prefix}.kpack"),
+    }
+}
+
+/// The search path a binary with this `kernel_name` carries: relative to the binary's
+/// directory, up to the root, then into `.kpack/`. Per-arch archives use the `@GFXARCH@`
+/// placeholder; a single archive is named directly.
+pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
+    let depth = kernel_name.matches('/').count();
+    let file = archive_file_name(prefix, if single { None } else { Some(GFXARCH_PLACEHOLDER) });
+    format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
+}
+
+/// HIPK metadata, encoded as the reference does (Python msgpack, `use_bin_type=True`): a map
+/// with `kpack_search_paths` first, then `kernel_name`, strings as msgpack `str`.
+pub fn hipk_metadata(search_paths: &[String], kernel_name: &str) -> Vec<u8> {
+    use rmp::encode as e;
+    let mut out = Vec::new();
+    e::write_map_len(&mut out, 2).expect("vec write");
+    e::write_str(&mut out, "kpack_search_paths").expect("vec write");
+    e::write_array_len(&mut out, search_paths.len() as u32).expect("vec write");
+    for p in search_paths {
+        e::write_str(&mut out, p).expect("vec write");
+    }
+    e::write_str(&mut out, "kernel_name").expect("vec write");
+    e::write_str(&mut out, kernel_name).expect("vec write");
+    out
+}
+
+/// One archive to write: its file name and a writer holding its kernels.
+pub struct PlannedArchive {
+    pub file_name: String,
+    pub arches: Vec<String>,
+    pub writer: ArchiveWriter,
+}
+
+/// Distributes the hosts' code objects over archives. Arches appear in first-seen order (hosts
+/// in the given order, then bundle order); kernels are added in that same order. Each entry's
+/// metadata records its bundler triple, as the reference splitter does.
+pub fn plan_archives(
+    hosts: Vec<ImportedHost>,
+    prefix: &str,
+    single: bool,
+    compression: Compression,
+) -> crate::Result<Vec<PlannedArchive>> {
+    let mut arches: Vec<String> = Vec::new();
+    for co in hosts.iter().flat_map(|h| &h.code_objects) {
+        if !arches.contains(&co.arch) {
+            arches.push(co.arch.clone());
+        }
+    }
+    let mut plans = if single {
+        vec![PlannedArchive {
+            file_name: archive_file_name(prefix, None),
+            arches: arches.clone(),
+            writer: ArchiveWriter::new(prefix, arches.join(","), arches.clone(), compression)?,
+        }]
+    } else {
+        arches
+            .iter()
+            .map(|a| {
+                Ok(PlannedArchive {
+                    file_name: archive_file_name(prefix, Some(a)),
+                    arches: vec![a.clone()],
+                    writer: ArchiveWriter::new(prefix, a.clone(), vec![a.clone()], compression)?,
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?
+    };
+    for co in hosts.into_iter().flat_map(|h| h.code_objects) {
+        let slot = if single { 0 } else { arches.iter().position(|a| *a == co.arch).expect("arch collected above") };
+        let meta = vec![("target".to_owned(), co.triple)];
+        plans[slot].writer.add_kernel_with_metadata(&co.key, &co.arch, co.data, meta)?;
+    }
+    Ok(plans)
+}
+
+#[cfg(test)]
+mod tests;

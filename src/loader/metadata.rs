@@ -1,0 +1,278 @@
+//! HIPK metadata: the msgpack map a HIPK host binary carries in `.rocm_kpack_ref`.
+//!
+//! Shape: `{"kernel_name": str, "kpack_search_paths": [str, ...]}` in any key order, extra keys
+//! allowed. `kernel_name` must be a msgpack `str` (a `bin` is rejected); the search-path array
+//! must hold at least one `str` entry after non-`str` entries are skipped. Only the first msgpack
+//! object is read; bytes after it are ignored.
+//!
+//! The C entry point receives the metadata as a bare pointer with no length. [`PointerInput`]
+//! lets the bounded decoder pull bytes from such a pointer: it only hands out bytes the decoder
+//! asks for while walking the first object, and never any at or past [`MAX_METADATA_BYTES`].
+
+use std::ffi::OsString;
+use std::marker::PhantomData;
+use std::os::unix::ffi::OsStringExt;
+
+use crate::error::{Error, Result};
+use crate::msgpack::{self, Input, Value};
+
+/// The most metadata bytes ever examined from a length-less pointer.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+/// Parsed HIPK metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HipkMetadata {
+    /// The binary's name in the archives' TOC, without the `#N` code-object suffix.
+    pub kernel_name: String,
+    /// Archive paths or patterns (with `@GFXARCH@`), relative to the binary's directory unless
+    /// absolute; in metadata order, non-string entries dropped. Never empty.
+    pub search_paths: Vec<OsString>,
+}
+
+impl HipkMetadata {
+    /// Parses the first msgpack object of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<HipkMetadata> {
+        let limit = &bytes[..bytes.len().min(MAX_METADATA_BYTES)];
+        let (value, _) = msgpack::decode_slice(limit).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
+        HipkMetadata::from_value(&value)
+    }
+
+    /// Parses metadata that starts at `ptr`, whose length is unknown.
+    ///
+    /// # Safety
+    /// Every byte of the first msgpack object at `ptr` must be readable (or, when the object is
+    /// longer than [`MAX_METADATA_BYTES`], the first `MAX_METADATA_BYTES` bytes must be).
+    pub unsafe fn parse_pointer(ptr: *const u8) -> Result<HipkMetadata> {
+        // SAFETY: forwarded to the caller.
+        let input = unsafe { PointerInput::new(ptr, MAX_METADATA_BYTES) };
+        let (value, _) = msgpack::decode(&input).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
+        HipkMetadata::from_value(&value)
+    }
+
+    /// Checks the decoded value's shape and copies out what the loader needs.
+    pub fn from_value(value: &Value<'_>) -> Result<HipkMetadata> {
+        if !matches!(value, Value::Map(_)) {
+            return Err(Error::InvalidMetadata(format!("expected a map, found {}", value.type_name())));
+        }
+        let kernel_name = match value.get("kernel_name") {
+            None => return Err(Error::InvalidMetadata("no \"kernel_name\" key".into())),
+            Some(Value::Str(bytes)) => std::str::from_utf8(bytes)
+                .map_err(|_| Error::InvalidMetadata("\"kernel_name\" is not valid UTF-8".into()))?
+                .to_owned(),
+            Some(other) => {
+                return Err(Error::InvalidMetadata(format!(
+                    "\"kernel_name\" is a {}, expected a string",
+                    other.type_name()
+                )));
+            }
+        };
+        let search_paths: Vec<OsString> = match value.get("kpack_search_paths") {
+            None => return Err(Error::InvalidMetadata("no \"kpack_search_paths\" key".into())),
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|item| match item {
+                    Value::Str(bytes) => Some(OsString::from_vec(bytes.to_vec())),
+                    _ => None,
+                })
+                .collect(),
+            Some(other) => {
+                return Err(Error::InvalidMetadata(format!(
+                    "\"kpack_search_paths\" is a {}, expected an array",
+                    other.type_name()
+                )));
+            }
+        };
+        if search_paths.is_empty() {
+            return Err(Error::InvalidMetadata("\"kpack_search_paths\" holds no string".into()));
+        }
+        Ok(HipkMetadata { kernel_name, search_paths })
+    }
+
+    /// The TOC key of code object `co_index`: `kernel_name#co_index`, always suffixed.
+    pub fn lookup_key(&self, co_index: u32) -> String {
+        format!("{}#{co_index}", self.kernel_name)
+    }
+}
+
+/// Bytes behind a raw pointer, served on demand and capped at `cap`.
+pub struct PointerInput<'a> {
+    base: *const u8,
+    cap: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl<'a> PointerInput<'a> {
+    /// # Safety
+    /// Any range `[pos, pos + n)` with `pos + n <= cap` that the decoder asks for must be
+    /// readable for `'a`. The decoder only asks for bytes inside the object it is decoding.
+    pub unsafe fn new(base: *const u8, cap: usize) -> PointerInput<'a> {
+        PointerInput { base, cap, _borrow: PhantomData }
+    }
+}
+
+impl<'a> Input<'a> for PointerInput<'a> {
+    fn bytes(&self, pos: usize, n: usize) -> Option<&'a [u8]> {
+        let end = pos.checked_add(n)?;
+        if end > self.cap {
+            return None;
+        }
+        // SAFETY: the range is below the cap and was requested by the decoder, which the
+        // constructor's contract covers.
+        Some(unsafe { std::slice::from_raw_parts(self.base.add(pos), n) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(build: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut buf = Vec::new();
+        build(&mut buf);
+        buf
+    }
+
+    fn meta(name: &str, paths: &[&str]) -> Vec<u8> {
+        encode(|b| {
+            rmp::encode::write_map_len(b, 2).unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, paths.len() as u32).unwrap();
+            for p in paths {
+                rmp::encode::write_str(b, p).unwrap();
+            }
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, name).unwrap();
+        })
+    }
+
+    fn kind(bytes: &[u8]) -> crate::ErrorKind {
+        HipkMetadata::parse(bytes).unwrap_err().kind()
+    }
+
+    #[test]
+    fn parses_writer_order_and_ignores_trailing_bytes() {
+        let mut bytes = meta("lib/libfoo.so", &["../.kpack/foo_@GFXARCH@.kpack"]);
+        bytes.extend_from_slice(b"\xc1junk");
+        let m = HipkMetadata::parse(&bytes).unwrap();
+        assert_eq!(m.kernel_name, "lib/libfoo.so");
+        assert_eq!(m.search_paths, [OsString::from("../.kpack/foo_@GFXARCH@.kpack")]);
+        assert_eq!(m.lookup_key(0), "lib/libfoo.so#0");
+        assert_eq!(m.lookup_key(57), "lib/libfoo.so#57");
+    }
+
+    #[test]
+    fn skips_non_string_paths_and_extra_keys() {
+        let bytes = encode(|b| {
+            rmp::encode::write_map_len(b, 3).unwrap();
+            rmp::encode::write_str(b, "extra").unwrap();
+            rmp::encode::write_u32(b, 7).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "k").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 3).unwrap();
+            rmp::encode::write_u32(b, 1).unwrap();
+            rmp::encode::write_str(b, "a.kpack").unwrap();
+            rmp::encode::write_bin(b, b"b.kpack").unwrap();
+        });
+        let m = HipkMetadata::parse(&bytes).unwrap();
+        assert_eq!(m.search_paths, [OsString::from("a.kpack")]);
+    }
+
+    #[test]
+    fn rejects_every_malformed_shape() {
+        use crate::ErrorKind::InvalidMetadata as Bad;
+        assert_eq!(kind(b"this is not valid msgpack data!"), Bad);
+        assert_eq!(kind(&[0x92, 0x01, 0x02]), Bad);
+        assert_eq!(kind(&[]), Bad);
+        assert_eq!(kind(&meta("k", &[])), Bad);
+        let missing_name = encode(|b| {
+            rmp::encode::write_map_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "x").unwrap();
+        });
+        assert_eq!(kind(&missing_name), Bad);
+        let missing_paths = encode(|b| {
+            rmp::encode::write_map_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "k").unwrap();
+        });
+        assert_eq!(kind(&missing_paths), Bad);
+        let int_name = encode(|b| {
+            rmp::encode::write_map_len(b, 2).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_u32(b, 12345).unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "x").unwrap();
+        });
+        assert_eq!(kind(&int_name), Bad);
+        let bin_name = encode(|b| {
+            rmp::encode::write_map_len(b, 2).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_bin(b, b"k").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "x").unwrap();
+        });
+        assert_eq!(kind(&bin_name), Bad);
+        let str_paths = encode(|b| {
+            rmp::encode::write_map_len(b, 2).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "k").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_str(b, "x").unwrap();
+        });
+        assert_eq!(kind(&str_paths), Bad);
+        let bin_keys = encode(|b| {
+            rmp::encode::write_map_len(b, 2).unwrap();
+            rmp::encode::write_bin(b, b"kernel_name").unwrap();
+            rmp::encode::write_str(b, "k").unwrap();
+            rmp::encode::write_bin(b, b"kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "x").unwrap();
+        });
+        assert_eq!(kind(&bin_keys), Bad);
+    }
+
+    /// Places the metadata so that it ends exactly where an inaccessible page begins: a read of
+    /// even one byte past the object would crash the test.
+    #[test]
+    fn pointer_input_never_reads_past_the_object() {
+        let bytes = meta("k", &["p.kpack"]);
+        unsafe {
+            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let base = base as *mut u8;
+            assert_eq!(libc::mprotect(base.add(page) as *mut _, page, libc::PROT_NONE), 0);
+            let start = base.add(page - bytes.len());
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), start, bytes.len());
+            let m = HipkMetadata::parse_pointer(start);
+            libc::munmap(base as *mut _, 2 * page);
+            let m = m.unwrap();
+            assert_eq!(m.kernel_name, "k");
+            assert_eq!(m.search_paths, [OsString::from("p.kpack")]);
+        }
+    }
+
+    #[test]
+    fn pointer_input_caps_at_limit() {
+        // A str32 claiming 100 KiB: the decoder must give up at the cap, not read on.
+        let mut bytes = vec![0xdb, 0x00, 0x01, 0x90, 0x00];
+        bytes.resize(MAX_METADATA_BYTES + 64 * 1024, b'a');
+        let err = unsafe { HipkMetadata::parse_pointer(bytes.as_ptr()) }.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidMetadata);
+        let input = unsafe { PointerInput::new(bytes.as_ptr(), 8) };
+        assert!(input.bytes(4, 4).is_some());
+        assert!(input.bytes(4, 5).is_none());
+        assert!(input.bytes(usize::MAX, 2).is_none());
+    }
+}

@@ -1,0 +1,204 @@
+//! The HIPK code-object loader: given a host binary's HIPK metadata, its path, a code-object
+//! index and the device's arch list, find and return the code object — what the HIP runtime asks
+//! `kpack_load_code_object` for. Pure Rust; the C entry point in `ffi` only translates.
+//!
+//! Order of work (each step reported to a [`Trace`]):
+//! 1. disabled by `ROCM_KPACK_DISABLE` → `Error::Disabled` (metadata is not even read);
+//! 2. metadata parsed → `Error::InvalidMetadata` on any problem;
+//! 3. search paths built ([`search`]) and archives opened through the cache ([`cache`]);
+//!    none usable → `Error::ArchiveNotFound`;
+//! 4. for each arch in the list (in order), every (compatible target, archive) pair whose archive
+//!    lists the target in `gfx_arches` — targets most specific first, archives in search order —
+//!    is tried until one yields the kernel `kernel_name#co_index`. Any failure falls through to
+//!    the next pair and then to the next arch; if all fail, the last failure is returned, and if
+//!    no archive listed any target, `Error::ArchNotFound`.
+
+pub mod cache;
+pub mod config;
+pub mod host;
+pub mod maps;
+pub mod metadata;
+pub mod search;
+pub mod trace;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::arch;
+use crate::archive::Archive;
+use crate::error::{Error, Result};
+
+pub use cache::ArchiveCache;
+pub use config::LoaderConfig;
+pub use metadata::HipkMetadata;
+pub use trace::{Event, Recorder, Silent, StderrLog, Trace};
+
+use trace::emit;
+
+/// What to load.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadRequest<'a> {
+    /// The host binary the metadata came from; relative search paths start at its directory.
+    pub binary_path: &'a Path,
+    /// The wrapper's translation-unit index (the `#N` of the TOC key).
+    pub co_index: u32,
+    /// Target ISAs in priority order; `None` entries are skipped.
+    pub arch_list: &'a [Option<&'a str>],
+}
+
+/// A loaded code object and where it came from.
+#[derive(Debug)]
+pub struct Loaded<T> {
+    pub data: T,
+    pub archive: PathBuf,
+    pub target: String,
+}
+
+/// A configuration plus the archives it has opened. Shared by every thread of a process.
+pub struct Loader {
+    config: LoaderConfig,
+    cache: ArchiveCache,
+}
+
+impl Loader {
+    pub fn new(config: LoaderConfig) -> Loader {
+        Loader { config, cache: ArchiveCache::new() }
+    }
+
+    pub fn config(&self) -> &LoaderConfig {
+        &self.config
+    }
+
+    pub fn cache(&self) -> &ArchiveCache {
+        &self.cache
+    }
+
+    /// The event describing this loader's creation (logged by `kpack_cache_create`).
+    pub fn created_event(&self) -> Event {
+        Event::CacheCreated {
+            disabled: self.config.disabled,
+            debug: self.config.debug,
+            override_paths: self.config.path_override.len(),
+            prefix_paths: self.config.path_prefix.len(),
+        }
+    }
+
+    /// Loads a code object into a buffer from `alloc` (called with the exact size; `None` means
+    /// out of memory). `metadata` is only called when the loader is enabled.
+    pub fn load_code_object<T, M, A>(
+        &self,
+        metadata: M,
+        request: &LoadRequest<'_>,
+        mut alloc: A,
+        trace: &mut dyn Trace,
+    ) -> Result<Loaded<T>>
+    where
+        T: AsMut<[u8]>,
+        M: FnOnce() -> Result<HipkMetadata>,
+        A: FnMut(usize) -> Option<T>,
+    {
+        if self.config.disabled {
+            emit(trace, || Event::Disabled);
+            return Err(Error::Disabled);
+        }
+        let meta = metadata().inspect_err(|e| {
+            emit(trace, || Event::MetadataInvalid { reason: e.to_string() });
+        })?;
+        let key = meta.lookup_key(request.co_index);
+        emit(trace, || Event::MetadataParsed {
+            kernel_name: meta.kernel_name.clone(),
+            co_index: request.co_index,
+            lookup_key: key.clone(),
+            search_paths: meta.search_paths.len(),
+        });
+        let archives = self.resolve_archives(&meta, request, trace)?;
+        find_kernel(&archives, &key, request.arch_list, &mut alloc, trace)
+    }
+
+    /// Step 3 of the load: the archives on the search path that open, in search order
+    /// (duplicates kept, as the reference keeps them). Callable on its own, e.g. by the mount.
+    pub fn resolve_archives(
+        &self,
+        meta: &HipkMetadata,
+        request: &LoadRequest<'_>,
+        trace: &mut dyn Trace,
+    ) -> Result<Vec<(PathBuf, Arc<Archive>)>> {
+        let paths = search::build_search_paths(
+            &self.config,
+            request.binary_path,
+            &meta.search_paths,
+            request.arch_list,
+            trace,
+        );
+        let archives: Vec<_> = paths.iter().filter_map(|p| self.cache.get_or_open(p, trace)).collect();
+        if archives.is_empty() {
+            emit(trace, || Event::NoValidArchives { paths: paths.len() });
+            return Err(Error::ArchiveNotFound { tried: paths });
+        }
+        Ok(archives)
+    }
+}
+
+/// Step 4 of the load: the fall-through search over (arch, target, archive).
+pub fn find_kernel<T, A>(
+    archives: &[(PathBuf, Arc<Archive>)],
+    key: &str,
+    arch_list: &[Option<&str>],
+    alloc: &mut A,
+    trace: &mut dyn Trace,
+) -> Result<Loaded<T>>
+where
+    T: AsMut<[u8]>,
+    A: FnMut(usize) -> Option<T>,
+{
+    let mut last_error: Option<Error> = None;
+    for arch in arch_list.iter().flatten() {
+        emit(trace, || Event::TryingArchitecture { arch: (*arch).to_owned() });
+        for target in arch::compatible_targets(arch) {
+            for (path, archive) in archives.iter().filter(|(_, a)| a.has_architecture(&target)) {
+                emit(trace, || Event::Candidate { archive: path.display().to_string(), target: target.clone() });
+                match archive.get_kernel_with(key, &target, &mut *alloc) {
+                    Ok(mut data) => {
+                        let size = data.as_mut().len();
+                        emit(trace, || Event::KernelFound { size: size as u64 });
+                        emit(trace, || Event::Loaded {
+                            size,
+                            archive: path.display().to_string(),
+                            target: target.clone(),
+                        });
+                        return Ok(Loaded { data, archive: path.clone(), target });
+                    }
+                    Err(e) => {
+                        emit(trace, || Event::KernelMissing { code: e.kind().code(), reason: e.to_string() });
+                        last_error = Some(e);
+                    }
+                }
+            }
+        }
+    }
+    match last_error {
+        Some(e) => {
+            emit(trace, || Event::NotInAnyArchive { last_error: e.kind().code() });
+            Err(e)
+        }
+        None => {
+            emit(trace, || Event::NoCompatibleArchive);
+            Err(Error::ArchNotFound {
+                key: key.to_owned(),
+                arches: arch_list.iter().flatten().map(|a| (*a).to_owned()).collect(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn loader_is_send_and_sync() {
+        assert_send_sync::<Loader>();
+    }
+}

@@ -1,0 +1,252 @@
+//! Which archive files the loader tries, in order, for one HIPK binary.
+//!
+//! The rules (same as the reference library):
+//! - `ROCM_KPACK_PATH` set: exactly its entries, nothing else.
+//! - Otherwise `ROCM_KPACK_PATH_PREFIX` entries first, then each embedded search path in metadata
+//!   order. A relative embedded path is resolved against the directory of the binary with a
+//!   "weakly canonical" resolution (symlinks, `.` and `..` of the part that exists are resolved;
+//!   the rest is normalised lexically). An absolute one is used as written.
+//! - A resolved path containing `@GFXARCH@` expands into one path per compatible target of each
+//!   arch in the caller's list (feature subsets, most specific first; see `arch`). Only the
+//!   first occurrence is replaced. Environment entries are never expanded.
+//!
+//! Nothing here opens archives; the mount and the CLI call [`build_search_paths`] on its own.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+
+use super::config::LoaderConfig;
+use super::trace::{emit, Event, Trace};
+use crate::arch;
+
+/// The placeholder replaced by a target name in embedded search paths.
+pub const GFXARCH_TOKEN: &str = "@GFXARCH@";
+
+/// The ordered list of archive paths to try.
+pub fn build_search_paths(
+    config: &LoaderConfig,
+    binary_path: &Path,
+    embedded: &[OsString],
+    arch_list: &[Option<&str>],
+    trace: &mut dyn Trace,
+) -> Vec<PathBuf> {
+    if !config.path_override.is_empty() {
+        emit(trace, || Event::UsingOverride { paths: config.path_override.len() });
+        return config.path_override.clone();
+    }
+    let mut paths = Vec::new();
+    if !config.path_prefix.is_empty() {
+        emit(trace, || Event::PrependingPrefix { paths: config.path_prefix.len() });
+        paths.extend(config.path_prefix.iter().cloned());
+    }
+    for raw in embedded {
+        let resolved = resolve_path(binary_path, Path::new(raw));
+        if find_token(resolved.as_os_str()).is_some() {
+            for a in arch_list.iter().flatten() {
+                for target in arch::compatible_targets(a) {
+                    let expanded = replace_first_token(&resolved, &target);
+                    emit(trace, || Event::ExpandedPattern {
+                        pattern: resolved.display().to_string(),
+                        path: expanded.display().to_string(),
+                    });
+                    paths.push(expanded);
+                }
+            }
+        } else {
+            emit(trace, || Event::DirectPath {
+                original: Path::new(raw).display().to_string(),
+                resolved: resolved.display().to_string(),
+            });
+            paths.push(resolved);
+        }
+    }
+    paths
+}
+
+/// Resolves an embedded search path against the binary's directory. Absolute paths are returned
+/// unchanged.
+pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let dir = binary_path.parent().unwrap_or(Path::new(""));
+    weakly_canonical(&dir.join(path))
+}
+
+/// Canonicalises the longest leading part of `path` that exists, then appends the rest and
+/// normalises it lexically. Never fails: when nothing exists, the path is only normalised.
+///
+/// The search runs from the full path towards the root, so the usual cases cost one or two
+/// `realpath` calls (the file exists, or its directory does) instead of one `stat` per component.
+pub fn weakly_canonical(path: &Path) -> PathBuf {
+    let components: Vec<Component<'_>> = path.components().collect();
+    for existing in (1..=components.len()).rev() {
+        let head: PathBuf = components[..existing].iter().map(|c| c.as_os_str()).collect();
+        if let Ok(mut out) = std::fs::canonicalize(&head) {
+            if existing == components.len() {
+                return out;
+            }
+            for c in &components[existing..] {
+                out.push(c.as_os_str());
+            }
+            return lexically_normal(&out);
+        }
+    }
+    lexically_normal(path)
+}
+
+/// Removes `.` components and folds `name/..` pairs, without touching the file system. `..` at
+/// the root stays at the root; leading `..` of a relative path are kept.
+pub fn lexically_normal(path: &Path) -> PathBuf {
+    let mut parts: Vec<Component<'_>> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match parts.last() {
+                Some(Component::Normal(_)) => {
+                    parts.pop();
+                }
+                Some(Component::RootDir) | Some(Component::Prefix(_)) => {}
+                _ => parts.push(c),
+            },
+            _ => parts.push(c),
+        }
+    }
+    if parts.is_empty() {
+        return PathBuf::from(".");
+    }
+    parts.iter().map(|c| c.as_os_str()).collect()
+}
+
+fn find_token(s: &OsStr) -> Option<usize> {
+    let token = GFXARCH_TOKEN.as_bytes();
+    s.as_bytes().windows(token.len()).position(|w| w == token)
+}
+
+/// `path` with its first `@GFXARCH@` replaced by `target` (unchanged when there is none).
+pub fn replace_first_token(path: &Path, target: &str) -> PathBuf {
+    let bytes = path.as_os_str().as_bytes();
+    let Some(at) = find_token(path.as_os_str()) else {
+        return path.to_path_buf();
+    };
+    let mut out = Vec::with_capacity(bytes.len() + target.len());
+    out.extend_from_slice(&bytes[..at]);
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(&bytes[at + GFXARCH_TOKEN.len()..]);
+    PathBuf::from(OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::trace::{Recorder, Silent};
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn expands_every_feature_subset_of_every_arch() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        std::fs::create_dir_all(root.join(".kpack")).unwrap();
+        let binary = root.join("lib/libfoo.so");
+        let list = [
+            Some("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"),
+            None,
+            Some("amdgcn-amd-amdhsa--gfx9-4-generic:sramecc+:xnack-"),
+        ];
+        let paths = build_search_paths(
+            &LoaderConfig::default(),
+            &binary,
+            &os(&["../.kpack/foo_@GFXARCH@.kpack"]),
+            &list,
+            &mut Silent,
+        );
+        let k = root.join(".kpack");
+        let want: Vec<PathBuf> = [
+            "gfx942:sramecc+:xnack-",
+            "gfx942:sramecc+",
+            "gfx942:xnack-",
+            "gfx942",
+            "gfx9-4-generic:sramecc+:xnack-",
+            "gfx9-4-generic:sramecc+",
+            "gfx9-4-generic:xnack-",
+            "gfx9-4-generic",
+        ]
+        .iter()
+        .map(|t| k.join(format!("foo_{t}.kpack")))
+        .collect();
+        assert_eq!(paths, want);
+    }
+
+    #[test]
+    fn only_the_first_token_is_replaced() {
+        let p = replace_first_token(Path::new("/a/@GFXARCH@/x_@GFXARCH@.kpack"), "gfx900");
+        assert_eq!(p, Path::new("/a/gfx900/x_@GFXARCH@.kpack"));
+        assert_eq!(replace_first_token(Path::new("/a/b"), "gfx900"), Path::new("/a/b"));
+    }
+
+    #[test]
+    fn override_is_exclusive_and_prefix_comes_first() {
+        let cfg = LoaderConfig {
+            path_override: vec!["/o/@GFXARCH@.kpack".into()],
+            path_prefix: vec!["/p.kpack".into()],
+            ..Default::default()
+        };
+        let mut rec = Recorder::default();
+        let paths = build_search_paths(&cfg, Path::new("/b/x.so"), &os(&["/e.kpack"]), &[Some("gfx900")], &mut rec);
+        assert_eq!(paths, [PathBuf::from("/o/@GFXARCH@.kpack")]);
+        assert_eq!(rec.events, [Event::UsingOverride { paths: 1 }]);
+
+        let cfg = LoaderConfig { path_prefix: vec!["rel.kpack".into()], ..Default::default() };
+        let mut rec = Recorder::default();
+        let paths = build_search_paths(&cfg, Path::new("/nonexistent-dir/x.so"), &os(&["/e.kpack", "y/../z.kpack"]), &[Some("gfx900")], &mut rec);
+        assert_eq!(
+            paths,
+            [PathBuf::from("rel.kpack"), PathBuf::from("/e.kpack"), PathBuf::from("/nonexistent-dir/z.kpack")]
+        );
+        assert_eq!(rec.events[0], Event::PrependingPrefix { paths: 1 });
+        assert_eq!(
+            rec.events[2],
+            Event::DirectPath { original: "y/../z.kpack".into(), resolved: "/nonexistent-dir/z.kpack".into() }
+        );
+    }
+
+    #[test]
+    fn relative_paths_resolve_symlinks_of_the_existing_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("real/lib")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let got = resolve_path(&root.join("link/lib/libfoo.so"), Path::new("../.kpack/a.kpack"));
+        assert_eq!(got, root.join("real/.kpack/a.kpack"));
+        // Absolute paths are left exactly as written.
+        let abs = root.join("link/./x.kpack");
+        assert_eq!(resolve_path(&root.join("b.so"), &abs), abs);
+        // A binary given without a directory resolves against the current directory's view.
+        assert_eq!(resolve_path(Path::new("b.so"), Path::new("no-such-dir-xyz/../a.kpack")), PathBuf::from("a.kpack"));
+    }
+
+    #[test]
+    fn lexical_normalisation() {
+        assert_eq!(lexically_normal(Path::new("/a/./b/../c")), Path::new("/a/c"));
+        assert_eq!(lexically_normal(Path::new("/../a")), Path::new("/a"));
+        assert_eq!(lexically_normal(Path::new("../a/../../b")), Path::new("../../b"));
+        assert_eq!(lexically_normal(Path::new("a/..")), Path::new("."));
+    }
+
+    #[test]
+    fn empty_and_bare_prefix_arches_expand_to_nothing_useful() {
+        let paths = build_search_paths(
+            &LoaderConfig::default(),
+            Path::new("/nonexistent-dir/x.so"),
+            &os(&["f_@GFXARCH@.kpack"]),
+            &[Some(""), Some("amdgcn-amd-amdhsa--")],
+            &mut Silent,
+        );
+        assert_eq!(paths, [PathBuf::from("/nonexistent-dir/f_amdgcn-amd-amdhsa--.kpack")]);
+    }
+}

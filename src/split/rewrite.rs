@@ -1,0 +1,314 @@
+//! The ELF rewrite itself. Design (why each step is needed):
+//!
+//! 1. Wrappers (`.hipFatBinSegment`, 24 bytes each) get magic `HIPK`, their `binary` pointer set
+//!    to the marker, and their index in the low 32 bits of `reserved1`. The pointer is set in
+//!    the file *and* in the dynamic relocation that fills it at load time (a `R_X86_64_64`
+//!    against a symbol becomes a `R_X86_64_RELATIVE`, which needs no symbol). Any other
+//!    relocation (or RELR slot) that points into `.hip_fatbin` makes us refuse the binary,
+//!    because it would point at removed bytes.
+//! 2. The device code leaves the file. `.hip_fatbin` usually sits in the middle of a read-only
+//!    `PT_LOAD` (rocRAND: `.rodata .hip_fatbin .eh_frame_hdr …`), and a segment maps one
+//!    contiguous file range, so that segment is split in two around the whole pages of the
+//!    section; the file bytes of those pages are cut out. Everything after the cut moves down by
+//!    a multiple of the largest segment alignment, so every segment keeps
+//!    `p_offset ≡ p_vaddr (mod p_align)`; virtual addresses do not change, so no code or data
+//!    needs relocating. The section becomes `SHT_NOBITS` (it keeps its address range, which is
+//!    now a hole between the two halves, and the partial pages at its ends are zeroed).
+//! 3. The split needs a program header more, and the marker needs a loaded home. The original
+//!    table is followed by section data, so a new table is written into a new read-only
+//!    `PT_LOAD` at the end of the file (after the last segment's memory, page aligned), right
+//!    after the marker; `e_phoff` and `PT_PHDR` point at it. (For executables this relies on the
+//!    kernel locating the table through the segment that maps it, which Linux does since 5.18.)
+//! 4. A new `.rocm_kpack_ref` section header (appended, so no section index changes) describes
+//!    the marker, and the section-name table is rewritten at the end with its name added.
+
+use super::elf64::*;
+use super::{SplitError, SplitResult, relocs};
+use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
+
+/// `HIPF` and `HIPK` wrapper magics as stored (little-endian u32).
+pub const HIPF_MAGIC: u32 = 0x4849_5046;
+pub const HIPK_MAGIC: u32 = 0x4B50_4948;
+/// Size of one `__CudaFatBinaryWrapper`.
+pub const WRAPPER_SIZE: usize = 24;
+
+fn round_up(n: u64, a: u64) -> u64 {
+    n.div_ceil(a) * a
+}
+
+fn round_down(n: u64, a: u64) -> u64 {
+    n / a * a
+}
+
+/// The parsed parts of the input we work with.
+struct Input<'a> {
+    ehdr: Ehdr,
+    phdrs: Vec<Phdr>,
+    shdrs: Vec<Shdr>,
+    shstrtab: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    fn parse(bytes: &'a [u8]) -> Result<Input<'a>, SplitError> {
+        let ehdr = Ehdr::parse(bytes)?;
+        if ehdr.e_machine != EM_X86_64 {
+            return Err(SplitError::Unsupported(format!("machine {} (only x86-64 host binaries are rewritten)", ehdr.e_machine)));
+        }
+        if ehdr.e_type != ET_DYN && ehdr.e_type != ET_EXEC {
+            return Err(SplitError::Unsupported(format!("ELF type {} is neither an executable nor a shared object", ehdr.e_type)));
+        }
+        if ehdr.e_phentsize as usize != PHDR_SIZE || ehdr.e_shentsize as usize != SHDR_SIZE {
+            return Err(SplitError::Malformed("unexpected program or section header entry size".into()));
+        }
+        if ehdr.e_shnum == 0 || ehdr.e_shnum >= SHN_LORESERVE - 1 || ehdr.e_shstrndx >= ehdr.e_shnum {
+            return Err(SplitError::Unsupported("extended section numbering or no section headers".into()));
+        }
+        let pr = range(bytes, ehdr.e_phoff, ehdr.e_phnum as u64 * PHDR_SIZE as u64, "program headers")?;
+        let phdrs = (0..ehdr.e_phnum as usize).map(|i| Phdr::parse(bytes, pr.start + i * PHDR_SIZE)).collect::<Result<Vec<_>, _>>()?;
+        let sr = range(bytes, ehdr.e_shoff, ehdr.e_shnum as u64 * SHDR_SIZE as u64, "section headers")?;
+        let shdrs = (0..ehdr.e_shnum as usize).map(|i| Shdr::parse(bytes, sr.start + i * SHDR_SIZE)).collect::<Result<Vec<_>, _>>()?;
+        let st = &shdrs[ehdr.e_shstrndx as usize];
+        let shstrtab = &bytes[range(bytes, st.sh_offset, st.sh_size, "section name table")?];
+        Ok(Input { ehdr, phdrs, shdrs, shstrtab })
+    }
+
+    fn section(&self, name: &str) -> Option<usize> {
+        self.shdrs.iter().position(|s| name_at(self.shstrtab, s.sh_name) == name)
+    }
+
+    /// The file offset of `len` bytes at `vaddr`, through the loadable segments.
+    fn file_offset_of(&self, vaddr: u64, len: u64) -> Option<u64> {
+        self.phdrs.iter().filter(|p| p.p_type == PT_LOAD).find_map(|p| p.file_offset_of(vaddr, len))
+    }
+}
+
+/// Whether the bytes have the marker section (are already split).
+pub fn is_split(bytes: &[u8]) -> Result<bool, SplitError> {
+    let input = Input::parse(bytes)?;
+    Ok(input.section(KPACK_REF_SECTION).is_some())
+}
+
+pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError> {
+    let inp = Input::parse(bytes)?;
+    if inp.section(KPACK_REF_SECTION).is_some() {
+        return Err(SplitError::AlreadySplit);
+    }
+    let fb_idx = inp.section(HIP_FATBIN_SECTION).ok_or(SplitError::NoDeviceCode)?;
+    let fb = inp.shdrs[fb_idx];
+    if fb.sh_type == SHT_NOBITS || fb.sh_flags & SHF_ALLOC == 0 {
+        return Err(SplitError::Unsupported(format!("{HIP_FATBIN_SECTION} is not a loaded section with contents")));
+    }
+    range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?;
+    let (fb_lo, fb_hi) = (fb.sh_addr, fb.sh_addr + fb.sh_size);
+    let points_into_fatbin = |a: u64| a >= fb_lo && a < fb_hi;
+
+    // --- Layout: the page-aligned hole [cut_lo, cut_hi) and the new segment at the end. ---
+    let loads: Vec<&Phdr> = inp.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
+    let page = loads.iter().map(|p| p.p_align).max().unwrap_or(0).max(4096);
+    if !page.is_power_of_two() {
+        return Err(SplitError::Malformed(format!("segment alignment {page} is not a power of two")));
+    }
+    let seg_idx = inp
+        .phdrs
+        .iter()
+        .position(|p| p.p_type == PT_LOAD && p.holds_file_range(fb.sh_offset, fb.sh_size))
+        .ok_or_else(|| SplitError::Unsupported(format!("{HIP_FATBIN_SECTION} is not inside one loadable segment")))?;
+    let seg = inp.phdrs[seg_idx];
+    let cut_lo = round_up(fb.sh_offset, page);
+    let cut_hi = round_down(fb.sh_offset + fb.sh_size, page).max(cut_lo);
+    let delta = cut_hi - cut_lo;
+    for (i, p) in inp.phdrs.iter().enumerate() {
+        let overlaps = p.p_filesz > 0 && p.p_offset < cut_hi && p.p_offset + p.p_filesz > cut_lo;
+        if i != seg_idx && overlaps && delta > 0 {
+            return Err(SplitError::Unsupported(format!("program header {i} overlaps the device code pages")));
+        }
+    }
+    for (i, s) in inp.shdrs.iter().enumerate() {
+        let overlaps = s.file_size() > 0 && s.sh_offset < cut_hi && s.sh_offset + s.file_size() > cut_lo;
+        if i != fb_idx && overlaps && delta > 0 {
+            return Err(SplitError::Unsupported(format!("section {} shares the device code pages", name_at(inp.shstrtab, s.sh_name))));
+        }
+    }
+    // The old section header table (and nothing after it) is dropped when it ends the file.
+    let data_end = inp.shdrs.iter().map(|s| s.sh_offset + s.file_size()).chain(inp.phdrs.iter().map(|p| p.p_offset + p.p_filesz)).max().unwrap_or(0);
+    let old_sht_end = inp.ehdr.e_shoff + inp.ehdr.e_shnum as u64 * SHDR_SIZE as u64;
+    let keep_end = if inp.ehdr.e_shoff >= data_end && old_sht_end == bytes.len() as u64 { inp.ehdr.e_shoff } else { bytes.len() as u64 };
+    let body_len = keep_end - delta;
+    let new_seg_off = round_up(body_len, page);
+    let new_seg_vaddr = round_up(loads.iter().map(|p| p.p_vaddr + p.p_memsz).max().unwrap_or(0), page);
+
+    let split_parts: Vec<Phdr> = {
+        let mut v = Vec::new();
+        if delta == 0 {
+            v.push(seg);
+        } else {
+            if cut_lo > seg.p_offset {
+                let len = cut_lo - seg.p_offset;
+                v.push(Phdr { p_filesz: len, p_memsz: len, ..seg });
+            }
+            let skip = cut_hi - seg.p_offset;
+            if seg.p_memsz > skip {
+                v.push(Phdr {
+                    p_offset: cut_hi - delta,
+                    p_vaddr: seg.p_vaddr + skip,
+                    p_paddr: seg.p_paddr + skip,
+                    p_filesz: seg.p_filesz.saturating_sub(skip),
+                    p_memsz: seg.p_memsz - skip,
+                    ..seg
+                });
+            }
+        }
+        v
+    };
+    let phnum = inp.phdrs.len() - 1 + split_parts.len() + 1;
+    if phnum > u16::MAX as usize {
+        return Err(SplitError::Unsupported("too many program headers".into()));
+    }
+    // The marker opens the new segment and the program header table follows it: tools that
+    // re-lay out files (objcopy, strip) expect a segment to start with its first section.
+    let table_len = (phnum * PHDR_SIZE) as u64;
+    let marker_off = new_seg_off;
+    let marker_vaddr = new_seg_vaddr;
+    let table_off = new_seg_off + round_up(marker.len() as u64, 8);
+    let table_vaddr = new_seg_vaddr + (table_off - new_seg_off);
+    let new_seg_len = table_off + table_len - new_seg_off;
+
+    // --- Edits on a copy with the original offsets. ---
+    let mut work = bytes.to_vec();
+    let wr_idx = inp.section(FATBIN_SEGMENT_SECTION).ok_or(SplitError::NoWrappers)?;
+    let wr = inp.shdrs[wr_idx];
+    let wr_range = range(bytes, wr.sh_offset, wr.file_size(), FATBIN_SEGMENT_SECTION)?;
+    if wr.sh_size == 0 || wr.sh_size % WRAPPER_SIZE as u64 != 0 || wr.sh_type == SHT_NOBITS {
+        return Err(SplitError::Malformed(format!("{FATBIN_SEGMENT_SECTION} holds {} bytes, not whole 24-byte wrappers", wr.sh_size)));
+    }
+    let count = wr.sh_size as usize / WRAPPER_SIZE;
+    let mut slots = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = wr_range.start + i * WRAPPER_SIZE;
+        let magic = u32_at(bytes, at)?;
+        if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
+            return Err(SplitError::BadWrapper { index: i, magic });
+        }
+        put_u32(&mut work, at, HIPK_MAGIC);
+        put_u64(&mut work, at + 8, marker_vaddr);
+        let reserved = u64_at(bytes, at + 16)?;
+        put_u64(&mut work, at + 16, (reserved & !0xffff_ffff) | i as u64);
+        slots.push(wr.sh_addr + (i * WRAPPER_SIZE) as u64 + 8);
+    }
+
+    let rel = relocs::collect(bytes, &inp.shdrs)?;
+    let mut rewritten = 0usize;
+    for (r, symtab) in &rel.rela {
+        if slots.contains(&r.rela.r_offset) {
+            let t = r.rela.r_type();
+            if t != R_X86_64_RELATIVE && t != R_X86_64_64 {
+                return Err(SplitError::Unsupported(format!(
+                    "wrapper pointer at {:#x} is set by relocation type {t} (expected RELATIVE or 64)",
+                    r.rela.r_offset
+                )));
+            }
+            let new = Rela { r_offset: r.rela.r_offset, r_info: R_X86_64_RELATIVE as u64, r_addend: marker_vaddr as i64 };
+            new.store(&mut work, r.file_offset);
+            rewritten += 1;
+        } else if let Some(target) = relocs::static_target(bytes, &inp.shdrs, r, *symtab)? {
+            if points_into_fatbin(target) {
+                return Err(SplitError::DanglingReloc { at: r.rela.r_offset, target });
+            }
+        }
+    }
+    for &a in &rel.relr {
+        if slots.contains(&a) {
+            continue;
+        }
+        if let Some(off) = inp.file_offset_of(a, 8) {
+            let target = u64_at(bytes, off as usize)?;
+            if points_into_fatbin(target) {
+                return Err(SplitError::DanglingReloc { at: a, target });
+            }
+        }
+    }
+    work[range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?].fill(0);
+
+    // --- Assemble: body without the hole, new segment, names, section headers. ---
+    let mut out = Vec::with_capacity((new_seg_off + new_seg_len) as usize + inp.shstrtab.len() + 64 * (inp.shdrs.len() + 1) + 64);
+    out.extend_from_slice(&work[..cut_lo as usize]);
+    out.extend_from_slice(&work[cut_hi as usize..keep_end as usize]);
+    out.resize(new_seg_off as usize, 0);
+
+    let shift = |off: u64| if off >= cut_hi { off - delta } else { off };
+    let mut phdrs = Vec::with_capacity(phnum);
+    let last_load = inp.phdrs.iter().rposition(|p| p.p_type == PT_LOAD).expect("the fatbin segment is a load");
+    let new_seg = Phdr {
+        p_type: PT_LOAD,
+        p_flags: PF_R,
+        p_offset: new_seg_off,
+        p_vaddr: new_seg_vaddr,
+        p_paddr: new_seg_vaddr,
+        p_filesz: new_seg_len,
+        p_memsz: new_seg_len,
+        p_align: page,
+    };
+    for (i, p) in inp.phdrs.iter().enumerate() {
+        if i == seg_idx {
+            phdrs.extend_from_slice(&split_parts);
+        } else if p.p_type == PT_PHDR {
+            phdrs.push(Phdr { p_offset: table_off, p_vaddr: table_vaddr, p_paddr: table_vaddr, p_filesz: table_len, p_memsz: table_len, ..*p });
+        } else {
+            phdrs.push(Phdr { p_offset: shift(p.p_offset), ..*p });
+        }
+        if i == last_load {
+            phdrs.push(new_seg);
+        }
+    }
+    debug_assert_eq!(phdrs.len(), phnum);
+    out.extend_from_slice(marker);
+    out.resize(table_off as usize, 0);
+    for p in &phdrs {
+        out.extend_from_slice(&p.encode());
+    }
+
+    let mut names = inp.shstrtab.to_vec();
+    let marker_name = names.len() as u32;
+    names.extend_from_slice(KPACK_REF_SECTION.as_bytes());
+    names.push(0);
+    let names_off = out.len() as u64;
+    out.extend_from_slice(&names);
+    out.resize(round_up(out.len() as u64, 8) as usize, 0);
+    let shoff = out.len() as u64;
+    for (i, s) in inp.shdrs.iter().enumerate() {
+        let s = if i == fb_idx {
+            Shdr { sh_type: SHT_NOBITS, sh_offset: cut_lo.min(shift(s.sh_offset)), ..*s }
+        } else if i == inp.ehdr.e_shstrndx as usize {
+            Shdr { sh_offset: names_off, sh_size: names.len() as u64, ..*s }
+        } else if i == 0 {
+            *s
+        } else {
+            Shdr { sh_offset: shift(s.sh_offset), ..*s }
+        };
+        out.extend_from_slice(&s.encode());
+    }
+    let marker_shdr = Shdr {
+        sh_name: marker_name,
+        sh_type: SHT_PROGBITS,
+        sh_flags: SHF_ALLOC,
+        sh_addr: marker_vaddr,
+        sh_offset: marker_off,
+        sh_size: marker.len() as u64,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: 1,
+        sh_entsize: 0,
+    };
+    out.extend_from_slice(&marker_shdr.encode());
+
+    let ehdr = Ehdr { e_phoff: table_off, e_phnum: phnum as u16, e_shoff: shoff, e_shnum: inp.ehdr.e_shnum + 1, ..inp.ehdr };
+    ehdr.store(&mut out);
+    Ok(SplitResult {
+        bytes: out,
+        wrappers: count,
+        relocations_rewritten: rewritten,
+        removed: delta,
+        device_code: fb.sh_size,
+        marker_vaddr,
+    })
+}

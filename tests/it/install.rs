@@ -1,0 +1,142 @@
+//! `scripts/install.sh` into a temporary prefix, then C consumers built the two documented ways:
+//! `pkg-config --cflags --libs rocm_kpack`, and CMake's `find_package(rocm-kpack)` with
+//! `rocm::rocm_kpack` (shared) and `rocm::rocm_kpack_static`. Finally `--uninstall` must leave
+//! nothing behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{cc, fixture};
+
+fn sh(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn install(prefix: &Path, extra: &[&str]) -> String {
+    let build_dir = cc::built_library().parent().unwrap().to_path_buf();
+    sh(Command::new(cc::manifest_dir().join("scripts/install.sh"))
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("--from")
+        .arg(&build_dir)
+        .args(extra))
+}
+
+const EXPECTED_RUN: &str = "arches: gfx900 gfx906\nkernel: 119 bytes, starts with KERNEL1_\n";
+
+fn run_consumer(exe: &Path) {
+    let out = sh(Command::new(exe).arg(fixture("test_noop.kpack")).args(["lib/libtest.so#0", "gfx900"]));
+    assert_eq!(out, EXPECTED_RUN);
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(files_under(&p));
+        }
+        out.push(p);
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = tmp.path().join("prefix");
+    install(&prefix, &[]);
+    let lib = prefix.join("lib");
+    assert_eq!(std::fs::read_link(lib.join("librocm_kpack.so.0")).unwrap(), Path::new("librocm_kpack.so.0.1.0"));
+    assert_eq!(std::fs::read_link(lib.join("librocm_kpack.so")).unwrap(), Path::new("librocm_kpack.so.0"));
+    for f in ["lib/librocm_kpack.a", "include/rocm_kpack/kpack.h", "include/rocm_kpack/kpack_types.h", "include/rocm_kpack/kpack_export.h"] {
+        assert!(prefix.join(f).is_file(), "{f}");
+    }
+
+    // pkg-config
+    let flags = sh(Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+        .args(["--cflags", "--libs", "rocm_kpack"]));
+    assert_eq!(
+        flags.trim(),
+        format!("-I{}/include -L{}/lib -lrocm_kpack", prefix.display(), prefix.display())
+    );
+    let version = sh(Command::new("pkg-config").env("PKG_CONFIG_PATH", lib.join("pkgconfig")).args(["--modversion", "rocm_kpack"]));
+    assert_eq!(version.trim(), env!("CARGO_PKG_VERSION"));
+    let exe = tmp.path().join("consumer_pc");
+    sh(Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
+        .arg(cc::manifest_dir().join("tests/c/consumer.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", lib.display())));
+    run_consumer(&exe);
+    // The program found the library through its SONAME in the prefix.
+    let needed = sh(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(needed.contains("Shared library: [librocm_kpack.so.0]"), "{needed}");
+
+    // CMake
+    let project = tmp.path().join("cmake-project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::copy(cc::manifest_dir().join("tests/c/consumer.c"), project.join("consumer.c")).unwrap();
+    std::fs::write(
+        project.join("CMakeLists.txt"),
+        "cmake_minimum_required(VERSION 3.16)\n\
+         project(consumer C)\n\
+         find_package(rocm-kpack 0.1 REQUIRED)\n\
+         add_executable(consumer_shared consumer.c)\n\
+         target_link_libraries(consumer_shared PRIVATE rocm::rocm_kpack)\n\
+         add_executable(consumer_static consumer.c)\n\
+         target_link_libraries(consumer_static PRIVATE rocm::rocm_kpack_static)\n",
+    )
+    .unwrap();
+    let build = tmp.path().join("cmake-build");
+    sh(Command::new("cmake").arg("-S").arg(&project).arg("-B").arg(&build).arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display())));
+    sh(Command::new("cmake").arg("--build").arg(&build));
+    run_consumer(&build.join("consumer_shared"));
+    run_consumer(&build.join("consumer_static"));
+    let needed = sh(Command::new("readelf").arg("-d").arg(build.join("consumer_static")));
+    assert!(!needed.contains("librocm_kpack"), "static consumer still needs the shared library:\n{needed}");
+
+    // A version the package cannot satisfy is refused.
+    std::fs::write(project.join("CMakeLists.txt"), "cmake_minimum_required(VERSION 3.16)\nproject(c C)\nfind_package(rocm-kpack 0.2 REQUIRED)\n").unwrap();
+    let refused = Command::new("cmake")
+        .arg("-S")
+        .arg(&project)
+        .arg("-B")
+        .arg(tmp.path().join("cmake-build-2"))
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+
+    // Re-installing is idempotent; uninstalling removes every file and the directories it made,
+    // but not files it did not install.
+    std::fs::create_dir_all(prefix.join("lib/other")).unwrap();
+    std::fs::write(prefix.join("lib/other/keep.txt"), b"not ours").unwrap();
+    install(&prefix, &[]);
+    install(&prefix, &["--uninstall"]);
+    assert_eq!(files_under(&prefix), [prefix.join("lib"), prefix.join("lib/other"), prefix.join("lib/other/keep.txt")]);
+}
+
+#[test]
+fn uninstall_without_manifest_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(cc::manifest_dir().join("scripts/install.sh"))
+        .arg("--prefix")
+        .arg(tmp.path())
+        .arg("--uninstall")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no manifest"));
+}

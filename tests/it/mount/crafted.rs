@@ -1,0 +1,94 @@
+//! The filesystem logic (no mount) over hand-made malformed archives: entries the archive cannot
+//! deliver show with their TOC size and read as EIO; nothing else is affected.
+
+use std::sync::Arc;
+
+use rocm_kpack::Archive;
+use rocm_kpack::fs::{Errno, FsOptions, KpackFs, Lookup};
+
+use crate::support::craft::{V, archive_bytes, m, s, sample_kernel, zstd_parts};
+
+fn entry(ordinal: u64, size: u64) -> V {
+    m(vec![
+        ("type", s("hsaco")),
+        ("ordinal", V::U(ordinal)),
+        ("original_size", V::U(size)),
+    ])
+}
+
+fn fs_over(bytes: &[u8]) -> (tempfile::TempDir, KpackFs) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("crafted.kpack");
+    std::fs::write(&p, bytes).unwrap();
+    let opts = FsOptions {
+        cache_size: 1 << 20,
+        gpus: vec![],
+        uid: 0,
+        gid: 0,
+    };
+    let (fs, _) = KpackFs::new(vec![Arc::new(Archive::open(&p).unwrap())], &opts).unwrap();
+    (d, fs)
+}
+
+fn file(fs: &KpackFs, arch: &str) -> (u64, u64) {
+    let Lookup::Found(dir) = fs.lookup(1, b"k#0").unwrap() else {
+        panic!("k#0")
+    };
+    let Lookup::Found(f) = fs
+        .lookup(dir.ino, format!("{arch}.hsaco").as_bytes())
+        .unwrap()
+    else {
+        panic!("{arch}")
+    };
+    (f.ino, f.size)
+}
+
+fn read(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
+    let fh = fs.open(ino, libc::O_RDONLY)?;
+    let r = fs.read(ino, fh, 0, u32::MAX).map(|s| s.as_slice().to_vec());
+    fs.release(fh);
+    r
+}
+
+#[test]
+fn shared_ordinal_with_another_size_is_eio_not_the_other_bytes() {
+    let data = sample_kernel();
+    let (blob, mut toc) = zstd_parts(&data);
+    let n = data.len() as u64;
+    toc.at("toc").at("k#0").set("gfx906", entry(0, n + 10));
+    toc.at("toc").at("k#0").set("gfx908", entry(7, 99));
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    let (good, good_size) = file(&fs, "gfx900");
+    let (odd, odd_size) = file(&fs, "gfx906");
+    let (missing, missing_size) = file(&fs, "gfx908");
+    assert_eq!((good_size, odd_size, missing_size), (n, n + 10, 99));
+    // Cached through gfx900 first: gfx906 must still not get those bytes.
+    assert_eq!(read(&fs, good).unwrap(), data);
+    assert_eq!(read(&fs, odd).unwrap_err(), Errno::EIO);
+    // An ordinal with no frame.
+    assert_eq!(read(&fs, missing).unwrap_err(), Errno::EIO);
+    assert_eq!(read(&fs, good).unwrap(), data);
+}
+
+#[test]
+fn blob_past_the_end_of_the_file_is_eio() {
+    let data = sample_kernel();
+    let (blob, mut toc) = crate::support::craft::noop_parts(&data);
+    toc.at("toc").at("k#0").set("gfx906", entry(1, 50));
+    toc.set(
+        "blobs",
+        V::A(vec![
+            m(vec![
+                ("offset", V::U(64)),
+                ("size", V::U(data.len() as u64)),
+            ]),
+            m(vec![("offset", V::U(1 << 30)), ("size", V::U(50))]),
+        ]),
+    );
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    let (good, _) = file(&fs, "gfx900");
+    let (bad, bad_size) = file(&fs, "gfx906");
+    assert_eq!(bad_size, 50);
+    assert_eq!(read(&fs, bad).unwrap_err(), Errno::EIO);
+    assert_eq!(read(&fs, good).unwrap(), data);
+}
