@@ -60,6 +60,9 @@ fn generated() -> (Vec<(&'static str, String, Vec<u8>)>, String) {
     files.extend(seeds::toc_seeds().into_iter().map(|(n, b)| ("toc", format!("{n}.toc"), b)));
     files.extend(seeds::zstd_index_seeds().into_iter().map(|(n, b)| ("zstd_index", format!("{n}.blob"), b)));
     files.extend(seeds::archive_mutate_seeds().into_iter().map(|(n, b)| ("archive_mutate", format!("{n}.edits"), b)));
+    files.extend(seeds::hipk_metadata_seeds().into_iter().map(|(n, b)| ("hipk_metadata", format!("{n}.msgpack"), b)));
+    files.extend(seeds::bundle_seeds().into_iter().map(|(n, b)| ("bundle", format!("{n}.fatbin"), b)));
+    files.extend(seeds::maps_seeds().into_iter().map(|(n, b)| ("maps", format!("{n}.maps"), b)));
     (files, expected)
 }
 

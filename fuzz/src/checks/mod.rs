@@ -8,6 +8,9 @@
 
 pub mod archive;
 pub mod archive_mutate;
+pub mod bundle;
+pub mod hipk_metadata;
+pub mod maps;
 pub mod names;
 pub mod target_id;
 pub mod toc;
@@ -22,4 +25,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("zstd_index", |d| drop(zstd_index::run(d))),
     ("target_id", |d| target_id::run(d)),
     ("names", |d| names::run(d)),
+    ("hipk_metadata", |d| hipk_metadata::run(d)),
+    ("bundle", |d| bundle::run(d)),
+    ("maps", |d| maps::run(d)),
 ];

@@ -208,3 +208,54 @@ pub fn archive_mutate_seeds() -> Vec<(String, Vec<u8>)> {
         ("noop-grow-first-byte".into(), vec![0, 4, 0, 0, 200]),
     ]
 }
+
+/// HIPK metadata seeds: the real shape, each way of getting it wrong, and a truncated document.
+pub fn hipk_metadata_seeds() -> Vec<(String, Vec<u8>)> {
+    let good = m(vec![("kernel_name", s("lib/libx.so")), ("kpack_search_paths", V::A(vec![s("x_@GFXARCH@.kpack"), s("/abs/y.kpack")]))]);
+    let encoded = good.encode();
+    vec![
+        ("valid".into(), encoded.clone()),
+        ("valid-with-trailing-bytes".into(), [encoded.clone(), vec![0xc1; 8]].concat()),
+        ("truncated".into(), encoded[..encoded.len() - 4].to_vec()),
+        ("kernel-name-bin".into(), m(vec![("kernel_name", V::B(b"x".to_vec())), ("kpack_search_paths", V::A(vec![s("a")]))]).encode()),
+        ("paths-not-strings".into(), m(vec![("kernel_name", s("x")), ("kpack_search_paths", V::A(vec![V::U(1), V::Nil]))]).encode()),
+        ("paths-not-array".into(), m(vec![("kernel_name", s("x")), ("kpack_search_paths", s("a"))]).encode()),
+        ("not-a-map".into(), V::A(vec![s("kernel_name")]).encode()),
+        ("nested-200".into(), vec![0x91; 200]),
+    ]
+}
+
+/// Offload-bundle seeds: plain and CCOB (v2, v3) bundles built by the project's own builders,
+/// two bundles with padding between them, and truncations.
+pub fn bundle_seeds() -> Vec<(String, Vec<u8>)> {
+    use rocm_kpack::bundle::{build_ccob, build_uncompressed};
+    let plain = build_uncompressed(
+        &[("host-x86_64-unknown-linux-gnu-", &[]), ("hipv4-amdgcn-amd-amdhsa--gfx942:xnack-", b"CODE-942"), ("hipv4-amdgcn-amd-amdhsa--gfx1100", b"CODE-1100")],
+        8,
+    );
+    let v2 = build_ccob(2, &plain, 3).unwrap();
+    let v3 = build_ccob(3, &plain, 3).unwrap();
+    vec![
+        ("plain".into(), plain.clone()),
+        ("ccob-v2".into(), v2.clone()),
+        ("ccob-v3".into(), v3.clone()),
+        ("plain-pad-ccob".into(), [plain.clone(), vec![0; 13], v3.clone()].concat()),
+        ("plain-truncated".into(), plain[..plain.len() - 3].to_vec()),
+        ("ccob-truncated".into(), v2[..v2.len() / 2].to_vec()),
+    ]
+}
+
+/// `/proc/self/maps` seeds: an address (8 bytes, little-endian) then the text.
+pub fn maps_seeds() -> Vec<(String, Vec<u8>)> {
+    let text = b"00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/prog\n\
+00651000-00652000 rw-p 00051000 08:02 173521      /usr/bin/my prog (deleted)\n\
+00e03000-00e24000 rw-p 00000000 00:00 0           [heap]\n\
+7f0000000000-7f0000001000 r--p 00000000 00:00 0 \n";
+    let at = |addr: u64| [addr.to_le_bytes().to_vec(), text.to_vec()].concat();
+    vec![
+        ("in-first".into(), at(0x0040_1000)),
+        ("in-deleted".into(), at(0x0065_1800)),
+        ("in-heap".into(), at(0x00e0_4000)),
+        ("nowhere".into(), at(u64::MAX)),
+    ]
+}
