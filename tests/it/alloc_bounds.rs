@@ -330,3 +330,42 @@ fn a_fifo_in_place_of_the_archive_does_not_block_open() {
     let got = rx.recv_timeout(Duration::from_secs(10)).expect("Archive::open on a FIFO blocked");
     assert_eq!(got, Err(ErrorKind::IoError));
 }
+
+/// HIPK metadata without a terminator, read from a length-less pointer: the readable bytes end
+/// at a `PROT_NONE` guard page exactly `MAX_METADATA_BYTES` after the pointer, so a decoder that
+/// looked past its cap would fault. Each document never completes inside the cap; each must
+/// fail as `InvalidMetadata` without touching the guard page.
+#[test]
+fn metadata_without_a_terminator_stops_at_the_cap() {
+    use rocm_kpack::loader::metadata::{HipkMetadata, MAX_METADATA_BYTES};
+
+    use crate::fuzz_regressions::checks::hipk_metadata::GuardedCopy;
+
+    let cap = MAX_METADATA_BYTES;
+    let fill = |head: &[u8], byte: u8| -> Vec<u8> {
+        let mut v = head.to_vec();
+        v.resize(cap, byte);
+        v
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("array16 of 65535 nils, cap holds fewer", fill(&[0xdc, 0xff, 0xff], 0xc0)),
+        ("array32 claiming 2^32 items", fill(&[0xdd, 0xff, 0xff, 0xff, 0xff], 0xc0)),
+        ("nesting up to the cap", vec![0x91; cap]),
+        ("map whose last value runs into the cap", {
+            let mut v = vec![0x82, 0xab];
+            v.extend_from_slice(b"kernel_name");
+            v.extend_from_slice(&[0xa1, b'k', 0xb2]);
+            v.extend_from_slice(b"kpack_search_paths");
+            v.extend_from_slice(&[0xdc, 0xff, 0xff]);
+            fill(&v, 0xa0)
+        }),
+        ("str32 claiming past the cap", fill(&[0x81, 0xdb, 0x00, 0x01, 0x00, 0x00], b'x')),
+    ];
+    for (name, bytes) in cases {
+        assert_eq!(bytes.len(), cap, "{name}");
+        let guarded = GuardedCopy::new(&bytes);
+        // SAFETY: the cap's worth of bytes is readable; the page after it is the guard.
+        let got = unsafe { HipkMetadata::parse_pointer(guarded.ptr()) };
+        assert_eq!(got.map_err(|e| e.kind()).err(), Some(ErrorKind::InvalidMetadata), "{name}");
+    }
+}

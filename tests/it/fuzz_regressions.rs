@@ -6,7 +6,7 @@
 
 #[path = "../../fuzz/src/checks/mod.rs"]
 #[allow(dead_code)]
-mod checks;
+pub(crate) mod checks;
 mod seeds;
 
 use std::collections::BTreeMap;

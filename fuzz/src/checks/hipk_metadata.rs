@@ -33,14 +33,14 @@ pub fn run(data: &[u8]) {
 }
 
 /// A copy of some bytes placed so that they end right before a `PROT_NONE` page.
-struct GuardedCopy {
+pub struct GuardedCopy {
     map: *mut libc::c_void,
     map_len: usize,
     start: usize,
 }
 
 impl GuardedCopy {
-    fn new(bytes: &[u8]) -> GuardedCopy {
+    pub fn new(bytes: &[u8]) -> GuardedCopy {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let body = bytes.len().div_ceil(page).max(1) * page;
@@ -59,7 +59,7 @@ impl GuardedCopy {
         GuardedCopy { map, map_len, start }
     }
 
-    fn ptr(&self) -> *const u8 {
+    pub fn ptr(&self) -> *const u8 {
         // SAFETY: `start` is inside the mapping.
         unsafe { self.map.cast::<u8>().add(self.start) }
     }
