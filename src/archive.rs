@@ -8,7 +8,8 @@
 use std::cell::RefCell;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -46,11 +47,21 @@ impl Archive {
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
-            _ => Error::io(&path, "cannot open", e),
-        })?;
+        // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer forever (found in
+        // hardening: `list` on a FIFO hung). A FIFO then reads as an empty file. Regular files
+        // get blocking mode back below, so their reads behave as before.
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
+                _ => Error::io(&path, "cannot open", e),
+            })?;
         let meta = file.metadata().map_err(|e| Error::io(&path, "cannot stat", e))?;
+        if meta.is_file() {
+            set_blocking(&file).map_err(|e| Error::io(&path, "cannot clear O_NONBLOCK", e))?;
+        }
         if meta.is_dir() {
             return Err(Error::TruncatedHeader { path, len: 0 });
         }
@@ -320,6 +331,16 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
         .into_iter()
         .map(|s| Span { offset: blob.offset + s.offset, size: s.size })
         .collect())
+}
+
+fn set_blocking(file: &File) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh

@@ -18,3 +18,5 @@ mod loader;
 mod split;
 mod split_c;
 mod split_cli;
+mod alloc_bounds;
+mod fuzz_regressions;

@@ -1,0 +1,61 @@
+//! `toc`: arbitrary bytes as a TOC and as a msgpack document.
+//!
+//! Invariants:
+//! - the decoder never asks for a byte past the end of the object it returns (HIPK metadata
+//!   arrives as a pointer without a length, so reading further could fault);
+//! - decoding the returned prefix alone gives the same value;
+//! - `parse_toc` succeeds only on input the generic decoder also accepts, and then gives the
+//!   same TOC from that prefix alone (trailing bytes are ignored);
+//! - a parsed TOC has sorted, unique keys and unique arches per key.
+
+use std::cell::Cell;
+
+use rocm_kpack::format::parse_toc;
+use rocm_kpack::msgpack::{self, Input};
+
+/// A slice that remembers the furthest byte any request reached.
+struct Watched<'a> {
+    data: &'a [u8],
+    furthest: Cell<usize>,
+}
+
+impl<'a> Input<'a> for Watched<'a> {
+    fn bytes(&self, pos: usize, n: usize) -> Option<&'a [u8]> {
+        let end = pos.checked_add(n)?;
+        let got = self.data.get(pos..end)?;
+        self.furthest.set(self.furthest.get().max(end));
+        Some(got)
+    }
+}
+
+pub fn run(data: &[u8]) {
+    let watched = Watched { data, furthest: Cell::new(0) };
+    let decoded = msgpack::decode(&watched);
+    if let Ok((value, used)) = &decoded {
+        assert!(*used >= 1 && *used <= data.len(), "used {used} of {}", data.len());
+        assert!(
+            watched.furthest.get() <= *used,
+            "decoder read byte {} of an object that ends at {used}",
+            watched.furthest.get()
+        );
+        let (again, used_again) = msgpack::decode_slice(&data[..*used]).expect("the prefix decodes alone");
+        assert_eq!(used_again, *used);
+        // Compared through Debug, which shows floats exactly; `==` would call NaN unequal to
+        // itself (the first fuzz finding was this harness bug, not a decoder one).
+        assert_eq!(format!("{again:?}"), format!("{value:?}"));
+    }
+
+    let Ok(toc) = parse_toc(data) else { return };
+    let Ok((_, used)) = decoded else {
+        panic!("parse_toc accepted bytes the decoder rejects: {decoded:?}");
+    };
+    assert_eq!(parse_toc(&data[..used]).as_ref(), Ok(&toc), "trailing bytes changed the TOC");
+    for pair in toc.binaries.windows(2) {
+        assert!(pair[0].key < pair[1].key, "keys not sorted and unique: {:?} {:?}", pair[0].key, pair[1].key);
+    }
+    for b in &toc.binaries {
+        for (i, e) in b.arches.iter().enumerate() {
+            assert!(b.arches[..i].iter().all(|x| x.arch != e.arch), "arch {:?} twice under {:?}", e.arch, b.key);
+        }
+    }
+}
