@@ -2,6 +2,8 @@
 //! (`support::mount`), results compared byte for byte and errno for errno with the archive API.
 
 mod crafted;
+mod fault_io;
+mod faults;
 mod scenarios;
 
 use std::path::{Path, PathBuf};
@@ -35,13 +37,13 @@ fn io_child_entry() {
 }
 
 /// Deterministic, compressible bytes.
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| ((i / 7).wrapping_mul(31).wrapping_add(seed) % 251) as u8)
         .collect()
 }
 
-fn write_archive(
+pub fn write_archive(
     path: &Path,
     compression: Compression,
     kernels: &[(&str, &str, Vec<u8>)],
@@ -61,7 +63,7 @@ fn write_archive(
 }
 
 /// Several keys, arches with features and generic targets, and sizes across page boundaries.
-fn rich_archive(path: &Path, compression: Compression) -> PathBuf {
+pub fn rich_archive(path: &Path, compression: Compression) -> PathBuf {
     write_archive(
         path,
         compression,

@@ -40,7 +40,7 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 .unwrap();
             assert!(fs::read(mnt.join(arg)).unwrap() == want);
         }
-        other => panic!("unknown scenario {other}"),
+        other => super::fault_io::run(other, mnt, archive, arg),
     }
 }
 
@@ -48,7 +48,7 @@ fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
-fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
+pub fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
     match r {
         Ok(v) => panic!("{what}: expected an error, got {v:?}"),
         Err(e) => e
@@ -94,11 +94,11 @@ fn expected(archive: &Path) -> Vec<(String, String, Vec<u8>)> {
         .collect()
 }
 
-fn kernel_path(mnt: &Path, key: &str, arch: &str) -> PathBuf {
+pub fn kernel_path(mnt: &Path, key: &str, arch: &str) -> PathBuf {
     mnt.join(key).join(format!("{arch}.hsaco"))
 }
 
-fn fnv(data: &[u8]) -> u64 {
+pub fn fnv(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
     })

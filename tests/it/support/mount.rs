@@ -154,6 +154,16 @@ impl Mount {
         let dir = tempfile::tempdir().unwrap();
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).unwrap();
+        Mount::start_in(dir, &mountpoint, archive, extra)
+    }
+
+    /// Mounts `archive` on an existing directory `mountpoint` owned by the caller (for a new
+    /// mount on a point an earlier, crashed one used). The caller removes the directory.
+    pub fn start_on(mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
+        Mount::start_in(tempfile::tempdir().unwrap(), mountpoint, archive, extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
         let mountpoint = mountpoint.canonicalize().unwrap();
         let log = dir.path().join("daemon.log");
         let daemon = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
@@ -275,6 +285,11 @@ impl Mount {
         let daemon = self.daemon.as_ref().unwrap();
         // SAFETY: signalling the child we started, by its pid.
         unsafe { libc::kill(daemon.id() as i32, signal) };
+    }
+
+    /// The daemon's process id (for `/proc/<pid>/status`).
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().unwrap().id()
     }
 
     /// Whether the daemon is still running.
