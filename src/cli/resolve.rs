@@ -160,6 +160,9 @@ fn describe(event: &Event) -> Option<String> {
         }
         Event::PrependingPrefix { paths } => format!("ROCM_KPACK_PATH_PREFIX: {paths} paths first"),
         Event::ExpandedPattern { pattern, path } => format!("path    {path}   (from {pattern})"),
+        Event::UnsafeTarget { pattern, target } => {
+            format!("skip    arch {target:?}: not a plain path component (pattern {pattern})")
+        }
         Event::DirectPath { original, resolved } => format!("path    {resolved}   (from {original})"),
         Event::ArchiveMissing { path } => format!("skip    {path}: not a regular file"),
         Event::ArchiveOpenFailed { path, reason, .. } => format!("skip    {path}: {reason}"),

@@ -9,6 +9,9 @@
 //! - A resolved path containing `@GFXARCH@` expands into one path per compatible target of each
 //!   arch in the caller's list (feature subsets, most specific first; see `arch`). Only the
 //!   first occurrence is replaced. Environment entries are never expanded.
+//! - A target that is not one plain path component (`/`, `.`, `..`, NUL; only a broken or
+//!   hostile arch list gives one) is not substituted: no expanded path leaves the pattern's
+//!   directory. The reference substitutes any string; real target IDs never differ.
 //!
 //! Nothing here opens archives; the mount and the CLI call [`build_search_paths`] on its own.
 
@@ -45,6 +48,13 @@ pub fn build_search_paths(
         if find_token(resolved.as_os_str()).is_some() {
             for a in arch_list.iter().flatten() {
                 for target in arch::compatible_targets(a) {
+                    if !is_plain_component(&target) {
+                        emit(trace, || Event::UnsafeTarget {
+                            pattern: resolved.display().to_string(),
+                            target: target.clone(),
+                        });
+                        continue;
+                    }
                     let expanded = replace_first_token(&resolved, &target);
                     emit(trace, || Event::ExpandedPattern {
                         pattern: resolved.display().to_string(),
@@ -119,6 +129,14 @@ pub fn lexically_normal(path: &Path) -> PathBuf {
     parts.iter().map(|c| c.as_os_str()).collect()
 }
 
+/// Whether `target` can replace `@GFXARCH@` without changing which directory the path names:
+/// not empty, not `.` or `..`, no `/` and no NUL. Real target IDs (`gfx942:sramecc+`) always
+/// are; the arch list comes from the caller, so a hostile or broken one must not turn
+/// `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`.
+fn is_plain_component(target: &str) -> bool {
+    !target.is_empty() && target != "." && target != ".." && !target.contains(['/', '\0'])
+}
+
 fn find_token(s: &OsStr) -> Option<usize> {
     let token = GFXARCH_TOKEN.as_bytes();
     s.as_bytes().windows(token.len()).position(|w| w == token)
@@ -180,6 +198,49 @@ mod tests {
         .map(|t| k.join(format!("foo_{t}.kpack")))
         .collect();
         assert_eq!(paths, want);
+    }
+
+    #[test]
+    fn hostile_targets_never_leave_the_pattern_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        let list = [
+            Some("../../etc/passwd"),
+            Some("a/b"),
+            Some(".."),
+            Some("."),
+            Some("gfx942:../../x"),
+            Some("gfx9\0x"),
+            Some("gfx900"),
+        ];
+        let mut rec = Recorder::default();
+        let paths = build_search_paths(
+            &LoaderConfig::default(),
+            &root.join("lib/libfoo.so"),
+            &os(&["../.kpack/@GFXARCH@/foo.kpack"]),
+            &list,
+            &mut rec,
+        );
+        let k = root.join(".kpack");
+        // Only the plain targets are substituted: gfx942 (its hostile feature dropped) and gfx900.
+        assert_eq!(paths, [k.join("gfx942/foo.kpack"), k.join("gfx900/foo.kpack")]);
+        let pattern = k.join("@GFXARCH@/foo.kpack").display().to_string();
+        let skipped: Vec<&str> = rec
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::UnsafeTarget { pattern: p, target } => {
+                    assert_eq!(*p, pattern);
+                    Some(target.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(skipped, ["../../etc/passwd", "a/b", "..", ".", "gfx942:../../x", "gfx9\0x"]);
+        for p in &paths {
+            assert!(lexically_normal(p).starts_with(&k), "{p:?}");
+        }
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum Event {
     /// A `@GFXARCH@` pattern (already resolved against the binary's directory) and one of its
     /// expansions.
     ExpandedPattern { pattern: String, path: String },
+    /// A target of the caller's arch list that is not one plain file-name component (`/`, `.`,
+    /// `..`, NUL): not substituted into the pattern, so no search path leaves its directory.
+    UnsafeTarget { pattern: String, target: String },
     /// An embedded path without `@GFXARCH@`, and where it resolved to.
     DirectPath { original: String, resolved: String },
     /// A search path that is not a regular file.
@@ -65,6 +68,9 @@ impl Event {
             }
             Event::ExpandedPattern { pattern, path } => {
                 vec![format!("expanded pattern: {pattern} -> {path}")]
+            }
+            Event::UnsafeTarget { pattern, target } => {
+                vec![format!("not expanding pattern: {pattern} with unsafe arch {target:?}")]
             }
             Event::DirectPath { original, resolved } => {
                 vec![format!("direct path: {original} -> {resolved}")]

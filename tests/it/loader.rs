@@ -106,3 +106,44 @@ fn search_paths_and_archives_resolve_on_their_own() {
     assert_eq!(names, ["foo_gfx942:xnack+.kpack", "foo_gfx942.kpack", "foo_gfx9-4-generic.kpack"]);
     assert!(archives.iter().all(|(p, _)| p.starts_with(s.join("multi/.kpack"))));
 }
+
+/// Path safety: the caller's arch list cannot steer a `@GFXARCH@` search path out of its
+/// directory. An archive planted where `.kpack/@GFXARCH@/foo.kpack` with arch `../planted` would
+/// point (and listing exactly that arch) is never opened; a plain arch still loads.
+#[test]
+fn a_hostile_arch_never_opens_an_archive_outside_the_pattern_directory() {
+    use rocm_kpack::{ArchiveWriter, Compression};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let write = |dir: &std::path::Path, arch: &str, data: &[u8]| {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut w = ArchiveWriter::new("g", "f", vec![arch.into()], Compression::None).unwrap();
+        w.add_kernel("lib/libfoo.so#0", arch, data.to_vec()).unwrap();
+        w.write(&dir.join("foo.kpack"), &|_| {}).unwrap();
+    };
+    write(&root.join("planted"), "../planted", b"PLANTED");
+    write(&root.join(".kpack/gfx900"), "gfx900", b"GFX900");
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    let meta = || {
+        Ok(HipkMetadata {
+            kernel_name: "lib/libfoo.so".into(),
+            search_paths: vec![OsString::from("../.kpack/@GFXARCH@/foo.kpack")],
+        })
+    };
+    let loader = Loader::new(LoaderConfig::default());
+    let binary = root.join("lib/libfoo.so");
+    let pattern = root.join(".kpack/@GFXARCH@/foo.kpack").display().to_string();
+
+    let hostile = [Some("../planted")];
+    let request = LoadRequest { binary_path: &binary, co_index: 0, arch_list: &hostile };
+    let mut rec = Recorder::default();
+    let err = loader.load_code_object(meta, &request, vec_alloc, &mut rec).unwrap_err();
+    assert_eq!(err.kind(), rocm_kpack::ErrorKind::ArchiveNotFound, "{err}");
+    assert!(rec.events.contains(&Event::UnsafeTarget { pattern: pattern.clone(), target: "../planted".into() }));
+    assert!(!rec.events.iter().any(|e| matches!(e, Event::ArchiveOpened { .. })), "{:?}", rec.events);
+
+    let mixed = [Some("../planted"), Some("gfx900")];
+    let request = LoadRequest { binary_path: &binary, co_index: 0, arch_list: &mixed };
+    let loaded = loader.load_code_object(meta, &request, vec_alloc, &mut Silent).unwrap();
+    assert_eq!((loaded.data, loaded.target.as_str()), (b"GFX900".to_vec(), "gfx900"));
+}
