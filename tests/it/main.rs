@@ -20,3 +20,4 @@ mod split_c;
 mod split_cli;
 mod alloc_bounds;
 mod fuzz_regressions;
+mod path_safety;
