@@ -21,3 +21,5 @@ mod split_cli;
 mod alloc_bounds;
 mod fuzz_regressions;
 mod path_safety;
+mod c_valgrind;
+mod tsan_check;
