@@ -11,6 +11,9 @@ mod list;
 mod load;
 mod man;
 mod mount;
+mod mount_daemon;
+mod mount_log;
+mod mount_options;
 mod pack;
 mod resolve;
 mod split;
@@ -46,7 +49,7 @@ pub enum Command {
     Extract(extract::Args),
     /// Decode every kernel and check its size; exit non-zero naming each bad entry.
     Verify(verify::Args),
-    /// Mount an archive as a read-only directory tree.
+    /// Mount an archive, a directory of archives or a HIPK binary's archives as a read-only tree.
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
     Unmount(mount::UnmountArgs),
