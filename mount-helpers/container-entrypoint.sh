@@ -60,6 +60,10 @@ if is_mounted; then
   exit 3
 fi
 
+# A stop request that arrives before the command runs ends the start-up instead.
+stop=""
+trap 'stop=1' TERM INT
+
 if [ -n "$options" ]; then
   "$kpack_fuse" mount --foreground -o "$options" -- "$source_path" "$mountpoint" &
 else
@@ -75,28 +79,31 @@ while ! is_mounted; do
     say "kpack-fuse exited with status $? before $mountpoint was mounted"
     exit 3
   fi
-  if [ "$waited" -ge $((timeout * 10)) ]; then
-    say "$mountpoint not mounted after ${timeout}s"
+  if [ -n "$stop" ] || [ "$waited" -ge $((timeout * 10)) ]; then
+    [ -n "$stop" ] || say "$mountpoint not mounted after ${timeout}s"
     kill -TERM "$daemon" 2>/dev/null
     wait "$daemon"
-    exit 3
+    if [ -n "$stop" ]; then exit 143; else exit 3; fi
   fi
   sleep 0.1
   waited=$((waited + 1))
 done
 say "mounted $source_path on $mountpoint"
 
-"$@" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM
-# A background command ignores SIGINT in a non-interactive shell: pass Ctrl-C on as SIGTERM.
-trap 'kill -TERM "$child" 2>/dev/null' INT
-# wait returns early when a trapped signal arrives; wait again until the command has exited.
-while :; do
-  wait "$child"
-  status=$?
-  kill -0 "$child" 2>/dev/null || break
-done
+status=143
+if [ -z "$stop" ]; then
+  "$@" &
+  child=$!
+  # A background command ignores SIGINT in a non-interactive shell: pass Ctrl-C on as SIGTERM.
+  trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+  [ -z "$stop" ] || kill -TERM "$child" 2>/dev/null
+  # wait returns early when a trapped signal arrives; wait again until the command has exited.
+  while :; do
+    wait "$child"
+    status=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+fi
 trap - TERM INT
 
 kill -TERM "$daemon" 2>/dev/null

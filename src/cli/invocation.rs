@@ -9,7 +9,7 @@
 //!   runs for type `kpack-fuse` (the binary installed under that name as a link). `-s` (sloppy)
 //!   and `-n` (no mtab) are ignored: the `-o` rules are strict anyway, and there is no mtab to
 //!   write. `-f` (fake) means do everything but the mount: exit 0 at once. `-v` (verbose) prints
-//!   the equivalent `kpack-fuse mount` command line to stderr. `-t` (which libmount adds for types
+//!   the equivalent `kpack-fuse mount` command line to stderr and passes `-v` (more logging) on. `-t` (which libmount adds for types
 //!   with a subtype) must name our type. Several `-o` are joined with commas.
 //!
 //! The helper forms must not pass their flags on as they are: in `kpack-fuse mount`, `-f` means
@@ -137,6 +137,9 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
         args.push(OsString::from("-o"));
         args.push(OsString::from(options.join(",")));
     }
+    if verbose {
+        args.push(OsString::from("-v"));
+    }
     Ok(Invocation::Run { args, verbose })
 }
 
@@ -229,9 +232,12 @@ mod tests {
             (vec!["/k.kpack", "/mnt", "-s", "-n", "-o", "ro"], Ok(with_o("ro"))),
             (vec!["/k.kpack", "/mnt", "-sn"], Ok(runs(&base, false))),
             (vec!["-n", "/k.kpack", "/mnt"], Ok(runs(&base, false))),
-            (vec!["/k.kpack", "/mnt", "-v"], Ok(runs(&base, true))),
+            (vec!["/k.kpack", "/mnt", "-v"], Ok(Invocation::Run {
+                args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-v"]),
+                verbose: true,
+            })),
             (vec!["/k.kpack", "/mnt", "-snvo", "ro"], Ok(Invocation::Run {
-                args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "ro"]),
+                args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "ro", "-v"]),
                 verbose: true,
             })),
             (vec!["/k.kpack", "/mnt", "-t", "kpack-fuse"], Ok(runs(&base, false))),

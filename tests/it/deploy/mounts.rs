@@ -77,11 +77,6 @@ fn install(prefix: &Path, sbindir: &str) {
         .args(["--sbindir", sbindir]));
 }
 
-/// The PATH mount(8) gets: the prefix's bin first, then the system directories.
-fn path_with(prefix: &Path) -> String {
-    format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", prefix.join("bin").display())
-}
-
 #[test]
 fn version_and_native_helper_fake_and_usage() {
     let r = run_for(Command::new(BIN).arg("--version"), 30);
@@ -100,71 +95,97 @@ fn version_and_native_helper_fake_and_usage() {
     // -v shows the translated command; a missing source fails like `mount` would (exit 3).
     let r = run_for(Command::new(&helper).arg(s.path("missing.kpack")).arg(&s.mnt).args(["-v", "-s", "-n"]), 30);
     assert_eq!(r.code, Some(3), "{}", r.stderr);
-    assert!(r.stderr.starts_with(&format!("mount.kpack-fuse: kpack-fuse mount {} {}\n", s.path("missing.kpack").display(), s.mnt.display())), "{}", r.stderr);
+    assert!(r.stderr.starts_with(&format!("mount.kpack-fuse: kpack-fuse mount {} {} -v\n", s.path("missing.kpack").display(), s.mnt.display())), "{}", r.stderr);
     // The mount.fuse3 form of the same: no subcommand.
     let r = run_for(Command::new(BIN).arg(s.path("missing.kpack")).arg(&s.mnt), 30);
     assert_eq!(r.code, Some(3), "{}", r.stderr);
     assert_eq!(mounted_type(&s.mnt), None);
 }
 
+/// Serialises the tests that put links into system directories (/sbin, /usr/local/bin) or
+/// change /dev/fuse, so they never see each other's links.
+static SYSTEM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn system_lock() -> std::sync::MutexGuard<'static, ()> {
+    SYSTEM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A link in a system directory for one test: whatever was at `path` is moved aside and put
+/// back on drop, even when the test fails. `None` target: the test creates the link itself
+/// (install.sh does, for the /sbin helper).
+struct SystemLink {
+    path: PathBuf,
+    backup: Option<PathBuf>,
+}
+
+impl SystemLink {
+    fn new(path: &str, target: Option<&Path>) -> SystemLink {
+        let path = PathBuf::from(path);
+        let backup = path.with_file_name(format!(".{}.kpack-test-{}", path.file_name().unwrap().to_str().unwrap(), std::process::id()));
+        let backup = std::fs::rename(&path, &backup).is_ok().then_some(backup);
+        if let Some(t) = target {
+            std::os::unix::fs::symlink(t, &path).unwrap();
+        }
+        SystemLink { path, backup }
+    }
+}
+
+impl Drop for SystemLink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(b) = &self.backup {
+            let _ = std::fs::rename(b, &self.path);
+        }
+    }
+}
+
+/// mount(8) runs mount.fuse3 with a clean environment: /bin/sh then finds `kpack-fuse` on its
+/// default PATH only, where `scripts/install.sh`'s default prefix puts it (/usr/local/bin).
+const PATH_LINK: &str = "/usr/local/bin/kpack-fuse";
+
 #[test]
 fn mount_t_fuse_kpack_fuse_runs_the_program_from_path_through_mount_fuse3() {
     if !fuse_available() {
         return;
     }
+    let _lock = system_lock();
     let s = Scene::new();
     let prefix = s.path("prefix");
     install(&prefix, "none");
+    let _link = SystemLink::new(PATH_LINK, Some(&prefix.join("bin/kpack-fuse")));
     let _guard = MountGuard::new(&s.mnt);
     let r = run_for(
         Command::new("mount")
             .args(["-t", "fuse.kpack-fuse", "-o", "ro,nodev,nosuid"])
             .arg(&s.archive)
-            .arg(&s.mnt)
-            .env("PATH", path_with(&prefix)),
+            .arg(&s.mnt),
         60,
     );
     assert!(r.ok(), "mount exited {:?}: {}", r.code, r.stderr);
     // Live the moment mount(8) returned.
     assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"));
     s.check_read(&[]);
+    let daemon = super::processes_mentioning(&s.mnt.display().to_string());
+    assert_eq!(daemon.len(), 1, "{daemon:?}");
+    let exe = std::fs::read_link(format!("/proc/{}/exe", daemon[0])).unwrap();
+    assert_eq!(exe, prefix.join("bin/kpack-fuse"), "the installed program serves the mount");
     s.umount();
 }
 
-/// Puts the installed helper link into /sbin for one test and takes it away on drop (restoring
-/// whatever was there before), even when the test fails.
-struct SbinHelper {
-    saved: Option<PathBuf>,
-}
-
 const SBIN_HELPER: &str = "/sbin/mount.kpack-fuse";
-
-impl SbinHelper {
-    fn install(prefix: &Path) -> SbinHelper {
-        let saved = std::fs::read_link(SBIN_HELPER).ok();
-        install(prefix, "/sbin");
-        assert_eq!(std::fs::read_link(SBIN_HELPER).unwrap(), prefix.join("bin/kpack-fuse"));
-        SbinHelper { saved }
-    }
-}
-
-impl Drop for SbinHelper {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(SBIN_HELPER);
-        if let Some(target) = &self.saved {
-            let _ = std::os::unix::fs::symlink(target, SBIN_HELPER);
-        }
-    }
-}
 
 #[test]
 fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capital_t() {
     if !fuse_available() {
         return;
     }
+    let _lock = system_lock();
     let s = Scene::new();
     let prefix = s.path("prefix");
-    let helper = SbinHelper::install(&prefix);
+    let helper = SystemLink::new(SBIN_HELPER, None);
+    install(&prefix, "/sbin");
+    assert_eq!(std::fs::read_link(SBIN_HELPER).unwrap(), prefix.join("bin/kpack-fuse"));
+    let _path_link = SystemLink::new(PATH_LINK, Some(&prefix.join("bin/kpack-fuse")));
     let _guard = MountGuard::new(&s.mnt);
 
     // mount -t kpack-fuse: mount(8) runs /sbin/mount.kpack-fuse SRC DIR -o OPTS; no PATH needed.
@@ -172,8 +193,7 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
         Command::new("mount")
             .args(["-t", "kpack-fuse", "-o", "ro,nodev,nosuid"])
             .arg(&s.archive)
-            .arg(&s.mnt)
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            .arg(&s.mnt),
         60,
     );
     assert!(r.ok(), "mount exited {:?}: {}", r.code, r.stderr);
@@ -189,7 +209,7 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
             format!("# test\n{}  {}  {ty}  ro,nodev,nosuid,nofail  0 0\n", s.archive.display(), s.mnt.display()),
         )
         .unwrap();
-        let r = run_for(Command::new("mount").arg("-T").arg(&fstab).arg(&s.mnt).env("PATH", path_with(&prefix)), 60);
+        let r = run_for(Command::new("mount").arg("-T").arg(&fstab).arg(&s.mnt), 60);
         assert!(r.ok(), "{ty}: mount -T exited {:?}: {}", r.code, r.stderr);
         assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"), "{ty}");
         s.check_read(&[]);
@@ -202,11 +222,39 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
     drop(helper);
 }
 
+/// Distributions make /dev/fuse 0666 (so fusermount3 is needed only for mount(2) itself); some
+/// containers, this machine's included, leave it 0600. The unprivileged test sets the usual mode
+/// for its duration and restores the old one on drop.
+struct FuseDeviceMode {
+    old: Option<u32>,
+}
+
+impl FuseDeviceMode {
+    fn world_rw() -> FuseDeviceMode {
+        let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o7777;
+        if mode & 0o666 == 0o666 {
+            return FuseDeviceMode { old: None };
+        }
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode | 0o666)).unwrap();
+        FuseDeviceMode { old: Some(mode) }
+    }
+}
+
+impl Drop for FuseDeviceMode {
+    fn drop(&mut self) {
+        if let Some(m) = self.old {
+            let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(m));
+        }
+    }
+}
+
 #[test]
 fn unprivileged_user_mounts_and_unmounts_through_fusermount3() {
     if !fuse_available() {
         return;
     }
+    let _lock = system_lock();
+    let _mode = FuseDeviceMode::world_rw();
     let s = Scene::new();
     // A mount point owned by the user, who must also reach the binary.
     let nobody = 65534;
@@ -268,7 +316,7 @@ fn container_entrypoint_mounts_runs_the_command_and_unmounts() {
     assert!(wait_no_process(&s.mnt.display().to_string(), 30));
 
     // docker stop: SIGTERM to the script ends the command, then the mount.
-    let mut child = entry_cmd(&s).args(["sleep", "600"]).spawn().unwrap();
+    let mut child = entry_cmd(&s).args(["sleep", "600"]).stderr(std::process::Stdio::null()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while mounted_type(&s.mnt).is_none() {
         assert!(Instant::now() < deadline, "never mounted");
