@@ -4,7 +4,8 @@
 //! * `kpack-fuse SUBCOMMAND ...`: the normal form, passed through unchanged.
 //! * `kpack-fuse SRC DIR [-o OPTS]`: how `mount.fuse3` runs a filesystem of type
 //!   `fuse.kpack-fuse` (it executes `'kpack-fuse' 'SRC' 'DIR' -o 'OPTS'` through `/bin/sh`). The
-//!   first argument is not a subcommand, so `mount` is inserted: `kpack-fuse mount SRC DIR -o OPTS`.
+//!   first argument is not a subcommand and a second, non-option argument follows, so `mount` is
+//!   inserted: `kpack-fuse mount SRC DIR -o OPTS`.
 //! * `mount.kpack-fuse SRC DIR [-sfnv] [-o OPTS] [-t TYPE]`: the native helper that mount(8)
 //!   runs for type `kpack-fuse` (the binary installed under that name as a link). `-s` (sloppy)
 //!   and `-n` (no mtab) are ignored: the `-o` rules are strict anyway, and there is no mtab to
@@ -57,8 +58,12 @@ pub fn translate(argv: Vec<OsString>, subcommands: &[&str]) -> Result<Invocation
         Some(Some(first)) if first.starts_with('-') || subcommands.contains(&first) => {
             Ok(run(argv))
         }
-        // Anything else is a mount source; a non-UTF-8 one cannot be a subcommand either.
-        Some(_) => Ok(run(insert_mount(argv))),
+        // A source and a mount point (a non-UTF-8 source cannot be a subcommand either).
+        Some(_) if argv.len() >= 3 && !argv[2].to_string_lossy().starts_with('-') => {
+            Ok(run(insert_mount(argv)))
+        }
+        // A lone word is a mistyped command: let clap say so.
+        Some(_) => Ok(run(argv)),
     }
 }
 
@@ -183,6 +188,9 @@ mod tests {
             &["kpack-fuse", "list", "a.kpack"],
             &["/usr/bin/kpack-fuse", "mount", "a.kpack", "/mnt", "-f"],
             &["kpack-fuse", "help", "mount"],
+            // Mistyped commands stay as they are, for clap's "unrecognized subcommand".
+            &["kpack-fuse", "lsit"],
+            &["kpack-fuse", "lsit", "--help"],
         ] {
             assert_eq!(tr(v), Ok(runs(v, false)), "{v:?}");
         }
