@@ -94,8 +94,7 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
             positional.push(arg.clone());
             continue;
         };
-        let mut flags = text[1..].char_indices();
-        while let Some((at, flag)) = flags.next() {
+        for (at, flag) in text[1..].char_indices() {
             match flag {
                 's' | 'n' => {}
                 'f' => fake = true,
@@ -229,7 +228,7 @@ mod tests {
         let with_o = |o: &str| {
             let mut v: Vec<&str> = base.to_vec();
             v.extend(["-o", o]);
-            runs(&v.iter().copied().collect::<Vec<_>>(), false)
+            runs(&v, false)
         };
         let cases: Vec<(Vec<&str>, Result<Invocation, ()>)> = vec![
             (vec!["/k.kpack", "/mnt"], Ok(runs(&base, false))),
