@@ -17,7 +17,11 @@ use crate::support::mount::{Mount, fuse_available};
 fn wait_unmounted(path: &Path, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while mountinfo::mount_at(path).unwrap().is_some() {
-        assert!(Instant::now() < deadline, "{what}: {} still mounted", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} still mounted",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -44,18 +48,35 @@ fn background_start_returns_once_live_and_sigterm_waits_for_open_files() {
     // start_background checks the mount table once, right after the command returned 0.
     let mut m = Mount::start_background(&fixture("test_noop.kpack"), &["-v"]);
     m.check("walk", "");
-    assert!(m.daemon_log().contains("mounted archive"), "logged to --log-file:\n{}", m.daemon_log());
+    assert!(
+        m.daemon_log().contains("mounted archive"),
+        "logged to --log-file:\n{}",
+        m.daemon_log()
+    );
     let scratch = tmp();
     let child = hold_open(&m, "lib/libtest.so#0/gfx906.hsaco", scratch.path());
     m.signal(libc::SIGTERM);
     wait_unmounted(&m.mountpoint, "after SIGTERM");
-    assert!(m.daemon_running(), "the daemon serves the open file until it is closed");
+    assert!(
+        m.daemon_running(),
+        "the daemon serves the open file until it is closed"
+    );
     std::fs::write(scratch.path().join("go"), b"").unwrap();
     let out = m.finish(child);
-    assert!(out.success, "{}\ndaemon log:\n{}", out.output, m.daemon_log());
+    assert!(
+        out.success,
+        "{}\ndaemon log:\n{}",
+        out.output,
+        m.daemon_log()
+    );
     let log = m.log_path().to_path_buf();
     let status = m.wait_exit();
-    assert_eq!(status.code(), Some(0), "{}", std::fs::read_to_string(log).unwrap_or_default());
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
 }
 
 #[test]
@@ -122,9 +143,17 @@ fn background_failures_exit_non_zero_with_the_message_and_nothing_mounted() {
     let (code, err) = failing_mount(&fixture("test_noop.kpack"), &["-o", "ro,bogus"], &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("unknown mount option \"bogus\""), "{err}");
-    let (code, err) = failing_mount(&fixture("test_noop.kpack"), &["--log-file", "/nonexistent-dir/x.log"], &[]);
+    let (code, err) = failing_mount(
+        &fixture("test_noop.kpack"),
+        &["--log-file", "/nonexistent-dir/x.log"],
+        &[],
+    );
     assert_eq!(code, Some(7), "{err}");
-    let (code, err) = failing_mount(&fixture("test_noop.kpack"), &["--allow-other", "-o", "allow_root"], &[]);
+    let (code, err) = failing_mount(
+        &fixture("test_noop.kpack"),
+        &["--allow-other", "-o", "allow_root"],
+        &[],
+    );
     assert_eq!(code, Some(2), "{err}");
     if !fuse_available() {
         return;
@@ -149,15 +178,41 @@ fn unmount_lazy_with_a_file_open() {
     let scratch = tmp();
     let child = hold_open(&m, "lib/libtest.so#0/gfx900.hsaco", scratch.path());
     let bin = env!("CARGO_BIN_EXE_kpack-fuse");
-    let busy = Command::new(bin).arg("unmount").arg(&m.mountpoint).output().unwrap();
-    assert_eq!(busy.status.code(), Some(9), "{}", String::from_utf8_lossy(&busy.stderr));
+    let busy = Command::new(bin)
+        .arg("unmount")
+        .arg(&m.mountpoint)
+        .output()
+        .unwrap();
+    assert_eq!(
+        busy.status.code(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
     assert!(String::from_utf8_lossy(&busy.stderr).contains("use --lazy"));
-    let lazy = Command::new(bin).arg("unmount").arg("--lazy").arg(&m.mountpoint).output().unwrap();
-    assert!(lazy.status.success(), "{}", String::from_utf8_lossy(&lazy.stderr));
-    assert_eq!(mountinfo::mount_at(&m.mountpoint).unwrap(), None, "detached at once");
+    let lazy = Command::new(bin)
+        .arg("unmount")
+        .arg("--lazy")
+        .arg(&m.mountpoint)
+        .output()
+        .unwrap();
+    assert!(
+        lazy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lazy.stderr)
+    );
+    assert_eq!(
+        mountinfo::mount_at(&m.mountpoint).unwrap(),
+        None,
+        "detached at once"
+    );
     std::fs::write(scratch.path().join("go"), b"").unwrap();
     let out = m.finish(child);
-    assert!(out.success, "the open file is still served:\n{}", out.output);
+    assert!(
+        out.success,
+        "the open file is still served:\n{}",
+        out.output
+    );
     assert_eq!(m.wait_exit().code(), Some(0));
 }
 
@@ -177,9 +232,16 @@ fn option_lists_apply_end_to_end() {
     );
     let line = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let mp = m.mountpoint.display().to_string();
-    let entry = line.lines().find(|l| l.split(' ').nth(4) == Some(mp.as_str())).unwrap().to_owned();
+    let entry = line
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(mp.as_str()))
+        .unwrap()
+        .to_owned();
     for want in ["ro", "nosuid", "nodev", "noexec", "allow_other"] {
-        assert!(entry.split([' ', ',']).any(|w| w == want), "{want} in {entry}");
+        assert!(
+            entry.split([' ', ',']).any(|w| w == want),
+            "{want} in {entry}"
+        );
     }
     m.check("walk", "");
     m.stop();
@@ -190,9 +252,14 @@ fn auto_unmount_through_fusermount3_cleans_up_after_a_crash() {
     if !fuse_available() {
         return;
     }
-    let have_fusermount = ["/usr/bin/fusermount3", "/bin/fusermount3", "/usr/sbin/fusermount3", "/sbin/fusermount3"]
-        .iter()
-        .any(|p| Path::new(p).exists());
+    let have_fusermount = [
+        "/usr/bin/fusermount3",
+        "/bin/fusermount3",
+        "/usr/sbin/fusermount3",
+        "/sbin/fusermount3",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
     if !have_fusermount {
         assert!(
             std::env::var_os("CI").is_none() && std::env::var_os("KPACK_REQUIRE_FUSE").is_none(),
@@ -241,12 +308,22 @@ fn dev_fd_mount_point_from_a_launcher() {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
         .args(["mount"])
         .arg(fixture("test_noop.kpack"))
         .args(["/dev/fd/99", "-f"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -35,8 +35,15 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "tree" => tree(mnt, Path::new(arg)),
         "link" => {
             let (path, target) = arg.split_once('=').unwrap();
-            assert_eq!(fs::read_link(mnt.join(path)).unwrap(), Path::new(target), "{path}");
-            assert!(fs::read(mnt.join(path)).unwrap() == fs::read(mnt.join(path).with_file_name(target)).unwrap());
+            assert_eq!(
+                fs::read_link(mnt.join(path)).unwrap(),
+                Path::new(target),
+                "{path}"
+            );
+            assert!(
+                fs::read(mnt.join(path)).unwrap()
+                    == fs::read(mnt.join(path).with_file_name(target)).unwrap()
+            );
         }
         "walk_one" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();

@@ -38,23 +38,41 @@ fn refused(source: &Path, extra: &[&str], env: &[(&str, &str)]) -> (Option<i32>,
         .output()
         .unwrap();
     let canonical = mp.path().canonicalize().unwrap();
-    assert_eq!(mountinfo::mount_at(&canonical).unwrap(), None, "nothing mounted");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    assert_eq!(
+        mountinfo::mount_at(&canonical).unwrap(),
+        None,
+        "nothing mounted"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `b.kpack` and `a.kpack` both have `lib/x.so#0` for gfx900; `a` sorts first and wins.
 fn conflicting_dir(dir: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
-    let (a900, b900, b90a, ay) = (pattern(5000, 1), pattern(6000, 2), pattern(7000, 3), pattern(3000, 4));
+    let (a900, b900, b90a, ay) = (
+        pattern(5000, 1),
+        pattern(6000, 2),
+        pattern(7000, 3),
+        pattern(3000, 4),
+    );
     std::fs::create_dir_all(dir).unwrap();
     write_archive(
         &dir.join("b.kpack"),
         Compression::Zstd { level: 3 },
-        &[("lib/x.so#0", "gfx900", b900.clone()), ("lib/x.so#0", "gfx90a:xnack+", b90a.clone())],
+        &[
+            ("lib/x.so#0", "gfx900", b900.clone()),
+            ("lib/x.so#0", "gfx90a:xnack+", b90a.clone()),
+        ],
     );
     write_archive(
         &dir.join("a.kpack"),
         Compression::None,
-        &[("lib/x.so#0", "gfx900", a900.clone()), ("lib/y.so#0", "gfx1100", ay.clone())],
+        &[
+            ("lib/x.so#0", "gfx900", a900.clone()),
+            ("lib/y.so#0", "gfx1100", ay.clone()),
+        ],
     );
     (a900, b900, b90a, ay)
 }
@@ -71,8 +89,16 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
     // file that is not *.kpack.
     std::fs::write(src.join("c.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
     std::fs::create_dir(src.join("nested")).unwrap();
-    write_archive(&src.join("nested/n.kpack"), Compression::None, &[("n#0", "gfx900", vec![1])]);
-    write_archive(&src.join("z.kpack.bak"), Compression::None, &[("bak#0", "gfx900", vec![1])]);
+    write_archive(
+        &src.join("nested/n.kpack"),
+        Compression::None,
+        &[("n#0", "gfx900", vec![1])],
+    );
+    write_archive(
+        &src.join("z.kpack.bak"),
+        Compression::None,
+        &[("bak#0", "gfx900", vec![1])],
+    );
     let want = expect_dir(
         &d.path().join("want"),
         &[
@@ -90,10 +116,19 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
         src.join("a.kpack").display(),
         src.join("b.kpack").display()
     );
-    assert!(log.contains(&conflict), "conflict warning naming both files:\n{log}");
+    assert!(
+        log.contains(&conflict),
+        "conflict warning naming both files:\n{log}"
+    );
     let skipped = format!("skipping {}: ", src.join("c.kpack").display());
-    assert!(log.contains(&skipped), "corrupt member named with the reason:\n{log}");
-    assert_eq!(mountinfo::mount_at(&m.mountpoint).unwrap().unwrap().source, src.display().to_string());
+    assert!(
+        log.contains(&skipped),
+        "corrupt member named with the reason:\n{log}"
+    );
+    assert_eq!(
+        mountinfo::mount_at(&m.mountpoint).unwrap().unwrap().source,
+        src.display().to_string()
+    );
     m.stop();
 }
 
@@ -105,18 +140,35 @@ fn strict_directory_source_refuses_conflicts_and_corrupt_members() {
     let src = src.canonicalize().unwrap();
     let (code, err) = refused(&src, &["--strict"], &[]);
     assert_eq!(code, Some(4), "{err}");
-    assert!(err.contains("conflict (--strict): lib/x.so#0 [gfx900] is in both"), "{err}");
+    assert!(
+        err.contains("conflict (--strict): lib/x.so#0 [gfx900] is in both"),
+        "{err}"
+    );
     // The same through -o.
     let (code, err) = refused(&src, &["-o", "ro,strict"], &[]);
     assert_eq!(code, Some(4), "{err}");
 
     let lone = d.path().join("lone");
     std::fs::create_dir(&lone).unwrap();
-    write_archive(&lone.join("a.kpack"), Compression::None, &[("k#0", "gfx900", vec![1])]);
+    write_archive(
+        &lone.join("a.kpack"),
+        Compression::None,
+        &[("k#0", "gfx900", vec![1])],
+    );
     std::fs::write(lone.join("b.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
     let (code, err) = refused(&lone, &["--strict"], &[]);
     assert_eq!(code, Some(4), "{err}");
-    assert!(err.contains(&lone.canonicalize().unwrap().join("b.kpack").display().to_string()), "{err}");
+    assert!(
+        err.contains(
+            &lone
+                .canonicalize()
+                .unwrap()
+                .join("b.kpack")
+                .display()
+                .to_string()
+        ),
+        "{err}"
+    );
 
     // Nothing to show at all.
     let empty = d.path().join("empty");
@@ -148,7 +200,11 @@ fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
         .arg(&c)
         .output()
         .expect("gcc must be installed");
-    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     path.to_path_buf()
 }
 
@@ -156,12 +212,16 @@ fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
 /// targets (xnack variants included). Another binary's keys share the archives; a file that
 /// does not fit the pattern sits beside them. Returns (binary, kernels by (key, arch)).
 fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
-    let meta = rocm_kpack::import::hipk_metadata(&["../.kpack/hk_@GFXARCH@.kpack".into()], "lib/libhk.so");
+    let meta =
+        rocm_kpack::import::hipk_metadata(&["../.kpack/hk_@GFXARCH@.kpack".into()], "lib/libhk.so");
     let binary = hipk_library(&root.join("lib/libhk.so"), Some(&meta));
     let kp = root.join(".kpack");
     std::fs::create_dir_all(&kp).unwrap();
     let mut kernels = Vec::new();
-    for (i, arch) in ["gfx900", "gfx90a:xnack+", "gfx90a:xnack-", "gfx942"].iter().enumerate() {
+    for (i, arch) in ["gfx900", "gfx90a:xnack+", "gfx90a:xnack-", "gfx942"]
+        .iter()
+        .enumerate()
+    {
         let mut entries = Vec::new();
         for co in 0..2u32 {
             let data = pattern(2000 + 1000 * i + co as usize, 10 * i as u32 + co);
@@ -170,11 +230,21 @@ fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
         }
         entries.push(("lib/other.so#0".into(), arch.to_string(), vec![9; 10]));
         entries.push(("lib/libhk.so".into(), arch.to_string(), vec![8; 10]));
-        let refs: Vec<(&str, &str, Vec<u8>)> =
-            entries.iter().map(|(k, a, d)| (k.as_str(), a.as_str(), d.clone())).collect();
-        write_archive(&kp.join(format!("hk_{arch}.kpack")), Compression::Zstd { level: 3 }, &refs);
+        let refs: Vec<(&str, &str, Vec<u8>)> = entries
+            .iter()
+            .map(|(k, a, d)| (k.as_str(), a.as_str(), d.clone()))
+            .collect();
+        write_archive(
+            &kp.join(format!("hk_{arch}.kpack")),
+            Compression::Zstd { level: 3 },
+            &refs,
+        );
     }
-    write_archive(&kp.join("other_gfx900.kpack"), Compression::None, &[("lib/libhk.so#5", "gfx900", vec![7; 10])]);
+    write_archive(
+        &kp.join("other_gfx900.kpack"),
+        Compression::None,
+        &[("lib/libhk.so#5", "gfx900", vec![7; 10])],
+    );
     (binary, kernels)
 }
 
@@ -225,7 +295,10 @@ fn hipk_binary_search_paths_honour_the_environment_and_refusals() {
     // ROCM_KPACK_PATH replaces the embedded paths entirely.
     let (code, err) = refused(&binary, &[], &[("ROCM_KPACK_PATH", "/nonexistent/a.kpack")]);
     assert_eq!(code, Some(5), "{err}");
-    assert!(err.contains("no archive found for kernel \"lib/libhk.so\""), "{err}");
+    assert!(
+        err.contains("no archive found for kernel \"lib/libhk.so\""),
+        "{err}"
+    );
     // A GPU no archive exists for.
     let (code, err) = refused(&binary, &["--gpu", "gfx1201"], &[]);
     assert_eq!(code, Some(5), "{err}");
@@ -233,13 +306,19 @@ fn hipk_binary_search_paths_honour_the_environment_and_refusals() {
     let plain = hipk_library(&d.path().join("plain/libplain.so"), None);
     let (code, err) = refused(&plain, &[], &[]);
     assert_eq!(code, Some(4), "{err}");
-    assert!(err.contains("no .rocm_kpack_ref section: not a HIPK binary"), "{err}");
+    assert!(
+        err.contains("no .rocm_kpack_ref section: not a HIPK binary"),
+        "{err}"
+    );
     // Neither archive, ELF nor directory; and missing.
     let text = d.path().join("notes.txt");
     std::fs::write(&text, "hello").unwrap();
     let (code, err) = refused(&text, &[], &[]);
     assert_eq!(code, Some(4), "{err}");
-    assert!(err.contains("not a kpack archive (magic KPAK), an ELF host binary or a directory"), "{err}");
+    assert!(
+        err.contains("not a kpack archive (magic KPAK), an ELF host binary or a directory"),
+        "{err}"
+    );
     let (code, _) = refused(&d.path().join("missing"), &[], &[]);
     assert_eq!(code, Some(3));
 }
@@ -254,19 +333,35 @@ fn hipk_binary_source_honours_rocm_kpack_path_prefix() {
     // An archive named by the prefix comes first, so its entry wins over the pattern's.
     let first = d.path().join("first.kpack");
     let override_bytes = pattern(999, 77);
-    write_archive(&first, Compression::None, &[("lib/libhk.so#0", "gfx900", override_bytes.clone())]);
+    write_archive(
+        &first,
+        Compression::None,
+        &[("lib/libhk.so#0", "gfx900", override_bytes.clone())],
+    );
     let mut files: Vec<(String, Vec<u8>)> = kernels
         .iter()
         .filter(|(_, a, _)| a == "gfx900")
         .map(|(k, a, data)| (format!("{k}/{a}.hsaco"), data.clone()))
         .collect();
     files[0].1 = override_bytes;
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
     let want = expect_dir(&d.path().join("want"), &refs);
     let prefix = first.display().to_string();
-    let m = Mount::start_env(&binary, &["--gpu", "gfx900"], &[("ROCM_KPACK_PATH_PREFIX", &prefix)]);
+    let m = Mount::start_env(
+        &binary,
+        &["--gpu", "gfx900"],
+        &[("ROCM_KPACK_PATH_PREFIX", &prefix)],
+    );
     m.check("tree", want.to_str().unwrap());
-    assert!(m.daemon_log().contains("lib/libhk.so#0 [gfx900] is in both"), "{}", m.daemon_log());
+    assert!(
+        m.daemon_log()
+            .contains("lib/libhk.so#0 [gfx900] is in both"),
+        "{}",
+        m.daemon_log()
+    );
     m.stop();
 }
 
@@ -297,20 +392,40 @@ fn split_binary_mounts_with_the_original_code_objects() {
         .arg(&out_root)
         .output()
         .unwrap();
-    assert!(out.status.success(), "split: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "split: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The original device code, as the test built it (see split::tu_blobs).
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for tu in 0..3u8 {
-        files.push((format!("lib/libsplit.so#{tu}/gfx900.hsaco"), vec![b'a' + tu; 65536]));
-        files.push((format!("lib/libsplit.so#{tu}/gfx90a:xnack-.hsaco"), vec![b'x' + tu; 70000]));
+        files.push((
+            format!("lib/libsplit.so#{tu}/gfx900.hsaco"),
+            vec![b'a' + tu; 65536],
+        ));
+        files.push((
+            format!("lib/libsplit.so#{tu}/gfx90a:xnack-.hsaco"),
+            vec![b'x' + tu; 70000],
+        ));
     }
-    let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
     let want = expect_dir(&d.path().join("want"), &refs);
     let m = Mount::start(&out_root.join("lib/libsplit.so"), &[]);
     m.check("tree", want.to_str().unwrap());
     m.stop();
-    let m = Mount::start(&out_root.join("lib/libsplit.so"), &["--gpu", "gfx90a:xnack-"]);
-    let only: Vec<(&str, &[u8])> = refs.iter().filter(|(p, _)| p.contains("gfx90a")).copied().collect();
+    let m = Mount::start(
+        &out_root.join("lib/libsplit.so"),
+        &["--gpu", "gfx90a:xnack-"],
+    );
+    let only: Vec<(&str, &[u8])> = refs
+        .iter()
+        .filter(|(p, _)| p.contains("gfx90a"))
+        .copied()
+        .collect();
     let want = expect_dir(&d.path().join("want-gpu"), &only);
     m.check("tree", want.to_str().unwrap());
     m.stop();

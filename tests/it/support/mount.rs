@@ -348,7 +348,11 @@ impl Mount {
             .expect("the mount is live when the command returns");
         assert_eq!(entry.fs_type, "fuse.kpack-fuse");
         m.conn = entry.minor;
-        assert!(m.daemon.is_some(), "no daemon process found for {}", m.mountpoint.display());
+        assert!(
+            m.daemon.is_some(),
+            "no daemon process found for {}",
+            m.mountpoint.display()
+        );
         m
     }
 
@@ -364,7 +368,11 @@ impl Mount {
         std::fs::create_dir(&mountpoint).unwrap();
         let mountpoint = mountpoint.canonicalize().unwrap();
         let log = dir.path().join("daemon.log");
-        let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").unwrap();
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .unwrap();
         let c = |s: &str| std::ffi::CString::new(s).unwrap();
         let data = c(&format!(
             "fd={},rootmode=40000,user_id=0,group_id=0,default_permissions",
