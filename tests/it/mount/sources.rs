@@ -133,6 +133,52 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
 }
 
 #[test]
+fn directory_of_many_archives_raises_the_open_file_limit() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let src = d.path().join("many");
+    std::fs::create_dir(&src).unwrap();
+    let mut files = Vec::new();
+    for i in 0..150u32 {
+        let data = pattern(100 + i as usize, i);
+        write_archive(
+            &src.join(format!("m{i:03}.kpack")),
+            Compression::None,
+            &[(&format!("lib/m{i:03}.so#0"), "gfx900", data.clone())],
+        );
+        files.push((format!("lib/m{i:03}.so#0/gfx900.hsaco"), data));
+    }
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let want = expect_dir(&d.path().join("want"), &refs);
+    // A soft limit of 64 descriptors cannot hold 150 archives; the daemon raises it.
+    let m = Mount::start_configured(&src, &["--threads", "2"], &|cmd| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only getrlimit/setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+                lim.rlim_cur = 64;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+}
+
+#[test]
 fn strict_directory_source_refuses_conflicts_and_corrupt_members() {
     let d = tmp();
     let src = d.path().join("kp");

@@ -245,24 +245,34 @@ impl Mount {
 
     /// [`Mount::start`] with extra environment variables for the daemon (foreground, `-f`).
     pub fn start_env(archive: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mount {
+        Mount::start_configured(archive, extra, &|cmd| {
+            cmd.envs(env.iter().copied());
+        })
+    }
+
+    /// [`Mount::start`] with a hook that adjusts the daemon's command before it starts.
+    pub fn start_configured(
+        archive: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         let dir = tempfile::tempdir().unwrap();
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).unwrap();
         let mountpoint = mountpoint.canonicalize().unwrap();
         let log = dir.path().join("daemon.log");
-        let daemon = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-            .arg("mount")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
+        cmd.arg("mount")
             .arg(archive)
             .arg(&mountpoint)
             .arg("-f")
             .args(extra)
             .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(&log).unwrap());
+        configure(&mut cmd);
+        let daemon = cmd.spawn().unwrap();
         let mut m = Mount {
             dir,
             mountpoint,
@@ -319,7 +329,12 @@ impl Mount {
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(&out_path).unwrap());
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&out_path)
+                    .unwrap(),
+            );
         let mut command = cmd.spawn().unwrap();
         let status = wait_until(&mut command, Instant::now() + DAEMON_DEADLINE);
         let mut m = Mount {
