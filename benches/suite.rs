@@ -32,7 +32,7 @@ fn opts() -> Opts {
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
     Opts {
         quick,
-        synthetic_mib: value("--synthetic-mib").unwrap_or(if quick { 48 } else { 1100 }),
+        synthetic_mib: value("--synthetic-mib").unwrap_or(if quick { 24 } else { 1100 }),
         rocrand: !args.iter().any(|a| a == "--no-rocrand"),
         keep: args.iter().any(|a| a == "--keep"),
     }
@@ -456,8 +456,14 @@ fn main() {
     println!("kpack-fuse benchmark suite{} on {cpus} CPUs, kernel {}", if o.quick { " (quick)" } else { "" },
         fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
 
-    let rocrand = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/data/librocrand.so.1.1");
-    if o.rocrand && rocrand.exists() {
+    // bench/fetch-rocrand.sh downloads Debian's librocrand1 once and prints the library's path.
+    let rocrand = o.rocrand.then(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/fetch-rocrand.sh");
+        let out = Command::new(&script).stderr(Stdio::inherit()).output().ok()?;
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
+        (out.status.success() && path.exists()).then_some(path)
+    });
+    if let Some(Some(rocrand)) = rocrand {
         let out = base.join("rocrand-import");
         run(Command::new(bin()).arg("pack").arg("--from-fatbin").arg(&rocrand).arg("--single").arg("-o").arg(&out));
         let single = fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "kpack")).expect("import wrote an archive");
@@ -465,7 +471,7 @@ fn main() {
         run(Command::new(bin()).arg("extract").arg(&single).arg(&tree));
         bench_set(&mut report, "rocrand", &tree, &base, &o);
     } else if o.rocrand {
-        eprintln!("note: {} not found; run bench/fetch-rocrand.sh for the rocRAND set", rocrand.display());
+        eprintln!("note: bench/fetch-rocrand.sh could not fetch librocrand1; the rocRAND set is skipped");
     }
     let tree = base.join("synthetic-tree");
     write_synthetic(&tree, o.synthetic_mib);

@@ -12,3 +12,4 @@ cargo build --all-targets
 cargo test --no-fail-fast
 cargo bench --bench core -- --quick
 cargo bench --bench capi -- --quick
+cargo bench --bench suite -- --quick

@@ -129,7 +129,6 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     Ok(canonical)
 }
 
-
 /// The settings of the flags, then of each `-o` list in order.
 pub fn settings(args: &MountArgs) -> CliResult<Settings> {
     let mut s = Settings {
@@ -139,7 +138,11 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         strict: args.strict,
         noexec: false,
         cache_size: args.cache_size,
-        threads: if args.single_thread { Some(1) } else { args.threads },
+        threads: if args.single_thread {
+            Some(1)
+        } else {
+            args.threads
+        },
         gpus: args.gpus.clone(),
         log_file: args.log_file.clone(),
     };
@@ -147,7 +150,10 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
     }
     if s.allow_other && s.allow_root {
-        return Err(CliError::new(Exit::Usage, "allow_other and allow_root are mutually exclusive"));
+        return Err(CliError::new(
+            Exit::Usage,
+            "allow_other and allow_root are mutually exclusive",
+        ));
     }
     Ok(s)
 }
@@ -158,11 +164,16 @@ fn fuse_fd(path: &Path) -> CliResult<Option<RawFd>> {
         return Ok(None);
     };
     let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
-    let fd: RawFd = n.parse().map_err(|_| bad("not a descriptor number".into()))?;
+    let fd: RawFd = n
+        .parse()
+        .map_err(|_| bad("not a descriptor number".into()))?;
     // SAFETY: fstat on any descriptor number is harmless; `st` is written by the call.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(bad(format!("descriptor is not open: {}", io::Error::last_os_error())));
+        return Err(bad(format!(
+            "descriptor is not open: {}",
+            io::Error::last_os_error()
+        )));
     }
     // /dev/fuse is the character device 10:229.
     let is_fuse = (st.st_mode & libc::S_IFMT) == libc::S_IFCHR
@@ -207,7 +218,10 @@ enum Target {
 }
 
 pub fn run_mount(args: MountArgs) -> CliResult {
-    let verbosity = Verbosity { verbose: args.verbose, quiet: args.quiet };
+    let verbosity = Verbosity {
+        verbose: args.verbose,
+        quiet: args.quiet,
+    };
     mount_log::init(verbosity);
     let s = settings(&args)?;
     let target = match fuse_fd(&args.mountpoint)? {
@@ -235,7 +249,12 @@ pub fn run_mount(args: MountArgs) -> CliResult {
                 .create(true)
                 .append(true)
                 .open(p)
-                .map_err(|e| CliError::new(Exit::Output, format!("{}: cannot open the log file: {e}", p.display())))?,
+                .map_err(|e| {
+                    CliError::new(
+                        Exit::Output,
+                        format!("{}: cannot open the log file: {e}", p.display()),
+                    )
+                })?,
         ),
         None => None,
     };
@@ -255,10 +274,19 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     )
     .map_err(source_error)?;
     let (kind, source_path) = (src.kind, src.path.clone());
-    let gpus = if s.gpus.is_empty() { gpus::local_gpus(Path::new(gpus::KFD_NODES)) } else { s.gpus.clone() };
+    let gpus = if s.gpus.is_empty() {
+        gpus::local_gpus(Path::new(gpus::KFD_NODES))
+    } else {
+        s.gpus.clone()
+    };
     // SAFETY: plain libc calls without arguments; they cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let opts = FsOptions { cache_size: s.cache_size.unwrap_or(DEFAULT_CACHE), gpus, uid, gid };
+    let opts = FsOptions {
+        cache_size: s.cache_size.unwrap_or(DEFAULT_CACHE),
+        gpus,
+        uid,
+        gid,
+    };
     let (fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
 
     let cfg = MountConfig {
@@ -288,7 +316,13 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         }
         mount_daemon::detach_stderr();
     }
-    let result = serve(fs, target, &cfg, ready.as_mut(), &format!("{kind} {}", source_path.display()));
+    let result = serve(
+        fs,
+        target,
+        &cfg,
+        ready.as_mut(),
+        &format!("{kind} {}", source_path.display()),
+    );
     if let (Some(r), Err(e)) = (ready.as_mut(), &result) {
         // Still waiting: the parent prints the message and exits with its code.
         log::error!("{e}");
@@ -302,12 +336,22 @@ pub fn run_mount(args: MountArgs) -> CliResult {
 }
 
 /// Mounts, reports readiness, watches signals, and serves until unmounted.
-fn serve(fs: rocm_kpack::fs::KpackFs, target: Target, cfg: &MountConfig, ready: Option<&mut Ready>, what: &str) -> CliResult {
+fn serve(
+    fs: rocm_kpack::fs::KpackFs,
+    target: Target,
+    cfg: &MountConfig,
+    ready: Option<&mut Ready>,
+    what: &str,
+) -> CliResult {
     // Handlers go in before mounting, so that a signal arriving at any later point is seen by
     // the watcher (queued in the pipe until the mount is up, then unmounting it), never the
     // default action that would leave a mount dangling.
-    let signals = SignalPipe::install()
-        .map_err(|e| CliError::new(Exit::Failure, format!("cannot install signal handlers: {e}")))?;
+    let signals = SignalPipe::install().map_err(|e| {
+        CliError::new(
+            Exit::Failure,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
     let (mut mounted, mountpoint) = match target {
         Target::Dir(mp) => {
             let m = fuse::mount(fs, &mp, cfg).map_err(|e| {
@@ -316,7 +360,10 @@ fn serve(fs: rocm_kpack::fs::KpackFs, target: Target, cfg: &MountConfig, ready: 
                 } else {
                     ""
                 };
-                CliError::new(Exit::MountFailed, format!("cannot mount on {}: {e}{hint}", mp.display()))
+                CliError::new(
+                    Exit::MountFailed,
+                    format!("cannot mount on {}: {e}{hint}", mp.display()),
+                )
             })?;
             (m, Some(mp))
         }
@@ -324,12 +371,16 @@ fn serve(fs: rocm_kpack::fs::KpackFs, target: Target, cfg: &MountConfig, ready: 
             // SAFETY: the descriptor was checked to be an open /dev/fuse; from here on this
             // process owns it.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-            let m = fuse::serve_fd(fs, owned, cfg)
-                .map_err(|e| CliError::new(Exit::MountFailed, format!("cannot serve /dev/fd/{fd}: {e}")))?;
+            let m = fuse::serve_fd(fs, owned, cfg).map_err(|e| {
+                CliError::new(Exit::MountFailed, format!("cannot serve /dev/fd/{fd}: {e}"))
+            })?;
             (m, None)
         }
     };
-    let shown = mountpoint.as_ref().map_or_else(|| "an inherited /dev/fuse descriptor".to_owned(), |p| p.display().to_string());
+    let shown = mountpoint.as_ref().map_or_else(
+        || "an inherited /dev/fuse descriptor".to_owned(),
+        |p| p.display().to_string(),
+    );
     log::info!("mounted {what} on {shown} ({} threads)", cfg.threads);
     if let Some(r) = ready {
         r.ok();
@@ -359,7 +410,12 @@ fn serve(fs: rocm_kpack::fs::KpackFs, target: Target, cfg: &MountConfig, ready: 
                 }
             }
         })
-        .map_err(|e| CliError::new(Exit::Failure, format!("cannot start the signal thread: {e}")))?;
+        .map_err(|e| {
+            CliError::new(
+                Exit::Failure,
+                format!("cannot start the signal thread: {e}"),
+            )
+        })?;
     mounted
         .run()
         .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {shown} failed: {e}")))?;
@@ -371,8 +427,16 @@ fn serve(fs: rocm_kpack::fs::KpackFs, target: Target, cfg: &MountConfig, ready: 
 fn detach(path: &Path) -> io::Result<()> {
     match umount2(path, libc::MNT_DETACH) {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            let status = std::process::Command::new("fusermount3").arg("-uz").arg("--").arg(path).status()?;
-            if status.success() { Ok(()) } else { Err(io::Error::other(format!("fusermount3 -uz: {status}"))) }
+            let status = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg("--")
+                .arg(path)
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!("fusermount3 -uz: {status}")))
+            }
         }
         // Already gone (fusermount3 got there first).
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),

@@ -46,7 +46,9 @@ impl Ready {
 
 /// Threads of this process, from `/proc/self/task`.
 fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1)
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -71,11 +73,15 @@ pub fn daemonize(mountpoint: Option<&Path>) -> CliResult<Ready> {
             format!("cannot go to the background: {threads} threads are already running (use -f)"),
         ));
     }
-    let (read, write) = pipe().map_err(|e| CliError::new(Exit::Failure, format!("cannot create a pipe: {e}")))?;
+    let (read, write) =
+        pipe().map_err(|e| CliError::new(Exit::Failure, format!("cannot create a pipe: {e}")))?;
     // SAFETY: the process has a single thread (checked above), so the child is a full copy.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(CliError::new(Exit::Failure, format!("cannot fork: {}", io::Error::last_os_error())));
+        return Err(CliError::new(
+            Exit::Failure,
+            format!("cannot fork: {}", io::Error::last_os_error()),
+        ));
     }
     if pid > 0 {
         drop(write);
@@ -88,7 +94,9 @@ pub fn daemonize(mountpoint: Option<&Path>) -> CliResult<Ready> {
         libc::setsid();
     }
     redirect(&[0, 1]);
-    Ok(Ready { pipe: Some(std::fs::File::from(write)) })
+    Ok(Ready {
+        pipe: Some(std::fs::File::from(write)),
+    })
 }
 
 /// Points standard error at `/dev/null` (after logging has moved away from it).
@@ -97,7 +105,11 @@ pub fn detach_stderr() {
 }
 
 fn redirect(fds: &[RawFd]) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         for &fd in fds {
             // SAFETY: dup2 onto a standard descriptor; `null` stays valid during the call.
             unsafe { libc::dup2(null.as_raw_fd(), fd) };
@@ -112,7 +124,11 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
     let mut msg = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut pfd = libc::pollfd { fd: file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
         if n < 0 {

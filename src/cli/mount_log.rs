@@ -67,7 +67,8 @@ impl Log for Syslog {
             Level::Info => libc::LOG_INFO,
             Level::Debug | Level::Trace => libc::LOG_DEBUG,
         };
-        let text = format!("{} {}: {}", record.level(), record.target(), record.args()).replace('\0', " ");
+        let text =
+            format!("{} {}: {}", record.level(), record.target(), record.args()).replace('\0', " ");
         if let Ok(c) = CString::new(text) {
             // SAFETY: a constant "%s" format with one valid C string argument.
             unsafe { libc::syslog(priority, c"%s".as_ptr(), c.as_ptr()) };
@@ -115,7 +116,9 @@ fn replace(logger: Box<dyn Log>, level: LevelFilter) {
 pub fn init(verbosity: Verbosity) {
     let stderr = env_logger(verbosity, env_logger::Target::Stderr);
     let level = stderr.filter();
-    let sw: &'static Switch = Box::leak(Box::new(Switch { inner: RwLock::new(Box::new(stderr)) }));
+    let sw: &'static Switch = Box::leak(Box::new(Switch {
+        inner: RwLock::new(Box::new(stderr)),
+    }));
     if log::set_logger(sw).is_ok() {
         let _ = LOGGER.set(sw);
         log::set_max_level(level);
@@ -132,7 +135,13 @@ pub fn to_file(verbosity: Verbosity, file: File) {
 /// From now on, log to syslog.
 pub fn to_syslog(verbosity: Verbosity) {
     // SAFETY: the identifier is a static C string, as openlog keeps the pointer.
-    unsafe { libc::openlog(c"kpack-fuse".as_ptr(), libc::LOG_PID | libc::LOG_NDELAY, libc::LOG_DAEMON) };
+    unsafe {
+        libc::openlog(
+            c"kpack-fuse".as_ptr(),
+            libc::LOG_PID | libc::LOG_NDELAY,
+            libc::LOG_DAEMON,
+        )
+    };
     let filter = env_logger(verbosity, env_logger::Target::Stderr);
     let level = filter.filter();
     replace(Box::new(Syslog { filter }), level);

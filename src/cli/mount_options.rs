@@ -41,7 +41,11 @@ pub fn split(list: &str) -> Result<Vec<String>, String> {
         match c {
             '\\' => match chars.next() {
                 Some(e @ (',' | '\\')) => cur.push(e),
-                Some(other) => return Err(format!("-o {list:?}: unknown escape \\{other} (only \\, and \\\\)")),
+                Some(other) => {
+                    return Err(format!(
+                        "-o {list:?}: unknown escape \\{other} (only \\, and \\\\)"
+                    ));
+                }
                 None => return Err(format!("-o {list:?}: ends with a lone backslash")),
             },
             ',' => items.push(std::mem::take(&mut cur)),
@@ -68,7 +72,11 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         Some((n, v)) => (n, Some(v)),
         None => (item, None),
     };
-    let name = if raw_name == "_netdev" { raw_name.to_owned() } else { raw_name.replace('-', "_") };
+    let name = if raw_name == "_netdev" {
+        raw_name.to_owned()
+    } else {
+        raw_name.replace('-', "_")
+    };
     let flag = |s: &mut Settings, set: fn(&mut Settings)| match value {
         None => {
             set(s);
@@ -76,7 +84,11 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         Some(_) => Err(format!("mount option {raw_name:?} takes no value")),
     };
-    let needs = |what: &str| value.filter(|v| !v.is_empty()).ok_or_else(|| format!("mount option {raw_name:?} needs a value ({raw_name}={what})"));
+    let needs = |what: &str| {
+        value
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("mount option {raw_name:?} needs a value ({raw_name}={what})"))
+    };
     match name.as_str() {
         "allow_other" => flag(s, |s| s.allow_other = true),
         "allow_root" => flag(s, |s| s.allow_root = true),
@@ -85,10 +97,17 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "noexec" => flag(s, |s| s.noexec = true),
         "exec" => flag(s, |s| s.noexec = false),
         "ro" | "default_permissions" | "dev" | "suid" | "nodev" | "nosuid" => flag(s, |_| {}),
-        "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => flag(s, |_| {}),
-        "rw" => Err("mount option \"rw\": kpack-fuse mounts are read-only (use ro or nothing)".into()),
+        "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => {
+            flag(s, |_| {})
+        }
+        "rw" => {
+            Err("mount option \"rw\": kpack-fuse mounts are read-only (use ro or nothing)".into())
+        }
         "cache_size" => {
-            s.cache_size = Some(super::mount::parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?);
+            s.cache_size = Some(
+                super::mount::parse_size(needs("SIZE")?)
+                    .map_err(|e| format!("mount option {raw_name}: {e}"))?,
+            );
             Ok(())
         }
         "threads" => {
@@ -98,7 +117,9 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
                     s.threads = Some(n);
                     Ok(())
                 }
-                _ => Err(format!("mount option {raw_name}={v}: expected a number of threads from 1 to 256")),
+                _ => Err(format!(
+                    "mount option {raw_name}={v}: expected a number of threads from 1 to 256"
+                )),
             }
         }
         "gpu" => {
@@ -129,22 +150,43 @@ mod tests {
         let ok: Vec<(&str, Settings)> = vec![
             ("", none.clone()),
             ("ro", none.clone()),
-            ("ro,nodev,nosuid,allow_other,nofail", with(|s| s.allow_other = true)),
+            (
+                "ro,nodev,nosuid,allow_other,nofail",
+                with(|s| s.allow_other = true),
+            ),
             ("allow_root", with(|s| s.allow_root = true)),
             ("auto_unmount", with(|s| s.auto_unmount = true)),
-            ("auto-unmount,strict", with(|s| {
-                s.auto_unmount = true;
-                s.strict = true
-            })),
-            ("default_permissions,dev,suid,defaults,auto,noauto,user,nouser,users,_netdev", none.clone()),
-            ("x-systemd.automount,x-systemd.idle-timeout=60,x-anything", none.clone()),
+            (
+                "auto-unmount,strict",
+                with(|s| {
+                    s.auto_unmount = true;
+                    s.strict = true
+                }),
+            ),
+            (
+                "default_permissions,dev,suid,defaults,auto,noauto,user,nouser,users,_netdev",
+                none.clone(),
+            ),
+            (
+                "x-systemd.automount,x-systemd.idle-timeout=60,x-anything",
+                none.clone(),
+            ),
             ("noexec", with(|s| s.noexec = true)),
             ("noexec,exec", none.clone()),
             ("cache_size=1G", with(|s| s.cache_size = Some(1 << 30))),
-            ("cache-size=512K,cache_size=2M", with(|s| s.cache_size = Some(2 << 20))),
+            (
+                "cache-size=512K,cache_size=2M",
+                with(|s| s.cache_size = Some(2 << 20)),
+            ),
             ("threads=4", with(|s| s.threads = Some(4))),
-            ("gpu=gfx942:xnack+,gpu=gfx90a", with(|s| s.gpus = vec!["gfx942:xnack+".into(), "gfx90a".into()])),
-            ("log_file=/var/log/a\\,b\\\\c.log", with(|s| s.log_file = Some("/var/log/a,b\\c.log".into()))),
+            (
+                "gpu=gfx942:xnack+,gpu=gfx90a",
+                with(|s| s.gpus = vec!["gfx942:xnack+".into(), "gfx90a".into()]),
+            ),
+            (
+                "log_file=/var/log/a\\,b\\\\c.log",
+                with(|s| s.log_file = Some("/var/log/a,b\\c.log".into())),
+            ),
             (",,ro,,", none.clone()),
         ];
         for (list, want) in ok {

@@ -66,7 +66,10 @@ pub struct SourceError {
 
 impl SourceError {
     fn new(kind: SourceErrorKind, message: impl Into<String>) -> SourceError {
-        SourceError { kind, message: message.into() }
+        SourceError {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// A core error while opening `path`, classified by its kind.
@@ -124,7 +127,12 @@ pub struct Source {
 
 /// Reads the first bytes of a file to tell its kind.
 pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
-    let unreadable = |e: std::io::Error| SourceError::new(SourceErrorKind::Unreadable, format!("{}: {e}", path.display()));
+    let unreadable = |e: std::io::Error| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", path.display()),
+        )
+    };
     let meta = std::fs::metadata(path).map_err(unreadable)?;
     if meta.is_dir() {
         return Ok(SourceKind::Directory);
@@ -156,9 +164,19 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
 /// Detects and opens a source.
 pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let kind = detect(path)?;
-    let abs = std::fs::canonicalize(path)
-        .map_err(|e| SourceError::new(SourceErrorKind::Unreadable, format!("{}: {e}", path.display())))?;
-    let mut source = Source { kind, path: abs.clone(), archives: Vec::new(), kernel_name: None, warnings: Vec::new() };
+    let abs = std::fs::canonicalize(path).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
+    let mut source = Source {
+        kind,
+        path: abs.clone(),
+        archives: Vec::new(),
+        kernel_name: None,
+        warnings: Vec::new(),
+    };
     match kind {
         SourceKind::Archive => {
             let a = Archive::open(&abs).map_err(|e| SourceError::archive(&abs, &e))?;
@@ -176,7 +194,11 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
             if source.archives.is_empty() {
                 return Err(SourceError::new(
                     SourceErrorKind::NotFound,
-                    format!("{}: none of its {} *.kpack files opens", abs.display(), members.len()),
+                    format!(
+                        "{}: none of its {} *.kpack files opens",
+                        abs.display(),
+                        members.len()
+                    ),
                 ));
             }
         }
@@ -187,11 +209,20 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
 
 /// Every `*.kpack` regular file directly in `dir` (symlinks followed), in byte order of name.
 fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| SourceError::new(SourceErrorKind::Unreadable, format!("{}: {e}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", dir.display()),
+        )
+    })?;
     let mut names = Vec::new();
     for e in entries {
-        let e = e.map_err(|e| SourceError::new(SourceErrorKind::Unreadable, format!("{}: {e}", dir.display())))?;
+        let e = e.map_err(|e| {
+            SourceError::new(
+                SourceErrorKind::Unreadable,
+                format!("{}: {e}", dir.display()),
+            )
+        })?;
         let name = e.file_name();
         if !name.as_bytes().ends_with(b".kpack") {
             continue;
@@ -209,7 +240,10 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
 
 /// Makes room for `needed` open files, raising the soft limit up to the hard one.
 pub fn ensure_open_files(needed: u64) -> Result<(), SourceError> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `lim` is a valid rlimit to fill.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Ok(());
@@ -220,15 +254,24 @@ pub fn ensure_open_files(needed: u64) -> Result<(), SourceError> {
     if lim.rlim_max != libc::RLIM_INFINITY && lim.rlim_max < needed {
         return Err(SourceError::new(
             SourceErrorKind::Resources,
-            format!("{needed} open files are needed but the hard limit (ulimit -Hn) is {}", lim.rlim_max),
+            format!(
+                "{needed} open files are needed but the hard limit (ulimit -Hn) is {}",
+                lim.rlim_max
+            ),
         ));
     }
-    let raised = libc::rlimit { rlim_cur: needed, rlim_max: lim.rlim_max };
+    let raised = libc::rlimit {
+        rlim_cur: needed,
+        rlim_max: lim.rlim_max,
+    };
     // SAFETY: a valid rlimit within the hard limit.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
         return Err(SourceError::new(
             SourceErrorKind::Resources,
-            format!("cannot raise the open-file limit to {needed}: {}", std::io::Error::last_os_error()),
+            format!(
+                "cannot raise the open-file limit to {needed}: {}",
+                std::io::Error::last_os_error()
+            ),
         ));
     }
     log::info!("open-file limit raised from {} to {needed}", lim.rlim_cur);
@@ -237,7 +280,11 @@ pub fn ensure_open_files(needed: u64) -> Result<(), SourceError> {
 
 /// Opens merge members in order. A member that does not open is a warning (strict: an error);
 /// the same file reached twice (symlinks, repeated search paths) is opened once.
-fn open_members(source: &mut Source, members: &[PathBuf], opts: &SourceOptions) -> Result<(), SourceError> {
+fn open_members(
+    source: &mut Source,
+    members: &[PathBuf],
+    opts: &SourceOptions,
+) -> Result<(), SourceError> {
     // Descriptors already open (stdio and whatever the caller holds) plus one per archive.
     ensure_open_files(members.len() as u64 + opts.extra_fds + 16)?;
     let mut seen = HashSet::new();
@@ -253,7 +300,11 @@ fn open_members(source: &mut Source, members: &[PathBuf], opts: &SourceOptions) 
                 if opts.strict {
                     return Err(err);
                 }
-                let w = format!("skipping {}: {}", path.display(), strip_path(&err.message, path));
+                let w = format!(
+                    "skipping {}: {}",
+                    path.display(),
+                    strip_path(&err.message, path)
+                );
                 log::warn!("{w}");
                 source.warnings.push(w);
             }
@@ -272,8 +323,12 @@ fn strip_path(message: &str, path: &Path) -> String {
 /// exist on them, and its kernel name as the key filter.
 fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceError> {
     let binary = source.path.clone();
-    let bytes = std::fs::read(&binary)
-        .map_err(|e| SourceError::new(SourceErrorKind::Unreadable, format!("{}: {e}", binary.display())))?;
+    let bytes = std::fs::read(&binary).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", binary.display()),
+        )
+    })?;
     let host = HipkHost::read(&bytes).map_err(|e| {
         SourceError::new(
             SourceErrorKind::BadFormat,
@@ -284,9 +339,19 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let paths = if opts.gpus.is_empty() {
         search::existing_search_paths(&opts.loader, &binary, &meta.search_paths)
     } else {
-        let arches: Vec<String> = opts.gpus.iter().flat_map(|g| arch::device_arch_list(g)).collect();
+        let arches: Vec<String> = opts
+            .gpus
+            .iter()
+            .flat_map(|g| arch::device_arch_list(g))
+            .collect();
         let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
-        search::build_search_paths(&opts.loader, &binary, &meta.search_paths, &refs, &mut Silent)
+        search::build_search_paths(
+            &opts.loader,
+            &binary,
+            &meta.search_paths,
+            &refs,
+            &mut Silent,
+        )
     };
     // The loader skips paths that are not regular files without a word; so does the mount.
     let existing: Vec<PathBuf> = paths
@@ -302,7 +367,11 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
         .collect();
     open_members(source, &existing, opts)?;
     if source.archives.is_empty() {
-        let patterns: Vec<String> = meta.search_paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        let patterns: Vec<String> = meta
+            .search_paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
         return Err(SourceError::new(
             SourceErrorKind::NotFound,
             format!(
@@ -310,7 +379,11 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
                 binary.display(),
                 meta.kernel_name,
                 patterns,
-                if opts.gpus.is_empty() { String::new() } else { format!(", GPUs {:?}", opts.gpus) },
+                if opts.gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(", GPUs {:?}", opts.gpus)
+                },
                 paths.len()
             ),
         ));
@@ -328,16 +401,32 @@ pub fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
 
 /// Builds the filesystem over an opened source. Duplicates are warnings naming both archives,
 /// or with `strict` an error.
-pub fn build_fs(source: Source, fs_opts: &FsOptions, strict: bool) -> Result<(KpackFs, Vec<String>), SourceError> {
-    let Source { archives, kernel_name, mut warnings, .. } = source;
+pub fn build_fs(
+    source: Source,
+    fs_opts: &FsOptions,
+    strict: bool,
+) -> Result<(KpackFs, Vec<String>), SourceError> {
+    let Source {
+        archives,
+        kernel_name,
+        mut warnings,
+        ..
+    } = source;
     let paths: Vec<PathBuf> = archives.iter().map(|a| a.path().to_path_buf()).collect();
-    let keep = |key: &str| kernel_name.as_deref().is_none_or(|k| is_code_object_key(k, key));
+    let keep = |key: &str| {
+        kernel_name
+            .as_deref()
+            .is_none_or(|k| is_code_object_key(k, key))
+    };
     let (fs, duplicates) = KpackFs::with_keys(archives, fs_opts, &keep)
         .map_err(|e| SourceError::new(SourceErrorKind::BadFormat, e.to_string()))?;
     for d in &duplicates {
         let text = duplicate_message(d, &paths);
         if strict {
-            return Err(SourceError::new(SourceErrorKind::BadFormat, format!("conflict (--strict): {text}")));
+            return Err(SourceError::new(
+                SourceErrorKind::BadFormat,
+                format!("conflict (--strict): {text}"),
+            ));
         }
         log::warn!("{text}");
         warnings.push(text);
@@ -346,7 +435,11 @@ pub fn build_fs(source: Source, fs_opts: &FsOptions, strict: bool) -> Result<(Kp
 }
 
 fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
-    let name = |i: u32| paths.get(i as usize).map_or_else(|| format!("#{i}"), |p| p.display().to_string());
+    let name = |i: u32| {
+        paths
+            .get(i as usize)
+            .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
+    };
     format!(
         "{} [{}] is in both {} and {}; showing the one from {}",
         d.key,
@@ -365,7 +458,14 @@ mod tests {
     fn code_object_keys() {
         assert!(is_code_object_key("lib/libx.so", "lib/libx.so#0"));
         assert!(is_code_object_key("lib/libx.so", "lib/libx.so#14"));
-        for other in ["lib/libx.so", "lib/libx.so#", "lib/libx.so#a", "lib/libx.so.1#0", "lib/libx.so#0/y", "x/lib/libx.so#0"] {
+        for other in [
+            "lib/libx.so",
+            "lib/libx.so#",
+            "lib/libx.so#a",
+            "lib/libx.so.1#0",
+            "lib/libx.so#0/y",
+            "x/lib/libx.so#0",
+        ] {
             assert!(!is_code_object_key("lib/libx.so", other), "{other}");
         }
     }
@@ -379,11 +479,26 @@ mod tests {
             p
         };
         assert_eq!(detect(d.path()), Ok(SourceKind::Directory));
-        assert_eq!(detect(&f("a.bin", b"KPAK\x01\0\0\0")), Ok(SourceKind::Archive));
-        assert_eq!(detect(&f("b.kpack", b"\x7fELF\x02\x01")), Ok(SourceKind::HipkBinary));
-        assert_eq!(detect(&f("c.kpack", b"KPA")).unwrap_err().kind, SourceErrorKind::BadFormat);
-        assert_eq!(detect(&f("d", b"")).unwrap_err().kind, SourceErrorKind::BadFormat);
-        assert_eq!(detect(&d.path().join("missing")).unwrap_err().kind, SourceErrorKind::Unreadable);
+        assert_eq!(
+            detect(&f("a.bin", b"KPAK\x01\0\0\0")),
+            Ok(SourceKind::Archive)
+        );
+        assert_eq!(
+            detect(&f("b.kpack", b"\x7fELF\x02\x01")),
+            Ok(SourceKind::HipkBinary)
+        );
+        assert_eq!(
+            detect(&f("c.kpack", b"KPA")).unwrap_err().kind,
+            SourceErrorKind::BadFormat
+        );
+        assert_eq!(
+            detect(&f("d", b"")).unwrap_err().kind,
+            SourceErrorKind::BadFormat
+        );
+        assert_eq!(
+            detect(&d.path().join("missing")).unwrap_err().kind,
+            SourceErrorKind::Unreadable
+        );
     }
 
     #[test]

@@ -9,11 +9,11 @@ use std::process::Command;
 use rocm_kpack::bundle::build_uncompressed;
 use rocm_kpack::split::{self, HIPK_MAGIC, SplitError};
 
-const HIPF: u32 = 0x4849_5046;
+pub(crate) const HIPF: u32 = 0x4849_5046;
 
 /// Three translation units, each a bundle with two arches (64 KiB code objects, so the device
 /// code spans many pages).
-fn tu_blobs() -> Vec<Vec<u8>> {
+pub(crate) fn tu_blobs() -> Vec<Vec<u8>> {
     (0..3)
         .map(|tu| {
             let a = vec![b'a' + tu as u8; 65536];
@@ -31,7 +31,7 @@ fn tu_blobs() -> Vec<Vec<u8>> {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     Library,
     Executable,
     /// Non-PIE: wrapper pointers are absolute values in the file, with no relocation.
@@ -43,7 +43,7 @@ enum Kind {
 /// Builds a fat binary: each blob is one bundle in `.hip_fatbin` (labels `kp_tuN`; `kp_tu1` is
 /// global, so in a library its wrapper pointer is set by a symbol relocation, the others by
 /// RELATIVE ones). `extra_c` is appended to the C source.
-fn build(dir: &Path, rel: &str, blobs: &[Vec<u8>], magic: u32, kind: Kind, extra_c: &str) -> PathBuf {
+pub(crate) fn build(dir: &Path, rel: &str, blobs: &[Vec<u8>], magic: u32, kind: Kind, extra_c: &str) -> PathBuf {
     let out = dir.join(rel);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let stem = rel.replace('/', "_");

@@ -2,7 +2,9 @@
 //! (`support::mount`), results compared byte for byte and errno for errno with the archive API.
 
 mod crafted;
+mod daemon;
 mod scenarios;
+mod sources;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
