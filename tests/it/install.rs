@@ -198,3 +198,29 @@ fn uninstall_without_manifest_fails() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no manifest"));
 }
+
+/// The defaults (prefix /usr/local, helper in /sbin), seen through DESTDIR: files land under
+/// DESTDIR but refer to the real paths, and an uninstall with the same DESTDIR removes them all.
+#[test]
+fn default_prefix_and_sbindir_under_destdir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let script = cc::manifest_dir().join("scripts/install.sh");
+    sh(Command::new(&script).arg("--from").arg(build_dir()).env("DESTDIR", &root));
+    assert_eq!(
+        std::fs::read_link(root.join("sbin/mount.kpack-fuse")).unwrap(),
+        Path::new("/usr/local/bin/kpack-fuse")
+    );
+    assert!(root.join("usr/local/bin/kpack-fuse").is_file());
+    assert!(root.join("usr/local/share/man/man1/kpack-fuse.1").is_file());
+    let pc = std::fs::read_to_string(root.join("usr/local/lib/pkgconfig/rocm_kpack.pc")).unwrap();
+    assert!(pc.starts_with("# pkg-config file for librocm_kpack (filled in by scripts/install.sh).\nprefix=/usr/local\n"), "{pc}");
+    assert!(pc.contains("\nLibs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc\n"), "{pc}");
+    let manifest = std::fs::read_to_string(root.join("usr/local/share/rocm-kpack/install-manifest.txt")).unwrap();
+    assert!(manifest.lines().any(|l| l == "/sbin/mount.kpack-fuse"), "{manifest}");
+    assert!(manifest.lines().any(|l| l == "bin/kpack-fuse"), "{manifest}");
+    sh(Command::new(&script).arg("--uninstall").env("DESTDIR", &root));
+    // Only the directories outside the prefix that the install had to create stay: sbin and
+    // the prefix itself (never removed).
+    assert_eq!(files_under(&root), [root.join("sbin"), root.join("usr"), root.join("usr/local")]);
+}

@@ -70,7 +70,7 @@ pub fn run_for(cmd: &mut Command, secs: u64) -> Run {
     }
 }
 
-/// Runs `cmd` (30 s deadline) and fails the test unless it exits 0; returns stdout.
+/// Runs `cmd` (120 s deadline) and fails the test unless it exits 0; returns stdout.
 pub fn must(cmd: &mut Command) -> String {
     let desc = format!("{cmd:?}");
     let r = run_for(cmd, 120);
