@@ -188,6 +188,12 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
     let _path_link = SystemLink::new(PATH_LINK, Some(&prefix.join("bin/kpack-fuse")));
     let _guard = MountGuard::new(&s.mnt);
 
+    // Without ro, mount(8) passes rw, which a read-only file system refuses: nothing is mounted.
+    let r = run_for(Command::new("mount").args(["-t", "kpack-fuse"]).arg(&s.archive).arg(&s.mnt), 60);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("mount option \"rw\": kpack-fuse mounts are read-only"), "{}", r.stderr);
+    assert_eq!(mounted_type(&s.mnt), None);
+
     // mount -t kpack-fuse: mount(8) runs /sbin/mount.kpack-fuse SRC DIR -o OPTS; no PATH needed.
     let r = run_for(
         Command::new("mount")
