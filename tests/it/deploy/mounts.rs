@@ -170,6 +170,19 @@ fn mount_t_fuse_kpack_fuse_runs_the_program_from_path_through_mount_fuse3() {
     let exe = std::fs::read_link(format!("/proc/{}/exe", daemon[0])).unwrap();
     assert_eq!(exe, prefix.join("bin/kpack-fuse"), "the installed program serves the mount");
     s.umount();
+
+    // The legacy spelling: type fuse, source TYPE#SOURCE; mount.fuse3 runs the same command.
+    let r = run_for(
+        Command::new("mount")
+            .args(["-t", "fuse", "-o", "ro,nodev,nosuid"])
+            .arg(format!("kpack-fuse#{}", s.archive.display()))
+            .arg(&s.mnt),
+        60,
+    );
+    assert!(r.ok(), "mount exited {:?}: {}", r.code, r.stderr);
+    assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"));
+    s.check_read(&[]);
+    s.umount();
 }
 
 const SBIN_HELPER: &str = "/sbin/mount.kpack-fuse";
