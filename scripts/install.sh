@@ -70,8 +70,9 @@ if [ "$uninstall" = 1 ]; then
   while IFS= read -r rel; do
     [ -n "$rel" ] || continue
     case "$rel" in
-      # Outside the prefix (the sbin link): remove the file, never its directory.
-      /*) rm -f -- "${DESTDIR:-}${rel}" ;;
+      # Outside the prefix (the sbin link): remove the link (not a file put there since), never
+      # its directory.
+      /*) if [ -L "${DESTDIR:-}${rel}" ]; then rm -f -- "${DESTDIR:-}${rel}"; fi ;;
       *) rm -f -- "${dest}/${rel}"; dirs+=("$(dirname -- "$rel")") ;;
     esac
   done < "$manifest"

@@ -68,7 +68,10 @@ pub fn translate(argv: Vec<OsString>, subcommands: &[&str]) -> Result<Invocation
 }
 
 fn run(args: Vec<OsString>) -> Invocation {
-    Invocation::Run { args, verbose: false }
+    Invocation::Run {
+        args,
+        verbose: false,
+    }
 }
 
 fn insert_mount(mut argv: Vec<OsString>) -> Vec<OsString> {
@@ -105,7 +108,9 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
                     let value = if !attached.is_empty() {
                         attached.to_owned()
                     } else {
-                        let next = rest.get(i).ok_or_else(|| usage(format!("-{flag} needs a value")))?;
+                        let next = rest
+                            .get(i)
+                            .ok_or_else(|| usage(format!("-{flag} needs a value")))?;
                         i += 1;
                         next.to_str()
                             .ok_or_else(|| usage(format!("-{flag}: the value is not UTF-8")))?
@@ -153,8 +158,13 @@ pub fn shell_words(args: &[OsString]) -> String {
         .map(|a| {
             let s = a.to_string_lossy();
             let plain = !s.is_empty()
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
-            if plain { s.into_owned() } else { format!("'{}'", s.replace('\'', "'\\''")) }
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
+            if plain {
+                s.into_owned()
+            } else {
+                format!("'{}'", s.replace('\'', "'\\''"))
+            }
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -175,7 +185,10 @@ mod tests {
     }
 
     fn runs(v: &[&str], verbose: bool) -> Invocation {
-        Invocation::Run { args: os(v), verbose }
+        Invocation::Run {
+            args: os(v),
+            verbose,
+        }
     }
 
     #[test]
@@ -199,12 +212,25 @@ mod tests {
     fn mount_fuse_form_becomes_mount() {
         assert_eq!(
             tr(&["kpack-fuse", "/opt/k.kpack", "/mnt/k", "-o", "ro,dev,suid"]),
-            Ok(runs(&["kpack-fuse", "mount", "/opt/k.kpack", "/mnt/k", "-o", "ro,dev,suid"], false))
+            Ok(runs(
+                &[
+                    "kpack-fuse",
+                    "mount",
+                    "/opt/k.kpack",
+                    "/mnt/k",
+                    "-o",
+                    "ro,dev,suid"
+                ],
+                false
+            ))
         );
         // Without options (mount.fuse3 leaves -o out when none remain).
         assert_eq!(
             tr(&["/usr/local/bin/kpack-fuse", "k.kpack", "mnt"]),
-            Ok(runs(&["/usr/local/bin/kpack-fuse", "mount", "k.kpack", "mnt"], false))
+            Ok(runs(
+                &["/usr/local/bin/kpack-fuse", "mount", "k.kpack", "mnt"],
+                false
+            ))
         );
     }
 
@@ -212,7 +238,11 @@ mod tests {
     fn non_utf8_source_is_a_mount_source() {
         use std::os::unix::ffi::OsStringExt;
         let src = OsString::from_vec(vec![b'/', 0xff, b'k']);
-        let argv = vec![OsString::from("kpack-fuse"), src.clone(), OsString::from("/mnt")];
+        let argv = vec![
+            OsString::from("kpack-fuse"),
+            src.clone(),
+            OsString::from("/mnt"),
+        ];
         assert_eq!(
             translate(argv, SUBS),
             Ok(Invocation::Run {
@@ -232,25 +262,49 @@ mod tests {
         };
         let cases: Vec<(Vec<&str>, Result<Invocation, ()>)> = vec![
             (vec!["/k.kpack", "/mnt"], Ok(runs(&base, false))),
-            (vec!["/k.kpack", "/mnt", "-o", "ro,nodev"], Ok(with_o("ro,nodev"))),
+            (
+                vec!["/k.kpack", "/mnt", "-o", "ro,nodev"],
+                Ok(with_o("ro,nodev")),
+            ),
             (vec!["/k.kpack", "/mnt", "-oro"], Ok(with_o("ro"))),
-            (vec!["/k.kpack", "/mnt", "-o", "ro", "-o", "nosuid"], Ok(with_o("ro,nosuid"))),
+            (
+                vec!["/k.kpack", "/mnt", "-o", "ro", "-o", "nosuid"],
+                Ok(with_o("ro,nosuid")),
+            ),
             (vec!["/k.kpack", "/mnt", "-o", ""], Ok(runs(&base, false))),
-            (vec!["/k.kpack", "/mnt", "-s", "-n", "-o", "ro"], Ok(with_o("ro"))),
+            (
+                vec!["/k.kpack", "/mnt", "-s", "-n", "-o", "ro"],
+                Ok(with_o("ro")),
+            ),
             (vec!["/k.kpack", "/mnt", "-sn"], Ok(runs(&base, false))),
             (vec!["-n", "/k.kpack", "/mnt"], Ok(runs(&base, false))),
-            (vec!["/k.kpack", "/mnt", "-v"], Ok(Invocation::Run {
-                args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-v"]),
-                verbose: true,
-            })),
-            (vec!["/k.kpack", "/mnt", "-snvo", "ro"], Ok(Invocation::Run {
-                args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "ro", "-v"]),
-                verbose: true,
-            })),
-            (vec!["/k.kpack", "/mnt", "-t", "kpack-fuse"], Ok(runs(&base, false))),
-            (vec!["/k.kpack", "/mnt", "-t", "fuse.kpack-fuse"], Ok(runs(&base, false))),
+            (
+                vec!["/k.kpack", "/mnt", "-v"],
+                Ok(Invocation::Run {
+                    args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-v"]),
+                    verbose: true,
+                }),
+            ),
+            (
+                vec!["/k.kpack", "/mnt", "-snvo", "ro"],
+                Ok(Invocation::Run {
+                    args: os(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "ro", "-v"]),
+                    verbose: true,
+                }),
+            ),
+            (
+                vec!["/k.kpack", "/mnt", "-t", "kpack-fuse"],
+                Ok(runs(&base, false)),
+            ),
+            (
+                vec!["/k.kpack", "/mnt", "-t", "fuse.kpack-fuse"],
+                Ok(runs(&base, false)),
+            ),
             (vec!["/k.kpack", "/mnt", "-f"], Ok(Invocation::Fake)),
-            (vec!["/k.kpack", "/mnt", "-fv", "-o", "ro"], Ok(Invocation::Fake)),
+            (
+                vec!["/k.kpack", "/mnt", "-fv", "-o", "ro"],
+                Ok(Invocation::Fake),
+            ),
             (vec!["/k.kpack", "/mnt", "-t", "ext4"], Err(())),
             (vec!["/k.kpack", "/mnt", "-x"], Err(())),
             (vec!["/k.kpack", "/mnt", "-o"], Err(())),
@@ -260,7 +314,11 @@ mod tests {
             (vec!["/k.kpack", "-f"], Err(())),
         ];
         for (args, want) in cases {
-            for name in ["mount.kpack-fuse", "/sbin/mount.kpack-fuse", "mount.fuse.kpack-fuse"] {
+            for name in [
+                "mount.kpack-fuse",
+                "/sbin/mount.kpack-fuse",
+                "mount.fuse.kpack-fuse",
+            ] {
                 let mut argv = vec![name];
                 argv.extend(&args);
                 let got = tr(&argv).map_err(|_| ());
@@ -273,16 +331,30 @@ mod tests {
     fn helper_usage_messages_name_the_problem() {
         let err = |v: &[&str]| tr(v).unwrap_err().0;
         assert!(err(&["mount.kpack-fuse", "a", "b", "-x"]).starts_with("unknown option -x\n"));
-        assert!(err(&["mount.kpack-fuse", "a"]).starts_with("expected SOURCE and MOUNTPOINT, got 1 argument(s)\n"));
-        assert!(err(&["mount.kpack-fuse", "a", "b", "-t", "nfs"])
-            .starts_with("-t nfs: this helper mounts only type kpack-fuse\n"));
+        assert!(
+            err(&["mount.kpack-fuse", "a"])
+                .starts_with("expected SOURCE and MOUNTPOINT, got 1 argument(s)\n")
+        );
+        assert!(
+            err(&["mount.kpack-fuse", "a", "b", "-t", "nfs"])
+                .starts_with("-t nfs: this helper mounts only type kpack-fuse\n")
+        );
         assert!(err(&["mount.kpack-fuse", "a", "b", "-o"]).starts_with("-o needs a value\n"));
     }
 
     #[test]
     fn shell_words_quotes_what_needs_it() {
         assert_eq!(
-            shell_words(&os(&["kpack-fuse", "mount", "/a b/k.kpack", "/mnt", "-o", "ro", "it's", ""])),
+            shell_words(&os(&[
+                "kpack-fuse",
+                "mount",
+                "/a b/k.kpack",
+                "/mnt",
+                "-o",
+                "ro",
+                "it's",
+                ""
+            ])),
             "kpack-fuse mount '/a b/k.kpack' /mnt -o ro 'it'\\''s' ''"
         );
     }

@@ -62,11 +62,18 @@ mod tests {
     fn one_page_per_visible_command() {
         let names: Vec<String> = super::pages().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names[0], "kpack-fuse.1");
-        for must in ["kpack-fuse-mount.1", "kpack-fuse-unmount.1", "kpack-fuse-list.1"] {
+        for must in [
+            "kpack-fuse-mount.1",
+            "kpack-fuse-unmount.1",
+            "kpack-fuse-list.1",
+        ] {
             assert!(names.iter().any(|n| n == must), "{names:?}");
         }
         assert!(!names.iter().any(|n| n == "kpack-fuse-man.1"), "{names:?}");
-        let (_, mount) = super::pages().into_iter().find(|(n, _)| n == "kpack-fuse-mount.1").unwrap();
+        let (_, mount) = super::pages()
+            .into_iter()
+            .find(|(n, _)| n == "kpack-fuse-mount.1")
+            .unwrap();
         let text = String::from_utf8(mount).unwrap();
         assert!(text.contains("\n.TH kpack-fuse-mount 1 "), "{text}");
         assert!(text.contains("\n\\fBkpack\\-fuse mount\\fR "), "{text}");

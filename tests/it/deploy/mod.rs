@@ -74,7 +74,13 @@ pub fn run_for(cmd: &mut Command, secs: u64) -> Run {
 pub fn must(cmd: &mut Command) -> String {
     let desc = format!("{cmd:?}");
     let r = run_for(cmd, 120);
-    assert!(r.ok(), "{desc} exited {:?}\nstdout:\n{}\nstderr:\n{}", r.code, r.stdout, r.stderr);
+    assert!(
+        r.ok(),
+        "{desc} exited {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
     r.stdout
 }
 
@@ -84,11 +90,15 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
     let mut pids = Vec::new();
     let me = std::process::id() as i32;
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
         if String::from_utf8_lossy(&cmdline).contains(needle) {
             pids.push(pid);
         }
@@ -116,7 +126,9 @@ pub struct MountGuard {
 
 impl MountGuard {
     pub fn new(path: &Path) -> MountGuard {
-        MountGuard { path: path.to_path_buf() }
+        MountGuard {
+            path: path.to_path_buf(),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::Archive;
 
-use super::{MountGuard, must, mounted_type, repo, run_for, wait_no_process};
+use super::{MountGuard, mounted_type, must, repo, run_for, wait_no_process};
 use crate::support::fixture;
 use crate::support::mount::fuse_available;
 
@@ -19,7 +19,10 @@ const KEY: &str = "lib/libtest.so#0";
 const ARCH: &str = "gfx900";
 
 fn kernel_bytes(archive: &Path) -> Vec<u8> {
-    Archive::open(archive).unwrap().get_kernel(KEY, ARCH).unwrap()
+    Archive::open(archive)
+        .unwrap()
+        .get_kernel(KEY, ARCH)
+        .unwrap()
 }
 
 /// A scratch directory everyone may traverse (the unprivileged test needs that), with a mount
@@ -52,9 +55,18 @@ impl Scene {
     fn check_read(&self, prefix: &[&str]) {
         let file = self.mnt.join(KEY).join(format!("{ARCH}.hsaco"));
         let mut argv: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
-        argv.extend(["od".into(), "-An".into(), "-v".into(), "-tx1".into(), file.display().to_string()]);
+        argv.extend([
+            "od".into(),
+            "-An".into(),
+            "-v".into(),
+            "-tx1".into(),
+            file.display().to_string(),
+        ]);
         let got = must(Command::new(&argv[0]).args(&argv[1..]));
-        let want: Vec<u8> = got.split_whitespace().map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
+        let want: Vec<u8> = got
+            .split_whitespace()
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect();
         assert_eq!(want, kernel_bytes(&self.archive));
     }
 
@@ -62,42 +74,79 @@ impl Scene {
     fn umount(&self) {
         must(Command::new("umount").arg(&self.mnt));
         assert_eq!(mounted_type(&self.mnt), None);
-        assert!(wait_no_process(&self.mnt.display().to_string(), 30), "the daemon did not exit after umount");
+        assert!(
+            wait_no_process(&self.mnt.display().to_string(), 30),
+            "the daemon did not exit after umount"
+        );
     }
 }
 
 /// Installs the built program into a temporary prefix; `sbindir` gets the helper link.
 fn install(prefix: &Path, sbindir: &str) {
     let from = Path::new(BIN).parent().unwrap();
-    must(Command::new(repo().join("scripts/install.sh"))
-        .arg("--prefix")
-        .arg(prefix)
-        .arg("--from")
-        .arg(from)
-        .args(["--sbindir", sbindir]));
+    must(
+        Command::new(repo().join("scripts/install.sh"))
+            .arg("--prefix")
+            .arg(prefix)
+            .arg("--from")
+            .arg(from)
+            .args(["--sbindir", sbindir]),
+    );
 }
 
 #[test]
 fn version_and_native_helper_fake_and_usage() {
     let r = run_for(Command::new(BIN).arg("--version"), 30);
-    assert_eq!((r.code, r.stdout.as_str()), (Some(0), concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n")));
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (
+            Some(0),
+            concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n")
+        )
+    );
     let s = Scene::new();
     let helper = s.path("mount.kpack-fuse");
     std::os::unix::fs::symlink(BIN, &helper).unwrap();
     // -f (fake): nothing happens, success.
-    let r = run_for(Command::new(&helper).arg(&s.archive).arg(&s.mnt).args(["-f", "-o", "ro"]), 30);
+    let r = run_for(
+        Command::new(&helper)
+            .arg(&s.archive)
+            .arg(&s.mnt)
+            .args(["-f", "-o", "ro"]),
+        30,
+    );
     assert_eq!((r.code, r.stderr.as_str()), (Some(0), ""));
     assert_eq!(mounted_type(&s.mnt), None);
     // Usage errors exit 2 with the helper's usage line.
     let r = run_for(Command::new(&helper).arg(&s.archive).arg("-x"), 30);
     assert_eq!(r.code, Some(2));
-    assert_eq!(r.stderr, "mount.kpack-fuse: unknown option -x\nusage: mount.kpack-fuse SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]\n");
+    assert_eq!(
+        r.stderr,
+        "mount.kpack-fuse: unknown option -x\nusage: mount.kpack-fuse SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]\n"
+    );
     // -v shows the translated command; a missing source fails like `mount` would (exit 3).
-    let r = run_for(Command::new(&helper).arg(s.path("missing.kpack")).arg(&s.mnt).args(["-v", "-s", "-n"]), 30);
+    let r = run_for(
+        Command::new(&helper)
+            .arg(s.path("missing.kpack"))
+            .arg(&s.mnt)
+            .args(["-v", "-s", "-n"]),
+        30,
+    );
     assert_eq!(r.code, Some(3), "{}", r.stderr);
-    assert!(r.stderr.starts_with(&format!("mount.kpack-fuse: kpack-fuse mount {} {} -v\n", s.path("missing.kpack").display(), s.mnt.display())), "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with(&format!(
+            "mount.kpack-fuse: kpack-fuse mount {} {} -v\n",
+            s.path("missing.kpack").display(),
+            s.mnt.display()
+        )),
+        "{}",
+        r.stderr
+    );
     // The mount.fuse3 form of the same: no subcommand.
-    let r = run_for(Command::new(BIN).arg(s.path("missing.kpack")).arg(&s.mnt), 30);
+    let r = run_for(
+        Command::new(BIN).arg(s.path("missing.kpack")).arg(&s.mnt),
+        30,
+    );
     assert_eq!(r.code, Some(3), "{}", r.stderr);
     assert_eq!(mounted_type(&s.mnt), None);
 }
@@ -121,7 +170,11 @@ struct SystemLink {
 impl SystemLink {
     fn new(path: &str, target: Option<&Path>) -> SystemLink {
         let path = PathBuf::from(path);
-        let backup = path.with_file_name(format!(".{}.kpack-test-{}", path.file_name().unwrap().to_str().unwrap(), std::process::id()));
+        let backup = path.with_file_name(format!(
+            ".{}.kpack-test-{}",
+            path.file_name().unwrap().to_str().unwrap(),
+            std::process::id()
+        ));
         let backup = std::fs::rename(&path, &backup).is_ok().then_some(backup);
         if let Some(t) = target {
             std::os::unix::fs::symlink(t, &path).unwrap();
@@ -168,7 +221,11 @@ fn mount_t_fuse_kpack_fuse_runs_the_program_from_path_through_mount_fuse3() {
     let daemon = super::processes_mentioning(&s.mnt.display().to_string());
     assert_eq!(daemon.len(), 1, "{daemon:?}");
     let exe = std::fs::read_link(format!("/proc/{}/exe", daemon[0])).unwrap();
-    assert_eq!(exe, prefix.join("bin/kpack-fuse"), "the installed program serves the mount");
+    assert_eq!(
+        exe,
+        prefix.join("bin/kpack-fuse"),
+        "the installed program serves the mount"
+    );
     s.umount();
 
     // The legacy spelling: type fuse, source TYPE#SOURCE; mount.fuse3 runs the same command.
@@ -197,14 +254,28 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
     let prefix = s.path("prefix");
     let helper = SystemLink::new(SBIN_HELPER, None);
     install(&prefix, "/sbin");
-    assert_eq!(std::fs::read_link(SBIN_HELPER).unwrap(), prefix.join("bin/kpack-fuse"));
+    assert_eq!(
+        std::fs::read_link(SBIN_HELPER).unwrap(),
+        prefix.join("bin/kpack-fuse")
+    );
     let _path_link = SystemLink::new(PATH_LINK, Some(&prefix.join("bin/kpack-fuse")));
     let _guard = MountGuard::new(&s.mnt);
 
     // Without ro, mount(8) passes rw, which a read-only file system refuses: nothing is mounted.
-    let r = run_for(Command::new("mount").args(["-t", "kpack-fuse"]).arg(&s.archive).arg(&s.mnt), 60);
+    let r = run_for(
+        Command::new("mount")
+            .args(["-t", "kpack-fuse"])
+            .arg(&s.archive)
+            .arg(&s.mnt),
+        60,
+    );
     assert_eq!(r.code, Some(2), "{}", r.stderr);
-    assert!(r.stderr.contains("mount option \"rw\": kpack-fuse mounts are read-only"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("mount option \"rw\": kpack-fuse mounts are read-only"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(mounted_type(&s.mnt), None);
 
     // mount -t kpack-fuse: mount(8) runs /sbin/mount.kpack-fuse SRC DIR -o OPTS; no PATH needed.
@@ -225,19 +296,35 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
         let fstab = s.path("fstab");
         std::fs::write(
             &fstab,
-            format!("# test\n{}  {}  {ty}  ro,nodev,nosuid,nofail  0 0\n", s.archive.display(), s.mnt.display()),
+            format!(
+                "# test\n{}  {}  {ty}  ro,nodev,nosuid,nofail  0 0\n",
+                s.archive.display(),
+                s.mnt.display()
+            ),
         )
         .unwrap();
         let r = run_for(Command::new("mount").arg("-T").arg(&fstab).arg(&s.mnt), 60);
         assert!(r.ok(), "{ty}: mount -T exited {:?}: {}", r.code, r.stderr);
-        assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"), "{ty}");
+        assert_eq!(
+            mounted_type(&s.mnt).as_deref(),
+            Some("fuse.kpack-fuse"),
+            "{ty}"
+        );
         s.check_read(&[]);
         s.umount();
     }
 
     // Uninstall takes the link out of /sbin again.
-    must(Command::new(repo().join("scripts/install.sh")).arg("--prefix").arg(&prefix).arg("--uninstall"));
-    assert!(std::fs::symlink_metadata(SBIN_HELPER).is_err(), "{SBIN_HELPER} left behind");
+    must(
+        Command::new(repo().join("scripts/install.sh"))
+            .arg("--prefix")
+            .arg(&prefix)
+            .arg("--uninstall"),
+    );
+    assert!(
+        std::fs::symlink_metadata(SBIN_HELPER).is_err(),
+        "{SBIN_HELPER} left behind"
+    );
     drop(helper);
 }
 
@@ -254,7 +341,8 @@ impl FuseDeviceMode {
         if mode & 0o666 == 0o666 {
             return FuseDeviceMode { old: None };
         }
-        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode | 0o666)).unwrap();
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode | 0o666))
+            .unwrap();
         FuseDeviceMode { old: Some(mode) }
     }
 }
@@ -281,10 +369,22 @@ fn unprivileged_user_mounts_and_unmounts_through_fusermount3() {
     let bin = s.path("kpack-fuse");
     std::fs::copy(BIN, &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"];
+    let as_nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--",
+    ];
     let _guard = MountGuard::new(&s.mnt);
     let r = run_for(
-        Command::new(as_nobody[0]).args(&as_nobody[1..]).arg(&bin).arg("mount").arg(&s.archive).arg(&s.mnt).env("HOME", "/"),
+        Command::new(as_nobody[0])
+            .args(&as_nobody[1..])
+            .arg(&bin)
+            .arg("mount")
+            .arg(&s.archive)
+            .arg(&s.mnt)
+            .env("HOME", "/"),
         60,
     );
     assert!(r.ok(), "mount as nobody exited {:?}: {}", r.code, r.stderr);
@@ -294,11 +394,25 @@ fn unprivileged_user_mounts_and_unmounts_through_fusermount3() {
     let pids = super::processes_mentioning(&s.mnt.display().to_string());
     assert_eq!(pids.len(), 1, "{pids:?}");
     let status = std::fs::read_to_string(format!("/proc/{}/status", pids[0])).unwrap();
-    assert!(status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("65534")), "{status}");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("65534")),
+        "{status}"
+    );
     // unmount as the user: umount2 is refused (EPERM), fusermount3 -u does it.
-    must(Command::new(as_nobody[0]).args(&as_nobody[1..]).arg(&bin).arg("unmount").arg(&s.mnt));
+    must(
+        Command::new(as_nobody[0])
+            .args(&as_nobody[1..])
+            .arg(&bin)
+            .arg("unmount")
+            .arg(&s.mnt),
+    );
     assert_eq!(mounted_type(&s.mnt), None);
-    assert!(wait_no_process(&s.mnt.display().to_string(), 30), "the daemon did not exit");
+    assert!(
+        wait_no_process(&s.mnt.display().to_string(), 30),
+        "the daemon did not exit"
+    );
 }
 
 fn entrypoint() -> PathBuf {
@@ -328,18 +442,37 @@ fn container_entrypoint_mounts_runs_the_command_and_unmounts() {
     );
     let r = run_for(entry_cmd(&s).args(["sh", "-c", &script]), 90);
     assert_eq!(r.code, Some(7), "{}", r.stderr);
-    let bytes: Vec<u8> = r.stdout.split_whitespace().map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
+    let bytes: Vec<u8> = r
+        .stdout
+        .split_whitespace()
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
     assert_eq!(bytes, kernel_bytes(&s.archive));
-    assert!(r.stderr.contains(&format!("kpack-entrypoint: mounted {} on {}\n", s.archive.display(), s.mnt.display())), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "kpack-entrypoint: mounted {} on {}\n",
+            s.archive.display(),
+            s.mnt.display()
+        )),
+        "{}",
+        r.stderr
+    );
     assert_eq!(mounted_type(&s.mnt), None, "unmounted after the command");
     assert!(wait_no_process(&s.mnt.display().to_string(), 30));
 
     // docker stop: SIGTERM to the script ends the command, then the mount.
-    let mut child = entry_cmd(&s).args(["sleep", "600"]).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = entry_cmd(&s)
+        .args(["sleep", "600"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while mounted_type(&s.mnt).is_none() {
         assert!(Instant::now() < deadline, "never mounted");
-        assert!(child.try_wait().unwrap().is_none(), "entrypoint exited early");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "entrypoint exited early"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: signalling the child we started.
@@ -365,19 +498,36 @@ fn container_entrypoint_mounts_runs_the_command_and_unmounts() {
 fn container_entrypoint_refusals() {
     let s = Scene::new();
     let r = run_for(entry_cmd(&s).env_remove("KPACK_SOURCE").arg("true"), 30);
-    assert_eq!((r.code, r.stderr.as_str()), (Some(2), "kpack-entrypoint: KPACK_SOURCE is not set\n"));
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (Some(2), "kpack-entrypoint: KPACK_SOURCE is not set\n")
+    );
     let r = run_for(&mut entry_cmd(&s), 30);
-    assert_eq!((r.code, r.stderr.as_str()), (Some(2), "kpack-entrypoint: no command given\n"));
-    let r = run_for(entry_cmd(&s).env("KPACK_READY_TIMEOUT", "soon").arg("true"), 30);
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (Some(2), "kpack-entrypoint: no command given\n")
+    );
+    let r = run_for(
+        entry_cmd(&s).env("KPACK_READY_TIMEOUT", "soon").arg("true"),
+        30,
+    );
     assert_eq!(r.code, Some(2));
     // A source that is not there: kpack-fuse refuses it, the command never runs.
     let marker = s.path("ran");
     let r = run_for(
-        entry_cmd(&s).env("KPACK_SOURCE", s.path("missing.kpack")).args(["touch"]).arg(&marker),
+        entry_cmd(&s)
+            .env("KPACK_SOURCE", s.path("missing.kpack"))
+            .args(["touch"])
+            .arg(&marker),
         60,
     );
     assert_eq!(r.code, Some(3), "{}", r.stderr);
-    assert!(r.stderr.contains("kpack-entrypoint: kpack-fuse exited with status 3 before"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("kpack-entrypoint: kpack-fuse exited with status 3 before"),
+        "{}",
+        r.stderr
+    );
     assert!(!marker.exists());
     assert_eq!(mounted_type(&s.mnt), None);
 }
