@@ -16,3 +16,5 @@ mod fatbin;
 mod install;
 mod loader;
 mod split;
+mod split_c;
+mod split_cli;
