@@ -12,4 +12,5 @@ cargo build --all-targets
 cargo test --no-fail-fast
 cargo bench --bench core -- --quick
 cargo bench --bench capi -- --quick
+cargo bench --bench split -- --quick
 cargo bench --bench suite -- --quick

@@ -63,7 +63,8 @@ pub struct MountArgs {
     /// Refuse (key, arch) conflicts and archives that do not open, instead of warning.
     #[arg(long)]
     pub strict: bool,
-    /// In the background, log to this file (appending) instead of syslog.
+    /// Log to this file (appending) once the source is read; in the background the default is
+    /// syslog, in the foreground standard error.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
     /// More log output (repeat for more).
@@ -315,6 +316,8 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             None => mount_log::to_syslog(verbosity),
         }
         mount_daemon::detach_stderr();
+    } else if let Some(f) = log_file {
+        mount_log::to_file(verbosity, f);
     }
     let result = serve(
         fs,

@@ -18,8 +18,19 @@ use std::time::{Duration, Instant};
 
 use super::{CliError, CliResult, Exit};
 
-/// How long the parent waits for the daemon to report.
+/// How long the parent waits for the daemon to report, by default.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Overrides [`READY_TIMEOUT`] (whole seconds), for slow systems and for tests.
+pub const READY_TIMEOUT_ENV: &str = "KPACK_FUSE_READY_TIMEOUT";
+
+fn ready_timeout() -> Duration {
+    std::env::var(READY_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(READY_TIMEOUT, Duration::from_secs)
+}
 
 /// The daemon's end of the readiness pipe.
 pub struct Ready {
@@ -120,7 +131,8 @@ fn redirect(fds: &[RawFd]) {
 /// The parent side: returns the exit code to use.
 fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i32 {
     let mut file = std::fs::File::from(read);
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let timeout = ready_timeout();
+    let deadline = Instant::now() + timeout;
     let mut msg = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -145,7 +157,7 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
             cleanup(mountpoint);
             eprintln!(
                 "kpack-fuse: the daemon did not report a live mount within {} s; stopped it",
-                READY_TIMEOUT.as_secs()
+                timeout.as_secs()
             );
             return Exit::MountFailed as i32;
         }

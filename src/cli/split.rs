@@ -18,9 +18,10 @@ pub struct Args {
     /// The install root: kernel names are the binaries' paths below it.
     #[arg(long)]
     pub root: PathBuf,
-    /// Where the rewritten tree goes (binaries at the same relative paths, archives in .kpack/).
+    /// Where the rewritten tree goes (binaries at the same relative paths, archives in .kpack/);
+    /// default: ROOT.split beside ROOT.
     #[arg(short, long, value_name = "OUTROOT")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Archive name prefix (<prefix>_<arch>.kpack; default: the first binary's name without
     /// "lib" and extensions).
     #[arg(long)]
@@ -30,10 +31,18 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    let out_root = match args.output {
+        Some(o) => o,
+        None => {
+            let o = split::default_out_root(&args.root).map_err(cli_error)?;
+            println!("writing to {}", o.display());
+            o
+        }
+    };
     let req = SplitRequest {
         hosts: args.hosts,
         root: args.root,
-        out_root: args.output,
+        out_root,
         prefix: args.prefix,
         compression: args.compression.compression(),
     };
@@ -66,7 +75,7 @@ pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     if !check.problems.is_empty() {
         return Err(CliError::new(Exit::Corrupt, format!("{} problems in {} split binaries", check.problems.len(), check.binaries)));
     }
-    println!("{} split binaries: {} code objects found through their markers, byte-identical to the originals", check.binaries, check.code_objects);
+    println!("{} split binaries: {} code objects loaded through their markers, byte-identical to the originals", check.binaries, check.code_objects);
     Ok(())
 }
 

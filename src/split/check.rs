@@ -1,112 +1,153 @@
-//! Checking a split tree against the original one: every rewritten binary's wrappers are HIPK
-//! with their index, point at the marker, and for every wrapper and every arch the original
-//! binary had, the archive found through the marker's search paths holds exactly the original
-//! code object under `<kernel_name>#<index>`.
+//! Checking a split tree against the original one, through the loader.
 //!
-//! The lookup follows the loader's path rules (search path relative to the binary's directory,
-//! first `@GFXARCH@` replaced by the arch, archive matched by its `gfx_arches`) through the
-//! archive API; it does not go through the C loader or its feature-subset fallback.
+//! For every rewritten binary below the output root (a file with a `.rocm_kpack_ref` section),
+//! every wrapper must be HIPK, point at the marker and carry its index; then, for each wrapper
+//! and each arch the original binary has a code object for at that index, the code object is
+//! loaded the way `kpack_load_code_object` loads it — HIPK metadata parsed from the marker's
+//! bytes, search paths resolved against the rewritten binary's directory, archives opened and
+//! searched by [`Loader::load_code_object`] — and must be byte-identical to the original's.
+//!
+//! The loader runs with a default configuration: `ROCM_KPACK_PATH*` and `ROCM_KPACK_DISABLE`
+//! in the caller's environment are ignored, since the point is what the binary itself carries.
+//! One loader serves the whole run, so each archive is opened once.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::rewrite::{HIPK_MAGIC, WRAPPER_SIZE};
-use crate::archive::Archive;
 use crate::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
-use crate::import::{self, GFXARCH_PLACEHOLDER, KPACK_DIR};
-use crate::msgpack;
+use crate::import::{self, KPACK_DIR};
+use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
 
 /// What `verify_split` found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SplitCheck {
     /// Rewritten binaries checked.
     pub binaries: usize,
-    /// (wrapper, arch) code objects compared.
+    /// (wrapper, arch) code objects loaded and compared.
     pub code_objects: usize,
     /// One line per problem, naming the binary.
     pub problems: Vec<String>,
 }
 
-/// The HIPK marker's contents.
-pub fn parse_marker(bytes: &[u8]) -> Result<(Vec<String>, String), String> {
-    let (v, _) = msgpack::decode_slice(bytes).map_err(|e| format!("marker is not msgpack: {e}"))?;
-    let name = v.get("kernel_name").and_then(|n| n.as_str()).ok_or("marker has no kernel_name string")?;
-    let paths = match v.get("kpack_search_paths") {
-        Some(msgpack::Value::Array(items)) => items.iter().filter_map(|i| i.as_str()).map(str::to_owned).collect::<Vec<_>>(),
-        _ => return Err("marker has no kpack_search_paths array".into()),
-    };
-    if paths.is_empty() {
-        return Err("marker lists no search path".into());
-    }
-    Ok((paths, name.to_owned()))
+/// One wrapper of a rewritten binary, as stored in the file.
+struct FileWrapper {
+    magic: u32,
+    pointer: u64,
+    co_index: u32,
 }
 
 /// Checks every split binary below `out_root` against the binary at the same relative path
-/// below `original_root`.
+/// below `original_root`. I/O errors walking `out_root` are returned; everything about a single
+/// binary (unreadable, malformed, missing original, load failure, different bytes) is a problem
+/// line.
 pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<SplitCheck> {
     let mut check = SplitCheck::default();
-    let mut archives: HashMap<PathBuf, Option<Archive>> = HashMap::new();
+    let loader = Loader::new(LoaderConfig::default());
     for rel in files_below(out_root)? {
         let path = out_root.join(&rel);
-        let bytes = std::fs::read(&path)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                check.problems.push(format!("{}: cannot read: {e}", path.display()));
+                continue;
+            }
+        };
         let Ok(elf) = ElfFile::parse(&bytes) else { continue };
         let Some(marker) = elf.section(KPACK_REF_SECTION) else { continue };
         check.binaries += 1;
-        let mut problem = |m: String| check.problems.push(format!("{}: {m}", path.display()));
-        let (paths, kernel_name) = match parse_marker(marker.data) {
-            Ok(m) => m,
-            Err(e) => {
-                problem(e);
-                continue;
-            }
-        };
-        let Some(seg) = elf.section(FATBIN_SEGMENT_SECTION) else {
-            problem(format!("has a marker but no {FATBIN_SEGMENT_SECTION}"));
-            continue;
-        };
-        let wrappers = seg.data.len() / WRAPPER_SIZE;
-        let mut indices = Vec::with_capacity(wrappers);
-        for (i, w) in seg.data.chunks_exact(WRAPPER_SIZE).enumerate() {
-            let magic = u32::from_le_bytes(w[0..4].try_into().expect("4 bytes"));
-            let ptr = u64::from_le_bytes(w[8..16].try_into().expect("8 bytes"));
-            let index = u64::from_le_bytes(w[16..24].try_into().expect("8 bytes")) as u32;
-            if magic != HIPK_MAGIC {
-                problem(format!("wrapper {i} has magic {magic:#010x}, not HIPK"));
-            }
-            if ptr != marker.address {
-                problem(format!("wrapper {i} points at {ptr:#x}, not the marker at {:#x}", marker.address));
-            }
-            indices.push(index);
+        let mut problems = Vec::new();
+        check.code_objects += verify_binary(&loader, &path, &elf, marker.data, marker.address, &original_root.join(&rel), &mut problems);
+        check.problems.extend(problems.into_iter().map(|m| format!("{}: {m}", path.display())));
+    }
+    Ok(check)
+}
+
+/// Checks one rewritten binary; returns the number of code objects loaded and compared.
+fn verify_binary(
+    loader: &Loader,
+    path: &Path,
+    elf: &ElfFile<'_>,
+    marker: &[u8],
+    marker_address: u64,
+    original: &Path,
+    problems: &mut Vec<String>,
+) -> usize {
+    let metadata = match HipkMetadata::parse(marker) {
+        Ok(m) => m,
+        Err(e) => {
+            problems.push(format!("marker: {e}"));
+            return 0;
         }
-        let original = original_root.join(&rel);
-        let originals = match std::fs::read(&original).map_err(|e| e.to_string()).and_then(|b| {
-            import::host_code_objects(&kernel_name, &b).map_err(|e| e.to_string())
-        }) {
-            Ok(c) => c,
-            Err(e) => {
-                problem(format!("original {}: {e}", original.display()));
-                continue;
-            }
-        };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        for &index in &indices {
-            for co in originals.iter().filter(|c| c.index == index) {
-                check.code_objects += 1;
-                let found = paths.iter().find_map(|p| {
-                    let candidate = dir.join(p.replacen(GFXARCH_PLACEHOLDER, &co.arch, 1));
-                    let archive = archives.entry(candidate.clone()).or_insert_with(|| Archive::open(&candidate).ok());
-                    let a = archive.as_ref().filter(|a| a.has_architecture(&co.arch))?;
-                    a.get_kernel(&co.key, &co.arch).ok()
-                });
-                match found {
-                    Some(bytes) if bytes == co.data => {}
-                    Some(bytes) => problem(format!("{} [{}]: archive holds {} bytes that differ from the original's {}", co.key, co.arch, bytes.len(), co.data.len())),
-                    None => problem(format!("{} [{}]: not found through {}", co.key, co.arch, paths.join(", "))),
-                }
+    };
+    let Some(seg) = elf.section(FATBIN_SEGMENT_SECTION) else {
+        problems.push(format!("has a marker but no {FATBIN_SEGMENT_SECTION}"));
+        return 0;
+    };
+    let wrappers = read_wrappers(seg.data);
+    for (i, w) in wrappers.iter().enumerate() {
+        if w.magic != HIPK_MAGIC {
+            problems.push(format!("wrapper {i} has magic {:#010x}, not HIPK", w.magic));
+        }
+        if w.pointer != marker_address {
+            problems.push(format!("wrapper {i} points at {:#x}, not at the marker ({marker_address:#x})", w.pointer));
+        }
+    }
+    let originals = match std::fs::read(original)
+        .map_err(|e| e.to_string())
+        .and_then(|b| import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string()))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(format!("original {}: {e}", original.display()));
+            return 0;
+        }
+    };
+    let mut compared = 0;
+    for co in &originals {
+        if !wrappers.iter().any(|w| w.magic == HIPK_MAGIC && w.co_index == co.index) {
+            problems.push(format!("{} [{}]: no HIPK wrapper carries index {}", co.key, co.arch, co.index));
+        }
+    }
+    for w in wrappers.iter().filter(|w| w.magic == HIPK_MAGIC) {
+        for co in originals.iter().filter(|c| c.index == w.co_index) {
+            compared += 1;
+            let arch_list = [Some(co.arch.as_str())];
+            let request = LoadRequest { binary_path: path, co_index: w.co_index, arch_list: &arch_list };
+            let loaded =
+                loader.load_code_object(|| Ok(metadata.clone()), &request, |n| Some(vec![0u8; n]), &mut Silent);
+            match loaded {
+                Ok(l) if l.data == co.data && l.target == co.arch => {}
+                Ok(l) if l.data == co.data => problems.push(format!(
+                    "{} [{}]: loaded as target {} from {}, not as {}",
+                    co.key,
+                    co.arch,
+                    l.target,
+                    l.archive.display(),
+                    co.arch
+                )),
+                Ok(l) => problems.push(format!(
+                    "{} [{}]: {} holds {} bytes that differ from the original's {}",
+                    co.key,
+                    co.arch,
+                    l.archive.display(),
+                    l.data.len(),
+                    co.data.len()
+                )),
+                Err(e) => problems.push(format!("{} [{}]: does not load: {} ({e})", co.key, co.arch, e.kind().name())),
             }
         }
     }
-    Ok(check)
+    compared
+}
+
+fn read_wrappers(data: &[u8]) -> Vec<FileWrapper> {
+    data.chunks_exact(WRAPPER_SIZE)
+        .map(|w| FileWrapper {
+            magic: u32::from_le_bytes(w[0..4].try_into().expect("4 bytes")),
+            pointer: u64::from_le_bytes(w[8..16].try_into().expect("8 bytes")),
+            co_index: u32::from_le_bytes(w[16..20].try_into().expect("4 bytes")),
+        })
+        .collect()
 }
 
 /// Regular files below `root` (relative paths, sorted), skipping the archive folder.

@@ -9,13 +9,14 @@ mod check;
 mod elf64;
 mod relocs;
 mod rewrite;
+mod stage;
 mod tree;
 
 use std::fmt;
 
-pub use check::{SplitCheck, parse_marker, verify_split};
+pub use check::{SplitCheck, verify_split};
 pub use rewrite::{HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE, is_split, split_elf};
-pub use tree::{BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, split_tree};
+pub use tree::{BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree};
 
 use crate::import::{self, CodeObject, ImportError};
 

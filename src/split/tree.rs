@@ -2,18 +2,22 @@
 //! relative path under the output root, and all of them share per-arch archives in
 //! `<out root>/.kpack/<prefix>_<arch>.kpack`. Binaries without device code are copied unchanged.
 //!
-//! Every input is read and split in memory before anything is written, so a refused binary
-//! leaves no partial output; the archives are written before the binaries that need them; every
-//! file goes through a temporary name and a rename. Inputs are never opened for writing, and an
-//! output root equal to the input root is refused.
+//! Every input is read and split in memory, and the archives encoded, before anything is
+//! written, so a refused binary leaves no trace. No output may replace an input (compared as
+//! directory entries and as resolved files, so symlinked directories do not slip through), and
+//! an output root equal to the input root is refused. Inputs are never opened for writing. The
+//! outputs are then written all-or-nothing through [`Staging`]: temporary names, then renames,
+//! archives before the binaries that need them.
 
 use std::fmt;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::stage::Staging;
 use super::{SplitError, split_binary};
 use crate::import::{self, ImportedHost, KPACK_DIR};
+use crate::loader::search::weakly_canonical;
 use crate::writer::Compression;
 
 /// What `split` was asked to do.
@@ -82,14 +86,21 @@ struct Pending {
     outcome: Outcome,
 }
 
+/// The output root used when none is given: `<ROOT>.split` beside the (canonical) input root.
+pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
+    let abs = std::fs::canonicalize(root).map_err(|source| TreeError::Read { path: root.to_path_buf(), source })?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.join(format!("{}.split", name.to_string_lossy()))),
+        _ => Err(TreeError::Usage(format!("the root {} has no sibling directory; give -o OUTROOT", abs.display()))),
+    }
+}
+
 pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     if req.hosts.is_empty() {
         return Err(TreeError::Usage("split needs at least one host binary".into()));
     }
-    let canon = |p: &Path| std::fs::canonicalize(p).map_err(|source| TreeError::Read { path: p.to_path_buf(), source });
-    let root = canon(&req.root)?;
-    std::fs::create_dir_all(&req.out_root).map_err(|source| TreeError::Write { path: req.out_root.clone(), source })?;
-    if canon(&req.out_root)? == root {
+    let root = std::fs::canonicalize(&req.root).map_err(|source| TreeError::Read { path: req.root.clone(), source })?;
+    if weakly_canonical(&req.out_root) == root {
         return Err(TreeError::Usage(format!(
             "the output root {} is the input root; split never modifies its inputs, give another -o",
             req.out_root.display()
@@ -101,8 +112,10 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     };
     import::validate_prefix(&prefix).map_err(TreeError::Usage)?;
 
+    // 1. Read and split everything in memory: a refusal leaves no trace on disk.
     let mut pending: Vec<Pending> = Vec::new();
     let mut hosts: Vec<ImportedHost> = Vec::new();
+    let mut inputs: Vec<(PathBuf, &Path)> = Vec::new();
     for path in &req.hosts {
         let kernel_name = import::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
         if pending.iter().any(|p| p.kernel_name == kernel_name) {
@@ -110,8 +123,11 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
         }
         let bytes = std::fs::read(path).map_err(|source| TreeError::Read { path: path.clone(), source })?;
         let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        inputs.push((entry(path), path));
+        if let Ok(real) = std::fs::canonicalize(path) {
+            inputs.push((real, path));
+        }
         let output = req.out_root.join(&kernel_name);
-        let refused = |error| TreeError::Refused { path: path.clone(), error };
         match split_binary(&bytes, &kernel_name, &prefix) {
             Ok(s) => {
                 let outcome = Outcome::Split {
@@ -127,40 +143,63 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
                 // Only reached for ELF files: split_binary refuses anything else first.
                 pending.push(Pending { output, kernel_name, bytes, mode, outcome: Outcome::Copied });
             }
-            Err(e) => return Err(refused(e)),
+            Err(error) => return Err(TreeError::Refused { path: path.clone(), error }),
+        }
+    }
+    let kpack = req.out_root.join(KPACK_DIR);
+    let mut archives: Vec<(PathBuf, usize, Vec<u8>)> = Vec::new();
+    if !hosts.is_empty() {
+        for plan in import::plan_archives(hosts, &prefix, false, req.compression).map_err(TreeError::Archive)? {
+            let mut bytes = Vec::new();
+            plan.writer.write_to(&mut bytes, &|_| {}).map_err(TreeError::Archive)?;
+            archives.push((kpack.join(&plan.file_name), plan.writer.len(), bytes));
         }
     }
 
-    let kpack = req.out_root.join(KPACK_DIR);
-    let mut archives = Vec::new();
-    if !hosts.is_empty() {
-        std::fs::create_dir_all(&kpack).map_err(|source| TreeError::Write { path: kpack.clone(), source })?;
-        for plan in import::plan_archives(hosts, &prefix, false, req.compression).map_err(TreeError::Archive)? {
-            let path = kpack.join(&plan.file_name);
-            plan.writer.write(&path, &|_| {}).map_err(TreeError::Archive)?;
-            archives.push((path, plan.writer.len()));
+    // 2. No output may replace an input or be a directory.
+    for output in archives.iter().map(|a| &a.0).chain(pending.iter().map(|p| &p.output)) {
+        let at = entry(output);
+        if let Some((_, input)) = inputs.iter().find(|(i, _)| *i == at) {
+            return Err(TreeError::Usage(format!(
+                "{} would replace the input {}; split never modifies its inputs, give another -o",
+                output.display(),
+                input.display()
+            )));
+        }
+        if output.is_dir() {
+            return Err(TreeError::Write {
+                path: output.clone(),
+                source: io::Error::new(io::ErrorKind::IsADirectory, "a directory is in the way"),
+            });
         }
     }
-    let mut binaries = Vec::new();
-    for p in pending {
-        write_atomically(&p.output, &p.bytes, p.mode)?;
-        binaries.push(BinaryReport { output: p.output, kernel_name: p.kernel_name, outcome: p.outcome });
+
+    // 3. Write everything under temporary names, then rename: archives before the binaries
+    // that need them.
+    let mut staging = Staging::default();
+    for (path, _, bytes) in &archives {
+        staging.stage(path, bytes, 0o644)?;
     }
-    Ok(SplitReport { binaries, archives })
+    for p in &pending {
+        staging.stage(&p.output, &p.bytes, p.mode)?;
+    }
+    staging.commit()?;
+    Ok(SplitReport {
+        binaries: pending
+            .into_iter()
+            .map(|p| BinaryReport { output: p.output, kernel_name: p.kernel_name, outcome: p.outcome })
+            .collect(),
+        archives: archives.into_iter().map(|(path, n, _)| (path, n)).collect(),
+    })
 }
 
-/// Writes through a temporary name in the same directory, with the input's permissions.
-fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TreeError> {
-    let fail = |source| TreeError::Write { path: path.to_path_buf(), source };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(fail)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.split{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes)
-        .and_then(|_| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777)))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+/// The directory entry a path names: its parent resolved through symlinks (as far as it exists),
+/// then its own name, unresolved.
+fn entry(path: &Path) -> PathBuf {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = weakly_canonical(parent);
+    match path.file_name() {
+        Some(name) => dir.join(name),
+        None => dir,
     }
-    result.map_err(fail)
 }

@@ -17,3 +17,5 @@ mod deploy;
 mod install;
 mod loader;
 mod split;
+mod split_c;
+mod split_cli;

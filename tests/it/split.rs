@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
 }
 
 /// `readelf -a` must succeed without a single warning or error.
-fn assert_readelf_clean(path: &Path) {
+pub(crate) fn assert_readelf_clean(path: &Path) {
     let o = Command::new("readelf").arg("-a").arg("-W").arg(path).output().expect("readelf (binutils) must be installed");
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -126,7 +126,7 @@ fn readelf_relocs(path: &Path) -> Vec<(u64, String, u64)> {
 }
 
 /// (address, size) of a section, from readelf.
-fn section_addr(path: &Path, name: &str) -> (u64, u64) {
+pub(crate) fn section_addr(path: &Path, name: &str) -> (u64, u64) {
     let o = Command::new("readelf").args(["-SW"]).arg(path).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     let line = text.lines().find(|l| l.split_whitespace().any(|w| w == name)).unwrap_or_else(|| panic!("no {name}"));
@@ -302,17 +302,18 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     use rocm_kpack::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
     use rocm_kpack::{Archive, Compression};
 
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("in");
-    let lib = build(dir.path(), "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
-    let app = build(dir.path(), "in/bin/app", &tu_blobs()[1..], HIPF, Kind::Executable, "");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let root = dir.join("in");
+    let lib = build(&dir, "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
+    let app = build(&dir, "in/bin/app", &tu_blobs()[1..], HIPF, Kind::Executable, "");
     let plain = root.join("lib/libplain.so");
-    let c = dir.path().join("plain.c");
+    let c = dir.join("plain.c");
     std::fs::write(&c, "int plain(void) { return 7; }\n").unwrap();
     assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&plain).arg(&c).status().unwrap().success());
     let inputs: Vec<Vec<u8>> = [&lib, &app, &plain].iter().map(|p| std::fs::read(p).unwrap()).collect();
 
-    let out = dir.path().join("out");
+    let out = dir.join("out");
     let req = SplitRequest {
         hosts: vec![lib.clone(), app.clone(), plain.clone()],
         root: root.clone(),
@@ -360,16 +361,26 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     let check = verify_split(&out, &root).unwrap();
     let app_out = out.join("bin/app");
     let lib_out = out.join("lib/libsplit.so");
-    let mut want = vec![format!("{}: bin/app#1 [gfx900]: archive holds 10 bytes that differ from the original's 65536", app_out.display())];
+    let archive = out.join(".kpack/splt_gfx900.kpack");
+    let mut want = vec![format!(
+        "{}: bin/app#1 [gfx900]: {} holds 10 bytes that differ from the original's 65536",
+        app_out.display(),
+        archive.display()
+    )];
     for i in 0..3 {
-        want.push(format!("{}: lib/libsplit.so#{i} [gfx900]: not found through ../.kpack/splt_@GFXARCH@.kpack", lib_out.display()));
+        want.push(format!(
+            "{}: lib/libsplit.so#{i} [gfx900]: does not load: KPACK_ERROR_KERNEL_NOT_FOUND \
+             ({}: no kernel lib/libsplit.so#{i} [gfx900]: no such entry in the TOC)",
+            lib_out.display(),
+            archive.display()
+        ));
     }
     assert_eq!(check.problems, want);
 
     // Refusals: output root = input root, an already split input.
     let same = SplitRequest { out_root: root.clone(), ..req.clone() };
     assert!(matches!(split_tree(&same), Err(TreeError::Usage(m)) if m.contains("is the input root")));
-    let again = SplitRequest { hosts: vec![out.join("bin/app")], root: out.clone(), out_root: dir.path().join("again"), ..req };
+    let again = SplitRequest { hosts: vec![out.join("bin/app")], root: out.clone(), out_root: dir.join("again"), ..req };
     match split_tree(&again) {
         Err(e @ TreeError::Refused { .. }) => assert!(e.to_string().ends_with(
             "already split (it has a .rocm_kpack_ref marker); split the original fat binary instead"

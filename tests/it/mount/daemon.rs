@@ -167,6 +167,30 @@ fn background_failures_exit_non_zero_with_the_message_and_nothing_mounted() {
     );
     assert_eq!(code, Some(9), "{err}");
     assert!(err.contains("cannot mount on"), "{err}");
+    // A daemon stuck in mounting (a helper that never answers): the command gives up after
+    // the readiness timeout, stops it, and exits 9.
+    let stuck = d.path().join("stuck-fusermount");
+    std::fs::write(&stuck, "#!/bin/sh\nexec sleep 15\n").unwrap();
+    std::fs::set_permissions(&stuck, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let started = Instant::now();
+    let (code, err) = failing_mount(
+        &fixture("test_noop.kpack"),
+        &["--auto-unmount"],
+        &[
+            ("FUSERMOUNT_PATH", stuck.to_str().unwrap()),
+            ("KPACK_FUSE_READY_TIMEOUT", "2"),
+        ],
+    );
+    assert_eq!(code, Some(9), "{err}");
+    assert!(
+        err.contains("did not report a live mount within 2 s"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
