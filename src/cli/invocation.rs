@@ -74,9 +74,43 @@ fn run(args: Vec<OsString>) -> Invocation {
     }
 }
 
+/// The `SRC DIR -o OPTS` form comes from mount(8) through mount.fuse3, which passes on the `rw`
+/// that mount(8) adds whenever `ro` is not given; it is dropped here (the mount is read-only in
+/// any case), while `kpack-fuse mount -o rw` typed by a person is still refused.
 fn insert_mount(mut argv: Vec<OsString>) -> Vec<OsString> {
     argv.insert(1, OsString::from("mount"));
+    let mut i = 3;
+    while i + 1 < argv.len() {
+        if argv[i] == "-o" {
+            if let Some(v) = argv[i + 1].to_str() {
+                argv[i + 1] = OsString::from(without_rw(v));
+            }
+        }
+        i += 1;
+    }
     argv
+}
+
+/// Removes `rw` items from a comma-separated option list (a backslash escapes a comma).
+fn without_rw(list: &str) -> String {
+    let mut items: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut chars = list.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                current.push(c);
+                if let Some(next) = chars.next() {
+                    current.push(next);
+                }
+            }
+            ',' => items.push(std::mem::take(&mut current)),
+            _ => current.push(c),
+        }
+    }
+    items.push(current);
+    items.retain(|item| item != "rw");
+    items.join(",")
 }
 
 /// `SRC DIR [-sfnv] [-o OPTS] [-t TYPE]`, flags in any order and combination (`-sv`, `-oro`).
@@ -117,6 +151,8 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
                             .to_owned()
                     };
                     if flag == 'o' {
+                        // mount(8) adds `rw` unless `ro` was given; see `insert_mount`.
+                        let value = without_rw(&value);
                         if !value.is_empty() {
                             options.push(value);
                         }
@@ -340,6 +376,25 @@ mod tests {
                 .starts_with("-t nfs: this helper mounts only type kpack-fuse\n")
         );
         assert!(err(&["mount.kpack-fuse", "a", "b", "-o"]).starts_with("-o needs a value\n"));
+    }
+
+    #[test]
+    fn rw_added_by_mount_is_dropped_in_helper_forms_only() {
+        assert_eq!(without_rw("rw"), "");
+        assert_eq!(without_rw("rw,nodev,ro\\,rw,x-rw"), "nodev,ro\\,rw,x-rw");
+        assert_eq!(
+            tr(&["kpack-fuse", "/k.kpack", "/mnt", "-o", "rw,nosuid"]),
+            Ok(runs(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "nosuid"], false))
+        );
+        assert_eq!(
+            tr(&["mount.kpack-fuse", "/k.kpack", "/mnt", "-o", "rw"]),
+            Ok(runs(&["kpack-fuse", "mount", "/k.kpack", "/mnt"], false))
+        );
+        // Typed by a person, `rw` reaches the mount command, which refuses it.
+        assert_eq!(
+            tr(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "rw"]),
+            Ok(runs(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "rw"], false))
+        );
     }
 
     #[test]
