@@ -33,6 +33,16 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "elf" => elf(mnt, archive),
         "sample_links" => sample_links(mnt),
         "tree" => tree(mnt, Path::new(arg)),
+        "pack" => {
+            let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+                .arg("pack")
+                .arg(mnt)
+                .arg("-o")
+                .arg(arg)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
         "link" => {
             let (path, target) = arg.split_once('=').unwrap();
             assert_eq!(
