@@ -4,6 +4,10 @@
 //!
 //! Run: `cargo bench --bench core` (full) or `cargo bench --bench core -- --quick` (CI smoke).
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{best_of, kernel_bytes};
+
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,33 +15,7 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
-/// Code-like bytes: 4-byte "instructions" drawn from a small vocabulary with random operands,
-/// which zstd compresses about 3:1, close to real AMDGPU code objects.
-fn kernel_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
-    let vocab: Vec<u32> = (0..64).map(|_| next() as u32).collect();
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        let r = next();
-        let op = vocab[(r % 64) as usize];
-        out.extend_from_slice(&op.to_le_bytes());
-        if r & 0x300 == 0 {
-            out.extend_from_slice(&((r >> 32) as u32).to_le_bytes());
-        }
-    }
-    out.truncate(len);
-    out
-}
 
-fn best_of<F: FnMut() -> Duration>(runs: usize, mut f: F) -> Duration {
-    (0..runs).map(|_| f()).min().expect("at least one run")
-}
 
 fn mbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Installs librocm_kpack (shared + static library, headers, pkg-config file, CMake package) into a
-# prefix, and records every installed file in PREFIX/share/rocm-kpack/install-manifest.txt so that
-# --uninstall removes exactly what was installed.
+# Installs kpack-fuse into a prefix: the kpack-fuse program and its manual pages, librocm_kpack
+# (shared + static library, headers, pkg-config file, CMake package), and the mount(8) helper link
+# mount.kpack-fuse in a separate sbin directory. Every installed path is recorded in
+# PREFIX/share/rocm-kpack/install-manifest.txt (relative to the prefix, or absolute for the sbin
+# link) so that --uninstall removes exactly what was installed.
 #
-#   scripts/install.sh --prefix /usr/local                 # builds with cargo --release first
-#   scripts/install.sh --prefix /opt/x --from target/debug # installs an existing build
+#   scripts/install.sh                                    # /usr/local and /sbin, cargo --release first
+#   scripts/install.sh --prefix /opt/x --from target/debug --sbindir none
 #   scripts/install.sh --prefix /usr/local --uninstall
 #
 # Options:
-#   --prefix DIR    install root (required)
+#   --prefix DIR    install root (default: /usr/local)
 #   --libdir DIR    library directory relative to the prefix (default: lib)
-#   --from DIR      directory holding an already built librocm_kpack.so and librocm_kpack.a
+#   --sbindir DIR   where mount(8) looks for helpers, absolute (default: /sbin); "none" skips the
+#                   mount.kpack-fuse link
+#   --from DIR      directory holding an already built kpack-fuse, librocm_kpack.so and .a
 #   --profile NAME  cargo profile to build when --from is not given (default: release)
 #   --uninstall     remove the files listed in the prefix's manifest, then empty directories
 # DESTDIR, when set, is prepended to every written path (for packaging); the installed files still
 # refer to PREFIX.
 #
-# Components are installed by one function each (install_library below); other parts of the
-# project add their own function and call it from main, and the manifest covers them all.
+# Components are installed by one function each (install_library, install_program below); the
+# manifest covers them all.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-prefix=""
+prefix="/usr/local"
 libdir="lib"
+sbindir="/sbin"
 from=""
 profile="release"
 uninstall=0
@@ -35,12 +40,14 @@ while [ $# -gt 0 ]; do
     --prefix=*) prefix="${1#*=}"; shift ;;
     --libdir) libdir="${2:?--libdir needs a directory}"; shift 2 ;;
     --libdir=*) libdir="${1#*=}"; shift ;;
+    --sbindir) sbindir="${2:?--sbindir needs a directory or none}"; shift 2 ;;
+    --sbindir=*) sbindir="${1#*=}"; shift ;;
     --from) from="${2:?--from needs a directory}"; shift 2 ;;
     --from=*) from="${1#*=}"; shift ;;
     --profile) profile="${2:?--profile needs a name}"; shift 2 ;;
     --profile=*) profile="${1#*=}"; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option: $1" ;;
   esac
 done
@@ -50,6 +57,8 @@ case "$prefix" in /*) ;; *) prefix="$(pwd)/$prefix" ;; esac
 prefix="${prefix%/}"
 case "$libdir" in /*|*..*) die "--libdir must be a relative path inside the prefix" ;; esac
 libdir="${libdir%/}"
+case "$sbindir" in none|/*) ;; *) die "--sbindir must be an absolute path or none" ;; esac
+[ "$sbindir" = / ] || sbindir="${sbindir%/}"
 dest="${DESTDIR:-}${prefix}"
 manifest_rel="share/rocm-kpack/install-manifest.txt"
 manifest="${dest}/${manifest_rel}"
@@ -60,8 +69,12 @@ if [ "$uninstall" = 1 ]; then
   dirs=()
   while IFS= read -r rel; do
     [ -n "$rel" ] || continue
-    rm -f -- "${dest}/${rel}"
-    dirs+=("$(dirname -- "$rel")")
+    case "$rel" in
+      # Outside the prefix (the sbin link): remove the link (not a file put there since), never
+      # its directory.
+      /*) if [ -L "${DESTDIR:-}${rel}" ]; then rm -f -- "${DESTDIR:-}${rel}"; fi ;;
+      *) rm -f -- "${dest}/${rel}"; dirs+=("$(dirname -- "$rel")") ;;
+    esac
   done < "$manifest"
   rm -f -- "$manifest"
   dirs+=("$(dirname -- "$manifest_rel")")
@@ -77,7 +90,7 @@ if [ "$uninstall" = 1 ]; then
     cut -f2- | while IFS= read -r d; do
       rmdir -- "${dest}/${d}" 2>/dev/null || true
     done
-  echo "removed librocm_kpack from ${prefix}"
+  echo "removed kpack-fuse and librocm_kpack from ${prefix}"
   exit 0
 fi
 
@@ -92,12 +105,13 @@ native_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 
 if [ -z "$from" ]; then
   command -v cargo >/dev/null || die "cargo not found (or pass --from DIR with a finished build)"
-  (cd "$root" && cargo build --profile "$profile" --lib)
+  (cd "$root" && cargo build --profile "$profile" --lib --bin kpack-fuse)
   target_dir="${CARGO_TARGET_DIR:-$root/target}"
   case "$profile" in dev) from="$target_dir/debug" ;; *) from="$target_dir/$profile" ;; esac
 fi
 [ -f "$from/librocm_kpack.so" ] || die "$from/librocm_kpack.so not found"
 [ -f "$from/librocm_kpack.a" ] || die "$from/librocm_kpack.a not found"
+[ -x "$from/kpack-fuse" ] || die "$from/kpack-fuse not found"
 
 installed=()
 
@@ -153,13 +167,35 @@ install_library() {
   fill "$root/cmake/rocm-kpack-config-version.cmake.in" "${libdir}/cmake/rocm-kpack/rocm-kpack-config-version.cmake"
 }
 
+# The program, its manual pages (written by the program itself from its command-line definition)
+# and the mount(8) helper link, which must live where mount(8) looks: /sbin, not the prefix.
+install_program() {
+  put "$from/kpack-fuse" "bin/kpack-fuse" 0755
+  local pages
+  pages="$(mktemp -d)"
+  "$from/kpack-fuse" man "$pages" || { rm -rf -- "$pages"; die "kpack-fuse man failed"; }
+  local page
+  for page in "$pages"/*.1; do
+    put "$page" "share/man/man1/$(basename -- "$page")" 0644
+  done
+  rm -rf -- "$pages"
+  if [ "$sbindir" != none ]; then
+    mkdir -p -- "${DESTDIR:-}${sbindir}"
+    ln -sfn -- "${prefix}/bin/kpack-fuse" "${DESTDIR:-}${sbindir}/mount.kpack-fuse"
+    installed+=("${sbindir}/mount.kpack-fuse")
+  fi
+}
+
 main() {
   install_library
+  install_program
   # Merge with an earlier manifest so a re-install (or another component) keeps its entries.
   mkdir -p -- "$(dirname -- "$manifest")"
   { [ -f "$manifest" ] && cat -- "$manifest"; printf '%s\n' "${installed[@]}"; } | sort -u > "$manifest.new"
   mv -- "$manifest.new" "$manifest"
-  echo "installed librocm_kpack ${version} into ${prefix} (manifest: ${prefix}/${manifest_rel})"
+  echo "installed kpack-fuse and librocm_kpack ${version} into ${prefix}" \
+    "(helper: $([ "$sbindir" = none ] && echo none || echo "${sbindir}/mount.kpack-fuse");" \
+    "manifest: ${prefix}/${manifest_rel})"
 }
 
 main

@@ -14,9 +14,11 @@ APT_PACKAGES=(
   gcc g++          # C ABI tests, built as C and C++
   valgrind         # memcheck of the C tests
   attr             # getfattr for looking at mount xattrs by hand
+  mount            # mount(8)/umount(8): mount -t, mount -T fstab tests
+  util-linux       # setpriv: the unprivileged-mount test
   python3-pip
 )
-PIP_PACKAGES=(msgpack zstandard)
+PIP_PACKAGES=(msgpack zstandard pyyaml)  # pyyaml: Kubernetes manifest checks
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -32,7 +34,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c "import msgpack, zstandard" 2>/dev/null; then
+if ! python3 -c "import msgpack, zstandard, yaml" 2>/dev/null; then
   echo "setup-deps: installing Python ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"

@@ -6,9 +6,14 @@ mod exit;
 mod cat;
 mod extract;
 mod import;
+mod invocation;
 mod list;
 mod load;
+mod man;
 mod mount;
+mod mount_daemon;
+mod mount_log;
+mod mount_options;
 mod pack;
 mod resolve;
 mod split;
@@ -21,6 +26,10 @@ use clap::{Parser, Subcommand};
 pub use exit::{CliError, CliResult, Exit};
 
 /// kpack-fuse: pack, inspect, load and mount ROCm .kpack kernel archives.
+///
+/// Also started as a mount helper: `kpack-fuse SOURCE MOUNTPOINT -o OPTIONS` (how mount.fuse3
+/// runs type fuse.kpack-fuse) and `mount.kpack-fuse SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]` (the
+/// native helper for type kpack-fuse) both mean `kpack-fuse mount`.
 #[derive(Debug, Parser)]
 #[command(name = "kpack-fuse", version, about, long_about = None)]
 pub struct Cli {
@@ -40,7 +49,7 @@ pub enum Command {
     Extract(extract::Args),
     /// Decode every kernel and check its size; exit non-zero naming each bad entry.
     Verify(verify::Args),
-    /// Mount an archive as a read-only directory tree.
+    /// Mount an archive, a directory of archives or a HIPK binary's archives as a read-only tree.
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
     Unmount(mount::UnmountArgs),
@@ -50,11 +59,34 @@ pub enum Command {
     Load(load::Args),
     /// Turn fat ROCm host binaries into HIPK host binaries plus per-arch kernel archives.
     Split(split::Args),
+    /// Write the manual pages (generated from this command line) into a directory.
+    #[command(hide = true)]
+    Man(man::Args),
 }
 
 /// Parses the command line, runs the command, and maps failures to exit codes.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::CommandFactory;
+    let top = Cli::command();
+    let mut names: Vec<&str> = vec!["help"];
+    for sub in top.get_subcommands() {
+        names.push(sub.get_name());
+        names.extend(sub.get_all_aliases());
+    }
+    let args = match invocation::translate(std::env::args_os().collect(), &names) {
+        Ok(invocation::Invocation::Run { args, verbose }) => {
+            if verbose {
+                eprintln!("mount.kpack-fuse: {}", invocation::shell_words(&args));
+            }
+            args
+        }
+        Ok(invocation::Invocation::Fake) => return ExitCode::SUCCESS,
+        Err(invocation::HelperUsage(message)) => {
+            eprintln!("mount.kpack-fuse: {message}");
+            return ExitCode::from(Exit::Usage as u8);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Pack(a) => pack::run(a),
         Command::List(a) => list::run(a),
@@ -66,6 +98,7 @@ pub fn main() -> ExitCode {
         Command::Resolve(a) => resolve::run(a),
         Command::Load(a) => load::run(a),
         Command::Split(a) => split::run(a),
+        Command::Man(a) => man::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

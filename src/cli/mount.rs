@@ -1,47 +1,83 @@
 //! `kpack-fuse mount` and `kpack-fuse unmount`.
 //!
-//! `mount` checks everything it can before touching the kernel (mount point, archive, names in
-//! the tree), then mounts and serves in the foreground until the filesystem is unmounted: by
-//! SIGINT/SIGTERM (handled here: fuser installs no signal handlers), by `kpack-fuse unmount`, or
-//! by `umount`. It then exits 0.
+//! `mount` checks everything it can before touching the kernel (options, mount point, source,
+//! names in the tree), then, unless `-f`, forks into a daemon (`mount_daemon`) that mounts and
+//! tells the waiting command when the mount is live. The daemon serves until the filesystem is
+//! unmounted: by SIGINT/SIGTERM/SIGHUP (handled here: fuser installs no signal handlers), by
+//! `kpack-fuse unmount`, or by `umount`. It then exits 0.
+//!
+//! Option lists (`-o`) are parsed in `mount_options`, logging is set up in `mount_log`.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use rocm_kpack::Archive;
-use rocm_kpack::fs::fuse::{self, MountConfig};
-use rocm_kpack::fs::{FsOptions, KpackFs, gpus, mountinfo};
+use rocm_kpack::fs::fuse::{self, Access, MountConfig};
+use rocm_kpack::fs::source::{self, SourceError, SourceErrorKind, SourceOptions};
+use rocm_kpack::fs::{FsOptions, gpus, mountinfo};
+use rocm_kpack::loader::LoaderConfig;
 
+use super::mount_daemon::{self, Ready};
+use super::mount_log::{self, Verbosity};
+use super::mount_options::{self, Settings};
 use super::{CliError, CliResult, Exit};
 
-/// Default `--cache-size`.
-const DEFAULT_CACHE: &str = "256M";
+/// Default `--cache-size`: 256 MiB.
+pub const DEFAULT_CACHE: u64 = 256 << 20;
 
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
-    /// The .kpack archive to show.
-    pub archive: PathBuf,
-    /// An existing directory to mount it on.
+    /// What to show: a .kpack archive, a directory of .kpack archives, or a HIPK host binary
+    /// (its archives are found as the loader finds them).
+    pub source: PathBuf,
+    /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a
+    /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
-    /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024).
-    #[arg(long, value_name = "SIZE", default_value = DEFAULT_CACHE, value_parser = parse_size)]
-    pub cache_size: u64,
+    /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024) [default: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_size: Option<u64>,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
     /// Handle requests on one thread (same as --threads 1).
     #[arg(short = 's', conflicts_with = "threads")]
     pub single_thread: bool,
-    /// Device ISA for native.hsaco (repeatable, first match wins) [default: the local GPUs
-    /// from /sys/class/kfd].
+    /// Device ISA (repeatable, first match wins): for native.hsaco, and for a HIPK binary the
+    /// targets its @GFXARCH@ paths expand for [default: the local GPUs from /sys/class/kfd for
+    /// native.hsaco; every matching archive for @GFXARCH@].
     #[arg(long = "gpu", value_name = "ISA")]
     pub gpus: Vec<String>,
-    /// Stay in the foreground (this version always does).
+    /// Stay in the foreground instead of going to the background once mounted.
     #[arg(short = 'f', long)]
     pub foreground: bool,
+    /// Let every user read the mount (non-root: needs user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Let root read the mount too.
+    #[arg(long, conflicts_with = "allow_other")]
+    pub allow_root: bool,
+    /// Have fusermount3 unmount if the daemon dies (implies --allow-root unless --allow-other).
+    #[arg(long)]
+    pub auto_unmount: bool,
+    /// Refuse (key, arch) conflicts and archives that do not open, instead of warning.
+    #[arg(long)]
+    pub strict: bool,
+    /// Log to this file (appending) once the source is read; in the background the default is
+    /// syslog, in the foreground standard error.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// More log output (repeat for more).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only log errors.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Comma-separated mount options (repeatable), as mount(8) and fstab pass them: the
+    /// settings above by name (allow_other, cache_size=SIZE, gpu=ISA, ...), plus ro, noexec and
+    /// the standard options mount tools add (see docs/mount.md); rw and unknown options are refused.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -72,13 +108,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-fn init_logging() {
-    // fuser warns when its own unmount on exit finds the mount already gone (after
-    // `kpack-fuse unmount` or `umount`), which is the normal way to stop; keep it quiet.
-    let env = env_logger::Env::default().default_filter_or("warn,fuser::session=error");
-    let _ = env_logger::Builder::from_env(env).try_init();
-}
-
 /// The mount point must exist, be a directory, and not already have a mount on it.
 fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
@@ -101,81 +130,285 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     Ok(canonical)
 }
 
+/// The settings of the flags, then of each `-o` list in order.
+pub fn settings(args: &MountArgs) -> CliResult<Settings> {
+    let mut s = Settings {
+        allow_other: args.allow_other,
+        allow_root: args.allow_root,
+        auto_unmount: args.auto_unmount,
+        strict: args.strict,
+        noexec: false,
+        cache_size: args.cache_size,
+        threads: if args.single_thread {
+            Some(1)
+        } else {
+            args.threads
+        },
+        gpus: args.gpus.clone(),
+        log_file: args.log_file.clone(),
+    };
+    for list in &args.options {
+        mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
+    }
+    if s.allow_other && s.allow_root {
+        return Err(CliError::new(
+            Exit::Usage,
+            "allow_other and allow_root are mutually exclusive",
+        ));
+    }
+    Ok(s)
+}
+
+/// A mount point `/dev/fd/N`: the descriptor must be open on `/dev/fuse`.
+fn fuse_fd(path: &Path) -> CliResult<Option<RawFd>> {
+    let Some(n) = path.to_str().and_then(|p| p.strip_prefix("/dev/fd/")) else {
+        return Ok(None);
+    };
+    let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
+    let fd: RawFd = n
+        .parse()
+        .map_err(|_| bad("not a descriptor number".into()))?;
+    // SAFETY: fstat on any descriptor number is harmless; `st` is written by the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(bad(format!(
+            "descriptor is not open: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    // /dev/fuse is the character device 10:229.
+    let is_fuse = (st.st_mode & libc::S_IFMT) == libc::S_IFCHR
+        && libc::major(st.st_rdev) == 10
+        && libc::minor(st.st_rdev) == 229;
+    if !is_fuse {
+        return Err(bad("descriptor is not an open /dev/fuse".into()));
+    }
+    Ok(Some(fd))
+}
+
+/// Whether a fusermount helper can be found, as fuser looks for one.
+fn fusermount_available() -> bool {
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        return Path::new(&p).is_file();
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    ["fusermount3", "fusermount"].iter().any(|name| {
+        on_path
+            .iter()
+            .chain([PathBuf::from("/sbin"), PathBuf::from("/bin")].iter())
+            .any(|d| d.join(name).is_file())
+    })
+}
+
+fn source_error(e: SourceError) -> CliError {
+    let exit = match e.kind {
+        SourceErrorKind::Unreadable => Exit::Unreadable,
+        SourceErrorKind::BadFormat => Exit::BadFormat,
+        SourceErrorKind::NotFound => Exit::NotFound,
+        SourceErrorKind::Resources => Exit::Failure,
+    };
+    CliError::new(exit, e.message)
+}
+
+/// Where the mount goes.
+enum Target {
+    Dir(PathBuf),
+    Fd(RawFd),
+}
+
 pub fn run_mount(args: MountArgs) -> CliResult {
-    init_logging();
-    // Handlers go in first, so that a signal arriving at any later point is seen by the watcher
-    // (queued in the pipe until the mount is up, then unmounting it), never the default action
-    // that would leave a mount dangling.
+    let verbosity = Verbosity {
+        verbose: args.verbose,
+        quiet: args.quiet,
+    };
+    mount_log::init(verbosity);
+    let s = settings(&args)?;
+    let target = match fuse_fd(&args.mountpoint)? {
+        Some(fd) => Target::Fd(fd),
+        None => Target::Dir(check_mountpoint(&args.mountpoint)?),
+    };
+    if s.auto_unmount {
+        if matches!(target, Target::Fd(_)) {
+            return Err(CliError::new(
+                Exit::Usage,
+                "auto_unmount cannot apply to a /dev/fd/N mount point: its launcher owns the mount",
+            ));
+        }
+        if !fusermount_available() {
+            return Err(CliError::new(
+                Exit::MountFailed,
+                "auto_unmount needs fusermount3 (package fuse3) on PATH, in /sbin or /bin, or FUSERMOUNT_PATH",
+            ));
+        }
+    }
+    // Opened now, so that a bad path is reported here rather than lost in the background.
+    let log_file = match &s.log_file {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| {
+                    CliError::new(
+                        Exit::Output,
+                        format!("{}: cannot open the log file: {e}", p.display()),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let threads = s
+        .threads
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+
+    let src = source::open(
+        &args.source,
+        &SourceOptions {
+            strict: s.strict,
+            gpus: s.gpus.clone(),
+            loader: LoaderConfig::from_env(),
+            extra_fds: threads as u64 + 16,
+        },
+    )
+    .map_err(source_error)?;
+    let (kind, source_path) = (src.kind, src.path.clone());
+    let gpus = if s.gpus.is_empty() {
+        gpus::local_gpus(Path::new(gpus::KFD_NODES))
+    } else {
+        s.gpus.clone()
+    };
+    // SAFETY: plain libc calls without arguments; they cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let opts = FsOptions {
+        cache_size: s.cache_size.unwrap_or(DEFAULT_CACHE),
+        gpus,
+        uid,
+        gid,
+    };
+    let (fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
+
+    let cfg = MountConfig {
+        threads,
+        source: source_path.display().to_string(),
+        access: if s.allow_other {
+            Access::All
+        } else if s.allow_root || s.auto_unmount {
+            // fuser refuses auto_unmount for the owner alone.
+            Access::OwnerAndRoot
+        } else {
+            Access::Owner
+        },
+        auto_unmount: s.auto_unmount,
+        noexec: s.noexec,
+    };
+    let mut ready = None;
+    if !args.foreground {
+        let mp = match &target {
+            Target::Dir(p) => Some(p.as_path()),
+            Target::Fd(_) => None,
+        };
+        ready = Some(mount_daemon::daemonize(mp)?);
+        match log_file {
+            Some(f) => mount_log::to_file(verbosity, f),
+            None => mount_log::to_syslog(verbosity),
+        }
+        mount_daemon::detach_stderr();
+    } else if let Some(f) = log_file {
+        mount_log::to_file(verbosity, f);
+    }
+    let result = serve(
+        fs,
+        target,
+        &cfg,
+        ready.as_mut(),
+        &format!("{kind} {}", source_path.display()),
+    );
+    if let (Some(r), Err(e)) = (ready.as_mut(), &result) {
+        // Still waiting: the parent prints the message and exits with its code.
+        log::error!("{e}");
+        r.fail(e);
+        std::process::exit(e.exit as i32);
+    }
+    if let Err(e) = &result {
+        log::error!("{e}");
+    }
+    result
+}
+
+/// Mounts, reports readiness, watches signals, and serves until unmounted.
+fn serve(
+    fs: rocm_kpack::fs::KpackFs,
+    target: Target,
+    cfg: &MountConfig,
+    ready: Option<&mut Ready>,
+    what: &str,
+) -> CliResult {
+    // Handlers go in before mounting, so that a signal arriving at any later point is seen by
+    // the watcher (queued in the pipe until the mount is up, then unmounting it), never the
+    // default action that would leave a mount dangling.
     let signals = SignalPipe::install().map_err(|e| {
         CliError::new(
             Exit::Failure,
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    let mountpoint = check_mountpoint(&args.mountpoint)?;
-    // The canonical path is what xattrs and /proc/mounts show; when it cannot be resolved,
-    // opening the path as given reports the problem with the right exit class.
-    let archive_path = match args.archive.canonicalize() {
-        Ok(p) => p,
-        Err(_) => {
-            Archive::open(&args.archive)?;
-            args.archive.clone()
+    let (mut mounted, mountpoint) = match target {
+        Target::Dir(mp) => {
+            let m = fuse::mount(fs, &mp, cfg).map_err(|e| {
+                let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
+                    " (auto_unmount runs fusermount3: is it installed?)"
+                } else {
+                    ""
+                };
+                CliError::new(
+                    Exit::MountFailed,
+                    format!("cannot mount on {}: {e}{hint}", mp.display()),
+                )
+            })?;
+            (m, Some(mp))
+        }
+        Target::Fd(fd) => {
+            // SAFETY: the descriptor was checked to be an open /dev/fuse; from here on this
+            // process owns it.
+            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+            let m = fuse::serve_fd(fs, owned, cfg).map_err(|e| {
+                CliError::new(Exit::MountFailed, format!("cannot serve /dev/fd/{fd}: {e}"))
+            })?;
+            (m, None)
         }
     };
-    let archive = Archive::open(&archive_path)?;
-    let gpus = if args.gpus.is_empty() {
-        gpus::local_gpus(Path::new(gpus::KFD_NODES))
-    } else {
-        args.gpus.clone()
-    };
-    // SAFETY: plain libc calls without arguments; they cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let opts = FsOptions {
-        cache_size: args.cache_size,
-        gpus,
-        uid,
-        gid,
-    };
-    let (fs, _duplicates) = KpackFs::new(vec![Arc::new(archive)], &opts)
-        .map_err(|e| CliError::new(Exit::BadFormat, e.to_string()))?;
-    let threads = if args.single_thread {
-        1
-    } else {
-        args.threads
-            .map(|n| n as usize)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-    };
-
-    let cfg = MountConfig {
-        threads,
-        source: archive_path.display().to_string(),
-    };
-    let mut mounted = fuse::mount(fs, &mountpoint, &cfg).map_err(|e| {
-        CliError::new(
-            Exit::MountFailed,
-            format!("cannot mount on {}: {e}", mountpoint.display()),
-        )
-    })?;
-    log::info!(
-        "mounted {} on {} ({threads} threads)",
-        archive_path.display(),
-        mountpoint.display()
+    let shown = mountpoint.as_ref().map_or_else(
+        || "an inherited /dev/fuse descriptor".to_owned(),
+        |p| p.display().to_string(),
     );
+    log::info!("mounted {what} on {shown} ({} threads)", cfg.threads);
+    if let Some(r) = ready {
+        r.ok();
+    }
     let mut unmounter = mounted.unmounter();
-    let watched = mountpoint.clone();
     std::thread::Builder::new()
         .name("kpack-signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.wait() {
-                log::info!("signal {sig}: unmounting {}", watched.display());
-                if let Err(e) = unmounter.unmount() {
-                    // Busy (files still open): detach now; the session ends on last close.
-                    log::warn!(
-                        "unmount of {} failed ({e}); detaching lazily",
-                        watched.display()
-                    );
-                    if let Err(e) = umount2(&watched, libc::MNT_DETACH) {
-                        log::error!("lazy unmount of {} failed: {e}", watched.display());
+            let Some(sig) = signals.wait() else { return };
+            let Some(mp) = mountpoint else {
+                // The launcher owns a /dev/fd/N mount; all this process can do is stop serving.
+                log::info!("signal {sig}: stopping (the launcher unmounts /dev/fd mounts)");
+                std::process::exit(0);
+            };
+            log::info!("signal {sig}: unmounting {}", mp.display());
+            if let Err(e) = unmounter.unmount() {
+                // Busy (files still open): detach now; the session ends on last close.
+                log::warn!("unmount of {} failed ({e}); detaching lazily", mp.display());
+            }
+            // Still there when the unmount was busy, or when auto_unmount only handed it to
+            // fusermount3: detach it here (lazily, so open files keep being served).
+            if let Ok(Some(m)) = mountinfo::mount_at(&mp) {
+                if m.fs_type == format!("fuse.{}", fuse::SUBTYPE) {
+                    if let Err(e) = detach(&mp) {
+                        log::error!("lazy unmount of {} failed: {e}", mp.display());
                     }
                 }
             }
@@ -186,16 +419,36 @@ pub fn run_mount(args: MountArgs) -> CliResult {
                 format!("cannot start the signal thread: {e}"),
             )
         })?;
-    mounted.run().map_err(|e| {
-        CliError::new(
-            Exit::MountFailed,
-            format!("serving {} failed: {e}", mountpoint.display()),
-        )
-    })
+    mounted
+        .run()
+        .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {shown} failed: {e}")))?;
+    log::info!("{shown}: unmounted, exiting");
+    Ok(())
+}
+
+/// Lazy unmount: `umount2(MNT_DETACH)` as root, `fusermount3 -uz` otherwise.
+fn detach(path: &Path) -> io::Result<()> {
+    match umount2(path, libc::MNT_DETACH) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            let status = std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg("--")
+                .arg(path)
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!("fusermount3 -uz: {status}")))
+            }
+        }
+        // Already gone (fusermount3 got there first).
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        other => other,
+    }
 }
 
 pub fn run_unmount(args: UnmountArgs) -> CliResult {
-    init_logging();
+    mount_log::init(Verbosity::default());
     let bad = |why: &str| {
         CliError::new(
             Exit::MountPoint,
@@ -262,7 +515,7 @@ fn fusermount_unmount(path: &Path, lazy: bool, first: io::Error) -> CliResult {
     ))
 }
 
-fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
+pub(super) fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;

@@ -4,6 +4,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -344,6 +345,18 @@ fn xattr_reply(value: Result<Vec<u8>, Errno>, size: u32, reply: ReplyXattr) {
     }
 }
 
+/// Who besides the mounting user may use the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Only the user who mounted (the FUSE default).
+    #[default]
+    Owner,
+    /// That user and root (`allow_root`).
+    OwnerAndRoot,
+    /// Everyone (`allow_other`).
+    All,
+}
+
 /// How to mount.
 #[derive(Debug, Clone)]
 pub struct MountConfig {
@@ -351,6 +364,11 @@ pub struct MountConfig {
     pub threads: usize,
     /// The source shown in `/proc/mounts` (escaped here).
     pub source: String,
+    pub access: Access,
+    /// Let `fusermount3` unmount when the process dies (fuser requires `access != Owner`).
+    pub auto_unmount: bool,
+    /// Mount `noexec`.
+    pub noexec: bool,
 }
 
 /// A live mount whose requests are not served until [`Mounted::run`].
@@ -362,14 +380,14 @@ pub struct Mounted {
 pub struct Unmounter(SessionUnmounter);
 
 impl Unmounter {
+    /// Unmounts (for a session over an inherited descriptor, there is nothing to unmount and
+    /// this does nothing). With auto-unmount this only tells `fusermount3` to do it.
     pub fn unmount(&mut self) -> io::Result<()> {
         self.0.unmount()
     }
 }
 
-/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
-/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
-pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
+fn fuser_config(cfg: &MountConfig) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -380,11 +398,37 @@ pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mo
         // The root mount path ignores Subtype; the raw option makes the type fuse.kpack-fuse.
         MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
     ];
-    config.acl = SessionACL::Owner;
+    if cfg.noexec {
+        config.mount_options.push(MountOption::NoExec);
+    }
+    if cfg.auto_unmount {
+        config.mount_options.push(MountOption::AutoUnmount);
+    }
+    config.acl = match cfg.access {
+        Access::Owner => SessionACL::Owner,
+        Access::OwnerAndRoot => SessionACL::RootAndOwner,
+        Access::All => SessionACL::All,
+    };
     let threads = cfg.threads.max(1);
     config.n_threads = Some(threads);
     config.clone_fd = threads > 1;
-    let session = Session::new(Adapter(fs), mountpoint, &config)?;
+    config
+}
+
+/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
+/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
+pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
+    let session = Session::new(Adapter(fs), mountpoint, &fuser_config(cfg))?;
+    Ok(Mounted { session })
+}
+
+/// Serves `fs` over an already-mounted `/dev/fuse` descriptor (a `/dev/fd/N` mount point from
+/// a privileged launcher, which did the `mount(2)` and owns the mount). Returns once the
+/// handshake is done. Mount options are the launcher's; only access and threads apply here.
+pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mounted> {
+    let config = fuser_config(cfg);
+    let acl = config.acl;
+    let session = Session::from_fd(Adapter(fs), fd, acl, config)?;
     Ok(Mounted { session })
 }
 

@@ -12,6 +12,7 @@
 pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
+pub mod source;
 pub mod tree;
 
 use std::collections::HashMap;
@@ -163,10 +164,19 @@ impl KpackFs {
         archives: Vec<Arc<Archive>>,
         opts: &FsOptions,
     ) -> Result<(KpackFs, Vec<Duplicate>), TreeError> {
+        KpackFs::with_keys(archives, opts, &|_| true)
+    }
+
+    /// Like [`KpackFs::new`], showing only the keys for which `keep` is true.
+    pub fn with_keys(
+        archives: Vec<Arc<Archive>>,
+        opts: &FsOptions,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<(KpackFs, Vec<Duplicate>), TreeError> {
         let mut builder = TreeBuilder::new();
         let mut duplicates = Vec::new();
         for (i, a) in archives.iter().enumerate() {
-            duplicates.extend(builder.add_archive(i as u32, a)?);
+            duplicates.extend(builder.add_archive_keys(i as u32, a, keep)?);
         }
         let tree = builder.finish(&opts.gpus);
         let dir_time = archives

@@ -218,6 +218,17 @@ impl TreeBuilder {
     /// entries an earlier archive already provided; fails, naming the key, on a name that
     /// cannot be shown safely or that collides with a directory.
     pub fn add_archive(&mut self, id: u32, archive: &Archive) -> Result<Vec<Duplicate>, TreeError> {
+        self.add_archive_keys(id, archive, &|_| true)
+    }
+
+    /// Like [`TreeBuilder::add_archive`], with only the keys for which `keep` is true (a HIPK
+    /// binary's mount shows that binary's keys only). Skipped keys are not checked.
+    pub fn add_archive_keys(
+        &mut self,
+        id: u32,
+        archive: &Archive,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Duplicate>, TreeError> {
         let mut duplicates = Vec::new();
         let err = |key: &str, reason: String| TreeError {
             archive: archive.path().display().to_string(),
@@ -226,6 +237,9 @@ impl TreeBuilder {
         };
         for (bi, binary) in archive.binaries().iter().enumerate() {
             let key = binary.key.as_str();
+            if !keep(key) {
+                continue;
+            }
             let components = validate_key(key).map_err(|r| err(key, r))?;
             let mut dir = ROOT;
             for comp in components {

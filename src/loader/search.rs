@@ -74,6 +74,26 @@ pub fn build_search_paths(
     paths
 }
 
+/// The archive paths a binary could load on *some* device: the same rules as
+/// [`build_search_paths`] (override exclusive, prefix first, embedded paths resolved against the
+/// binary's directory), except that a path with `@GFXARCH@` stands for every existing file that
+/// fits it ([`existing_matches`]) instead of one path per target of a known arch list.
+pub fn existing_search_paths(config: &LoaderConfig, binary_path: &Path, embedded: &[OsString]) -> Vec<PathBuf> {
+    if !config.path_override.is_empty() {
+        return config.path_override.clone();
+    }
+    let mut paths = config.path_prefix.clone();
+    for raw in embedded {
+        let resolved = resolve_path(binary_path, Path::new(raw));
+        if find_token(resolved.as_os_str()).is_some() {
+            paths.extend(existing_matches(&resolved));
+        } else {
+            paths.push(resolved);
+        }
+    }
+    paths
+}
+
 /// Resolves an embedded search path against the binary's directory. Absolute paths are returned
 /// unchanged.
 pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
@@ -153,6 +173,48 @@ pub fn replace_first_token(path: &Path, target: &str) -> PathBuf {
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(&bytes[at + GFXARCH_TOKEN.len()..]);
     PathBuf::from(OsString::from_vec(out))
+}
+
+/// The existing files a resolved search path can name when no device arch list is known: with
+/// no `@GFXARCH@` the path itself (if it is a regular file); otherwise every directory entry
+/// that fits the pattern of the component holding the first token, with any non-empty text in
+/// place of the token (as the loader replaces only the first one, later tokens must appear
+/// literally), followed by the rest of the path. Matches come in byte order of the entry name,
+/// and only those that exist as regular files (symlinks followed) are returned.
+///
+/// Used by the mount to show every archive a HIPK binary could load on some device.
+pub fn existing_matches(resolved: &Path) -> Vec<PathBuf> {
+    let is_file = |p: &Path| std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
+    let components: Vec<Component<'_>> = resolved.components().collect();
+    let Some(at) = components.iter().position(|c| find_token(c.as_os_str()).is_some()) else {
+        return if is_file(resolved) { vec![resolved.to_path_buf()] } else { Vec::new() };
+    };
+    let dir: PathBuf = if at == 0 {
+        PathBuf::from(".")
+    } else {
+        components[..at].iter().map(|c| c.as_os_str()).collect()
+    };
+    let pattern = components[at].as_os_str().as_bytes();
+    let token_at = find_token(components[at].as_os_str()).expect("found above");
+    let (head, tail) = (&pattern[..token_at], &pattern[token_at + GFXARCH_TOKEN.len()..]);
+    let rest: PathBuf = components[at + 1..].iter().map(|c| c.as_os_str()).collect();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<OsString> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .filter(|n| {
+            let b = n.as_bytes();
+            b.len() > head.len() + tail.len() && b.starts_with(head) && b.ends_with(tail)
+        })
+        .collect();
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    names
+        .into_iter()
+        .map(|n| if at == 0 && !resolved.has_root() { PathBuf::from(&n) } else { dir.join(&n) })
+        .map(|p| if rest.as_os_str().is_empty() { p } else { p.join(&rest) })
+        .filter(|p| is_file(p))
+        .collect()
 }
 
 #[cfg(test)]
@@ -309,5 +371,27 @@ mod tests {
             &mut Silent,
         );
         assert_eq!(paths, [PathBuf::from("/nonexistent-dir/f_amdgcn-amd-amdhsa--.kpack")]);
+    }
+    #[test]
+    fn existing_matches_fit_the_pattern_in_byte_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = std::fs::canonicalize(dir.path()).unwrap();
+        for name in ["foo_gfx942.kpack", "foo_gfx90a:xnack+.kpack", "foo_.kpack", "bar_gfx942.kpack", "foo_gfx1100.kpack.bak"] {
+            std::fs::write(k.join(name), b"x").unwrap();
+        }
+        std::fs::create_dir(k.join("foo_gfxdir.kpack")).unwrap();
+        let got = existing_matches(&k.join("foo_@GFXARCH@.kpack"));
+        assert_eq!(got, [k.join("foo_gfx90a:xnack+.kpack"), k.join("foo_gfx942.kpack")]);
+        // No token: the path itself, when it is a regular file.
+        assert_eq!(existing_matches(&k.join("bar_gfx942.kpack")), [k.join("bar_gfx942.kpack")]);
+        assert!(existing_matches(&k.join("missing.kpack")).is_empty());
+        // A token in a directory component, and later tokens kept literally.
+        std::fs::create_dir_all(k.join("gfx900")).unwrap();
+        std::fs::create_dir_all(k.join("gfx1030")).unwrap();
+        std::fs::write(k.join("gfx900/a.kpack"), b"x").unwrap();
+        std::fs::write(k.join("gfx1030/a_@GFXARCH@.kpack"), b"x").unwrap();
+        assert_eq!(existing_matches(&k.join("@GFXARCH@/a.kpack")), [k.join("gfx900/a.kpack")]);
+        assert_eq!(existing_matches(&k.join("@GFXARCH@/a_@GFXARCH@.kpack")), [k.join("gfx1030/a_@GFXARCH@.kpack")]);
+        assert!(existing_matches(&k.join("nodir/@GFXARCH@.kpack")).is_empty());
     }
 }

@@ -1,7 +1,8 @@
-//! `scripts/install.sh` into a temporary prefix, then C consumers built the two documented ways:
-//! `pkg-config --cflags --libs rocm_kpack`, and CMake's `find_package(rocm-kpack)` with
-//! `rocm::rocm_kpack` (shared) and `rocm::rocm_kpack_static`. Finally `--uninstall` must leave
-//! nothing behind.
+//! `scripts/install.sh` into a temporary prefix (with the mount helper link in a temporary sbin
+//! directory), then: the program and its man pages, C consumers built the documented ways
+//! (`pkg-config --cflags --libs rocm_kpack` against the shared library, `pkg-config --static`
+//! against the static one, CMake's `find_package(rocm-kpack)` with `rocm::rocm_kpack` and
+//! `rocm::rocm_kpack_static`). Finally `--uninstall` must leave nothing behind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,13 +20,20 @@ fn sh(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The profile directory holding the program and both libraries.
+fn build_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_kpack-fuse")).parent().unwrap().to_path_buf()
+}
+
+/// Installs into `prefix`, with the helper link into `prefix/../sbin`.
 fn install(prefix: &Path, extra: &[&str]) -> String {
-    let build_dir = cc::built_library().parent().unwrap().to_path_buf();
     sh(Command::new(cc::manifest_dir().join("scripts/install.sh"))
         .arg("--prefix")
         .arg(prefix)
         .arg("--from")
-        .arg(&build_dir)
+        .arg(build_dir())
+        .arg("--sbindir")
+        .arg(prefix.parent().unwrap().join("sbin"))
         .args(extra))
 }
 
@@ -61,6 +69,30 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
         assert!(prefix.join(f).is_file(), "{f}");
     }
 
+    // The program, its version, the helper link outside the prefix, and one man page per command.
+    let version = sh(Command::new(prefix.join("bin/kpack-fuse")).arg("--version"));
+    assert_eq!(version, concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n"));
+    let sbin = tmp.path().join("sbin");
+    assert_eq!(std::fs::read_link(sbin.join("mount.kpack-fuse")).unwrap(), prefix.join("bin/kpack-fuse"));
+    let man1 = prefix.join("share/man/man1");
+    let mut pages: Vec<String> = std::fs::read_dir(&man1).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    pages.sort();
+    let mut want: Vec<String> = ["cat", "extract", "list", "load", "mount", "pack", "resolve", "split", "unmount", "verify"]
+        .iter()
+        .map(|c| format!("kpack-fuse-{c}.1"))
+        .collect();
+    want.push("kpack-fuse.1".into());
+    want.sort();
+    assert_eq!(pages, want);
+    let page = std::fs::read_to_string(man1.join("kpack-fuse-mount.1")).unwrap();
+    assert!(page.contains(".TH kpack-fuse-mount 1 "), "{page}");
+    if Path::new("/usr/bin/man").exists() {
+        // man(1) renders the page.
+        let out = Command::new("man").arg(man1.join("kpack-fuse-mount.1")).env("MANWIDTH", "100").output().unwrap();
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("--cache-size"));
+    }
+
     // pkg-config
     let flags = sh(Command::new("pkg-config")
         .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
@@ -83,6 +115,30 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     // The program found the library through its SONAME in the prefix.
     let needed = sh(Command::new("readelf").arg("-d").arg(&exe));
     assert!(needed.contains("Shared library: [librocm_kpack.so.0]"), "{needed}");
+
+    // pkg-config --static: Libs.private adds what the static archive needs; -Bstatic picks the .a
+    // for librocm_kpack only (the prefix has both).
+    let static_flags = sh(Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+        .args(["--static", "--libs", "rocm_kpack"]));
+    assert_eq!(
+        static_flags.trim(),
+        format!("-L{}/lib -lrocm_kpack -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc", prefix.display())
+    );
+    let cflags = sh(Command::new("pkg-config").env("PKG_CONFIG_PATH", lib.join("pkgconfig")).args(["--cflags", "rocm_kpack"]));
+    let exe = tmp.path().join("consumer_pc_static");
+    sh(Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
+        .args(cflags.split_whitespace())
+        .arg(cc::manifest_dir().join("tests/c/consumer.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(static_flags.split_whitespace().map(|f| {
+            if f == "-lrocm_kpack" { "-Wl,-Bstatic -lrocm_kpack -Wl,-Bdynamic".to_owned() } else { f.to_owned() }
+        }).collect::<Vec<_>>().join(" ").split_whitespace()));
+    run_consumer(&exe);
+    let needed = sh(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(!needed.contains("librocm_kpack"), "static consumer still needs the shared library:\n{needed}");
 
     // CMake
     let project = tmp.path().join("cmake-project");
@@ -126,6 +182,8 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     install(&prefix, &[]);
     install(&prefix, &["--uninstall"]);
     assert_eq!(files_under(&prefix), [prefix.join("lib"), prefix.join("lib/other"), prefix.join("lib/other/keep.txt")]);
+    // The helper link is gone; its directory, outside the prefix, stays.
+    assert_eq!(files_under(&sbin), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -139,4 +197,30 @@ fn uninstall_without_manifest_fails() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no manifest"));
+}
+
+/// The defaults (prefix /usr/local, helper in /sbin), seen through DESTDIR: files land under
+/// DESTDIR but refer to the real paths, and an uninstall with the same DESTDIR removes them all.
+#[test]
+fn default_prefix_and_sbindir_under_destdir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let script = cc::manifest_dir().join("scripts/install.sh");
+    sh(Command::new(&script).arg("--from").arg(build_dir()).env("DESTDIR", &root));
+    assert_eq!(
+        std::fs::read_link(root.join("sbin/mount.kpack-fuse")).unwrap(),
+        Path::new("/usr/local/bin/kpack-fuse")
+    );
+    assert!(root.join("usr/local/bin/kpack-fuse").is_file());
+    assert!(root.join("usr/local/share/man/man1/kpack-fuse.1").is_file());
+    let pc = std::fs::read_to_string(root.join("usr/local/lib/pkgconfig/rocm_kpack.pc")).unwrap();
+    assert!(pc.starts_with("# pkg-config file for librocm_kpack (filled in by scripts/install.sh).\nprefix=/usr/local\n"), "{pc}");
+    assert!(pc.contains("\nLibs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc\n"), "{pc}");
+    let manifest = std::fs::read_to_string(root.join("usr/local/share/rocm-kpack/install-manifest.txt")).unwrap();
+    assert!(manifest.lines().any(|l| l == "/sbin/mount.kpack-fuse"), "{manifest}");
+    assert!(manifest.lines().any(|l| l == "bin/kpack-fuse"), "{manifest}");
+    sh(Command::new(&script).arg("--uninstall").env("DESTDIR", &root));
+    // Only the directories outside the prefix that the install had to create stay: sbin and
+    // the prefix itself (never removed).
+    assert_eq!(files_under(&root), [root.join("sbin"), root.join("usr"), root.join("usr/local")]);
 }

@@ -13,6 +13,7 @@ mod cli_loader;
 mod golden;
 mod mount;
 mod fatbin;
+mod deploy;
 mod install;
 mod loader;
 mod split;

@@ -2,9 +2,11 @@
 //! (`support::mount`), results compared byte for byte and errno for errno with the archive API.
 
 mod crafted;
+mod daemon;
 mod fault_io;
 mod faults;
 mod scenarios;
+mod sources;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -111,6 +113,34 @@ fn walk_compares_every_file_with_the_archive_api() {
         m.check("walk", "");
         m.stop();
     }
+}
+
+/// mount -> pack -> mount gives the same tree and bytes (the archive bytes may differ).
+#[test]
+fn mount_pack_mount_round_trip() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let first = rich_archive(&d.path().join("first.kpack"), Compression::None);
+    let second = d.path().join("second.kpack");
+    let m = Mount::start(&first, &[]);
+    m.check("pack", second.to_str().unwrap());
+    m.stop();
+    let (a, b) = (Archive::open(&first).unwrap(), Archive::open(&second).unwrap());
+    let entries = |x: &Archive| -> Vec<(String, String, Vec<u8>)> {
+        let mut v: Vec<_> = x
+            .entries()
+            .map(|(k, e)| (k.to_owned(), e.arch.clone(), x.get_kernel(k, &e.arch).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(entries(&a), entries(&b));
+    assert!(!entries(&a).is_empty());
+    let m = Mount::start(&second, &[]);
+    m.check("walk", "");
+    m.stop();
 }
 
 #[test]

@@ -32,6 +32,29 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "hold" => hold(mnt, archive, arg),
         "elf" => elf(mnt, archive),
         "sample_links" => sample_links(mnt),
+        "tree" => tree(mnt, Path::new(arg)),
+        "pack" => {
+            let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+                .arg("pack")
+                .arg(mnt)
+                .arg("-o")
+                .arg(arg)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        "link" => {
+            let (path, target) = arg.split_once('=').unwrap();
+            assert_eq!(
+                fs::read_link(mnt.join(path)).unwrap(),
+                Path::new(target),
+                "{path}"
+            );
+            assert!(
+                fs::read(mnt.join(path)).unwrap()
+                    == fs::read(mnt.join(path).with_file_name(target)).unwrap()
+            );
+        }
         "walk_one" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();
             let want = Archive::open(archive)
@@ -754,4 +777,35 @@ fn sample_links(mnt: &Path) {
     for (name, target) in cases {
         assert_eq!(link_target(&dir.join(name)).as_deref(), target, "{name}");
     }
+}
+
+/// Every regular file under `root` (symbolic links skipped), by relative path.
+fn regular_files(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The mount's regular files are exactly those of the directory `expected`, byte for byte.
+fn tree(mnt: &Path, expected: &Path) {
+    let want = regular_files(expected);
+    let got = regular_files(mnt);
+    let names = |m: &BTreeMap<PathBuf, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&got), names(&want), "the files of the mount");
+    for (path, bytes) in &want {
+        assert!(&got[path] == bytes, "{} differs", path.display());
+    }
+    println!("{} files match", want.len());
 }

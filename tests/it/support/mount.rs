@@ -86,7 +86,7 @@ pub fn abort_connection(conn: u32) {
     let _ = std::fs::write(format!("{CONNECTIONS}/{conn}/abort"), "1");
 }
 
-fn umount_lazy(path: &Path) {
+pub fn umount_lazy(path: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     // SAFETY: valid path string.
@@ -138,12 +138,101 @@ impl Drop for RunningChild {
     }
 }
 
+/// The process serving a mount: a child started with `-f`, or a background daemon adopted
+/// after its parent exited (this test process is a child subreaper, see [`Mount::start_background`]).
+pub enum Daemon {
+    Child(Child),
+    Adopted(i32),
+}
+
+impl Daemon {
+    pub fn id(&self) -> i32 {
+        match self {
+            Daemon::Child(c) => c.id() as i32,
+            Daemon::Adopted(pid) => *pid,
+        }
+    }
+
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        match self {
+            Daemon::Child(c) => c.try_wait(),
+            Daemon::Adopted(pid) => {
+                use std::os::unix::process::ExitStatusExt;
+                let mut status = 0;
+                // SAFETY: waiting, without blocking, for a process reparented to us.
+                let r = unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) };
+                match r {
+                    0 => Ok(None),
+                    r if r == *pid => Ok(Some(ExitStatus::from_raw(status))),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            }
+        }
+    }
+
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        // SAFETY: signalling the process we started (or adopted), by pid.
+        unsafe { libc::kill(self.id(), libc::SIGKILL) };
+        Ok(())
+    }
+
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.try_wait()? {
+                return Ok(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The process whose parent is this one and whose command line names `mountpoint`: the
+/// background daemon serving it, once adopted.
+fn find_daemon(mountpoint: &Path) -> Option<i32> {
+    let me = std::process::id() as i32;
+    let needle = mountpoint.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command name: state, ppid, ...
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid != Some(me) {
+            continue;
+        }
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).any(|arg| arg == needle) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Waits for a daemon until `deadline`; `None` on timeout.
+fn wait_daemon_until(d: &mut Daemon, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        if let Ok(Some(status)) = d.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// One `kpack-fuse mount` process and its mount point.
 pub struct Mount {
     dir: tempfile::TempDir,
     pub mountpoint: PathBuf,
     pub archive: PathBuf,
-    daemon: Option<Child>,
+    daemon: Option<Daemon>,
     pub conn: u32,
     log: PathBuf,
 }
@@ -151,23 +240,45 @@ pub struct Mount {
 impl Mount {
     /// Mounts `archive` with extra `mount` arguments and waits until the mount is live.
     pub fn start(archive: &Path, extra: &[&str]) -> Mount {
+        Mount::start_env(archive, extra, &[])
+    }
+
+    /// [`Mount::start`] with extra environment variables for the daemon (foreground, `-f`).
+    pub fn start_env(archive: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mount {
+        Mount::start_configured(archive, extra, &|cmd| {
+            cmd.envs(env.iter().copied());
+        })
+    }
+
+    /// [`Mount::start`] with a hook that adjusts the daemon's command before it starts.
+    pub fn start_configured(
+        archive: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         let dir = tempfile::tempdir().unwrap();
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).unwrap();
-        Mount::start_in(dir, &mountpoint, archive, extra)
+        Mount::start_in(dir, &mountpoint, archive, extra, configure)
     }
 
     /// Mounts `archive` on an existing directory `mountpoint` owned by the caller (for a new
     /// mount on a point an earlier, crashed one used). The caller removes the directory.
     pub fn start_on(mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
-        Mount::start_in(tempfile::tempdir().unwrap(), mountpoint, archive, extra)
+        Mount::start_in(tempfile::tempdir().unwrap(), mountpoint, archive, extra, &|_| {})
     }
 
-    fn start_in(dir: tempfile::TempDir, mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
+    fn start_in(
+        dir: tempfile::TempDir,
+        mountpoint: &Path,
+        archive: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         let mountpoint = mountpoint.canonicalize().unwrap();
         let log = dir.path().join("daemon.log");
-        let daemon = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-            .arg("mount")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
+        cmd.arg("mount")
             .arg(archive)
             .arg(&mountpoint)
             .arg("-f")
@@ -175,14 +286,14 @@ impl Mount {
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(&log).unwrap());
+        configure(&mut cmd);
+        let daemon = cmd.spawn().unwrap();
         let mut m = Mount {
             dir,
             mountpoint,
             archive: archive.to_path_buf(),
-            daemon: Some(daemon),
+            daemon: Some(Daemon::Child(daemon)),
             conn: 0,
             log,
         };
@@ -205,6 +316,153 @@ impl Mount {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Mounts in the background (no `-f`; the daemon logs to `--log-file`). The command must
+    /// exit 0 with the mount already live: this checks the mount table once, right after the
+    /// command returned, without waiting. The daemon, orphaned when the command exits, is
+    /// reparented to this process (a child subreaper), so its exit status can be checked.
+    pub fn start_background(source: &Path, extra: &[&str]) -> Mount {
+        static SUBREAPER: Once = Once::new();
+        SUBREAPER.call_once(|| {
+            // SAFETY: a process attribute; no pointers involved.
+            let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+            assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let mountpoint = dir.path().join("mnt");
+        std::fs::create_dir(&mountpoint).unwrap();
+        let mountpoint = mountpoint.canonicalize().unwrap();
+        let log = dir.path().join("daemon.log");
+        let out_path = dir.path().join("command.out");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
+        cmd.arg("mount")
+            .arg(source)
+            .arg(&mountpoint)
+            .arg("--log-file")
+            .arg(&log)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&out_path)
+                    .unwrap(),
+            );
+        let mut command = cmd.spawn().unwrap();
+        let status = wait_until(&mut command, Instant::now() + DAEMON_DEADLINE);
+        let mut m = Mount {
+            dir,
+            mountpoint,
+            archive: source.to_path_buf(),
+            daemon: None,
+            conn: 0,
+            log,
+        };
+        // Adopt the daemon first, so that the guard cleans up whatever happens next.
+        m.daemon = find_daemon(&m.mountpoint).map(Daemon::Adopted);
+        let Some(status) = status else {
+            let _ = command.kill();
+            let _ = command.wait();
+            panic!("kpack-fuse mount did not return within {DAEMON_DEADLINE:?}");
+        };
+        assert!(
+            status.success(),
+            "kpack-fuse mount: {status}\n{}\ndaemon log:\n{}",
+            read_file(&out_path),
+            m.daemon_log()
+        );
+        let entry = mountinfo::mount_at(&m.mountpoint)
+            .unwrap()
+            .expect("the mount is live when the command returns");
+        assert_eq!(entry.fs_type, "fuse.kpack-fuse");
+        m.conn = entry.minor;
+        assert!(
+            m.daemon.is_some(),
+            "no daemon process found for {}",
+            m.mountpoint.display()
+        );
+        m
+    }
+
+    /// Mounts the way a privileged launcher does for `/dev/fd/N`: this process opens
+    /// `/dev/fuse`, calls `mount(2)` with it, and starts `kpack-fuse mount SOURCE /dev/fd/N -f`
+    /// with the descriptor inherited. Stopping is the launcher's job: `umount` it.
+    pub fn start_fd(source: &Path, extra: &[&str]) -> Mount {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        const CHILD_FD: i32 = 7;
+        let dir = tempfile::tempdir().unwrap();
+        let mountpoint = dir.path().join("mnt");
+        std::fs::create_dir(&mountpoint).unwrap();
+        let mountpoint = mountpoint.canonicalize().unwrap();
+        let log = dir.path().join("daemon.log");
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .unwrap();
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let data = c(&format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0,default_permissions",
+            dev.as_raw_fd()
+        ));
+        let (src, dst, ty) = (
+            c("kpack-fd-test"),
+            c(mountpoint.to_str().unwrap()),
+            c("fuse.kpack-fuse"),
+        );
+        // SAFETY: valid NUL-terminated strings for the duration of the call.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                ty.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_RDONLY,
+                data.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount(2): {}", std::io::Error::last_os_error());
+        let raw = dev.as_raw_fd();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
+        cmd.arg("mount")
+            .arg(source)
+            .arg(format!("/dev/fd/{CHILD_FD}"))
+            .arg("-f")
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        // SAFETY: only async-signal-safe dup2 between fork and exec; dup2 clears CLOEXEC.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(raw, CHILD_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let spawned = cmd.spawn();
+        drop(dev);
+        let entry = mountinfo::mount_at(&mountpoint).unwrap().unwrap();
+        let m = Mount {
+            dir,
+            mountpoint,
+            archive: source.to_path_buf(),
+            daemon: spawned.ok().map(Daemon::Child),
+            conn: entry.minor,
+            log,
+        };
+        assert!(m.daemon.is_some(), "cannot start kpack-fuse");
+        m
+    }
+
+    /// The path of the daemon's log (standard error, or `--log-file` in the background).
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// What the daemon wrote to stderr so far.
@@ -283,13 +541,13 @@ impl Mount {
     /// Sends `signal` to the daemon without waiting.
     pub fn signal(&self, signal: i32) {
         let daemon = self.daemon.as_ref().unwrap();
-        // SAFETY: signalling the child we started, by its pid.
-        unsafe { libc::kill(daemon.id() as i32, signal) };
+        // SAFETY: signalling the daemon we started, by its pid.
+        unsafe { libc::kill(daemon.id(), signal) };
     }
 
     /// The daemon's process id (for `/proc/<pid>/status`).
     pub fn daemon_pid(&self) -> u32 {
-        self.daemon.as_ref().unwrap().id()
+        self.daemon.as_ref().unwrap().id() as u32
     }
 
     /// Whether the daemon is still running.
@@ -315,9 +573,9 @@ impl Mount {
     /// that the mount is gone.
     pub fn stop_with(mut self, signal: i32) -> ExitStatus {
         let mut daemon = self.daemon.take().unwrap();
-        // SAFETY: signalling the child we started, by its pid.
-        unsafe { libc::kill(daemon.id() as i32, signal) };
-        let status = match wait_until(&mut daemon, Instant::now() + DAEMON_DEADLINE) {
+        // SAFETY: signalling the daemon we started, by its pid.
+        unsafe { libc::kill(daemon.id(), signal) };
+        let status = match wait_daemon_until(&mut daemon, Instant::now() + DAEMON_DEADLINE) {
             Some(s) => s,
             None => {
                 abort_connection(self.conn);
@@ -359,7 +617,7 @@ impl Mount {
     /// Waits for the daemon to exit by itself (after an external unmount).
     pub fn wait_exit(mut self) -> ExitStatus {
         let mut daemon = self.daemon.take().unwrap();
-        match wait_until(&mut daemon, Instant::now() + DAEMON_DEADLINE) {
+        match wait_daemon_until(&mut daemon, Instant::now() + DAEMON_DEADLINE) {
             Some(s) => s,
             None => {
                 let _ = daemon.kill();

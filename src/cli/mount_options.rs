@@ -1,0 +1,223 @@
+//! `-o` option lists of `kpack-fuse mount`, as `mount(8)`, fstab and `mount.fuse` pass them.
+//!
+//! Pure: a list is split and applied to [`Settings`] with no I/O, so the whole table of
+//! accepted, ignored and refused options is unit-tested below.
+//!
+//! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
+//!   `log_file=` path may contain commas). Empty items are skipped.
+//! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
+//!   `auto_unmount`, `strict`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
+//!   `log_file=PATH`. A `-` may stand for `_` in their names (`cache-size=1G`).
+//! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
+//!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
+//!   `mount.fuse` unless `nodev`/`nosuid` were given; accepted, but the mount stays
+//!   `nodev,nosuid`: it holds neither devices nor set-id programs), `exec`, `noexec` (applied).
+//! * Options meant for mount management are ignored: `defaults`, `auto`, `noauto`, `user`,
+//!   `nouser`, `users`, `_netdev`, `nofail`, and every `x-*` (systemd and friends).
+//! * `rw` and anything else are refused with a message naming the option.
+
+use std::path::PathBuf;
+
+/// Every mount setting that can come from a flag or from `-o`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub allow_other: bool,
+    pub allow_root: bool,
+    pub auto_unmount: bool,
+    pub strict: bool,
+    pub noexec: bool,
+    pub cache_size: Option<u64>,
+    pub threads: Option<u32>,
+    pub gpus: Vec<String>,
+    pub log_file: Option<PathBuf>,
+}
+
+/// Splits an option list on unescaped commas, undoing `\,` and `\\`.
+pub fn split(list: &str) -> Result<Vec<String>, String> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut chars = list.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ (',' | '\\')) => cur.push(e),
+                Some(other) => {
+                    return Err(format!(
+                        "-o {list:?}: unknown escape \\{other} (only \\, and \\\\)"
+                    ));
+                }
+                None => return Err(format!("-o {list:?}: ends with a lone backslash")),
+            },
+            ',' => items.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    items.push(cur);
+    Ok(items.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// Applies one `-o` list to `settings`, item by item (a later item overrides an earlier one).
+pub fn apply(list: &str, settings: &mut Settings) -> Result<(), String> {
+    for item in split(list)? {
+        apply_one(&item, settings)?;
+    }
+    Ok(())
+}
+
+fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
+    if item.starts_with("x-") {
+        return Ok(());
+    }
+    let (raw_name, value) = match item.split_once('=') {
+        Some((n, v)) => (n, Some(v)),
+        None => (item, None),
+    };
+    let name = if raw_name == "_netdev" {
+        raw_name.to_owned()
+    } else {
+        raw_name.replace('-', "_")
+    };
+    let flag = |s: &mut Settings, set: fn(&mut Settings)| match value {
+        None => {
+            set(s);
+            Ok(())
+        }
+        Some(_) => Err(format!("mount option {raw_name:?} takes no value")),
+    };
+    let needs = |what: &str| {
+        value
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("mount option {raw_name:?} needs a value ({raw_name}={what})"))
+    };
+    match name.as_str() {
+        "allow_other" => flag(s, |s| s.allow_other = true),
+        "allow_root" => flag(s, |s| s.allow_root = true),
+        "auto_unmount" => flag(s, |s| s.auto_unmount = true),
+        "strict" => flag(s, |s| s.strict = true),
+        "noexec" => flag(s, |s| s.noexec = true),
+        "exec" => flag(s, |s| s.noexec = false),
+        "ro" | "default_permissions" | "dev" | "suid" | "nodev" | "nosuid" => flag(s, |_| {}),
+        "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev" | "nofail" => {
+            flag(s, |_| {})
+        }
+        "rw" => {
+            Err("mount option \"rw\": kpack-fuse mounts are read-only (use ro or nothing)".into())
+        }
+        "cache_size" => {
+            s.cache_size = Some(
+                super::mount::parse_size(needs("SIZE")?)
+                    .map_err(|e| format!("mount option {raw_name}: {e}"))?,
+            );
+            Ok(())
+        }
+        "threads" => {
+            let v = needs("N")?;
+            match v.parse::<u32>() {
+                Ok(n @ 1..=256) => {
+                    s.threads = Some(n);
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "mount option {raw_name}={v}: expected a number of threads from 1 to 256"
+                )),
+            }
+        }
+        "gpu" => {
+            s.gpus.push(needs("ISA")?.to_owned());
+            Ok(())
+        }
+        "log_file" => {
+            s.log_file = Some(PathBuf::from(needs("PATH")?));
+            Ok(())
+        }
+        _ => Err(format!("unknown mount option {raw_name:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = Settings::default();
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn option_table() {
+        let none = Settings::default();
+        let ok: Vec<(&str, Settings)> = vec![
+            ("", none.clone()),
+            ("ro", none.clone()),
+            (
+                "ro,nodev,nosuid,allow_other,nofail",
+                with(|s| s.allow_other = true),
+            ),
+            ("allow_root", with(|s| s.allow_root = true)),
+            ("auto_unmount", with(|s| s.auto_unmount = true)),
+            (
+                "auto-unmount,strict",
+                with(|s| {
+                    s.auto_unmount = true;
+                    s.strict = true
+                }),
+            ),
+            (
+                "default_permissions,dev,suid,defaults,auto,noauto,user,nouser,users,_netdev",
+                none.clone(),
+            ),
+            (
+                "x-systemd.automount,x-systemd.idle-timeout=60,x-anything",
+                none.clone(),
+            ),
+            ("noexec", with(|s| s.noexec = true)),
+            ("noexec,exec", none.clone()),
+            ("cache_size=1G", with(|s| s.cache_size = Some(1 << 30))),
+            (
+                "cache-size=512K,cache_size=2M",
+                with(|s| s.cache_size = Some(2 << 20)),
+            ),
+            ("threads=4", with(|s| s.threads = Some(4))),
+            (
+                "gpu=gfx942:xnack+,gpu=gfx90a",
+                with(|s| s.gpus = vec!["gfx942:xnack+".into(), "gfx90a".into()]),
+            ),
+            (
+                "log_file=/var/log/a\\,b\\\\c.log",
+                with(|s| s.log_file = Some("/var/log/a,b\\c.log".into())),
+            ),
+            (",,ro,,", none.clone()),
+        ];
+        for (list, want) in ok {
+            let mut got = Settings::default();
+            apply(list, &mut got).unwrap_or_else(|e| panic!("{list:?}: {e}"));
+            assert_eq!(got, want, "{list:?}");
+        }
+        let refused: &[(&str, &str)] = &[
+            ("rw", "read-only"),
+            ("ro,rw", "read-only"),
+            ("bogus", "unknown mount option \"bogus\""),
+            ("fsname=x", "unknown mount option \"fsname\""),
+            ("ro=1", "takes no value"),
+            ("cache_size", "needs a value"),
+            ("cache_size=", "needs a value"),
+            ("cache_size=12T", "unknown unit"),
+            ("threads=0", "from 1 to 256"),
+            ("threads=x", "from 1 to 256"),
+            ("gpu=", "needs a value"),
+            ("a\\b", "unknown escape"),
+            ("ro\\", "lone backslash"),
+        ];
+        for (list, why) in refused {
+            let err = apply(list, &mut Settings::default()).expect_err(list);
+            assert!(err.contains(why), "{list:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn splitting_honours_escapes() {
+        assert_eq!(split("a,b\\,c,d\\\\").unwrap(), ["a", "b,c", "d\\"]);
+        assert_eq!(split("").unwrap(), Vec::<String>::new());
+    }
+}

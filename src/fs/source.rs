@@ -1,0 +1,518 @@
+//! What a mount shows: one archive, a directory of archives, or the archives of a HIPK host
+//! binary. The kind is read from the source itself (a directory, the magic `KPAK`, or an ELF
+//! header), and everything is opened and checked here, before anything is mounted, so that a
+//! bad source is refused with a precise message instead of leaving a half-working mount.
+//!
+//! Several archives are merged in order into one tree; the first archive to provide a
+//! (key, arch) wins. For a directory or a HIPK binary, a later duplicate and an archive that
+//! does not open are warnings naming the files (errors with `strict`): one broken file in an
+//! install's `.kpack/` should not hide all the others, but a careful caller can ask to be told.
+//!
+//! A HIPK binary's archives are found with the loader's own path rules (`loader::search`), so the
+//! mount shows what `kpack_load_code_object` would search, and only that binary's keys
+//! (`kernel_name#<i>`).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::arch;
+use crate::archive::Archive;
+use crate::error::{Error, ErrorKind};
+use crate::loader::host::HipkHost;
+use crate::loader::{LoaderConfig, Silent, search};
+
+use super::{Duplicate, FsOptions, KpackFs};
+
+/// The kind of source, detected from the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Archive,
+    Directory,
+    HipkBinary,
+}
+
+impl fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SourceKind::Archive => "archive",
+            SourceKind::Directory => "directory of archives",
+            SourceKind::HipkBinary => "HIPK host binary",
+        })
+    }
+}
+
+/// Why a source cannot be mounted; the class decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceErrorKind {
+    /// Missing, unreadable, or an I/O error.
+    Unreadable,
+    /// Not a kpack archive / ELF / directory, corrupt, or (strict) a conflict.
+    BadFormat,
+    /// No archive to show (an empty directory, a binary whose search paths find nothing).
+    NotFound,
+    /// The process cannot hold the archives open (open-file limit).
+    Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceError {
+    pub kind: SourceErrorKind,
+    pub message: String,
+}
+
+impl SourceError {
+    fn new(kind: SourceErrorKind, message: impl Into<String>) -> SourceError {
+        SourceError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A core error while opening `path`, classified by its kind.
+    fn archive(path: &Path, e: &Error) -> SourceError {
+        let kind = match e.kind() {
+            ErrorKind::FileNotFound | ErrorKind::IoError => SourceErrorKind::Unreadable,
+            _ => SourceErrorKind::BadFormat,
+        };
+        let text = e.to_string();
+        // Core messages usually start with the path already.
+        let message = if text.contains(&path.display().to_string()) {
+            text
+        } else {
+            format!("{}: {text}", path.display())
+        };
+        SourceError::new(kind, message)
+    }
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// How to read a source.
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    /// Refuse duplicates and archives that do not open, instead of warning.
+    pub strict: bool,
+    /// Device ISAs given on the command line (`--gpu`): a HIPK binary's `@GFXARCH@` patterns
+    /// expand for these as the loader expands them. Empty: every existing file that fits.
+    pub gpus: Vec<String>,
+    /// `ROCM_KPACK_PATH` / `ROCM_KPACK_PATH_PREFIX`, for HIPK binaries.
+    pub loader: LoaderConfig,
+    /// File descriptors the mount needs besides the archives (FUSE channels, logs), used to
+    /// size the open-file limit.
+    pub extra_fds: u64,
+}
+
+/// A source, opened: the archives to merge, in order, and which of their keys to show.
+#[derive(Debug)]
+pub struct Source {
+    pub kind: SourceKind,
+    /// The source as shown in `/proc/mounts` (its absolute path).
+    pub path: PathBuf,
+    pub archives: Vec<Arc<Archive>>,
+    /// For a HIPK binary, its `kernel_name`: only keys `kernel_name#<digits>` are shown.
+    pub kernel_name: Option<String>,
+    /// Problems that did not stop the mount (already logged as warnings).
+    pub warnings: Vec<String>,
+}
+
+/// Reads the first bytes of a file to tell its kind.
+pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
+    let unreadable = |e: std::io::Error| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", path.display()),
+        )
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    if meta.is_dir() {
+        return Ok(SourceKind::Directory);
+    }
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(unreadable)?;
+    let mut got = 0;
+    while got < 4 {
+        match f.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(unreadable(e)),
+        }
+    }
+    match &magic[..got] {
+        b"KPAK" => Ok(SourceKind::Archive),
+        b"\x7fELF" => Ok(SourceKind::HipkBinary),
+        _ => Err(SourceError::new(
+            SourceErrorKind::BadFormat,
+            format!(
+                "{}: not a kpack archive (magic KPAK), an ELF host binary or a directory",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// Detects and opens a source.
+pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
+    let kind = detect(path)?;
+    let abs = std::fs::canonicalize(path).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
+    let mut source = Source {
+        kind,
+        path: abs.clone(),
+        archives: Vec::new(),
+        kernel_name: None,
+        warnings: Vec::new(),
+    };
+    match kind {
+        SourceKind::Archive => {
+            let a = Archive::open(&abs).map_err(|e| SourceError::archive(&abs, &e))?;
+            source.archives.push(Arc::new(a));
+        }
+        SourceKind::Directory => {
+            let members = directory_members(&abs)?;
+            if members.is_empty() {
+                return Err(SourceError::new(
+                    SourceErrorKind::NotFound,
+                    format!("{}: no *.kpack archive in this directory", abs.display()),
+                ));
+            }
+            open_members(&mut source, &members, opts)?;
+            if source.archives.is_empty() {
+                return Err(SourceError::new(
+                    SourceErrorKind::NotFound,
+                    format!(
+                        "{}: none of its {} *.kpack files opens",
+                        abs.display(),
+                        members.len()
+                    ),
+                ));
+            }
+        }
+        SourceKind::HipkBinary => open_hipk(&mut source, opts)?,
+    }
+    Ok(source)
+}
+
+/// Every `*.kpack` regular file directly in `dir` (symlinks followed), in byte order of name.
+fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", dir.display()),
+        )
+    })?;
+    let mut names = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| {
+            SourceError::new(
+                SourceErrorKind::Unreadable,
+                format!("{}: {e}", dir.display()),
+            )
+        })?;
+        let name = e.file_name();
+        if !name.as_bytes().ends_with(b".kpack") {
+            continue;
+        }
+        // A broken symlink or a member that cannot be stat'ed is left to `open_members`, which
+        // reports it; only directories are quietly not members.
+        match std::fs::metadata(e.path()) {
+            Ok(m) if m.is_dir() => continue,
+            _ => names.push(name),
+        }
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names.into_iter().map(|n| dir.join(n)).collect())
+}
+
+/// Makes room for `needed` open files, raising the soft limit up to the hard one.
+pub fn ensure_open_files(needed: u64) -> Result<(), SourceError> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Ok(());
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    if lim.rlim_max != libc::RLIM_INFINITY && lim.rlim_max < needed {
+        return Err(SourceError::new(
+            SourceErrorKind::Resources,
+            format!(
+                "{needed} open files are needed but the hard limit (ulimit -Hn) is {}",
+                lim.rlim_max
+            ),
+        ));
+    }
+    let raised = libc::rlimit {
+        rlim_cur: needed,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: a valid rlimit within the hard limit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(SourceError::new(
+            SourceErrorKind::Resources,
+            format!(
+                "cannot raise the open-file limit to {needed}: {}",
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    log::info!("open-file limit raised from {} to {needed}", lim.rlim_cur);
+    Ok(())
+}
+
+/// Opens merge members in order. A member that does not open is a warning (strict: an error);
+/// the same file reached twice (symlinks, repeated search paths) is opened once.
+fn open_members(
+    source: &mut Source,
+    members: &[PathBuf],
+    opts: &SourceOptions,
+) -> Result<(), SourceError> {
+    // Descriptors already open (stdio and whatever the caller holds) plus one per archive.
+    ensure_open_files(members.len() as u64 + opts.extra_fds + 16)?;
+    let mut seen = HashSet::new();
+    for path in members {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if !seen.insert(canonical.clone()) {
+            continue;
+        }
+        match Archive::open(&canonical) {
+            Ok(a) => source.archives.push(Arc::new(a)),
+            Err(e) => {
+                let err = SourceError::archive(path, &e);
+                if opts.strict {
+                    return Err(err);
+                }
+                let w = format!(
+                    "skipping {}: {}",
+                    path.display(),
+                    strip_path(&err.message, path)
+                );
+                log::warn!("{w}");
+                source.warnings.push(w);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `message` without a leading `path: ` (the warning names the path once).
+fn strip_path(message: &str, path: &Path) -> String {
+    let p = format!("{}: ", path.display());
+    message.strip_prefix(&p).unwrap_or(message).to_owned()
+}
+
+/// A HIPK binary: its metadata, its search paths resolved as the loader does, the archives that
+/// exist on them, and its kernel name as the key filter.
+fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceError> {
+    let binary = source.path.clone();
+    let bytes = std::fs::read(&binary).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            format!("{}: {e}", binary.display()),
+        )
+    })?;
+    let host = HipkHost::read(&bytes).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::BadFormat,
+            format!("{}: cannot mount this ELF file: {e}", binary.display()),
+        )
+    })?;
+    let meta = &host.metadata;
+    let paths = if opts.gpus.is_empty() {
+        search::existing_search_paths(&opts.loader, &binary, &meta.search_paths)
+    } else {
+        let arches: Vec<String> = opts
+            .gpus
+            .iter()
+            .flat_map(|g| arch::device_arch_list(g))
+            .collect();
+        let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+        search::build_search_paths(
+            &opts.loader,
+            &binary,
+            &meta.search_paths,
+            &refs,
+            &mut Silent,
+        )
+    };
+    // The loader skips paths that are not regular files without a word; so does the mount.
+    let existing: Vec<PathBuf> = paths
+        .iter()
+        .filter(|p| {
+            let ok = std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
+            if !ok {
+                log::debug!("{}: not a regular file, skipped", p.display());
+            }
+            ok
+        })
+        .cloned()
+        .collect();
+    open_members(source, &existing, opts)?;
+    if source.archives.is_empty() {
+        let patterns: Vec<String> = meta
+            .search_paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        return Err(SourceError::new(
+            SourceErrorKind::NotFound,
+            format!(
+                "{}: no archive found for kernel {:?} (search paths {:?}{}; {} candidate paths)",
+                binary.display(),
+                meta.kernel_name,
+                patterns,
+                if opts.gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(", GPUs {:?}", opts.gpus)
+                },
+                paths.len()
+            ),
+        ));
+    }
+    source.kernel_name = Some(meta.kernel_name.clone());
+    Ok(())
+}
+
+/// Whether `key` is code object `#<digits>` of `kernel_name`.
+pub fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
+    key.strip_prefix(kernel_name)
+        .and_then(|rest| rest.strip_prefix('#'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Builds the filesystem over an opened source. Duplicates are warnings naming both archives,
+/// or with `strict` an error.
+pub fn build_fs(
+    source: Source,
+    fs_opts: &FsOptions,
+    strict: bool,
+) -> Result<(KpackFs, Vec<String>), SourceError> {
+    let Source {
+        archives,
+        kernel_name,
+        mut warnings,
+        ..
+    } = source;
+    let paths: Vec<PathBuf> = archives.iter().map(|a| a.path().to_path_buf()).collect();
+    let keep = |key: &str| {
+        kernel_name
+            .as_deref()
+            .is_none_or(|k| is_code_object_key(k, key))
+    };
+    let (fs, duplicates) = KpackFs::with_keys(archives, fs_opts, &keep)
+        .map_err(|e| SourceError::new(SourceErrorKind::BadFormat, e.to_string()))?;
+    for d in &duplicates {
+        let text = duplicate_message(d, &paths);
+        if strict {
+            return Err(SourceError::new(
+                SourceErrorKind::BadFormat,
+                format!("conflict (--strict): {text}"),
+            ));
+        }
+        log::warn!("{text}");
+        warnings.push(text);
+    }
+    Ok((fs, warnings))
+}
+
+fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
+    let name = |i: u32| {
+        paths
+            .get(i as usize)
+            .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
+    };
+    format!(
+        "{} [{}] is in both {} and {}; showing the one from {}",
+        d.key,
+        d.arch,
+        name(d.kept),
+        name(d.dropped),
+        name(d.kept)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_object_keys() {
+        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#0"));
+        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#14"));
+        for other in [
+            "lib/libx.so",
+            "lib/libx.so#",
+            "lib/libx.so#a",
+            "lib/libx.so.1#0",
+            "lib/libx.so#0/y",
+            "x/lib/libx.so#0",
+        ] {
+            assert!(!is_code_object_key("lib/libx.so", other), "{other}");
+        }
+    }
+
+    #[test]
+    fn detects_kinds_from_content() {
+        let d = tempfile::tempdir().unwrap();
+        let f = |name: &str, bytes: &[u8]| {
+            let p = d.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        assert_eq!(detect(d.path()), Ok(SourceKind::Directory));
+        assert_eq!(
+            detect(&f("a.bin", b"KPAK\x01\0\0\0")),
+            Ok(SourceKind::Archive)
+        );
+        assert_eq!(
+            detect(&f("b.kpack", b"\x7fELF\x02\x01")),
+            Ok(SourceKind::HipkBinary)
+        );
+        assert_eq!(
+            detect(&f("c.kpack", b"KPA")).unwrap_err().kind,
+            SourceErrorKind::BadFormat
+        );
+        assert_eq!(
+            detect(&f("d", b"")).unwrap_err().kind,
+            SourceErrorKind::BadFormat
+        );
+        assert_eq!(
+            detect(&d.path().join("missing")).unwrap_err().kind,
+            SourceErrorKind::Unreadable
+        );
+    }
+
+    #[test]
+    fn directory_members_are_kpack_files_in_byte_order() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["b.kpack", "B.kpack", "a.kpack", "a.kpack.bak", "notes.txt"] {
+            std::fs::write(d.path().join(n), b"x").unwrap();
+        }
+        std::fs::create_dir(d.path().join("sub.kpack")).unwrap();
+        let got: Vec<String> = directory_members(d.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(got, ["B.kpack", "a.kpack", "b.kpack"]);
+    }
+}

@@ -1,0 +1,478 @@
+//! Mount sources other than one archive: a directory of archives (merge, conflicts, a corrupt
+//! member, `--strict`) and HIPK host binaries (a gcc-built one with a `.rocm_kpack_ref` section
+//! beside `../.kpack/<name>_<arch>.kpack`, and one rewritten by `split`), with and without
+//! `--gpu`. Each mounted tree is compared with a directory of the expected files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rocm_kpack::Compression;
+use rocm_kpack::fs::mountinfo;
+
+use super::{pattern, tmp, write_archive};
+use crate::support::mount::{Mount, fuse_available};
+
+/// Writes `files` (relative path, bytes) below a fresh `dir`, the mount's expected content.
+fn expect_dir(dir: &Path, files: &[(&str, &[u8])]) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    for (rel, bytes) in files {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// `kpack-fuse mount` in the foreground for a source that must be refused before mounting:
+/// exit code, standard error, and a check that nothing was mounted.
+fn refused(source: &Path, extra: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mp = tmp();
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("mount")
+        .arg(source)
+        .arg(mp.path())
+        .arg("-f")
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let canonical = mp.path().canonicalize().unwrap();
+    assert_eq!(
+        mountinfo::mount_at(&canonical).unwrap(),
+        None,
+        "nothing mounted"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `b.kpack` and `a.kpack` both have `lib/x.so#0` for gfx900; `a` sorts first and wins.
+fn conflicting_dir(dir: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let (a900, b900, b90a, ay) = (
+        pattern(5000, 1),
+        pattern(6000, 2),
+        pattern(7000, 3),
+        pattern(3000, 4),
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    write_archive(
+        &dir.join("b.kpack"),
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/x.so#0", "gfx900", b900.clone()),
+            ("lib/x.so#0", "gfx90a:xnack+", b90a.clone()),
+        ],
+    );
+    write_archive(
+        &dir.join("a.kpack"),
+        Compression::None,
+        &[
+            ("lib/x.so#0", "gfx900", a900.clone()),
+            ("lib/y.so#0", "gfx1100", ay.clone()),
+        ],
+    );
+    (a900, b900, b90a, ay)
+}
+
+#[test]
+fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let src = d.path().join("kp");
+    let (a900, _b900, b90a, ay) = conflicting_dir(&src);
+    // A corrupt member (right magic, broken header), a nested archive (not recursive) and a
+    // file that is not *.kpack.
+    std::fs::write(src.join("c.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
+    std::fs::create_dir(src.join("nested")).unwrap();
+    write_archive(
+        &src.join("nested/n.kpack"),
+        Compression::None,
+        &[("n#0", "gfx900", vec![1])],
+    );
+    write_archive(
+        &src.join("z.kpack.bak"),
+        Compression::None,
+        &[("bak#0", "gfx900", vec![1])],
+    );
+    let want = expect_dir(
+        &d.path().join("want"),
+        &[
+            ("lib/x.so#0/gfx900.hsaco", &a900),
+            ("lib/x.so#0/gfx90a:xnack+.hsaco", &b90a),
+            ("lib/y.so#0/gfx1100.hsaco", &ay),
+        ],
+    );
+    let m = Mount::start(&src, &["--gpu", "gfx1030"]);
+    m.check("tree", want.to_str().unwrap());
+    let src = src.canonicalize().unwrap();
+    let log = m.daemon_log();
+    let conflict = format!(
+        "lib/x.so#0 [gfx900] is in both {} and {}",
+        src.join("a.kpack").display(),
+        src.join("b.kpack").display()
+    );
+    assert!(
+        log.contains(&conflict),
+        "conflict warning naming both files:\n{log}"
+    );
+    let skipped = format!("skipping {}: ", src.join("c.kpack").display());
+    assert!(
+        log.contains(&skipped),
+        "corrupt member named with the reason:\n{log}"
+    );
+    assert_eq!(
+        mountinfo::mount_at(&m.mountpoint).unwrap().unwrap().source,
+        src.display().to_string()
+    );
+    m.stop();
+}
+
+#[test]
+fn directory_of_many_archives_raises_the_open_file_limit() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let src = d.path().join("many");
+    std::fs::create_dir(&src).unwrap();
+    let mut files = Vec::new();
+    for i in 0..150u32 {
+        let data = pattern(100 + i as usize, i);
+        write_archive(
+            &src.join(format!("m{i:03}.kpack")),
+            Compression::None,
+            &[(&format!("lib/m{i:03}.so#0"), "gfx900", data.clone())],
+        );
+        files.push((format!("lib/m{i:03}.so#0/gfx900.hsaco"), data));
+    }
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let want = expect_dir(&d.path().join("want"), &refs);
+    // A soft limit of 64 descriptors cannot hold 150 archives; the daemon raises it.
+    let m = Mount::start_configured(&src, &["--threads", "2"], &|cmd| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only getrlimit/setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+                lim.rlim_cur = 64;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+}
+
+#[test]
+fn strict_directory_source_refuses_conflicts_and_corrupt_members() {
+    let d = tmp();
+    let src = d.path().join("kp");
+    conflicting_dir(&src);
+    let src = src.canonicalize().unwrap();
+    let (code, err) = refused(&src, &["--strict"], &[]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("conflict (--strict): lib/x.so#0 [gfx900] is in both"),
+        "{err}"
+    );
+    // The same through -o.
+    let (code, err) = refused(&src, &["-o", "ro,strict"], &[]);
+    assert_eq!(code, Some(4), "{err}");
+
+    let lone = d.path().join("lone");
+    std::fs::create_dir(&lone).unwrap();
+    write_archive(
+        &lone.join("a.kpack"),
+        Compression::None,
+        &[("k#0", "gfx900", vec![1])],
+    );
+    std::fs::write(lone.join("b.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
+    let (code, err) = refused(&lone, &["--strict"], &[]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains(
+            &lone
+                .canonicalize()
+                .unwrap()
+                .join("b.kpack")
+                .display()
+                .to_string()
+        ),
+        "{err}"
+    );
+
+    // Nothing to show at all.
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, err) = refused(&empty, &[], &[]);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("no *.kpack archive"), "{err}");
+}
+
+/// Compiles a shared library whose `.rocm_kpack_ref` section holds `metadata` (when given).
+fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let body = match metadata {
+        Some(bytes) => {
+            let list: Vec<String> = bytes.iter().map(|b| format!("{b:#04x}")).collect();
+            format!(
+                "__attribute__((section(\".rocm_kpack_ref\"), used))\nconst unsigned char kpack_ref[{}] = {{ {} }};\n",
+                bytes.len(),
+                list.join(", ")
+            )
+        }
+        None => "const unsigned char nothing_here[4] = { 1, 2, 3, 4 };\n".into(),
+    };
+    let c = path.with_extension("c");
+    std::fs::write(&c, format!("{body}int hipk_probe(void) {{ return 42; }}\n")).unwrap();
+    let out = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(path)
+        .arg(&c)
+        .output()
+        .expect("gcc must be installed");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path.to_path_buf()
+}
+
+/// `root/lib/libhk.so` with metadata `../.kpack/hk_@GFXARCH@.kpack`, and archives for four
+/// targets (xnack variants included). Another binary's keys share the archives; a file that
+/// does not fit the pattern sits beside them. Returns (binary, kernels by (key, arch)).
+fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
+    let meta =
+        rocm_kpack::import::hipk_metadata(&["../.kpack/hk_@GFXARCH@.kpack".into()], "lib/libhk.so");
+    let binary = hipk_library(&root.join("lib/libhk.so"), Some(&meta));
+    let kp = root.join(".kpack");
+    std::fs::create_dir_all(&kp).unwrap();
+    let mut kernels = Vec::new();
+    for (i, arch) in ["gfx900", "gfx90a:xnack+", "gfx90a:xnack-", "gfx942"]
+        .iter()
+        .enumerate()
+    {
+        let mut entries = Vec::new();
+        for co in 0..2u32 {
+            let data = pattern(2000 + 1000 * i + co as usize, 10 * i as u32 + co);
+            entries.push((format!("lib/libhk.so#{co}"), arch.to_string(), data.clone()));
+            kernels.push((format!("lib/libhk.so#{co}"), arch.to_string(), data));
+        }
+        entries.push(("lib/other.so#0".into(), arch.to_string(), vec![9; 10]));
+        entries.push(("lib/libhk.so".into(), arch.to_string(), vec![8; 10]));
+        let refs: Vec<(&str, &str, Vec<u8>)> = entries
+            .iter()
+            .map(|(k, a, d)| (k.as_str(), a.as_str(), d.clone()))
+            .collect();
+        write_archive(
+            &kp.join(format!("hk_{arch}.kpack")),
+            Compression::Zstd { level: 3 },
+            &refs,
+        );
+    }
+    write_archive(
+        &kp.join("other_gfx900.kpack"),
+        Compression::None,
+        &[("lib/libhk.so#5", "gfx900", vec![7; 10])],
+    );
+    (binary, kernels)
+}
+
+fn expected_for(dir: &Path, kernels: &[(String, String, Vec<u8>)], arches: &[&str]) -> PathBuf {
+    let files: Vec<(String, &[u8])> = kernels
+        .iter()
+        .filter(|(_, a, _)| arches.contains(&a.as_str()))
+        .map(|(k, a, d)| (format!("{k}/{a}.hsaco"), d.as_slice()))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    expect_dir(dir, &refs)
+}
+
+#[test]
+fn hipk_binary_source_with_and_without_gpu() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (binary, kernels) = hipk_layout(&d.path().join("root"));
+    let all = ["gfx900", "gfx90a:xnack+", "gfx90a:xnack-", "gfx942"];
+
+    // No --gpu: every archive fitting the pattern; only this binary's `#N` keys.
+    let want = expected_for(&d.path().join("want-all"), &kernels, &all);
+    let m = Mount::start(&binary, &[]);
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+
+    // --gpu gfx90a:xnack+: the loader tries hk_gfx90a:xnack+.kpack then hk_gfx90a.kpack.
+    let want = expected_for(&d.path().join("want-xnack"), &kernels, &["gfx90a:xnack+"]);
+    let m = Mount::start(&binary, &["--gpu", "gfx90a:xnack+"]);
+    m.check("tree", want.to_str().unwrap());
+    m.check("link", "lib/libhk.so#0/native.hsaco=gfx90a:xnack+.hsaco");
+    m.stop();
+
+    // Two GPUs through -o: gfx942:xnack- finds the bare hk_gfx942.kpack; gfx900 its own.
+    let want = expected_for(&d.path().join("want-two"), &kernels, &["gfx942", "gfx900"]);
+    let m = Mount::start(&binary, &["-o", "gpu=gfx942:xnack-,gpu=gfx900"]);
+    m.check("tree", want.to_str().unwrap());
+    m.check("link", "lib/libhk.so#1/native.hsaco=gfx942.hsaco");
+    m.stop();
+}
+
+#[test]
+fn hipk_binary_search_paths_honour_the_environment_and_refusals() {
+    let d = tmp();
+    let (binary, _) = hipk_layout(&d.path().join("root"));
+    // ROCM_KPACK_PATH replaces the embedded paths entirely.
+    let (code, err) = refused(&binary, &[], &[("ROCM_KPACK_PATH", "/nonexistent/a.kpack")]);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        err.contains("no archive found for kernel \"lib/libhk.so\""),
+        "{err}"
+    );
+    // A GPU no archive exists for.
+    let (code, err) = refused(&binary, &["--gpu", "gfx1201"], &[]);
+    assert_eq!(code, Some(5), "{err}");
+    // An ELF file without the section.
+    let plain = hipk_library(&d.path().join("plain/libplain.so"), None);
+    let (code, err) = refused(&plain, &[], &[]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("no .rocm_kpack_ref section: not a HIPK binary"),
+        "{err}"
+    );
+    // Neither archive, ELF nor directory; and missing.
+    let text = d.path().join("notes.txt");
+    std::fs::write(&text, "hello").unwrap();
+    let (code, err) = refused(&text, &[], &[]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("not a kpack archive (magic KPAK), an ELF host binary or a directory"),
+        "{err}"
+    );
+    let (code, _) = refused(&d.path().join("missing"), &[], &[]);
+    assert_eq!(code, Some(3));
+}
+
+#[test]
+fn hipk_binary_source_honours_rocm_kpack_path_prefix() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (binary, kernels) = hipk_layout(&d.path().join("root"));
+    // An archive named by the prefix comes first, so its entry wins over the pattern's.
+    let first = d.path().join("first.kpack");
+    let override_bytes = pattern(999, 77);
+    write_archive(
+        &first,
+        Compression::None,
+        &[("lib/libhk.so#0", "gfx900", override_bytes.clone())],
+    );
+    let mut files: Vec<(String, Vec<u8>)> = kernels
+        .iter()
+        .filter(|(_, a, _)| a == "gfx900")
+        .map(|(k, a, data)| (format!("{k}/{a}.hsaco"), data.clone()))
+        .collect();
+    files[0].1 = override_bytes;
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let want = expect_dir(&d.path().join("want"), &refs);
+    let prefix = first.display().to_string();
+    let m = Mount::start_env(
+        &binary,
+        &["--gpu", "gfx900"],
+        &[("ROCM_KPACK_PATH_PREFIX", &prefix)],
+    );
+    m.check("tree", want.to_str().unwrap());
+    assert!(
+        m.daemon_log()
+            .contains("lib/libhk.so#0 [gfx900] is in both"),
+        "{}",
+        m.daemon_log()
+    );
+    m.stop();
+}
+
+/// Issue 8's round trip: a fat library rewritten by `kpack-fuse split`, mounted through the
+/// rewritten binary, shows every code object of the original, byte for byte.
+#[test]
+fn split_binary_mounts_with_the_original_code_objects() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let blobs = crate::split::tu_blobs();
+    let lib = crate::split::build(
+        &d.path().join("in"),
+        "lib/libsplit.so",
+        &blobs,
+        crate::split::HIPF,
+        crate::split::Kind::Library,
+        "",
+    );
+    let out_root = d.path().join("out");
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("split")
+        .arg(&lib)
+        .arg("--root")
+        .arg(d.path().join("in"))
+        .arg("-o")
+        .arg(&out_root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "split: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The original device code, as the test built it (see split::tu_blobs).
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for tu in 0..3u8 {
+        files.push((
+            format!("lib/libsplit.so#{tu}/gfx900.hsaco"),
+            vec![b'a' + tu; 65536],
+        ));
+        files.push((
+            format!("lib/libsplit.so#{tu}/gfx90a:xnack-.hsaco"),
+            vec![b'x' + tu; 70000],
+        ));
+    }
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let want = expect_dir(&d.path().join("want"), &refs);
+    let m = Mount::start(&out_root.join("lib/libsplit.so"), &[]);
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+    let m = Mount::start(
+        &out_root.join("lib/libsplit.so"),
+        &["--gpu", "gfx90a:xnack-"],
+    );
+    let only: Vec<(&str, &[u8])> = refs
+        .iter()
+        .filter(|(p, _)| p.contains("gfx90a"))
+        .copied()
+        .collect();
+    let want = expect_dir(&d.path().join("want-gpu"), &only);
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+}
