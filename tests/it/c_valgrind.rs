@@ -31,7 +31,10 @@ fn valgrind(tool: &str, exe: &Path, args: &[&Path], expected: &[&str]) -> String
         "--error-exitcode=99".into(),
     ];
     if tool == "memcheck" {
-        full.extend(["--leak-check=full".into(), "--errors-for-leak-kinds=definite".into()]);
+        full.extend([
+            "--leak-check=full".into(),
+            "--errors-for-leak-kinds=definite".into(),
+        ]);
     }
     if std::env::var_os("KPACK_VALGRIND_GEN").is_some() {
         full.push("--gen-suppressions=all".into());
@@ -42,8 +45,17 @@ fn valgrind(tool: &str, exe: &Path, args: &[&Path], expected: &[&str]) -> String
     let out = cc::run(Path::new("valgrind"), &full, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report: Vec<&str> = stderr.lines().filter(|l| l.starts_with("==")).collect();
-    let summary = report.iter().filter(|l| l.contains("ERROR SUMMARY")).last().copied().unwrap_or("no summary");
-    eprintln!("{tool} {}: {:.1?}, {summary}", exe.file_name().unwrap().to_string_lossy(), started.elapsed());
+    let summary = report
+        .iter()
+        .filter(|l| l.contains("ERROR SUMMARY"))
+        .last()
+        .copied()
+        .unwrap_or("no summary");
+    eprintln!(
+        "{tool} {}: {:.1?}, {summary}",
+        exe.file_name().unwrap().to_string_lossy(),
+        started.elapsed()
+    );
     assert!(
         out.status.code() != Some(99),
         "{tool} reported errors:\n{stderr}\n--- stdout ---\n{}",
@@ -67,18 +79,33 @@ fn programs() -> Programs {
     layout::write_assets(&assets);
     layout::write_scenarios(&scenarios, &assets);
     let threads = cc::compile_plain("threads.c", &root.join("threads.plain"));
-    Programs { _tmp: tmp, assets, scenarios, threads }
+    Programs {
+        _tmp: tmp,
+        assets,
+        scenarios,
+        threads,
+    }
 }
 
 #[test]
 #[ignore = "valgrind, run by scripts/sanitizers.sh"]
 fn memcheck_threads_and_hipk_host() {
     let p = programs();
-    valgrind("memcheck", &p.threads, &[&p.assets, &p.scenarios], THREAD_TESTS);
+    valgrind(
+        "memcheck",
+        &p.threads,
+        &[&p.assets, &p.scenarios],
+        THREAD_TESTS,
+    );
     let tmp = tempfile::tempdir().unwrap();
     let prefix = std::fs::canonicalize(tmp.path()).unwrap();
     layout::write_host_archives(&prefix);
     std::fs::create_dir_all(prefix.join("bin")).unwrap();
     let host = cc::compile_plain("hipk_host.c", &prefix.join("bin/hostapp"));
-    valgrind("memcheck", &host, &[], &["HipkHost.XnackArchiveFirst", "HipkHost.GenericArchive"]);
+    valgrind(
+        "memcheck",
+        &host,
+        &[],
+        &["HipkHost.XnackArchiveFirst", "HipkHost.GenericArchive"],
+    );
 }

@@ -15,7 +15,10 @@ fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (Option<i32>, String) {
         .args(args.iter().map(|a| a.as_ref()))
         .output()
         .unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// An archive with a harmless kernel first (so a partial extraction would show) and `(key, arch)`.
@@ -51,7 +54,10 @@ fn extract_refuses_dot_components_nul_and_dot_arches_writing_nothing() {
         assert_eq!(code, Some(7), "{key:?} {arch:?}: {err}");
         assert!(err.contains("refusing to extract"), "{err}");
         assert!(!dest.exists(), "{key:?} {arch:?}: nothing is written");
-        let mut left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let mut left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         left.sort();
         assert_eq!(left, ["evil.kpack"], "{key:?} {arch:?}");
     }
@@ -77,7 +83,11 @@ fn extract_never_writes_through_symlinks_planted_in_the_destination() {
     // A file symlink where a kernel file goes, with and without --force.
     let dest = d.path().join("dest2");
     std::fs::create_dir_all(dest.join("lib/libx.so#0")).unwrap();
-    std::os::unix::fs::symlink(outside.join("victim"), dest.join("lib/libx.so#0/gfx900.hsaco")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.join("victim"),
+        dest.join("lib/libx.so#0/gfx900.hsaco"),
+    )
+    .unwrap();
     let (code, err) = run(&[&"extract", &path, &dest]);
     assert_eq!(code, Some(7), "{err}");
     assert!(err.contains("already exists"), "{err}");
@@ -85,7 +95,10 @@ fn extract_never_writes_through_symlinks_planted_in_the_destination() {
     assert_eq!(code, Some(7), "{err}");
     assert!(err.contains("not a regular file"), "{err}");
 
-    let mut left: Vec<_> = std::fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     left.sort();
     assert_eq!(left, ["victim"]);
     assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"keep");
@@ -98,15 +111,30 @@ fn mount_refuses_hostile_names_before_mounting() {
     let d = tempfile::tempdir().unwrap();
     let mp = d.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    let cases = HOSTILE.iter().chain(&[("../escape#0", "gfx900"), ("/abs#0", "gfx900"), ("a//b#0", "gfx900"), ("ok#0", "a/b")]);
+    let cases = HOSTILE.iter().chain(&[
+        ("../escape#0", "gfx900"),
+        ("/abs#0", "gfx900"),
+        ("a//b#0", "gfx900"),
+        ("ok#0", "a/b"),
+    ]);
     for (key, arch) in cases {
         let path = d.path().join("evil.kpack");
         archive(&path, key, arch);
         let (code, err) = run(&[&"mount", &path, &mp]);
         assert_eq!(code, Some(4), "{key:?} {arch:?}: {err}");
-        let named = if names_ok(key) { format!("{arch:?}") } else { format!("{key:?}") };
-        assert!(err.contains(&named), "{key:?} {arch:?}: the message names it: {err}");
-        assert_eq!(mountinfo::mount_at(&mp.canonicalize().unwrap()).unwrap(), None);
+        let named = if names_ok(key) {
+            format!("{arch:?}")
+        } else {
+            format!("{key:?}")
+        };
+        assert!(
+            err.contains(&named),
+            "{key:?} {arch:?}: the message names it: {err}"
+        );
+        assert_eq!(
+            mountinfo::mount_at(&mp.canonicalize().unwrap()).unwrap(),
+            None
+        );
     }
 }
 

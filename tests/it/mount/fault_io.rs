@@ -78,24 +78,40 @@ fn after_fault(mnt: &Path, arg: &str) {
     let before = stats(mnt);
     let (mut exact, mut eio) = (0, 0);
     for (path, data) in kernels(mnt, original) {
-        assert_eq!(fs::metadata(&path).unwrap().len(), data.len() as u64, "{path:?} size");
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            data.len() as u64,
+            "{path:?} size"
+        );
         let f = File::open(&path).unwrap();
         if read_before != "-" && path == mnt.join(read_before) {
-            assert!(read_all(&f, data.len()).unwrap() == data, "{path:?} from the page cache");
+            assert!(
+                read_all(&f, data.len()).unwrap() == data,
+                "{path:?} from the page cache"
+            );
             drop_page_cache(&f);
-            assert!(read_all(&f, data.len()).unwrap() == data, "{path:?} from the daemon's cache");
+            assert!(
+                read_all(&f, data.len()).unwrap() == data,
+                "{path:?} from the daemon's cache"
+            );
             exact += 1;
             continue;
         }
         drop_page_cache(&f);
         match mode {
             "eio" => {
-                assert_eq!(errno_of(read_all(&f, data.len()), &format!("{path:?}")), libc::EIO);
+                assert_eq!(
+                    errno_of(read_all(&f, data.len()), &format!("{path:?}")),
+                    libc::EIO
+                );
                 eio += 1;
             }
             _ => {
                 let got = read_all(&f, data.len()).unwrap();
-                assert!(got.len() == data.len() && fnv(&got) == fnv(&data), "{path:?} differs");
+                assert!(
+                    got.len() == data.len() && fnv(&got) == fnv(&data),
+                    "{path:?} differs"
+                );
                 exact += 1;
             }
         }
@@ -103,7 +119,10 @@ fn after_fault(mnt: &Path, arg: &str) {
     let after = stats(mnt);
     println!("after fault ({mode}): {exact} exact, {eio} EIO; stats {before:?} -> {after:?}");
     if mode == "intact" {
-        assert!(after["decodes"] > before["decodes"], "nothing was decoded after the fault");
+        assert!(
+            after["decodes"] > before["decodes"],
+            "nothing was decoded after the fault"
+        );
     }
 }
 
@@ -115,12 +134,26 @@ fn enotconn(mnt: &Path, arg: &str) {
     // SAFETY: valid path; statvfs fills the zeroed struct.
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut sv) };
-    assert_eq!((rc, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOTCONN)), "statfs");
-    assert_eq!(errno_of(fs::read_dir(mnt), "readdir mount point"), libc::ENOTCONN);
-    assert_eq!(errno_of(File::open(mnt.join(arg)), "open a kernel"), libc::ENOTCONN);
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOTCONN)),
+        "statfs"
+    );
+    assert_eq!(
+        errno_of(fs::read_dir(mnt), "readdir mount point"),
+        libc::ENOTCONN
+    );
+    assert_eq!(
+        errno_of(File::open(mnt.join(arg)), "open a kernel"),
+        libc::ENOTCONN
+    );
     match fs::metadata(mnt) {
         Ok(_) => println!("stat of the mount point: answered from the kernel's attribute cache"),
-        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "stat mount point: {e}"),
+        Err(e) => assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ENOTCONN),
+            "stat mount point: {e}"
+        ),
     }
     println!("ENOTCONN for statfs, readdir and open");
 }
@@ -148,7 +181,8 @@ fn random_ranges(mnt: &Path, archive: &Path, arg: &str, pressure: bool) {
     let start = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads as u64)
         .map(|t| {
-            let (want, done, bytes, start) = (want.clone(), done.clone(), bytes.clone(), start.clone());
+            let (want, done, bytes, start) =
+                (want.clone(), done.clone(), bytes.clone(), start.clone());
             std::thread::spawn(move || {
                 let mut seed = 0x9e3779b97f4a7c15 ^ (t + 1).wrapping_mul(0x2545f4914f6cdd1d);
                 let mut open: Vec<Option<File>> = (0..want.len()).map(|_| None).collect();
@@ -170,10 +204,17 @@ fn random_ranges(mnt: &Path, archive: &Path, arg: &str, pressure: bool) {
                     let got = f.read_at(&mut buf, off).unwrap();
                     let end = (off as usize + n).min(data.len());
                     let expect = &data[off as usize..end];
-                    assert_eq!(got, expect.len(), "thread {t} op {op}: {path:?} read({n}) at {off}");
+                    assert_eq!(
+                        got,
+                        expect.len(),
+                        "thread {t} op {op}: {path:?} read({n}) at {off}"
+                    );
                     if fnv(&buf[..got]) != fnv(expect) {
                         let first = buf.iter().zip(expect).position(|(a, b)| a != b).unwrap();
-                        panic!("thread {t} op {op}: {path:?} at {off}: byte {} differs", off as usize + first);
+                        panic!(
+                            "thread {t} op {op}: {path:?} at {off}: byte {} differs",
+                            off as usize + first
+                        );
                     }
                     if pressure || op % 32 == 31 {
                         drop_page_cache(f);

@@ -32,7 +32,10 @@ fn keep_original(path: &Path) -> PathBuf {
 const READ_FIRST: &str = "bin/tool#0/gfx900.hsaco";
 
 fn after_fault(m: &Mount, original: &Path, read_before: &str, mode: &str) {
-    m.check("after_fault", &format!("{}|{read_before}|{mode}", original.display()));
+    m.check(
+        "after_fault",
+        &format!("{}|{read_before}|{mode}", original.display()),
+    );
 }
 
 /// The value of `DELTA name N` printed by the `random_ranges`/`pressure` scenarios.
@@ -53,7 +56,13 @@ fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    line.trim().strip_suffix("kB").unwrap().trim().parse::<u64>().unwrap() * 1024
+    line.trim()
+        .strip_suffix("kB")
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
 }
 
 #[test]
@@ -68,10 +77,18 @@ fn archive_truncated_in_place_gives_eio_for_what_was_not_read() {
         let m = Mount::start(&path, &[]);
         m.check("walk_one", READ_FIRST);
         let len = std::fs::metadata(&path).unwrap().len();
-        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
         after_fault(&m, &original, READ_FIRST, "eio");
         let log = m.daemon_log();
-        assert!(log.contains("archive changed while open"), "{compression:?}:\n{log}");
+        assert!(
+            log.contains("archive changed while open"),
+            "{compression:?}:\n{log}"
+        );
         // Still serving: the mount was not torn down by the errors.
         after_fault(&m, &original, READ_FIRST, "eio");
         m.stop();
@@ -103,7 +120,12 @@ fn archive_overwritten_in_place_gives_eio_for_what_was_not_read() {
         let d = tmp();
         let path = uniform_archive(&d.path().join("o.kpack"), compression, 0x11);
         let original = keep_original(&path);
-        let other = std::fs::read(uniform_archive(&d.path().join("x.kpack"), compression, 0x22)).unwrap();
+        let other = std::fs::read(uniform_archive(
+            &d.path().join("x.kpack"),
+            compression,
+            0x22,
+        ))
+        .unwrap();
         let old = std::fs::read(&path).unwrap();
         assert_eq!(other.len(), old.len(), "{compression:?}: same layout");
         assert_ne!(other, old);
@@ -117,8 +139,14 @@ fn archive_overwritten_in_place_gives_eio_for_what_was_not_read() {
         drop(f);
         after_fault(&m, &original, READ_FIRST, "eio");
         let log = m.daemon_log();
-        assert!(log.contains("archive changed while open"), "{compression:?}:\n{log}");
-        assert!(!log.contains("failed to decode"), "{compression:?}: every frame decodes:\n{log}");
+        assert!(
+            log.contains("archive changed while open"),
+            "{compression:?}:\n{log}"
+        );
+        assert!(
+            !log.contains("failed to decode"),
+            "{compression:?}: every frame decodes:\n{log}"
+        );
         m.stop();
     }
 }
@@ -146,8 +174,10 @@ fn archive_replaced_by_rename_then_deleted_keeps_serving_the_old_content() {
         })
         .collect();
     drop(a);
-    let borrowed: Vec<(&str, &str, Vec<u8>)> =
-        kernels.iter().map(|(k, a, d)| (k.as_str(), a.as_str(), d.clone())).collect();
+    let borrowed: Vec<(&str, &str, Vec<u8>)> = kernels
+        .iter()
+        .map(|(k, a, d)| (k.as_str(), a.as_str(), d.clone()))
+        .collect();
     write_archive(&replacement, Compression::Zstd { level: 3 }, &borrowed);
     std::fs::rename(&replacement, &path).unwrap();
     after_fault(&m, &original, READ_FIRST, "intact");
@@ -170,15 +200,31 @@ fn daemon_killed_with_sigkill_gives_enotconn_then_lazy_unmount_and_a_new_mount_w
     crashed.kill_daemon();
     crashed.check("enotconn", "lib/libtest.so#0/gfx900.hsaco");
     let mp = crashed.mountpoint.clone();
-    assert!(mountinfo::mount_at(&mp).unwrap().is_some(), "the dead mount stays listed");
+    assert!(
+        mountinfo::mount_at(&mp).unwrap().is_some(),
+        "the dead mount stays listed"
+    );
     // A new mount over the dead one is refused before anything is mounted.
     let bin = env!("CARGO_BIN_EXE_kpack-fuse");
-    let out = Command::new(bin).arg("mount").arg(fixture("test_zstd.kpack")).arg(&mp).output().unwrap();
+    let out = Command::new(bin)
+        .arg("mount")
+        .arg(fixture("test_zstd.kpack"))
+        .arg(&mp)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(8), "{err}");
     assert!(err.contains("already mounted"), "{err}");
-    let out = Command::new(bin).args(["unmount", "--lazy"]).arg(&mp).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin)
+        .args(["unmount", "--lazy"])
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
     let again = Mount::start_on(&mp, &fixture("test_zstd.kpack"), &[]);
     again.check("walk", "");
@@ -189,9 +235,20 @@ fn daemon_killed_with_sigkill_gives_enotconn_then_lazy_unmount_and_a_new_mount_w
 /// 24 kernels of 100 KB to 950 KB (12.6 MB decoded), 6 arches under 4 keys.
 fn multi_mb_archive(path: &Path, compression: Compression) -> PathBuf {
     let arches = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1100"];
-    let keys = ["lib/liba.so#0", "lib/libb.so#0", "lib/libc.so#0", "bin/tool#0"];
+    let keys = [
+        "lib/liba.so#0",
+        "lib/libb.so#0",
+        "lib/libc.so#0",
+        "bin/tool#0",
+    ];
     let kernels: Vec<(&str, &str, Vec<u8>)> = (0..24)
-        .map(|i| (keys[i % 4], arches[i / 4], positional(100_000 + i * 37_000, i as u32 + 1)))
+        .map(|i| {
+            (
+                keys[i % 4],
+                arches[i / 4],
+                positional(100_000 + i * 37_000, i as u32 + 1),
+            )
+        })
         .collect();
     write_archive(path, compression, &kernels)
 }
@@ -205,8 +262,19 @@ fn sixteen_readers_random_ranged_reads_with_checksums() {
     let path = multi_mb_archive(&d.path().join("big.kpack"), Compression::Zstd { level: 3 });
     let m = Mount::start(&path, &["--threads", "4"]);
     let out = m.child("random_ranges", "16,2000");
-    assert!(out.success, "{}\ndaemon log:\n{}", out.output, m.daemon_log());
-    eprintln!("{}", out.output.lines().find(|l| l.contains("checked reads")).unwrap_or(""));
+    assert!(
+        out.success,
+        "{}\ndaemon log:\n{}",
+        out.output,
+        m.daemon_log()
+    );
+    eprintln!(
+        "{}",
+        out.output
+            .lines()
+            .find(|l| l.contains("checked reads"))
+            .unwrap_or("")
+    );
     // The cache holds everything: each kernel decoded exactly once however many readers raced.
     assert_eq!(delta(&out, "decodes"), 24, "{}", out.output);
     m.stop();
@@ -219,19 +287,38 @@ fn tiny_cache_under_pressure_serves_exact_bytes_with_bounded_memory() {
     }
     let d = tmp();
     // 8 kernels that fit the 64 KiB cache a few at a time, 8 that never fit (pinned per handle).
-    let arches = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1100", "gfx1101", "gfx1030"];
+    let arches = [
+        "gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1100", "gfx1101", "gfx1030",
+    ];
     let mut kernels: Vec<(&str, &str, Vec<u8>)> = Vec::new();
     for (i, arch) in arches.iter().enumerate() {
-        kernels.push(("lib/small.so#0", arch, positional(6_000 + i * 2_000, i as u32 + 1)));
-        kernels.push(("lib/large.so#0", arch, positional(200_000 + i * 50_000, i as u32 + 101)));
+        kernels.push((
+            "lib/small.so#0",
+            arch,
+            positional(6_000 + i * 2_000, i as u32 + 1),
+        ));
+        kernels.push((
+            "lib/large.so#0",
+            arch,
+            positional(200_000 + i * 50_000, i as u32 + 101),
+        ));
     }
-    let path = write_archive(&d.path().join("p.kpack"), Compression::Zstd { level: 3 }, &kernels);
+    let path = write_archive(
+        &d.path().join("p.kpack"),
+        Compression::Zstd { level: 3 },
+        &kernels,
+    );
     let decoded_total: usize = kernels.iter().map(|k| k.2.len()).sum();
     let m = Mount::start(&path, &["--cache-size", "64K", "--threads", "4"]);
     let pid = m.daemon_pid();
     let rss_before = proc_status_bytes(pid, "VmRSS");
     let out = m.child("pressure", "16,100");
-    assert!(out.success, "{}\ndaemon log:\n{}", out.output, m.daemon_log());
+    assert!(
+        out.success,
+        "{}\ndaemon log:\n{}",
+        out.output,
+        m.daemon_log()
+    );
     let hwm = proc_status_bytes(pid, "VmHWM");
     let (decodes, evictions) = (delta(&out, "decodes"), delta(&out, "evictions"));
     let growth = hwm.saturating_sub(rss_before);
@@ -247,6 +334,9 @@ fn tiny_cache_under_pressure_serves_exact_bytes_with_bounded_memory() {
     // and their buffers (16 x 550 KB + 4 x 2 x 550 KB), plus 16 MiB for allocator and FUSE
     // buffers: bounded by the readers, not by the archive or by the work done.
     let bound = 16 * 550_000 + 8 * 550_000 + (16 << 20);
-    assert!(growth < bound, "daemon peak RSS grew by {growth} bytes (bound {bound})");
+    assert!(
+        growth < bound,
+        "daemon peak RSS grew by {growth} bytes (bound {bound})"
+    );
     m.stop();
 }
