@@ -28,7 +28,7 @@ fn keep_original(path: &Path) -> PathBuf {
     copy
 }
 
-/// The read before each fault: a small kernel present in every `rich_archive`.
+/// The read before each fault: a small kernel in every archive these tests mount.
 const READ_FIRST: &str = "bin/tool#0/gfx900.hsaco";
 
 fn after_fault(m: &Mount, original: &Path, read_before: &str, mode: &str) {
