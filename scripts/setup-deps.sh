@@ -42,3 +42,9 @@ fi
 
 # FUSE needs its kernel module; on our machines it is built in, elsewhere load it.
 grep -qw fuse /proc/filesystems || sudo_if_needed modprobe fuse || true
+
+# ThreadSanitizer (scripts/sanitizers.sh) rebuilds std, which needs nightly with rust-src.
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+  echo "setup-deps: installing nightly Rust with rust-src (for ThreadSanitizer)"
+  rustup toolchain install nightly --profile minimal --component rust-src
+fi
