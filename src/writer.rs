@@ -48,6 +48,8 @@ pub struct ArchiveWriter {
     gfx_arches: Vec<String>,
     compression: Compression,
     kernels: Vec<PendingKernel>,
+    /// (key, arch) pairs added so far, so that a duplicate is refused in constant time.
+    added: std::collections::HashSet<(String, String)>,
     threads: usize,
 }
 
@@ -70,6 +72,7 @@ impl ArchiveWriter {
             gfx_arches,
             compression,
             kernels: Vec::new(),
+            added: std::collections::HashSet::new(),
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         })
     }
@@ -103,7 +106,7 @@ impl ArchiveWriter {
         metadata: Vec<(String, String)>,
     ) -> Result<()> {
         let key = key.replace('\\', "/");
-        if self.kernels.iter().any(|k| k.key == key && k.arch == arch) {
+        if !self.added.insert((key.clone(), arch.to_owned())) {
             return Err(Error::InvalidArgument(format!("kernel {key} [{arch}] was already added")));
         }
         self.kernels.push(PendingKernel { key, arch: arch.to_owned(), data, metadata });

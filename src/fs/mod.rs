@@ -409,12 +409,7 @@ impl KpackFs {
         }
         // read_with checks that a frame can produce the TOC's size before allocating it.
         let buf = archive
-            .read_with(&kref, |n| {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).ok()?;
-                v.resize(n, 0);
-                Some(v)
-            })
+            .read_with(&kref, crate::archive::zeroed_vec)
             .map_err(|e| match e.kind() {
                 crate::ErrorKind::OutOfMemory => {
                     log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
