@@ -19,8 +19,12 @@ fn main() {
     }
     println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,{SONAME}");
 
-    let Some(out_dir) = std::env::var_os("OUT_DIR") else { return };
-    let Some(profile_dir) = Path::new(&out_dir).ancestors().nth(3) else { return };
+    let Some(out_dir) = std::env::var_os("OUT_DIR") else {
+        return;
+    };
+    let Some(profile_dir) = Path::new(&out_dir).ancestors().nth(3) else {
+        return;
+    };
     let link = profile_dir.join(SONAME);
     // An existing link (from an earlier build) already points at the right file.
     if std::fs::symlink_metadata(&link).is_ok() {

@@ -12,19 +12,17 @@
 mod common;
 use common::{best_of, kernel_bytes};
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{CString, c_char, c_void};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use rocm_kpack::ffi;
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
-
 
 fn hipk_metadata(kernel_name: &str, pattern: &str) -> Vec<u8> {
     let mut b = Vec::new();
@@ -38,11 +36,26 @@ fn hipk_metadata(kernel_name: &str, pattern: &str) -> Vec<u8> {
 }
 
 /// One load through the C entry point; returns the code object's size.
-fn c_load(cache: ffi::kpack_cache_t, meta: &[u8], binary: &CString, co: u32, arches: &[*const c_char]) -> usize {
+fn c_load(
+    cache: ffi::kpack_cache_t,
+    meta: &[u8],
+    binary: &CString,
+    co: u32,
+    arches: &[*const c_char],
+) -> usize {
     let mut out: *mut c_void = std::ptr::null_mut();
     let mut size = 0usize;
     let rc = unsafe {
-        ffi::kpack_load_code_object(cache, meta.as_ptr().cast(), binary.as_ptr(), co, arches.as_ptr(), arches.len(), &mut out, &mut size)
+        ffi::kpack_load_code_object(
+            cache,
+            meta.as_ptr().cast(),
+            binary.as_ptr(),
+            co,
+            arches.as_ptr(),
+            arches.len(),
+            &mut out,
+            &mut size,
+        )
     };
     assert_eq!(rc, 0, "load failed");
     unsafe { ffi::kpack_free_code_object(out) };
@@ -52,7 +65,8 @@ fn c_load(cache: ffi::kpack_cache_t, meta: &[u8], binary: &CString, co: u32, arc
 fn c_get(archive: ffi::kpack_archive_t, key: &CString, arch: &CString) -> usize {
     let mut out: *mut c_void = std::ptr::null_mut();
     let mut size = 0usize;
-    let rc = unsafe { ffi::kpack_get_kernel(archive, key.as_ptr(), arch.as_ptr(), &mut out, &mut size) };
+    let rc =
+        unsafe { ffi::kpack_get_kernel(archive, key.as_ptr(), arch.as_ptr(), &mut out, &mut size) };
     assert_eq!(rc, 0, "get failed");
     unsafe { ffi::kpack_free_kernel(out) };
     size
@@ -66,16 +80,29 @@ struct Row {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (objects, size, runs, iterations) = if quick { (8, 200_000, 2, 20) } else { (64, 200_000, 5, 200) };
+    let (objects, size, runs, iterations) = if quick {
+        (8, 200_000, 2, 20)
+    } else {
+        (64, 200_000, 5, 200)
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let prefix = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
     std::fs::create_dir_all(prefix.join(".kpack")).unwrap();
     let archive_path = prefix.join(".kpack/bench_gfx942.kpack");
-    let mut w = ArchiveWriter::new("bench", "gfx942", vec!["gfx942".into()], Compression::Zstd { level: 3 }).unwrap();
-    let keys: Vec<String> = (0..objects).map(|i| format!("lib/libbench.so#{i}")).collect();
+    let mut w = ArchiveWriter::new(
+        "bench",
+        "gfx942",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 3 },
+    )
+    .unwrap();
+    let keys: Vec<String> = (0..objects)
+        .map(|i| format!("lib/libbench.so#{i}"))
+        .collect();
     for (i, k) in keys.iter().enumerate() {
-        w.add_kernel(k, "gfx942", kernel_bytes(i as u64, size)).unwrap();
+        w.add_kernel(k, "gfx942", kernel_bytes(i as u64, size))
+            .unwrap();
     }
     w.write(&archive_path, &|_| {}).unwrap();
     let meta = hipk_metadata("lib/libbench.so", "../.kpack/bench_@GFXARCH@.kpack");
@@ -96,7 +123,11 @@ fn main() {
             })
             .collect(),
     );
-    rows.push(Row { name: format!("Archive::get_kernel, {} KB object", size / 1000), value: format!("{:.1} us", decode.as_secs_f64() * 1e6), ratio: None });
+    rows.push(Row {
+        name: format!("Archive::get_kernel, {} KB object", size / 1000),
+        value: format!("{:.1} us", decode.as_secs_f64() * 1e6),
+        ratio: None,
+    });
 
     // First load on a fresh cache: creating it, resolving, opening the archive, decoding.
     let first = median(
@@ -114,7 +145,11 @@ fn main() {
     rows.push(Row {
         name: "kpack_load_code_object, fresh cache".into(),
         value: format!("{:.1} us", first.as_secs_f64() * 1e6),
-        ratio: Some((first.as_secs_f64() / decode.as_secs_f64(), "decode only", "")),
+        ratio: Some((
+            first.as_secs_f64() / decode.as_secs_f64(),
+            "decode only",
+            "",
+        )),
     });
 
     // Warm loads: the archive is cached; resolution is re-done on every call, as in the reference.
@@ -134,14 +169,21 @@ fn main() {
     rows.push(Row {
         name: "kpack_load_code_object, warm cache".into(),
         value: format!("{:.1} us", warm.as_secs_f64() * 1e6),
-        ratio: Some((warm.as_secs_f64() / decode.as_secs_f64(), "decode only", "(target: near 1)")),
+        ratio: Some((
+            warm.as_secs_f64() / decode.as_secs_f64(),
+            "decode only",
+            "(target: near 1)",
+        )),
     });
 
     // kpack_get_kernel through the C entry point against the Rust call, 1 and 2 threads.
     let path_c = CString::new(archive_path.to_str().unwrap()).unwrap();
     let mut handle: ffi::kpack_archive_t = std::ptr::null_mut();
     assert_eq!(unsafe { ffi::kpack_open(path_c.as_ptr(), &mut handle) }, 0);
-    let c_keys: Vec<CString> = keys.iter().map(|k| CString::new(k.as_str()).unwrap()).collect();
+    let c_keys: Vec<CString> = keys
+        .iter()
+        .map(|k| CString::new(k.as_str()).unwrap())
+        .collect();
     let gfx942 = CString::new("gfx942").unwrap();
     let total = (objects * size) as f64;
     let rust_one = best_of(runs, || {
@@ -190,24 +232,49 @@ fn main() {
     });
     unsafe { ffi::kpack_close(handle) };
     let rate = |d: Duration| total / d.as_secs_f64() / 1e6;
-    rows.push(Row { name: "Archive::get_kernel, 1 thread".into(), value: format!("{:.0} MB/s", rate(rust_one)), ratio: None });
+    rows.push(Row {
+        name: "Archive::get_kernel, 1 thread".into(),
+        value: format!("{:.0} MB/s", rate(rust_one)),
+        ratio: None,
+    });
     rows.push(Row {
         name: "kpack_get_kernel, 1 thread".into(),
         value: format!("{:.0} MB/s", rate(c_one)),
-        ratio: Some((rate(c_one) / rate(rust_one), "Rust call", "(target >= 0.95)")),
+        ratio: Some((
+            rate(c_one) / rate(rust_one),
+            "Rust call",
+            "(target >= 0.95)",
+        )),
     });
-    rows.push(Row { name: "Archive::get_kernel, 2 threads".into(), value: format!("{:.0} MB/s", rate(rust_two)), ratio: None });
+    rows.push(Row {
+        name: "Archive::get_kernel, 2 threads".into(),
+        value: format!("{:.0} MB/s", rate(rust_two)),
+        ratio: None,
+    });
     rows.push(Row {
         name: "kpack_get_kernel, 2 threads".into(),
         value: format!("{:.0} MB/s", rate(c_two)),
-        ratio: Some((rate(c_two) / rate(rust_two), "Rust call", "(target >= 0.95)")),
+        ratio: Some((
+            rate(c_two) / rate(rust_two),
+            "Rust call",
+            "(target >= 0.95)",
+        )),
     });
 
-    println!("kpack C ABI benchmark{}", if quick { " (quick smoke run)" } else { "" });
-    println!("{:<44} {:>12} {:>9}  against", "measurement", "value", "ratio");
+    println!(
+        "kpack C ABI benchmark{}",
+        if quick { " (quick smoke run)" } else { "" }
+    );
+    println!(
+        "{:<44} {:>12} {:>9}  against",
+        "measurement", "value", "ratio"
+    );
     for r in rows {
         match r.ratio {
-            Some((ratio, against, target)) => println!("{:<44} {:>12} {:>8.2}x  {against} {target}", r.name, r.value, ratio),
+            Some((ratio, against, target)) => println!(
+                "{:<44} {:>12} {:>8.2}x  {against} {target}",
+                r.name, r.value, ratio
+            ),
             None => println!("{:<44} {:>12} {:>9}  baseline", r.name, r.value, "1.00x"),
         }
     }

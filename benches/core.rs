@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
-
-
 fn mbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6
 }
@@ -29,7 +27,11 @@ struct Row {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (total, runs, entries) = if quick { (8 << 20, 2, 10_000) } else { (96 << 20, 5, 100_000) };
+    let (total, runs, entries) = if quick {
+        (8 << 20, 2, 10_000)
+    } else {
+        (96 << 20, 5, 100_000)
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let mut rows = Vec::new();
 
@@ -44,7 +46,13 @@ fn main() {
         i += 1;
     }
     let path = dir.path().join("bench.kpack");
-    let mut w = ArchiveWriter::new("bench", "gfx942", vec!["gfx942".into()], Compression::Zstd { level: 3 }).unwrap();
+    let mut w = ArchiveWriter::new(
+        "bench",
+        "gfx942",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 3 },
+    )
+    .unwrap();
     for (k, d) in &kernels {
         w.add_kernel(k, "gfx942", d.clone()).unwrap();
     }
@@ -60,7 +68,10 @@ fn main() {
             let r = archive.locate(k, "gfx942").unwrap();
             let mut f = vec![0u8; r.stored.size as usize];
             use std::os::unix::fs::FileExt;
-            std::fs::File::open(&path).unwrap().read_exact_at(&mut f, r.stored.offset).unwrap();
+            std::fs::File::open(&path)
+                .unwrap()
+                .read_exact_at(&mut f, r.stored.offset)
+                .unwrap();
             (f, d.len())
         })
         .collect();
@@ -106,16 +117,47 @@ fn main() {
     let rate_raw = mbps(bytes, raw);
     let rate_one = mbps(bytes, one);
     let rate_two = mbps(2 * bytes, two);
-    rows.push(Row { name: format!("plain zstd decode ({} kernels, {:.1} MB)", kernels.len(), bytes as f64 / 1e6), value: format!("{rate_raw:.0} MB/s"), ratio: None });
-    rows.push(Row { name: "get_kernel, 1 thread".into(), value: format!("{rate_one:.0} MB/s"), ratio: Some((rate_one / rate_raw, "plain zstd", 0.95)) });
-    rows.push(Row { name: "get_kernel, 2 threads".into(), value: format!("{rate_two:.0} MB/s"), ratio: Some((rate_two / rate_one, "1 thread", 1.8)) });
-    rows.push(Row { name: "archive size / input".into(), value: format!("{stored} B"), ratio: Some((stored as f64 / bytes as f64, "input", f64::NAN)) });
+    rows.push(Row {
+        name: format!(
+            "plain zstd decode ({} kernels, {:.1} MB)",
+            kernels.len(),
+            bytes as f64 / 1e6
+        ),
+        value: format!("{rate_raw:.0} MB/s"),
+        ratio: None,
+    });
+    rows.push(Row {
+        name: "get_kernel, 1 thread".into(),
+        value: format!("{rate_one:.0} MB/s"),
+        ratio: Some((rate_one / rate_raw, "plain zstd", 0.95)),
+    });
+    rows.push(Row {
+        name: "get_kernel, 2 threads".into(),
+        value: format!("{rate_two:.0} MB/s"),
+        ratio: Some((rate_two / rate_one, "1 thread", 1.8)),
+    });
+    rows.push(Row {
+        name: "archive size / input".into(),
+        value: format!("{stored} B"),
+        ratio: Some((stored as f64 / bytes as f64, "input", f64::NAN)),
+    });
 
     // Open time of an archive with many 1 KiB entries, file in the page cache.
     let big = dir.path().join("many.kpack");
-    let mut w = ArchiveWriter::new("bench", "gfx942", vec!["gfx942".into()], Compression::Zstd { level: 3 }).unwrap();
+    let mut w = ArchiveWriter::new(
+        "bench",
+        "gfx942",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 3 },
+    )
+    .unwrap();
     for e in 0..entries {
-        w.add_kernel(&format!("lib/dir{}/libk{e}.so#0", e % 100), "gfx942", kernel_bytes(e as u64, 1024)).unwrap();
+        w.add_kernel(
+            &format!("lib/dir{}/libk{e}.so#0", e % 100),
+            "gfx942",
+            kernel_bytes(e as u64, 1024),
+        )
+        .unwrap();
     }
     w.write(&big, &|_| {}).unwrap();
     let _ = std::fs::read(&big);
@@ -130,22 +172,42 @@ fn main() {
         t.elapsed()
     });
     rows.push(Row {
-        name: format!("open, {entries} entries ({} KB file)", std::fs::metadata(&big).unwrap().len() / 1000),
+        name: format!(
+            "open, {entries} entries ({} KB file)",
+            std::fs::metadata(&big).unwrap().len() / 1000
+        ),
         value: format!("{:.1} ms", open.as_secs_f64() * 1e3),
-        ratio: Some((open.as_secs_f64() / read_file.as_secs_f64(), "reading the file", f64::NAN)),
+        ratio: Some((
+            open.as_secs_f64() / read_file.as_secs_f64(),
+            "reading the file",
+            f64::NAN,
+        )),
     });
 
     print_table(&rows, quick, Path::new(&path));
 }
 
 fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
-    println!("kpack core benchmark{}", if quick { " (quick smoke run)" } else { "" });
-    println!("{:<48} {:>14} {:>10}  {}", "measurement", "value", "ratio", "against (target)");
+    println!(
+        "kpack core benchmark{}",
+        if quick { " (quick smoke run)" } else { "" }
+    );
+    println!(
+        "{:<48} {:>14} {:>10}  {}",
+        "measurement", "value", "ratio", "against (target)"
+    );
     for r in rows {
         match r.ratio {
             Some((ratio, against, target)) => {
-                let target = if target.is_nan() { String::new() } else { format!(" (>= {target})") };
-                println!("{:<48} {:>14} {:>9.2}x  {against}{target}", r.name, r.value, ratio);
+                let target = if target.is_nan() {
+                    String::new()
+                } else {
+                    format!(" (>= {target})")
+                };
+                println!(
+                    "{:<48} {:>14} {:>9.2}x  {against}{target}",
+                    r.name, r.value, ratio
+                );
             }
             None => println!("{:<48} {:>14} {:>10}  baseline", r.name, r.value, "1.00x"),
         }

@@ -29,7 +29,12 @@ struct Opts {
 fn opts() -> Opts {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+    };
     Opts {
         quick,
         synthetic_mib: value("--synthetic-mib").unwrap_or(if quick { 24 } else { 1100 }),
@@ -51,19 +56,40 @@ struct Report {
 
 impl Report {
     fn section(&mut self, title: &str) {
-        self.lines.push(Line { what: format!("== {title}"), value: String::new(), ratio: None });
+        self.lines.push(Line {
+            what: format!("== {title}"),
+            value: String::new(),
+            ratio: None,
+        });
     }
     fn value(&mut self, what: impl Into<String>, value: impl Into<String>) {
-        self.lines.push(Line { what: what.into(), value: value.into(), ratio: None });
+        self.lines.push(Line {
+            what: what.into(),
+            value: value.into(),
+            ratio: None,
+        });
     }
-    fn ratio(&mut self, what: impl Into<String>, value: impl Into<String>, ratio: f64, against: impl Into<String>) {
-        self.lines.push(Line { what: what.into(), value: value.into(), ratio: Some((ratio, against.into())) });
+    fn ratio(
+        &mut self,
+        what: impl Into<String>,
+        value: impl Into<String>,
+        ratio: f64,
+        against: impl Into<String>,
+    ) {
+        self.lines.push(Line {
+            what: what.into(),
+            value: value.into(),
+            ratio: Some((ratio, against.into())),
+        });
     }
     fn print(&self) {
         for l in &self.lines {
             match &l.ratio {
                 _ if l.value.is_empty() => println!("{}", l.what),
-                Some((r, against)) => println!("  {:<52} {:>14} {:>8.2}x  vs {}", l.what, l.value, r, against),
+                Some((r, against)) => println!(
+                    "  {:<52} {:>14} {:>8.2}x  vs {}",
+                    l.what, l.value, r, against
+                ),
                 None => println!("  {:<52} {:>14}", l.what, l.value),
             }
         }
@@ -76,13 +102,26 @@ fn bin() -> PathBuf {
 
 fn run(cmd: &mut Command) -> Duration {
     let t = Instant::now();
-    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().expect("spawn");
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     t.elapsed()
 }
 
 fn have(tool: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn drop_caches() {
@@ -122,7 +161,12 @@ fn read_all(root: &Path, files: &[PathBuf], readers: usize) -> (u64, Duration) {
         let handles: Vec<_> = (0..readers)
             .map(|r| {
                 s.spawn(move || {
-                    files.iter().skip(r).step_by(readers).map(|f| fs::read(root.join(f)).unwrap().len() as u64).sum::<u64>()
+                    files
+                        .iter()
+                        .skip(r)
+                        .step_by(readers)
+                        .map(|f| fs::read(root.join(f)).unwrap().len() as u64)
+                        .sum::<u64>()
                 })
             })
             .collect();
@@ -140,13 +184,20 @@ fn random_reads(root: &Path, files: &[PathBuf], sizes: &[u64], count: usize) -> 
             s.spawn(move || {
                 let mut x = 0x1234_5678_9abc_def0u64 ^ r;
                 let mut buf = vec![0u8; 4096];
-                let handles: Vec<fs::File> = files.iter().map(|f| fs::File::open(root.join(f)).unwrap()).collect();
+                let handles: Vec<fs::File> = files
+                    .iter()
+                    .map(|f| fs::File::open(root.join(f)).unwrap())
+                    .collect();
                 for _ in 0..count / 2 {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
                     let i = (x % files.len() as u64) as usize;
-                    let off = if sizes[i] > 4096 { (x >> 20) % (sizes[i] - 4096) } else { 0 };
+                    let off = if sizes[i] > 4096 {
+                        (x >> 20) % (sizes[i] - 4096)
+                    } else {
+                        0
+                    };
                     handles[i].read_at(&mut buf, off).unwrap();
                 }
             });
@@ -174,8 +225,16 @@ impl Daemon {
     fn start(mut cmd: Command, mnt: &Path) -> Daemon {
         fs::create_dir_all(mnt).unwrap();
         let t = Instant::now();
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn daemon");
-        let mut d = Daemon { child, mnt: mnt.to_path_buf(), mount_time: Duration::ZERO };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn daemon");
+        let mut d = Daemon {
+            child,
+            mnt: mnt.to_path_buf(),
+            mount_time: Duration::ZERO,
+        };
         while !mounted(mnt) {
             if t.elapsed() > Duration::from_secs(60) {
                 panic!("{cmd:?} did not mount within 60 s");
@@ -191,7 +250,8 @@ impl Daemon {
 
     /// Peak resident memory of the daemon so far, in bytes.
     fn peak_rss(&self) -> u64 {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status =
+            fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         status
             .lines()
             .find(|l| l.starts_with("VmHWM:"))
@@ -221,7 +281,12 @@ impl Drop for Daemon {
 
 fn kpack_mount(archive: &Path, mnt: &Path, cache: &str) -> Daemon {
     let mut cmd = Command::new(bin());
-    cmd.arg("mount").arg(archive).arg(mnt).arg("-f").arg("--cache-size").arg(cache);
+    cmd.arg("mount")
+        .arg(archive)
+        .arg(mnt)
+        .arg("-f")
+        .arg("--cache-size")
+        .arg(cache);
     Daemon::start(cmd, mnt)
 }
 
@@ -270,11 +335,23 @@ fn zstd_ceiling(archive: &Archive) -> (u64, Duration) {
 fn direct_api(path: &Path) -> (u64, Duration) {
     let t = Instant::now();
     let archive = Archive::open(path).unwrap();
-    let entries: Vec<(String, String)> = archive.entries().map(|(k, e)| (k.to_owned(), e.arch.clone())).collect();
+    let entries: Vec<(String, String)> = archive
+        .entries()
+        .map(|(k, e)| (k.to_owned(), e.arch.clone()))
+        .collect();
     let (archive, entries) = (&archive, &entries);
     let total: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
-            .map(|r| s.spawn(move || entries.iter().skip(r).step_by(2).map(|(k, a)| archive.get_kernel(k, a).unwrap().len() as u64).sum::<u64>()))
+            .map(|r| {
+                s.spawn(move || {
+                    entries
+                        .iter()
+                        .skip(r)
+                        .step_by(2)
+                        .map(|(k, a)| archive.get_kernel(k, a).unwrap().len() as u64)
+                        .sum::<u64>()
+                })
+            })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     });
@@ -313,7 +390,11 @@ fn write_synthetic(tree: &Path, total_mib: u64) {
         data.truncate(size);
         let dir = tree.join(format!("lib/libsynth{}.so#{}", i / arches.len(), 0));
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join(format!("{}.hsaco", arches[i % arches.len()])), &data).unwrap();
+        fs::write(
+            dir.join(format!("{}.hsaco", arches[i % arches.len()])),
+            &data,
+        )
+        .unwrap();
         written += size as u64;
         i += 1;
     }
@@ -321,52 +402,116 @@ fn write_synthetic(tree: &Path, total_mib: u64) {
 
 fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts) {
     let files = files_under(tree);
-    let sizes: Vec<u64> = files.iter().map(|f| fs::metadata(tree.join(f)).unwrap().len()).collect();
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|f| fs::metadata(tree.join(f)).unwrap().len())
+        .collect();
     let total: u64 = sizes.iter().sum();
-    report.section(&format!("{name}: {} files, {:.1} MB", files.len(), total as f64 / 1e6));
+    report.section(&format!(
+        "{name}: {} files, {:.1} MB",
+        files.len(),
+        total as f64 / 1e6
+    ));
 
     // Sizes and pack time.
     let k3 = work.join(format!("{name}-3.kpack"));
     let k19 = work.join(format!("{name}-19.kpack"));
     let pack = |out: &Path, level: &str, threads: &str| {
-        run(Command::new(bin()).arg("pack").arg(tree).arg("-o").arg(out).args(["--level", level, "--threads", threads]))
+        run(Command::new(bin())
+            .arg("pack")
+            .arg(tree)
+            .arg("-o")
+            .arg(out)
+            .args(["--level", level, "--threads", threads]))
     };
     let p1 = pack(&k3, "3", "1");
     let p2 = pack(&k3, "3", "2");
-    report.ratio("pack zstd-3, 2 threads", format!("{:.0} MB/s", mb_s(total, p2)), p1.as_secs_f64() / p2.as_secs_f64(), "1 thread");
+    report.ratio(
+        "pack zstd-3, 2 threads",
+        format!("{:.0} MB/s", mb_s(total, p2)),
+        p1.as_secs_f64() / p2.as_secs_f64(),
+        "1 thread",
+    );
     pack(&k19, "19", "2");
     let size = |p: &Path| fs::metadata(p).unwrap().len();
     let squash = have("mksquashfs") && have("squashfuse_ll");
-    let (s3, s19) = (work.join(format!("{name}-3.sqfs")), work.join(format!("{name}-19.sqfs")));
+    let (s3, s19) = (
+        work.join(format!("{name}-3.sqfs")),
+        work.join(format!("{name}-19.sqfs")),
+    );
     if squash {
         for (img, level) in [(&s3, "3"), (&s19, "19")] {
-            run(Command::new("mksquashfs").arg(tree).arg(img).args(["-noappend", "-quiet", "-comp", "zstd", "-Xcompression-level", level]));
+            run(Command::new("mksquashfs").arg(tree).arg(img).args([
+                "-noappend",
+                "-quiet",
+                "-comp",
+                "zstd",
+                "-Xcompression-level",
+                level,
+            ]));
         }
-        report.ratio("archive: kpack zstd-3", format!("{} B", size(&k3)), size(&k3) as f64 / size(&s3) as f64, "squashfs zstd-3");
-        report.ratio("archive: kpack zstd-19", format!("{} B", size(&k19)), size(&k19) as f64 / size(&s19) as f64, "squashfs zstd-19");
+        report.ratio(
+            "archive: kpack zstd-3",
+            format!("{} B", size(&k3)),
+            size(&k3) as f64 / size(&s3) as f64,
+            "squashfs zstd-3",
+        );
+        report.ratio(
+            "archive: kpack zstd-19",
+            format!("{} B", size(&k19)),
+            size(&k19) as f64 / size(&s19) as f64,
+            "squashfs zstd-19",
+        );
     } else {
-        eprintln!("warning: mksquashfs/squashfuse_ll missing (scripts/setup-deps.sh installs them)");
+        eprintln!(
+            "warning: mksquashfs/squashfuse_ll missing (scripts/setup-deps.sh installs them)"
+        );
     }
     let tarball = work.join(format!("{name}.tar.zst"));
-    run(Command::new("tar").arg("--zstd").arg("-cf").arg(&tarball).arg("-C").arg(tree).arg("."));
-    report.ratio("archive: kpack zstd-3", format!("{} B", size(&k3)), size(&k3) as f64 / size(&tarball) as f64, "tar --zstd");
+    run(Command::new("tar")
+        .arg("--zstd")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(tree)
+        .arg("."));
+    report.ratio(
+        "archive: kpack zstd-3",
+        format!("{} B", size(&k3)),
+        size(&k3) as f64 / size(&tarball) as f64,
+        "tar --zstd",
+    );
 
     // Baselines.
     let archive = Archive::open(&k3).unwrap();
     let (zb, zt) = zstd_ceiling(&archive);
     let ceiling = mb_s(zb, zt);
-    report.value("plain zstd decode of the frames, 2 threads", format!("{ceiling:.0} MB/s"));
+    report.value(
+        "plain zstd decode of the frames, 2 threads",
+        format!("{ceiling:.0} MB/s"),
+    );
     drop_caches();
     let (db, dt) = direct_api(&k3);
     let direct_cold = mb_s(db, dt);
-    report.ratio("direct API cold, 2 threads", format!("{direct_cold:.0} MB/s"), direct_cold / ceiling, "plain zstd");
+    report.ratio(
+        "direct API cold, 2 threads",
+        format!("{direct_cold:.0} MB/s"),
+        direct_cold / ceiling,
+        "plain zstd",
+    );
     drop_caches();
     let (nb, nt) = read_all(tree, &files, 2);
     let native_cold = mb_s(nb, nt);
     let (nb, nt) = read_all(tree, &files, 2);
     let native_warm = mb_s(nb, nt);
-    report.value("local disk cold, 2 readers", format!("{native_cold:.0} MB/s"));
-    report.value("local disk warm, 2 readers", format!("{native_warm:.0} MB/s"));
+    report.value(
+        "local disk cold, 2 readers",
+        format!("{native_cold:.0} MB/s"),
+    );
+    report.value(
+        "local disk warm, 2 readers",
+        format!("{native_warm:.0} MB/s"),
+    );
 
     // Through kpack-fuse.
     let mnt = work.join("mnt");
@@ -385,12 +530,30 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         let rand = random_reads(&mnt, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
         (cold, warm, rand, rss.max(d.peak_rss()))
     };
-    report.ratio("kpack-fuse cold, 2 readers", format!("{kp_cold:.0} MB/s"), kp_cold / direct_cold, "direct API cold (target >= 0.85)");
-    report.ratio("kpack-fuse warm, 2 readers", format!("{kp_warm:.0} MB/s"), kp_warm / native_warm, "local disk warm (target >= 0.9)");
-    report.value("kpack-fuse daemon peak RSS (cache 256 MiB)", format!("{:.0} MiB", kp_rss as f64 / 1048576.0));
+    report.ratio(
+        "kpack-fuse cold, 2 readers",
+        format!("{kp_cold:.0} MB/s"),
+        kp_cold / direct_cold,
+        "direct API cold (target >= 0.85)",
+    );
+    report.ratio(
+        "kpack-fuse warm, 2 readers",
+        format!("{kp_warm:.0} MB/s"),
+        kp_warm / native_warm,
+        "local disk warm (target >= 0.9)",
+    );
+    report.value(
+        "kpack-fuse daemon peak RSS (cache 256 MiB)",
+        format!("{:.0} MiB", kp_rss as f64 / 1048576.0),
+    );
     drop_caches();
     let native_rand = random_reads(tree, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
-    report.ratio("random 4 KiB reads, kpack-fuse (cold mount)", format!("{kp_rand:.0} op/s"), kp_rand / native_rand, "local disk cold");
+    report.ratio(
+        "random 4 KiB reads, kpack-fuse (cold mount)",
+        format!("{kp_rand:.0} op/s"),
+        kp_rand / native_rand,
+        "local disk cold",
+    );
 
     if squash {
         drop_caches();
@@ -406,10 +569,28 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         let d = squash_mount(&s3, &mnt);
         let sq_rand = random_reads(&mnt, &files, &sizes, if o.quick { 2_000 } else { 20_000 });
         drop(d);
-        report.ratio("squashfuse_ll cold, 2 readers", format!("{sq_cold:.0} MB/s"), kp_cold / sq_cold, "kpack-fuse cold is this much faster (target >= 2)");
-        report.ratio("squashfuse_ll warm, 2 readers", format!("{sq_warm:.0} MB/s"), kp_warm / sq_warm, "kpack-fuse warm is this much faster");
-        report.ratio("random 4 KiB reads, squashfuse_ll", format!("{sq_rand:.0} op/s"), kp_rand / sq_rand, "kpack-fuse is this much faster");
-        report.value("squashfuse_ll peak RSS", format!("{:.0} MiB", rss as f64 / 1048576.0));
+        report.ratio(
+            "squashfuse_ll cold, 2 readers",
+            format!("{sq_cold:.0} MB/s"),
+            kp_cold / sq_cold,
+            "kpack-fuse cold is this much faster (target >= 2)",
+        );
+        report.ratio(
+            "squashfuse_ll warm, 2 readers",
+            format!("{sq_warm:.0} MB/s"),
+            kp_warm / sq_warm,
+            "kpack-fuse warm is this much faster",
+        );
+        report.ratio(
+            "random 4 KiB reads, squashfuse_ll",
+            format!("{sq_rand:.0} op/s"),
+            kp_rand / sq_rand,
+            "kpack-fuse is this much faster",
+        );
+        report.value(
+            "squashfuse_ll peak RSS",
+            format!("{:.0} MiB", rss as f64 / 1048576.0),
+        );
     }
 }
 
@@ -422,7 +603,11 @@ fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
         fs::write(dir.join("gfx942.hsaco"), vec![(e % 251) as u8; 1024]).unwrap();
     }
     let archive = work.join("many.kpack");
-    run(Command::new(bin()).arg("pack").arg(&tree).arg("-o").arg(&archive));
+    run(Command::new(bin())
+        .arg("pack")
+        .arg(&tree)
+        .arg("-o")
+        .arg(&archive));
     let _ = fs::read(&archive);
     let open = (0..3)
         .map(|_| {
@@ -432,17 +617,33 @@ fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
         })
         .min()
         .unwrap();
-    report.value("Archive::open (page cache warm)", format!("{:.1} ms", open.as_secs_f64() * 1e3));
+    report.value(
+        "Archive::open (page cache warm)",
+        format!("{:.1} ms", open.as_secs_f64() * 1e3),
+    );
     let mnt = work.join("mnt");
     let d = kpack_mount(&archive, &mnt, "64M");
-    report.ratio("kpack-fuse mount until live", format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3), d.mount_time.as_secs_f64() / open.as_secs_f64(), "Archive::open");
+    report.ratio(
+        "kpack-fuse mount until live",
+        format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3),
+        d.mount_time.as_secs_f64() / open.as_secs_f64(),
+        "Archive::open",
+    );
     drop(d);
     if have("mksquashfs") && have("squashfuse_ll") {
         let img = work.join("many.sqfs");
-        run(Command::new("mksquashfs").arg(&tree).arg(&img).args(["-noappend", "-quiet", "-comp", "zstd"]));
+        run(Command::new("mksquashfs").arg(&tree).arg(&img).args([
+            "-noappend",
+            "-quiet",
+            "-comp",
+            "zstd",
+        ]));
         let _ = fs::read(&img);
         let d = squash_mount(&img, &mnt);
-        report.value("squashfuse_ll mount until live", format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3));
+        report.value(
+            "squashfuse_ll mount until live",
+            format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3),
+        );
     }
 }
 
@@ -453,25 +654,45 @@ fn main() {
     fs::create_dir_all(&base).unwrap();
     let mut report = Report { lines: Vec::new() };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("kpack-fuse benchmark suite{} on {cpus} CPUs, kernel {}", if o.quick { " (quick)" } else { "" },
-        fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
+    println!(
+        "kpack-fuse benchmark suite{} on {cpus} CPUs, kernel {}",
+        if o.quick { " (quick)" } else { "" },
+        fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    );
 
     // bench/fetch-rocrand.sh downloads Debian's librocrand1 once and prints the library's path.
     let rocrand = o.rocrand.then(|| {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/fetch-rocrand.sh");
-        let out = Command::new(&script).stderr(Stdio::inherit()).output().ok()?;
+        let out = Command::new(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .ok()?;
         let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last()?.trim());
         (out.status.success() && path.exists()).then_some(path)
     });
     if let Some(Some(rocrand)) = rocrand {
         let out = base.join("rocrand-import");
-        run(Command::new(bin()).arg("pack").arg("--from-fatbin").arg(&rocrand).arg("--single").arg("-o").arg(&out));
-        let single = fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "kpack")).expect("import wrote an archive");
+        run(Command::new(bin())
+            .arg("pack")
+            .arg("--from-fatbin")
+            .arg(&rocrand)
+            .arg("--single")
+            .arg("-o")
+            .arg(&out));
+        let single = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "kpack"))
+            .expect("import wrote an archive");
         let tree = base.join("rocrand-tree");
         run(Command::new(bin()).arg("extract").arg(&single).arg(&tree));
         bench_set(&mut report, "rocrand", &tree, &base, &o);
     } else if o.rocrand {
-        eprintln!("note: bench/fetch-rocrand.sh could not fetch librocrand1; the rocRAND set is skipped");
+        eprintln!(
+            "note: bench/fetch-rocrand.sh could not fetch librocrand1; the rocRAND set is skipped"
+        );
     }
     let tree = base.join("synthetic-tree");
     write_synthetic(&tree, o.synthetic_mib);

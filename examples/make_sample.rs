@@ -27,11 +27,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn make(root: &str, binary: &str, output: &str, level: &str, arches: &[String]) -> Result<(), String> {
-    let rel = Path::new(binary).strip_prefix(root).map_err(|_| format!("{binary} is not below {root}"))?;
+fn make(
+    root: &str,
+    binary: &str,
+    output: &str,
+    level: &str,
+    arches: &[String],
+) -> Result<(), String> {
+    let rel = Path::new(binary)
+        .strip_prefix(root)
+        .map_err(|_| format!("{binary} is not below {root}"))?;
     let kernel_name = import::kernel_name_from_relative(rel)?;
     let bytes = std::fs::read(binary).map_err(|e| format!("{binary}: {e}"))?;
-    let all = import::host_code_objects(&kernel_name, &bytes).map_err(|e| format!("{binary}: {e}"))?;
+    let all =
+        import::host_code_objects(&kernel_name, &bytes).map_err(|e| format!("{binary}: {e}"))?;
     // Keys are computed over all arches first, so a subset keeps the keys the full import gives.
     let mut code_objects = Vec::new();
     for arch in arches {
@@ -41,10 +50,28 @@ fn make(root: &str, binary: &str, output: &str, level: &str, arches: &[String]) 
         }
         code_objects.append(&mut found);
     }
-    let level: i32 = level.parse().map_err(|_| format!("bad zstd level {level:?}"))?;
-    let host = ImportedHost { kernel_name, code_objects };
-    let plans = import::plan_archives(vec![host], "rocrand-sample", true, Compression::Zstd { level }).map_err(|e| e.to_string())?;
-    let size = plans[0].writer.write(Path::new(output), &|_| {}).map_err(|e| e.to_string())?;
-    println!("{output}: {} code objects [{}], {size} bytes", plans[0].writer.len(), plans[0].arches.join(", "));
+    let level: i32 = level
+        .parse()
+        .map_err(|_| format!("bad zstd level {level:?}"))?;
+    let host = ImportedHost {
+        kernel_name,
+        code_objects,
+    };
+    let plans = import::plan_archives(
+        vec![host],
+        "rocrand-sample",
+        true,
+        Compression::Zstd { level },
+    )
+    .map_err(|e| e.to_string())?;
+    let size = plans[0]
+        .writer
+        .write(Path::new(output), &|_| {})
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{output}: {} code objects [{}], {size} bytes",
+        plans[0].writer.len(),
+        plans[0].arches.join(", ")
+    );
     Ok(())
 }

@@ -35,7 +35,10 @@ impl TargetId {
             return None;
         }
         let features = parts.filter(|p| !p.is_empty()).map(str::to_owned).collect();
-        Some(TargetId { processor: processor.to_owned(), features })
+        Some(TargetId {
+            processor: processor.to_owned(),
+            features,
+        })
     }
 }
 
@@ -78,16 +81,26 @@ pub fn compatible_targets(agent_isa: &str) -> Vec<String> {
 
 /// The generic targets the HIP runtime maps concrete processors to.
 const GENERIC_TABLE: &[(&str, &[&str])] = &[
-    ("gfx9-generic", &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"]),
+    (
+        "gfx9-generic",
+        &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"],
+    ),
     ("gfx9-4-generic", &["gfx942", "gfx950"]),
-    ("gfx10-1-generic", &["gfx1010", "gfx1011", "gfx1012", "gfx1013"]),
+    (
+        "gfx10-1-generic",
+        &["gfx1010", "gfx1011", "gfx1012", "gfx1013"],
+    ),
     (
         "gfx10-3-generic",
-        &["gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"],
+        &[
+            "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+        ],
     ),
     (
         "gfx11-generic",
-        &["gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"],
+        &[
+            "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+        ],
     ),
     ("gfx12-generic", &["gfx1200", "gfx1201"]),
     ("gfx12-5-generic", &["gfx1250"]),
@@ -164,7 +177,10 @@ mod tests {
     #[test]
     fn strips_prefix_only_when_followed_by_something() {
         assert_eq!(strip_target_prefix("amdgcn-amd-amdhsa--gfx900"), "gfx900");
-        assert_eq!(strip_target_prefix("amdgcn-amd-amdhsa--"), "amdgcn-amd-amdhsa--");
+        assert_eq!(
+            strip_target_prefix("amdgcn-amd-amdhsa--"),
+            "amdgcn-amd-amdhsa--"
+        );
         assert_eq!(strip_target_prefix("gfx900"), "gfx900");
         assert_eq!(strip_target_prefix(""), "");
     }
@@ -177,20 +193,34 @@ mod tests {
         assert_eq!(t.to_string(), "gfx942:sramecc+:xnack-");
         assert!(TargetId::parse("").is_none());
         assert!(TargetId::parse(":xnack+").is_none());
-        assert_eq!(TargetId::parse("gfx1250-strict").unwrap().processor, "gfx1250-strict");
+        assert_eq!(
+            TargetId::parse("gfx1250-strict").unwrap().processor,
+            "gfx1250-strict"
+        );
     }
 
     #[test]
     fn expands_feature_subsets_most_specific_first() {
         assert_eq!(
             compatible_targets("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"),
-            vec!["gfx942:sramecc+:xnack-", "gfx942:sramecc+", "gfx942:xnack-", "gfx942"]
+            vec![
+                "gfx942:sramecc+:xnack-",
+                "gfx942:sramecc+",
+                "gfx942:xnack-",
+                "gfx942"
+            ]
         );
-        assert_eq!(compatible_targets("gfx942:xnack+"), vec!["gfx942:xnack+", "gfx942"]);
+        assert_eq!(
+            compatible_targets("gfx942:xnack+"),
+            vec!["gfx942:xnack+", "gfx942"]
+        );
         assert_eq!(compatible_targets("gfx1201"), vec!["gfx1201"]);
         assert_eq!(compatible_targets("gfx9-4-generic"), vec!["gfx9-4-generic"]);
         assert!(compatible_targets("").is_empty());
-        assert_eq!(compatible_targets("amdgcn-amd-amdhsa--"), vec!["amdgcn-amd-amdhsa--"]);
+        assert_eq!(
+            compatible_targets("amdgcn-amd-amdhsa--"),
+            vec!["amdgcn-amd-amdhsa--"]
+        );
     }
 
     #[test]
@@ -210,7 +240,10 @@ mod tests {
         );
         assert_eq!(generic_isa("gfx1030").as_deref(), Some("gfx10-3-generic"));
         assert_eq!(device_arch_list("gfx908"), vec!["gfx908"]);
-        assert_eq!(device_arch_list("gfx1250"), vec!["gfx1250", "gfx12-5-generic"]);
+        assert_eq!(
+            device_arch_list("gfx1250"),
+            vec!["gfx1250", "gfx12-5-generic"]
+        );
     }
 
     #[test]
@@ -218,14 +251,26 @@ mod tests {
         let list = device_arch_list("gfx1101");
         let found = resolve_in(&list, |c| c == "gfx1100");
         assert_eq!(found, None);
-        assert_eq!(resolve_in(&list, |c| c == "gfx11-generic").as_deref(), Some("gfx11-generic"));
+        assert_eq!(
+            resolve_in(&list, |c| c == "gfx11-generic").as_deref(),
+            Some("gfx11-generic")
+        );
     }
 
     #[test]
     fn kfd_versions() {
-        assert_eq!(processor_from_target_version(90010).as_deref(), Some("gfx90a"));
-        assert_eq!(processor_from_target_version(110001).as_deref(), Some("gfx1101"));
-        assert_eq!(processor_from_target_version(90402).as_deref(), Some("gfx942"));
+        assert_eq!(
+            processor_from_target_version(90010).as_deref(),
+            Some("gfx90a")
+        );
+        assert_eq!(
+            processor_from_target_version(110001).as_deref(),
+            Some("gfx1101")
+        );
+        assert_eq!(
+            processor_from_target_version(90402).as_deref(),
+            Some("gfx942")
+        );
         assert_eq!(processor_from_target_version(0), None);
     }
 }

@@ -58,7 +58,9 @@ impl Archive {
                 io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
                 _ => Error::io(&path, "cannot open", e),
             })?;
-        let meta = file.metadata().map_err(|e| Error::io(&path, "cannot stat", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(&path, "cannot stat", e))?;
         if meta.is_file() {
             set_blocking(&file).map_err(|e| Error::io(&path, "cannot clear O_NONBLOCK", e))?;
         }
@@ -70,29 +72,47 @@ impl Archive {
             return Err(Error::EmptyFile { path });
         }
         let mut header = [0u8; format::HEADER_SIZE];
-        let got = read_full_at(&file, &mut header, 0).map_err(|e| Error::io(&path, "cannot read header", e))?;
+        let got = read_full_at(&file, &mut header, 0)
+            .map_err(|e| Error::io(&path, "cannot read header", e))?;
         if got < header.len() {
-            return Err(Error::TruncatedHeader { path, len: got as u64 });
+            return Err(Error::TruncatedHeader {
+                path,
+                len: got as u64,
+            });
         }
         let header = Header::parse(&header);
         if &header.magic != format::MAGIC {
-            return Err(Error::BadMagic { path, found: header.magic });
+            return Err(Error::BadMagic {
+                path,
+                found: header.magic,
+            });
         }
         if header.version != format::VERSION {
-            return Err(Error::UnsupportedVersion { path, version: header.version });
+            return Err(Error::UnsupportedVersion {
+                path,
+                version: header.version,
+            });
         }
         if header.toc_offset >= file_len {
-            return Err(Error::TocOffsetOutOfRange { path, toc_offset: header.toc_offset, file_len });
+            return Err(Error::TocOffsetOutOfRange {
+                path,
+                toc_offset: header.toc_offset,
+                file_len,
+            });
         }
         let toc_offset = header.toc_offset;
-        let toc_len = usize::try_from(file_len - toc_offset)
-            .map_err(|_| Error::TocParse { path: path.clone(), offset: toc_offset, reason: "TOC too large".into() })?;
+        let toc_len = usize::try_from(file_len - toc_offset).map_err(|_| Error::TocParse {
+            path: path.clone(),
+            offset: toc_offset,
+            reason: "TOC too large".into(),
+        })?;
         let mut toc_bytes = Vec::new();
         toc_bytes
             .try_reserve_exact(toc_len)
             .map_err(|_| Error::OutOfMemory { bytes: toc_len })?;
         toc_bytes.resize(toc_len, 0);
-        let got = read_full_at(&file, &mut toc_bytes, toc_offset).map_err(|e| Error::io(&path, "cannot read TOC", e))?;
+        let got = read_full_at(&file, &mut toc_bytes, toc_offset)
+            .map_err(|e| Error::io(&path, "cannot read TOC", e))?;
         toc_bytes.truncate(got);
         let toc = format::parse_toc(&toc_bytes).map_err(|e| Error::TocParse {
             path: path.clone(),
@@ -105,7 +125,15 @@ impl Archive {
             Scheme::None => toc.blobs.clone(),
             Scheme::ZstdPerKernel => index_zstd(&path, &file, file_len, toc.zstd_blob)?,
         };
-        Ok(Archive { path, file, file_len, modified: meta.modified().ok(), toc_offset, toc, spans })
+        Ok(Archive {
+            path,
+            file,
+            file_len,
+            modified: meta.modified().ok(),
+            toc_offset,
+            toc,
+            spans,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -153,7 +181,11 @@ impl Archive {
     }
 
     fn entry(&self, key: &str, arch: &str) -> Option<&TocEntry> {
-        let i = self.toc.binaries.binary_search_by(|b| b.key.as_str().cmp(key)).ok()?;
+        let i = self
+            .toc
+            .binaries
+            .binary_search_by(|b| b.key.as_str().cmp(key))
+            .ok()?;
         self.toc.binaries[i].arches.iter().find(|e| e.arch == arch)
     }
 
@@ -176,12 +208,20 @@ impl Archive {
             self.not_found(
                 key,
                 arch,
-                format!("ordinal {} has no stored blob ({} present)", entry.ordinal, self.spans.len()),
+                format!(
+                    "ordinal {} has no stored blob ({} present)",
+                    entry.ordinal,
+                    self.spans.len()
+                ),
             )
         })?;
         let size = match self.toc.scheme {
             Scheme::None => {
-                if stored.offset.checked_add(stored.size).is_none_or(|end| end > self.file_len) {
+                if stored
+                    .offset
+                    .checked_add(stored.size)
+                    .is_none_or(|end| end > self.file_len)
+                {
                     return Err(Error::BlobOutOfBounds {
                         path: self.path.clone(),
                         key: key.to_owned(),
@@ -195,7 +235,13 @@ impl Archive {
             }
             Scheme::ZstdPerKernel => entry.original_size,
         };
-        Ok(KernelRef { key, arch, ordinal: entry.ordinal, stored, size })
+        Ok(KernelRef {
+            key,
+            arch,
+            ordinal: entry.ordinal,
+            stored,
+            size,
+        })
     }
 
     /// Every (key, arch) entry, in key order then file order of arches.
@@ -215,13 +261,19 @@ impl Archive {
         T: AsMut<[u8]>,
         A: FnOnce(usize) -> Option<T>,
     {
-        let size = usize::try_from(kref.size).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
+        let size =
+            usize::try_from(kref.size).map_err(|_| Error::OutOfMemory { bytes: usize::MAX })?;
         match self.toc.scheme {
             Scheme::None => {
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
                 let dst = buf.as_mut();
-                let got = read_full_at(&self.file, dst, kref.stored.offset)
-                    .map_err(|e| Error::io(&self.path, format!("cannot read kernel {} [{}]", kref.key, kref.arch), e))?;
+                let got = read_full_at(&self.file, dst, kref.stored.offset).map_err(|e| {
+                    Error::io(
+                        &self.path,
+                        format!("cannot read kernel {} [{}]", kref.key, kref.arch),
+                        e,
+                    )
+                })?;
                 if got < dst.len() {
                     return Err(Error::BlobOutOfBounds {
                         path: self.path.clone(),
@@ -236,17 +288,26 @@ impl Archive {
             }
             Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
                 let got = read_full_at(&self.file, frame, kref.stored.offset).map_err(|e| {
-                    Error::io(&self.path, format!("cannot read frame of {} [{}]", kref.key, kref.arch), e)
+                    Error::io(
+                        &self.path,
+                        format!("cannot read frame of {} [{}]", kref.key, kref.arch),
+                        e,
+                    )
                 })?;
                 if got < frame.len() {
-                    return Err(self.decode_error(kref, format!(
-                        "frame is truncated: {got} of {} bytes (file changed since open?)",
-                        frame.len()
-                    )));
+                    return Err(self.decode_error(
+                        kref,
+                        format!(
+                            "frame is truncated: {got} of {} bytes (file changed since open?)",
+                            frame.len()
+                        ),
+                    ));
                 }
-                codec::check_decoded_size(frame, kref.size).map_err(|reason| self.decode_error(kref, reason))?;
+                codec::check_decoded_size(frame, kref.size)
+                    .map_err(|reason| self.decode_error(kref, reason))?;
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                codec::decode_frame_into(frame, buf.as_mut()).map_err(|reason| self.decode_error(kref, reason))?;
+                codec::decode_frame_into(frame, buf.as_mut())
+                    .map_err(|reason| self.decode_error(kref, reason))?;
                 Ok(buf)
             }),
         }
@@ -257,7 +318,10 @@ impl Archive {
     /// so that bytes read from a file truncated or rewritten in place are reported as an I/O
     /// error instead of being served.
     pub fn check_unchanged(&self) -> Result<()> {
-        let meta = self.file.metadata().map_err(|e| Error::io(&self.path, "cannot stat", e))?;
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(&self.path, "cannot stat", e))?;
         let modified = meta.modified().ok();
         if meta.len() != self.file_len || modified != self.modified {
             return Err(Error::io(
@@ -267,7 +331,11 @@ impl Archive {
                     "length {} -> {}{}",
                     self.file_len,
                     meta.len(),
-                    if modified != self.modified { ", modification time changed" } else { "" }
+                    if modified != self.modified {
+                        ", modification time changed"
+                    } else {
+                        ""
+                    }
                 )),
             ));
         }
@@ -315,21 +383,40 @@ impl Archive {
 }
 
 fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec<Span>> {
-    let bad = |reason: String| Error::ZstdIndex { path: path.to_path_buf(), offset: blob.offset, reason };
+    let bad = |reason: String| Error::ZstdIndex {
+        path: path.to_path_buf(),
+        offset: blob.offset,
+        reason,
+    };
     if blob.size > format::MAX_ZSTD_BLOB {
-        return Err(bad(format!("zstd_size {} exceeds the 4 GiB limit", blob.size)));
+        return Err(bad(format!(
+            "zstd_size {} exceeds the 4 GiB limit",
+            blob.size
+        )));
     }
-    if blob.offset.checked_add(blob.size).is_none_or(|end| end > file_len) {
+    if blob
+        .offset
+        .checked_add(blob.size)
+        .is_none_or(|end| end > file_len)
+    {
         return Err(Error::io(
             path,
             format!("zstd blob at byte {} of {} bytes", blob.offset, blob.size),
-            io::Error::new(io::ErrorKind::UnexpectedEof, format!("runs past the end of the {file_len}-byte file")),
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("runs past the end of the {file_len}-byte file"),
+            ),
         ));
     }
-    let frames = format::index_zstd_frames(blob.size, |at, buf| file.read_at(buf, blob.offset + at)).map_err(bad)?;
+    let frames =
+        format::index_zstd_frames(blob.size, |at, buf| file.read_at(buf, blob.offset + at))
+            .map_err(bad)?;
     Ok(frames
         .into_iter()
-        .map(|s| Span { offset: blob.offset + s.offset, size: s.size })
+        .map(|s| Span {
+            offset: blob.offset + s.offset,
+            size: s.size,
+        })
         .collect())
 }
 
@@ -386,7 +473,8 @@ fn with_frame_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> R
     }
     if len > KEEP_FRAME_BUFFER {
         let mut buf = Vec::new();
-        buf.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { bytes: len })?;
+        buf.try_reserve_exact(len)
+            .map_err(|_| Error::OutOfMemory { bytes: len })?;
         buf.resize(len, 0);
         return f(&mut buf);
     }

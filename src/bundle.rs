@@ -49,18 +49,28 @@ pub struct BundleError {
 
 impl BundleError {
     fn new(offset: usize, reason: impl Into<String>) -> BundleError {
-        BundleError { offset: offset as u64, reason: reason.into() }
+        BundleError {
+            offset: offset as u64,
+            reason: reason.into(),
+        }
     }
 
     /// The same error, with `base` added to the offset (for errors inside a nested buffer).
     fn shifted(self, base: usize, context: &str) -> BundleError {
-        BundleError { offset: self.offset + base as u64, reason: format!("{context}: {}", self.reason) }
+        BundleError {
+            offset: self.offset + base as u64,
+            reason: format!("{context}: {}", self.reason),
+        }
     }
 }
 
 impl fmt::Display for BundleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad offload bundle at byte {}: {}", self.offset, self.reason)
+        write!(
+            f,
+            "bad offload bundle at byte {}: {}",
+            self.offset, self.reason
+        )
     }
 }
 
@@ -71,7 +81,9 @@ impl std::error::Error for BundleError {}
 pub enum Layout {
     Uncompressed,
     /// `CCOB` with this format version (2 or 3).
-    Compressed { version: u16 },
+    Compressed {
+        version: u16,
+    },
 }
 
 /// One device code object of a bundle.
@@ -121,17 +133,29 @@ pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
     while let Some(start) = find_next_magic(section, pos) {
         let rest = &section[start..];
         let bundle = if rest.starts_with(BUNDLE_MAGIC) {
-            let (entries, len) = parse_uncompressed(rest).map_err(|e| e.shifted(start, "uncompressed bundle"))?;
-            Bundle { offset: start as u64, len: len as u64, layout: Layout::Uncompressed, entries }
+            let (entries, len) =
+                parse_uncompressed(rest).map_err(|e| e.shifted(start, "uncompressed bundle"))?;
+            Bundle {
+                offset: start as u64,
+                len: len as u64,
+                layout: Layout::Uncompressed,
+                entries,
+            }
         } else {
             let ccob = decompress_ccob(rest).map_err(|e| e.shifted(start, "CCOB bundle"))?;
-            let (entries, _) = parse_uncompressed(&ccob.bundle)
-                .map_err(|e| e.shifted(start, "inside decompressed CCOB bundle (offset relative to its start)"))?;
+            let (entries, _) = parse_uncompressed(&ccob.bundle).map_err(|e| {
+                e.shifted(
+                    start,
+                    "inside decompressed CCOB bundle (offset relative to its start)",
+                )
+            })?;
             let entries = entries.into_iter().map(into_owned).collect();
             Bundle {
                 offset: start as u64,
                 len: ccob.total_size as u64,
-                layout: Layout::Compressed { version: ccob.version },
+                layout: Layout::Compressed {
+                    version: ccob.version,
+                },
                 entries,
             }
         };
@@ -143,7 +167,12 @@ pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
 }
 
 fn into_owned(e: Entry<'_>) -> Entry<'static> {
-    Entry { triple: e.triple, arch: e.arch, offset: e.offset, data: Cow::Owned(e.data.into_owned()) }
+    Entry {
+        triple: e.triple,
+        arch: e.arch,
+        offset: e.offset,
+        data: Cow::Owned(e.data.into_owned()),
+    }
 }
 
 /// The first position at or after `from` where either magic starts.
@@ -160,19 +189,43 @@ fn find_next_magic(data: &[u8], from: usize) -> Option<usize> {
 fn read_u64(data: &[u8], at: usize) -> Result<u64, BundleError> {
     data.get(at..at.saturating_add(8))
         .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 8 bytes at {at}, only {} present", data.len())))
+        .ok_or_else(|| {
+            BundleError::new(
+                at,
+                format!(
+                    "truncated: needs 8 bytes at {at}, only {} present",
+                    data.len()
+                ),
+            )
+        })
 }
 
 fn read_u32(data: &[u8], at: usize) -> Result<u32, BundleError> {
     data.get(at..at.saturating_add(4))
         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 4 bytes at {at}, only {} present", data.len())))
+        .ok_or_else(|| {
+            BundleError::new(
+                at,
+                format!(
+                    "truncated: needs 4 bytes at {at}, only {} present",
+                    data.len()
+                ),
+            )
+        })
 }
 
 fn read_u16(data: &[u8], at: usize) -> Result<u16, BundleError> {
     data.get(at..at.saturating_add(2))
         .map(|b| u16::from_le_bytes(b.try_into().expect("2 bytes")))
-        .ok_or_else(|| BundleError::new(at, format!("truncated: needs 2 bytes at {at}, only {} present", data.len())))
+        .ok_or_else(|| {
+            BundleError::new(
+                at,
+                format!(
+                    "truncated: needs 2 bytes at {at}, only {} present",
+                    data.len()
+                ),
+            )
+        })
 }
 
 /// Parses the uncompressed bundle at the start of `data` (which may continue past the bundle).
@@ -180,14 +233,23 @@ fn read_u16(data: &[u8], at: usize) -> Result<u16, BundleError> {
 /// table, whichever is later.
 pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), BundleError> {
     if !data.starts_with(BUNDLE_MAGIC) {
-        return Err(BundleError::new(0, "missing __CLANG_OFFLOAD_BUNDLE__ magic"));
+        return Err(BundleError::new(
+            0,
+            "missing __CLANG_OFFLOAD_BUNDLE__ magic",
+        ));
     }
     let count = read_u64(data, 24)?;
     // Each record takes at least MIN_ENTRY bytes, which bounds the count by the input before we
     // reserve anything for it.
     let room = (data.len() - BUNDLE_HEADER.min(data.len())) / MIN_ENTRY;
     if count > room as u64 {
-        return Err(BundleError::new(24, format!("entry count {count} cannot fit in the {} bytes present", data.len())));
+        return Err(BundleError::new(
+            24,
+            format!(
+                "entry count {count} cannot fit in the {} bytes present",
+                data.len()
+            ),
+        ));
     }
     let mut entries = Vec::with_capacity(count as usize);
     let mut at = BUNDLE_HEADER;
@@ -197,27 +259,45 @@ pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), Bundle
         let size = read_u64(data, at + 8)?;
         let triple_len = read_u64(data, at + 16)?;
         if triple_len > MAX_TRIPLE_LEN {
-            return Err(BundleError::new(at + 16, format!("entry {n}: triple length {triple_len} is implausible")));
+            return Err(BundleError::new(
+                at + 16,
+                format!("entry {n}: triple length {triple_len} is implausible"),
+            ));
         }
         let triple_at = at + 24;
         let triple = data
             .get(triple_at..triple_at + triple_len as usize)
-            .ok_or_else(|| BundleError::new(triple_at, format!("entry {n}: triple runs past the end of the input")))?;
+            .ok_or_else(|| {
+                BundleError::new(
+                    triple_at,
+                    format!("entry {n}: triple runs past the end of the input"),
+                )
+            })?;
         let triple = std::str::from_utf8(triple)
             .map_err(|_| BundleError::new(triple_at, format!("entry {n}: triple is not UTF-8")))?;
         let code_end = offset
             .checked_add(size)
             .filter(|e| *e <= data.len() as u64)
             .ok_or_else(|| {
-                BundleError::new(at, format!("entry {n} ({triple}): bytes {offset}+{size} run past the {} bytes present", data.len()))
+                BundleError::new(
+                    at,
+                    format!(
+                        "entry {n} ({triple}): bytes {offset}+{size} run past the {} bytes present",
+                        data.len()
+                    ),
+                )
             })?;
         at = triple_at + triple_len as usize;
         end = end.max(code_end as usize);
         if is_host_triple(triple) {
             continue;
         }
-        let arch = arch_of_triple(triple)
-            .ok_or_else(|| BundleError::new(triple_at, format!("entry {n}: triple {triple:?} has no target ID after \"--\"")))?;
+        let arch = arch_of_triple(triple).ok_or_else(|| {
+            BundleError::new(
+                triple_at,
+                format!("entry {n}: triple {triple:?} has no target ID after \"--\""),
+            )
+        })?;
         entries.push(Entry {
             triple: triple.to_owned(),
             arch: arch.to_owned(),
@@ -246,28 +326,56 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
     let version = read_u16(data, 4)?;
     let method = read_u16(data, 6)?;
     let (header, total, declared) = match version {
-        2 => (CCOB_V2_HEADER, u64::from(read_u32(data, 8)?), u64::from(read_u32(data, 12)?)),
+        2 => (
+            CCOB_V2_HEADER,
+            u64::from(read_u32(data, 8)?),
+            u64::from(read_u32(data, 12)?),
+        ),
         3 => (CCOB_V3_HEADER, read_u64(data, 8)?, read_u64(data, 16)?),
-        v => return Err(BundleError::new(4, format!("unsupported CCOB version {v} (2 and 3 are known)"))),
+        v => {
+            return Err(BundleError::new(
+                4,
+                format!("unsupported CCOB version {v} (2 and 3 are known)"),
+            ));
+        }
     };
     if header > data.len() {
-        return Err(BundleError::new(0, format!("truncated: the v{version} header needs {header} bytes, {} present", data.len())));
+        return Err(BundleError::new(
+            0,
+            format!(
+                "truncated: the v{version} header needs {header} bytes, {} present",
+                data.len()
+            ),
+        ));
     }
     if method != CCOB_METHOD_ZSTD {
-        return Err(BundleError::new(6, format!("unsupported compression method {method} (only 1 = zstd is read)")));
+        return Err(BundleError::new(
+            6,
+            format!("unsupported compression method {method} (only 1 = zstd is read)"),
+        ));
     }
     if total < header as u64 || total > data.len() as u64 {
         return Err(BundleError::new(
             8,
-            format!("total size {total} is not between the {header}-byte header and the {} bytes present", data.len()),
+            format!(
+                "total size {total} is not between the {header}-byte header and the {} bytes present",
+                data.len()
+            ),
         ));
     }
     if declared > MAX_DECOMPRESSED {
-        return Err(BundleError::new(if version == 2 { 12 } else { 16 }, format!("uncompressed size {declared} exceeds the {MAX_DECOMPRESSED}-byte limit")));
+        return Err(BundleError::new(
+            if version == 2 { 12 } else { 16 },
+            format!("uncompressed size {declared} exceeds the {MAX_DECOMPRESSED}-byte limit"),
+        ));
     }
     let payload = &data[header..total as usize];
     let bundle = decode_bounded(payload, declared).map_err(|r| BundleError::new(header, r))?;
-    Ok(Decompressed { version, total_size: total as usize, bundle })
+    Ok(Decompressed {
+        version,
+        total_size: total as usize,
+        bundle,
+    })
 }
 
 /// Decodes one zstd frame that must produce exactly `expected` bytes. The output buffer grows
@@ -283,8 +391,14 @@ fn decode_bounded(payload: &[u8], expected: u64) -> Result<Vec<u8>, String> {
         .read_to_end(&mut out)
         .map_err(|e| format!("zstd payload does not decode: {e}"))?;
     if out.len() as u64 != expected {
-        let got = if out.len() as u64 > expected { format!("more than {expected}") } else { out.len().to_string() };
-        return Err(format!("payload decodes to {got} bytes, the header says {expected}"));
+        let got = if out.len() as u64 > expected {
+            format!("more than {expected}")
+        } else {
+            out.len().to_string()
+        };
+        return Err(format!(
+            "payload decodes to {got} bytes, the header says {expected}"
+        ));
     }
     Ok(out)
 }
@@ -302,7 +416,11 @@ pub fn build_uncompressed(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
         offsets.push(next);
         next = up(next + data.len());
     }
-    let total = offsets.last().zip(entries.last()).map(|(o, (_, d))| o + d.len()).unwrap_or(table);
+    let total = offsets
+        .last()
+        .zip(entries.last())
+        .map(|(o, (_, d))| o + d.len())
+        .unwrap_or(table);
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(BUNDLE_MAGIC);
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
@@ -329,7 +447,8 @@ pub fn build_ccob(version: u16, bundle: &[u8], level: i32) -> Result<Vec<u8>, St
     out.extend_from_slice(&CCOB_METHOD_ZSTD.to_le_bytes());
     match version {
         2 => {
-            let total = u32::try_from(CCOB_V2_HEADER + payload.len()).map_err(|_| "bundle too large for CCOB v2")?;
+            let total = u32::try_from(CCOB_V2_HEADER + payload.len())
+                .map_err(|_| "bundle too large for CCOB v2")?;
             let size = u32::try_from(bundle.len()).map_err(|_| "bundle too large for CCOB v2")?;
             out.extend_from_slice(&total.to_le_bytes());
             out.extend_from_slice(&size.to_le_bytes());

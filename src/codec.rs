@@ -49,16 +49,19 @@ pub const MAX_EXPANSION: u64 = 128 * 1024 / 4;
 pub fn check_decoded_size(frame: &[u8], expected: u64) -> Result<(), String> {
     let ceiling = (frame.len() as u64).saturating_mul(MAX_EXPANSION);
     if expected > ceiling {
-        return Err(format!("the TOC says {expected} bytes, more than a {}-byte frame can hold", frame.len()));
+        return Err(format!(
+            "the TOC says {expected} bytes, more than a {}-byte frame can hold",
+            frame.len()
+        ));
     }
     // A single frame that records its content size must record exactly `expected`; several
     // concatenated frames (legal, rare) are only held to the ceiling above.
     let single = zstd_safe::find_frame_compressed_size(frame).is_ok_and(|n| n == frame.len());
     match zstd_safe::get_frame_content_size(frame) {
         Err(_) => Err(format!("not a zstd frame (the TOC says {expected} bytes)")),
-        Ok(Some(recorded)) if single && recorded != expected => {
-            Err(format!("the frame records {recorded} bytes, the TOC says {expected}"))
-        }
+        Ok(Some(recorded)) if single && recorded != expected => Err(format!(
+            "the frame records {recorded} bytes, the TOC says {expected}"
+        )),
         Ok(_) => Ok(()),
     }
 }
@@ -72,11 +75,15 @@ pub struct FrameEncoder {
 impl FrameEncoder {
     pub fn new(level: i32) -> Result<FrameEncoder, String> {
         if !(MIN_LEVEL..=MAX_LEVEL).contains(&level) {
-            return Err(format!("zstd level {level} is outside {MIN_LEVEL}..={MAX_LEVEL}"));
+            return Err(format!(
+                "zstd level {level} is outside {MIN_LEVEL}..={MAX_LEVEL}"
+            ));
         }
         let mut cctx = CCtx::create();
         let set = |cctx: &mut CCtx<'static>, p| {
-            cctx.set_parameter(p).map(|_| ()).map_err(|c| zstd_safe::get_error_name(c).to_owned())
+            cctx.set_parameter(p)
+                .map(|_| ())
+                .map_err(|c| zstd_safe::get_error_name(c).to_owned())
         };
         set(&mut cctx, CParameter::CompressionLevel(level))?;
         set(&mut cctx, CParameter::ContentSizeFlag(true))?;

@@ -63,7 +63,11 @@ pub enum Error {
     /// The archive file does not exist.
     FileNotFound { path: PathBuf },
     /// An I/O call failed.
-    Io { path: PathBuf, what: String, source: io::Error },
+    Io {
+        path: PathBuf,
+        what: String,
+        source: io::Error,
+    },
     /// The file has zero bytes.
     EmptyFile { path: PathBuf },
     /// Fewer than 16 header bytes could be read (also what a directory gives).
@@ -73,17 +77,47 @@ pub enum Error {
     /// The header's version is not 1.
     UnsupportedVersion { path: PathBuf, version: u32 },
     /// The TOC offset does not point inside the file.
-    TocOffsetOutOfRange { path: PathBuf, toc_offset: u64, file_len: u64 },
+    TocOffsetOutOfRange {
+        path: PathBuf,
+        toc_offset: u64,
+        file_len: u64,
+    },
     /// The TOC is not well-formed msgpack of the expected shape.
-    TocParse { path: PathBuf, offset: u64, reason: String },
+    TocParse {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     /// The zstd blob's frame index is malformed.
-    ZstdIndex { path: PathBuf, offset: u64, reason: String },
+    ZstdIndex {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     /// A stored kernel runs past the end of the file.
-    BlobOutOfBounds { path: PathBuf, key: String, arch: String, offset: u64, size: u64, file_len: u64 },
+    BlobOutOfBounds {
+        path: PathBuf,
+        key: String,
+        arch: String,
+        offset: u64,
+        size: u64,
+        file_len: u64,
+    },
     /// No entry for this key and arch (or no blob for its ordinal).
-    KernelNotFound { path: PathBuf, key: String, arch: String, reason: String },
+    KernelNotFound {
+        path: PathBuf,
+        key: String,
+        arch: String,
+        reason: String,
+    },
     /// A zstd frame did not decode to exactly `original_size` bytes.
-    Decompress { path: PathBuf, key: String, arch: String, offset: u64, reason: String },
+    Decompress {
+        path: PathBuf,
+        key: String,
+        arch: String,
+        offset: u64,
+        reason: String,
+    },
     /// An allocation the caller asked for failed.
     OutOfMemory { bytes: usize },
     /// The loader was switched off with `ROCM_KPACK_DISABLE`.
@@ -128,7 +162,11 @@ impl Error {
 
     /// Wraps an I/O error, naming the file and the operation.
     pub fn io(path: impl Into<PathBuf>, what: impl Into<String>, source: io::Error) -> Error {
-        Error::Io { path: path.into(), what: what.into(), source }
+        Error::Io {
+            path: path.into(),
+            what: what.into(),
+            source,
+        }
     }
 }
 
@@ -157,27 +195,61 @@ impl fmt::Display for Error {
                 "{}: unsupported kpack format version {version} (this build reads version 1)",
                 path.display()
             ),
-            Error::TocOffsetOutOfRange { path, toc_offset, file_len } => write!(
+            Error::TocOffsetOutOfRange {
+                path,
+                toc_offset,
+                file_len,
+            } => write!(
                 f,
                 "{}: TOC offset {toc_offset} is not inside the {file_len}-byte file",
                 path.display()
             ),
-            Error::TocParse { path, offset, reason } => {
+            Error::TocParse {
+                path,
+                offset,
+                reason,
+            } => {
                 write!(f, "{}: bad TOC at byte {offset}: {reason}", path.display())
             }
-            Error::ZstdIndex { path, offset, reason } => {
-                write!(f, "{}: bad zstd blob at byte {offset}: {reason}", path.display())
+            Error::ZstdIndex {
+                path,
+                offset,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "{}: bad zstd blob at byte {offset}: {reason}",
+                    path.display()
+                )
             }
-            Error::BlobOutOfBounds { path, key, arch, offset, size, file_len } => write!(
+            Error::BlobOutOfBounds {
+                path,
+                key,
+                arch,
+                offset,
+                size,
+                file_len,
+            } => write!(
                 f,
                 "{}: kernel {key} [{arch}] claims bytes {offset}..{} but the file has {file_len}",
                 path.display(),
                 offset.saturating_add(*size)
             ),
-            Error::KernelNotFound { path, key, arch, reason } => {
+            Error::KernelNotFound {
+                path,
+                key,
+                arch,
+                reason,
+            } => {
                 write!(f, "{}: no kernel {key} [{arch}]: {reason}", path.display())
             }
-            Error::Decompress { path, key, arch, offset, reason } => write!(
+            Error::Decompress {
+                path,
+                key,
+                arch,
+                offset,
+                reason,
+            } => write!(
                 f,
                 "{}: kernel {key} [{arch}] (frame at byte {offset}) failed to decode: {reason}",
                 path.display()
@@ -187,7 +259,11 @@ impl fmt::Display for Error {
             Error::PathDiscovery(msg) => write!(f, "binary path discovery failed: {msg}"),
             Error::InvalidMetadata(msg) => write!(f, "invalid HIPK metadata: {msg}"),
             Error::ArchiveNotFound { tried } => {
-                write!(f, "no readable kpack archive found (tried {} paths", tried.len())?;
+                write!(
+                    f,
+                    "no readable kpack archive found (tried {} paths",
+                    tried.len()
+                )?;
                 for p in tried.iter().take(8) {
                     write!(f, "; {}", p.display())?;
                 }

@@ -112,7 +112,10 @@ pub struct TocError {
 
 impl From<msgpack::DecodeError> for TocError {
     fn from(e: msgpack::DecodeError) -> Self {
-        TocError { offset: e.offset, reason: e.reason }
+        TocError {
+            offset: e.offset,
+            reason: e.reason,
+        }
     }
 }
 
@@ -122,12 +125,18 @@ fn type_error(field: &str, v: &Value<'_>, want: &str) -> TocError {
         Value::Uint(u) => format!("{u}"),
         other => other.type_name().to_owned(),
     };
-    TocError { offset: 0, reason: format!("field '{field}' must be {want}, found {shown}") }
+    TocError {
+        offset: 0,
+        reason: format!("field '{field}' must be {want}, found {shown}"),
+    }
 }
 
 fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64, TocError> {
     match map.get(field) {
-        None => Err(TocError { offset: 0, reason: format!("{}: field '{field}' is missing", ctx()) }),
+        None => Err(TocError {
+            offset: 0,
+            reason: format!("{}: field '{field}' is missing", ctx()),
+        }),
         Some(v) => v.as_u64().ok_or_else(|| {
             let mut e = type_error(field, v, "an unsigned 64-bit integer");
             e.reason = format!("{}: {}", ctx(), e.reason);
@@ -148,7 +157,10 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
     let mut r = msgpack::Reader::new(bytes);
     let Some(fields) = r.map_header()? else {
         let root = r.value(0)?;
-        return Err(TocError { offset: 0, reason: format!("TOC is a {}, not a map", root.type_name()) });
+        return Err(TocError {
+            offset: 0,
+            reason: format!("TOC is a {}, not a map", root.type_name()),
+        });
     };
     let mut toc = Toc {
         format_version: None,
@@ -173,14 +185,21 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
             continue;
         }
         let value = r.value(1)?;
-        let located = |e: TocError| TocError { offset: at, reason: e.reason };
+        let located = |e: TocError| TocError {
+            offset: at,
+            reason: e.reason,
+        };
         match name {
             "format_version" => toc.format_version = value.as_u64(),
             "group_name" => toc.group_name = value.as_str().map(str::to_owned),
             "gfx_arch_family" => toc.gfx_arch_family = value.as_str().map(str::to_owned),
             "gfx_arches" => {
                 toc.gfx_arches = match &value {
-                    Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+                    Value::Array(items) => items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect(),
                     _ => Vec::new(),
                 }
             }
@@ -209,18 +228,27 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
 }
 
 fn zstd_field(field: &str, v: &Value<'_>) -> Result<u64, TocError> {
-    v.as_u64().ok_or_else(|| type_error(field, v, "an unsigned 64-bit integer"))
+    v.as_u64()
+        .ok_or_else(|| type_error(field, v, "an unsigned 64-bit integer"))
 }
 
 fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
-    let Value::Array(items) = value else { return Ok(Vec::new()) };
+    let Value::Array(items) = value else {
+        return Ok(Vec::new());
+    };
     let mut blobs = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         if !matches!(item, Value::Map(_)) {
-            return Err(TocError { offset: 0, reason: format!("blobs[{i}] is a {}, not a map", item.type_name()) });
+            return Err(TocError {
+                offset: 0,
+                reason: format!("blobs[{i}] is a {}, not a map", item.type_name()),
+            });
         }
         let ctx = || format!("blobs[{i}]");
-        blobs.push(Span { offset: req_u64(item, "offset", &ctx)?, size: req_u64(item, "size", &ctx)? });
+        blobs.push(Span {
+            offset: req_u64(item, "offset", &ctx)?,
+            size: req_u64(item, "size", &ctx)?,
+        });
     }
     Ok(blobs)
 }
@@ -260,20 +288,34 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
                 }
             }
             // Entries under a non-string key are skipped, but only after being read whole.
-            let (Some(key), Some(arch)) = (key, arch_value.as_str()) else { continue };
-            let ctx = |what: String| TocError { offset: at, reason: format!("toc[{key:?}][{arch:?}]: {what}") };
+            let (Some(key), Some(arch)) = (key, arch_value.as_str()) else {
+                continue;
+            };
+            let ctx = |what: String| TocError {
+                offset: at,
+                reason: format!("toc[{key:?}][{arch:?}]: {what}"),
+            };
             let number = |field: &str, v: Option<Value<'_>>| -> Result<u64, TocError> {
                 let v = v.ok_or_else(|| ctx(format!("field '{field}' is missing")))?;
-                v.as_u64().ok_or_else(|| ctx(type_error(field, &v, "an unsigned 64-bit integer").reason))
+                v.as_u64()
+                    .ok_or_else(|| ctx(type_error(field, &v, "an unsigned 64-bit integer").reason))
             };
             let ordinal = number("ordinal", ordinal)?;
-            let ordinal = u32::try_from(ordinal).map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
+            let ordinal = u32::try_from(ordinal)
+                .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
             let original_size = number("original_size", original_size)?;
-            let entry = TocEntry { arch: arch.to_owned(), ordinal, original_size };
+            let entry = TocEntry {
+                arch: arch.to_owned(),
+                ordinal,
+                original_size,
+            };
             arch_set.insert(&mut arches, entry);
         }
         if let Some(key) = key {
-            binaries.push(TocBinary { key: key.to_owned(), arches });
+            binaries.push(TocBinary {
+                key: key.to_owned(),
+                arches,
+            });
         }
     }
     // Sorted by key; a key written twice keeps its last occurrence, like a map. Writers usually
@@ -313,7 +355,13 @@ impl ArchSet {
         }
         arches.push(entry);
         if self.index.is_none() && arches.len() > LINEAR_ARCHES {
-            self.index = Some(arches.iter().enumerate().map(|(i, e)| (e.arch.clone(), i)).collect());
+            self.index = Some(
+                arches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.arch.clone(), i))
+                    .collect(),
+            );
         }
     }
 }
@@ -326,7 +374,9 @@ where
     R: FnMut(u64, &mut [u8]) -> std::io::Result<usize>,
 {
     if blob_size < 4 {
-        return Err(format!("blob of {blob_size} bytes is too small for a frame count"));
+        return Err(format!(
+            "blob of {blob_size} bytes is too small for a frame count"
+        ));
     }
     // Frame headers are read through a window so that small frames cost no extra syscalls and
     // large ones are skipped without reading their bodies.
@@ -349,22 +399,30 @@ where
             window_start = at;
             window_len = got;
             if got < 4 {
-                return Err(format!("blob ends inside the frame header at blob byte {at}"));
+                return Err(format!(
+                    "blob ends inside the frame header at blob byte {at}"
+                ));
             }
         }
         let i = (at - window_start) as usize;
-        Ok(u32::from_le_bytes(window[i..i + 4].try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            window[i..i + 4].try_into().expect("4 bytes"),
+        ))
     };
 
     let count = read_u32(0)?;
     if count > MAX_ZSTD_FRAMES {
-        return Err(format!("frame count {count} exceeds the limit of {MAX_ZSTD_FRAMES}"));
+        return Err(format!(
+            "frame count {count} exceeds the limit of {MAX_ZSTD_FRAMES}"
+        ));
     }
     let mut frames = Vec::with_capacity((count as usize).min((blob_size / 4) as usize));
     let mut pos = 4u64;
     for i in 0..count {
         if pos + 4 > blob_size {
-            return Err(format!("frame {i} header at blob byte {pos} lies past the blob's end"));
+            return Err(format!(
+                "frame {i} header at blob byte {pos} lies past the blob's end"
+            ));
         }
         let size = u64::from(read_u32(pos)?);
         pos += 4;
@@ -397,7 +455,13 @@ mod tests {
         let blob = [2, 0, 0, 0, 1, 0, 0, 0, 0xaa, 2, 0, 0, 0, 0xbb, 0xcc, 0xff];
         assert_eq!(
             index(&blob).unwrap(),
-            vec![Span { offset: 8, size: 1 }, Span { offset: 13, size: 2 }]
+            vec![
+                Span { offset: 8, size: 1 },
+                Span {
+                    offset: 13,
+                    size: 2
+                }
+            ]
         );
     }
 
@@ -420,7 +484,10 @@ mod tests {
             blob.extend(std::iter::repeat_n(7u8, s as usize));
         }
         let spans = index(&blob).unwrap();
-        assert_eq!(spans.iter().map(|s| s.size as u32).collect::<Vec<_>>(), sizes);
+        assert_eq!(
+            spans.iter().map(|s| s.size as u32).collect::<Vec<_>>(),
+            sizes
+        );
     }
 
     #[test]

@@ -47,7 +47,11 @@ impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ImportError::NotElf(why) => write!(f, "not an ELF host binary: {why}"),
-            ImportError::NoDeviceCode => write!(f, "has no {} section (no device code to import)", elf::HIP_FATBIN_SECTION),
+            ImportError::NoDeviceCode => write!(
+                f,
+                "has no {} section (no device code to import)",
+                elf::HIP_FATBIN_SECTION
+            ),
             ImportError::AlreadySplit => write!(
                 f,
                 "already split: it has a {} marker and its device code lives in kpack archives",
@@ -55,7 +59,10 @@ impl fmt::Display for ImportError {
             ),
             ImportError::Bundle(e) => write!(f, "{}: {e}", elf::HIP_FATBIN_SECTION),
             ImportError::BadArch { triple } => {
-                write!(f, "bundle triple {triple:?} names a target that is not a valid arch string")
+                write!(
+                    f,
+                    "bundle triple {triple:?} names a target that is not a valid arch string"
+                )
             }
         }
     }
@@ -90,7 +97,9 @@ pub fn is_valid_arch(arch: &str) -> bool {
     !arch.is_empty()
         && arch != "."
         && arch != ".."
-        && arch.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'+' | b'-' | b'_' | b'.'))
+        && arch
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'+' | b'-' | b'_' | b'.'))
 }
 
 /// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
@@ -124,12 +133,17 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
 }
 
 /// Reads the device code of an ELF host binary. Binaries already split are refused.
-pub fn host_code_objects(kernel_name: &str, elf_bytes: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
+pub fn host_code_objects(
+    kernel_name: &str,
+    elf_bytes: &[u8],
+) -> Result<Vec<CodeObject>, ImportError> {
     let file = ElfFile::parse(elf_bytes).map_err(ImportError::NotElf)?;
     if file.section(elf::KPACK_REF_SECTION).is_some() {
         return Err(ImportError::AlreadySplit);
     }
-    let section = file.section(elf::HIP_FATBIN_SECTION).ok_or(ImportError::NoDeviceCode)?;
+    let section = file
+        .section(elf::HIP_FATBIN_SECTION)
+        .ok_or(ImportError::NoDeviceCode)?;
     code_objects(kernel_name, section.data)
 }
 
@@ -139,15 +153,19 @@ pub fn kernel_name_from_relative(relative: &Path) -> Result<String, String> {
     let mut parts = Vec::new();
     for c in relative.components() {
         match c {
-            Component::Normal(s) => {
-                parts.push(s.to_str().ok_or_else(|| format!("{}: path is not UTF-8", relative.display()))?)
-            }
+            Component::Normal(s) => parts.push(
+                s.to_str()
+                    .ok_or_else(|| format!("{}: path is not UTF-8", relative.display()))?,
+            ),
             Component::CurDir => {}
             _ => return Err(format!("{}: not a path below the root", relative.display())),
         }
     }
     if parts.is_empty() {
-        return Err(format!("{:?}: names no file", relative.display().to_string()));
+        return Err(format!(
+            "{:?}: names no file",
+            relative.display().to_string()
+        ));
     }
     Ok(parts.join("/"))
 }
@@ -157,13 +175,23 @@ pub fn kernel_name_from_relative(relative: &Path) -> Result<String, String> {
 /// (a symlinked library keeps the name it was asked for).
 pub fn kernel_name_below(host: &Path, root: &Path) -> Result<String, String> {
     let root_abs = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    let parent = host.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let parent_abs = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let name = host.file_name().ok_or_else(|| format!("{}: names no file", host.display()))?;
+    let parent = host
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let parent_abs =
+        std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let name = host
+        .file_name()
+        .ok_or_else(|| format!("{}: names no file", host.display()))?;
     let full = parent_abs.join(name);
-    let rel = full
-        .strip_prefix(&root_abs)
-        .map_err(|_| format!("{} is not below the root {}", host.display(), root.display()))?;
+    let rel = full.strip_prefix(&root_abs).map_err(|_| {
+        format!(
+            "{} is not below the root {}",
+            host.display(),
+            root.display()
+        )
+    })?;
     kernel_name_from_relative(rel)
 }
 
@@ -180,7 +208,9 @@ pub fn default_prefix(file_name: &str) -> String {
 /// Checks a user-supplied prefix: it becomes part of file names and of the search path.
 pub fn validate_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() || prefix.contains(['/', '\0', '@']) || prefix == "." || prefix == ".." {
-        return Err(format!("prefix {prefix:?} must be a non-empty file-name part without '/', '@' or NUL"));
+        return Err(format!(
+            "prefix {prefix:?} must be a non-empty file-name part without '/', '@' or NUL"
+        ));
     }
     Ok(())
 }
@@ -198,7 +228,14 @@ pub fn archive_file_name(prefix: &str, arch: Option<&str>) -> String {
 /// placeholder; a single archive is named directly.
 pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
     let depth = kernel_name.matches('/').count();
-    let file = archive_file_name(prefix, if single { None } else { Some(GFXARCH_PLACEHOLDER) });
+    let file = archive_file_name(
+        prefix,
+        if single {
+            None
+        } else {
+            Some(GFXARCH_PLACEHOLDER)
+        },
+    );
     format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
 }
 
@@ -259,9 +296,18 @@ pub fn plan_archives(
             .collect::<crate::Result<Vec<_>>>()?
     };
     for co in hosts.into_iter().flat_map(|h| h.code_objects) {
-        let slot = if single { 0 } else { arches.iter().position(|a| *a == co.arch).expect("arch collected above") };
+        let slot = if single {
+            0
+        } else {
+            arches
+                .iter()
+                .position(|a| *a == co.arch)
+                .expect("arch collected above")
+        };
         let meta = vec![("target".to_owned(), co.triple)];
-        plans[slot].writer.add_kernel_with_metadata(&co.key, &co.arch, co.data, meta)?;
+        plans[slot]
+            .writer
+            .add_kernel_with_metadata(&co.key, &co.arch, co.data, meta)?;
     }
     Ok(plans)
 }

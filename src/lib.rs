@@ -5,8 +5,8 @@
 //! line only in `cli`.
 
 pub mod arch;
-pub mod bundle;
 pub mod archive;
+pub mod bundle;
 pub mod cache;
 pub mod codec;
 pub mod elf;
@@ -17,8 +17,8 @@ pub mod fs;
 pub mod import;
 pub mod loader;
 pub mod msgpack;
-pub mod split;
 pub mod names;
+pub mod split;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};

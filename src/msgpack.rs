@@ -45,7 +45,10 @@ impl fmt::Display for DecodeError {
 }
 
 fn err<T>(offset: usize, reason: impl Into<String>) -> Result<T, DecodeError> {
-    Err(DecodeError { offset, reason: reason.into() })
+    Err(DecodeError {
+        offset,
+        reason: reason.into(),
+    })
 }
 
 impl<'a> Value<'a> {
@@ -136,8 +139,14 @@ impl<'a> Reader<'a> {
         self.pos
     }
 
-    fn with<T>(&mut self, f: impl FnOnce(&mut Parser<'_, &'a [u8]>) -> Result<T, DecodeError>) -> Result<T, DecodeError> {
-        let mut parser = Parser { input: &self.data, pos: self.pos };
+    fn with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Parser<'_, &'a [u8]>) -> Result<T, DecodeError>,
+    ) -> Result<T, DecodeError> {
+        let mut parser = Parser {
+            input: &self.data,
+            pos: self.pos,
+        };
         let out = f(&mut parser);
         self.pos = parser.pos;
         out
@@ -181,33 +190,57 @@ impl<'a, I: Input<'a>> Parser<'_, I> {
     }
 
     fn be(&mut self, n: usize) -> Result<u64, DecodeError> {
-        Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        Ok(self
+            .take(n)?
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
     /// A declared length must fit in the input: each item needs at least `min_bytes_each`.
     /// Checking before allocating is what keeps a 5-byte `array32` from reserving gigabytes.
-    fn check_len(&self, at: usize, len: u64, min_bytes_each: u64, what: &str) -> Result<usize, DecodeError> {
+    fn check_len(
+        &self,
+        at: usize,
+        len: u64,
+        min_bytes_each: u64,
+        what: &str,
+    ) -> Result<usize, DecodeError> {
         let need = len.saturating_mul(min_bytes_each);
         let ok = usize::try_from(need)
             .ok()
-            .and_then(|need| if need == 0 { Some(&[][..]) } else { self.input.bytes(self.pos, need) })
+            .and_then(|need| {
+                if need == 0 {
+                    Some(&[][..])
+                } else {
+                    self.input.bytes(self.pos, need)
+                }
+            })
             .is_some();
         if !ok {
-            return err(at, format!("{what} declares {len} items, more than the bytes present"));
+            return err(
+                at,
+                format!("{what} declares {len} items, more than the bytes present"),
+            );
         }
         Ok(len as usize)
     }
 
     fn blob(&mut self, at: usize, len: u64, what: &str) -> Result<&'a [u8], DecodeError> {
         let Ok(n) = usize::try_from(len) else {
-            return err(at, format!("{what} of {len} bytes is larger than the input"));
+            return err(
+                at,
+                format!("{what} of {len} bytes is larger than the input"),
+            );
         };
         match self.input.bytes(self.pos, n) {
             Some(b) => {
                 self.pos += n;
                 Ok(b)
             }
-            None => err(at, format!("{what} of {len} bytes runs past the end of the input")),
+            None => err(
+                at,
+                format!("{what} of {len} bytes runs past the end of the input"),
+            ),
         }
     }
 
@@ -286,7 +319,11 @@ impl<'a, I: Input<'a>> Parser<'_, I> {
                 let raw = self.be(width)?;
                 let shift = 64 - 8 * width as u32;
                 let v = ((raw << shift) as i64) >> shift;
-                if v >= 0 { Value::Uint(v as u64) } else { Value::Int(v) }
+                if v >= 0 {
+                    Value::Uint(v as u64)
+                } else {
+                    Value::Int(v)
+                }
             }
             0xd4..=0xd8 => return self.ext(at, 1 << (tag - 0xd4)),
             0xd9..=0xdb => {
@@ -312,11 +349,16 @@ mod tests {
 
     #[test]
     fn decodes_scalars_and_containers() {
-        let data = [0x82, 0xa1, b'a', 0x01, 0xa1, b'b', 0x92, 0xff, 0xcd, 0x01, 0x00, 0xc0];
+        let data = [
+            0x82, 0xa1, b'a', 0x01, 0xa1, b'b', 0x92, 0xff, 0xcd, 0x01, 0x00, 0xc0,
+        ];
         let (v, used) = decode_slice(&data).unwrap();
         assert_eq!(used, 11);
         assert_eq!(v.get("a"), Some(&Value::Uint(1)));
-        assert_eq!(v.get("b"), Some(&Value::Array(vec![Value::Int(-1), Value::Uint(256)])));
+        assert_eq!(
+            v.get("b"),
+            Some(&Value::Array(vec![Value::Int(-1), Value::Uint(256)]))
+        );
     }
 
     #[test]

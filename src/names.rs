@@ -20,7 +20,9 @@ pub fn hsaco_name(arch: &str) -> String {
 
 /// The arch named by a `<arch>.hsaco` file name, if it has that form.
 pub fn arch_from_hsaco_name(name: &str) -> Option<&str> {
-    name.strip_suffix(HSACO_EXT)?.strip_suffix('.').filter(|a| !a.is_empty())
+    name.strip_suffix(HSACO_EXT)?
+        .strip_suffix('.')
+        .filter(|a| !a.is_empty())
 }
 
 fn check_component(c: &str) -> Result<(), String> {
@@ -34,7 +36,10 @@ fn check_component(c: &str) -> Result<(), String> {
         return Err("contains a NUL byte".into());
     }
     if c.len() > NAME_MAX {
-        return Err(format!("has a component of {} bytes (limit {NAME_MAX})", c.len()));
+        return Err(format!(
+            "has a component of {} bytes (limit {NAME_MAX})",
+            c.len()
+        ));
     }
     Ok(())
 }
@@ -80,15 +85,31 @@ mod tests {
     #[test]
     fn hsaco_names_round_trip() {
         assert_eq!(hsaco_name("gfx90a:xnack-"), "gfx90a:xnack-.hsaco");
-        assert_eq!(arch_from_hsaco_name("gfx90a:xnack-.hsaco"), Some("gfx90a:xnack-"));
+        assert_eq!(
+            arch_from_hsaco_name("gfx90a:xnack-.hsaco"),
+            Some("gfx90a:xnack-")
+        );
         assert_eq!(arch_from_hsaco_name(".hsaco"), None);
         assert_eq!(arch_from_hsaco_name("gfx900.bin"), None);
     }
 
     #[test]
     fn keys_that_escape_are_refused() {
-        assert_eq!(key_components("lib/libx.so#0").unwrap(), vec!["lib", "libx.so#0"]);
-        for bad in ["", "/etc/passwd", "a/../b", "..", "a//b", "a/", "./a", "a\0b", &"x".repeat(256)] {
+        assert_eq!(
+            key_components("lib/libx.so#0").unwrap(),
+            vec!["lib", "libx.so#0"]
+        );
+        for bad in [
+            "",
+            "/etc/passwd",
+            "a/../b",
+            "..",
+            "a//b",
+            "a/",
+            "./a",
+            "a\0b",
+            &"x".repeat(256),
+        ] {
             assert!(key_components(bad).is_err(), "{bad:?}");
         }
     }

@@ -30,7 +30,9 @@ impl Compression {
 
 impl Default for Compression {
     fn default() -> Self {
-        Compression::Zstd { level: codec::DEFAULT_LEVEL }
+        Compression::Zstd {
+            level: codec::DEFAULT_LEVEL,
+        }
     }
 }
 
@@ -73,7 +75,9 @@ impl ArchiveWriter {
             compression,
             kernels: Vec::new(),
             added: std::collections::HashSet::new(),
-            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
         })
     }
 
@@ -107,25 +111,48 @@ impl ArchiveWriter {
     ) -> Result<()> {
         let key = key.replace('\\', "/");
         if !self.added.insert((key.clone(), arch.to_owned())) {
-            return Err(Error::InvalidArgument(format!("kernel {key} [{arch}] was already added")));
+            return Err(Error::InvalidArgument(format!(
+                "kernel {key} [{arch}] was already added"
+            )));
         }
-        self.kernels.push(PendingKernel { key, arch: arch.to_owned(), data, metadata });
+        self.kernels.push(PendingKernel {
+            key,
+            arch: arch.to_owned(),
+            data,
+            metadata,
+        });
         Ok(())
     }
 
     /// Writes the archive to `path` through a temporary file in the same directory, renamed into
     /// place once complete, so a failed write never leaves a half-written archive behind.
     pub fn write(&self, path: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().ok_or_else(|| Error::InvalidArgument(format!("{}: not a file path", path.display())))?;
-        let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path.file_name().ok_or_else(|| {
+            Error::InvalidArgument(format!("{}: not a file path", path.display()))
+        })?;
+        let tmp = dir.join(format!(
+            ".{}.tmp{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         let result = (|| {
-            let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "cannot create", e))?;
+            let file =
+                std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "cannot create", e))?;
             let mut out = io::BufWriter::new(file);
-            let n = self.write_to(&mut out, progress).map_err(|e| relabel(e, &tmp))?;
-            let file = out.into_inner().map_err(|e| Error::io(&tmp, "cannot write", e.into_error()))?;
-            file.sync_all().map_err(|e| Error::io(&tmp, "cannot sync", e))?;
-            std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
+            let n = self
+                .write_to(&mut out, progress)
+                .map_err(|e| relabel(e, &tmp))?;
+            let file = out
+                .into_inner()
+                .map_err(|e| Error::io(&tmp, "cannot write", e.into_error()))?;
+            file.sync_all()
+                .map_err(|e| Error::io(&tmp, "cannot sync", e))?;
+            std::fs::rename(&tmp, path)
+                .map_err(|e| Error::io(path, "cannot rename into place", e))?;
             Ok(n)
         })();
         if result.is_err() {
@@ -142,7 +169,8 @@ impl ArchiveWriter {
         let toc = self.encode_toc(&blob);
         let io_err = |e| Error::io("<output>", "cannot write", e);
         out.write_all(&Header::encode(toc_offset)).map_err(io_err)?;
-        out.write_all(&[0u8; format::BLOB_ALIGNMENT as usize - format::HEADER_SIZE]).map_err(io_err)?;
+        out.write_all(&[0u8; format::BLOB_ALIGNMENT as usize - format::HEADER_SIZE])
+            .map_err(io_err)?;
         out.write_all(&blob.bytes).map_err(io_err)?;
         out.write_all(&toc).map_err(io_err)?;
         out.flush().map_err(io_err)?;
@@ -156,7 +184,10 @@ impl ArchiveWriter {
                 let mut bytes = Vec::with_capacity(total);
                 let mut spans = Vec::with_capacity(self.kernels.len());
                 for k in &self.kernels {
-                    spans.push((format::BLOB_ALIGNMENT + bytes.len() as u64, k.data.len() as u64));
+                    spans.push((
+                        format::BLOB_ALIGNMENT + bytes.len() as u64,
+                        k.data.len() as u64,
+                    ));
                     bytes.extend_from_slice(&k.data);
                     progress(k.data.len() as u64);
                 }
@@ -169,25 +200,40 @@ impl ArchiveWriter {
                 let count = u32::try_from(frames.len())
                     .ok()
                     .filter(|n| *n <= format::MAX_ZSTD_FRAMES)
-                    .ok_or_else(|| Error::InvalidArgument(format!("{} kernels exceed the format's limit", frames.len())))?;
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "{} kernels exceed the format's limit",
+                            frames.len()
+                        ))
+                    })?;
                 bytes.extend_from_slice(&count.to_le_bytes());
                 for f in &frames {
-                    let len = u32::try_from(f.len())
-                        .map_err(|_| Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into()))?;
+                    let len = u32::try_from(f.len()).map_err(|_| {
+                        Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into())
+                    })?;
                     bytes.extend_from_slice(&len.to_le_bytes());
                     bytes.extend_from_slice(f);
                 }
                 if bytes.len() as u64 > format::MAX_ZSTD_BLOB {
-                    return Err(Error::InvalidArgument("the zstd blob would exceed 4 GiB".into()));
+                    return Err(Error::InvalidArgument(
+                        "the zstd blob would exceed 4 GiB".into(),
+                    ));
                 }
-                Ok(Blob { bytes, spans: Vec::new() })
+                Ok(Blob {
+                    bytes,
+                    spans: Vec::new(),
+                })
             }
         }
     }
 
     fn compress_all(&self, level: i32, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<Vec<u8>>> {
         let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
-        let threads = if total < PARALLEL_THRESHOLD { 1 } else { self.threads.min(self.kernels.len()).max(1) };
+        let threads = if total < PARALLEL_THRESHOLD {
+            1
+        } else {
+            self.threads.min(self.kernels.len()).max(1)
+        };
         let slots: Vec<Mutex<Option<std::result::Result<Vec<u8>, String>>>> =
             self.kernels.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
@@ -195,7 +241,9 @@ impl ArchiveWriter {
             let mut enc = FrameEncoder::new(level)?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(k) = self.kernels.get(i) else { return Ok(()) };
+                let Some(k) = self.kernels.get(i) else {
+                    return Ok(());
+                };
                 let frame = enc.encode(&k.data);
                 progress(k.data.len() as u64);
                 *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(frame);
@@ -206,18 +254,29 @@ impl ArchiveWriter {
         } else {
             std::thread::scope(|s| {
                 let handles: Vec<_> = (0..threads).map(|_| s.spawn(&work)).collect();
-                handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("compression thread panicked".into())))
+                handles.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("compression thread panicked".into()))
+                })
             })
             .map_err(Error::InvalidArgument)?;
         }
         slots
             .into_iter()
             .zip(&self.kernels)
-            .map(|(slot, k)| match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                Some(Ok(frame)) => Ok(frame),
-                Some(Err(e)) => Err(Error::InvalidArgument(format!("compressing {} [{}]: {e}", k.key, k.arch))),
-                None => Err(Error::InvalidArgument(format!("{} [{}] was not compressed", k.key, k.arch))),
-            })
+            .map(
+                |(slot, k)| match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    Some(Ok(frame)) => Ok(frame),
+                    Some(Err(e)) => Err(Error::InvalidArgument(format!(
+                        "compressing {} [{}]: {e}",
+                        k.key, k.arch
+                    ))),
+                    None => Err(Error::InvalidArgument(format!(
+                        "{} [{}] was not compressed",
+                        k.key, k.arch
+                    ))),
+                },
+            )
             .collect()
     }
 
@@ -244,7 +303,8 @@ impl ArchiveWriter {
         }
         // Keys in first-insertion order, arches in insertion order within each key.
         let mut keys: Vec<&str> = Vec::new();
-        let mut by_key: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+        let mut by_key: std::collections::HashMap<&str, Vec<usize>> =
+            std::collections::HashMap::new();
         for (i, k) in self.kernels.iter().enumerate() {
             by_key.entry(&k.key).or_insert_with(|| {
                 keys.push(&k.key);
@@ -311,7 +371,11 @@ struct Blob {
 
 fn relabel(e: Error, path: &Path) -> Error {
     match e {
-        Error::Io { what, source, .. } => Error::Io { path: path.to_path_buf(), what, source },
+        Error::Io { what, source, .. } => Error::Io {
+            path: path.to_path_buf(),
+            what,
+            source,
+        },
         other => other,
     }
 }

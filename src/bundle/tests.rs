@@ -53,8 +53,14 @@ fn err(data: &[u8]) -> BundleError {
 
 #[test]
 fn arch_is_text_after_last_double_dash() {
-    assert_eq!(arch_of_triple("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"), Some("gfx90a:xnack-"));
-    assert_eq!(arch_of_triple("hip-amdgcn-amd-amdhsa--gfx1250-strict"), Some("gfx1250-strict"));
+    assert_eq!(
+        arch_of_triple("hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"),
+        Some("gfx90a:xnack-")
+    );
+    assert_eq!(
+        arch_of_triple("hip-amdgcn-amd-amdhsa--gfx1250-strict"),
+        Some("gfx1250-strict")
+    );
     assert_eq!(arch_of_triple("hipv4-amdgcn-amd-amdhsa--"), None);
     assert_eq!(arch_of_triple("hipv4-amdgcn-amd-amdhsa-gfx906"), None);
     assert!(is_host_triple("host-x86_64-unknown-linux"));
@@ -84,7 +90,10 @@ fn parses_handmade_uncompressed_bundle() {
 #[test]
 fn builder_matches_handmade_layout() {
     let built = build_uncompressed(
-        &[("host-x86_64-unknown-linux", &[]), ("hipv4-amdgcn-amd-amdhsa--gfx906:xnack-", b"\x7fELF")],
+        &[
+            ("host-x86_64-unknown-linux", &[]),
+            ("hipv4-amdgcn-amd-amdhsa--gfx906:xnack-", b"\x7fELF"),
+        ],
         32,
     );
     assert_eq!(built, handmade_bundle());
@@ -108,9 +117,19 @@ fn builder_round_trips_with_alignment() {
     assert_eq!(built.len(), 16384 + 4096);
     let bundles = parse_fatbin(&built).unwrap();
     assert_eq!(bundles.len(), 1);
-    let got: Vec<(&str, u64, &[u8])> =
-        bundles[0].entries.iter().map(|e| (e.arch.as_str(), e.offset, &e.data[..])).collect();
-    assert_eq!(got, vec![("gfx1030", 4096, &a[..]), ("gfx803", 12288, &b[..]), ("gfx90a:xnack+", 16384, &c[..])]);
+    let got: Vec<(&str, u64, &[u8])> = bundles[0]
+        .entries
+        .iter()
+        .map(|e| (e.arch.as_str(), e.offset, &e.data[..]))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("gfx1030", 4096, &a[..]),
+            ("gfx803", 12288, &b[..]),
+            ("gfx90a:xnack+", 16384, &c[..])
+        ]
+    );
     assert_eq!(bundles[0].len, 20480);
 }
 
@@ -148,8 +167,20 @@ fn ccob_builder_matches_handmade_except_hash() {
 
 #[test]
 fn concatenated_bundles_with_padding_in_order() {
-    let one = build_uncompressed(&[("hipv4-amdgcn-amd-amdhsa--gfx900", b"AAAA"), ("hipv4-amdgcn-amd-amdhsa--gfx1030", b"BB")], 8);
-    let two = build_uncompressed(&[("host-x86_64-unknown-linux", &[]), ("hipv4-amdgcn-amd-amdhsa--gfx900", b"CCC")], 8);
+    let one = build_uncompressed(
+        &[
+            ("hipv4-amdgcn-amd-amdhsa--gfx900", b"AAAA"),
+            ("hipv4-amdgcn-amd-amdhsa--gfx1030", b"BB"),
+        ],
+        8,
+    );
+    let two = build_uncompressed(
+        &[
+            ("host-x86_64-unknown-linux", &[]),
+            ("hipv4-amdgcn-amd-amdhsa--gfx900", b"CCC"),
+        ],
+        8,
+    );
     let three = build_uncompressed(&[("hipv4-amdgcn-amd-amdhsa--gfx1030", b"DDDDD")], 8);
     let mut section = one.clone();
     section.resize(section.len().next_multiple_of(4096), 0);
@@ -165,14 +196,35 @@ fn concatenated_bundles_with_padding_in_order() {
     type Summary<'a> = Vec<(u64, Layout, Vec<(&'a str, &'a [u8])>)>;
     let summary: Summary = bundles
         .iter()
-        .map(|b| (b.offset, b.layout, b.entries.iter().map(|e| (e.arch.as_str(), &e.data[..])).collect()))
+        .map(|b| {
+            (
+                b.offset,
+                b.layout,
+                b.entries
+                    .iter()
+                    .map(|e| (e.arch.as_str(), &e.data[..]))
+                    .collect(),
+            )
+        })
         .collect();
     assert_eq!(
         summary,
         vec![
-            (0, Layout::Uncompressed, vec![("gfx900", &b"AAAA"[..]), ("gfx1030", &b"BB"[..])]),
-            (at2 as u64, Layout::Compressed { version: 3 }, vec![("gfx900", &b"CCC"[..])]),
-            (at3 as u64, Layout::Compressed { version: 2 }, vec![("gfx1030", &b"DDDDD"[..])]),
+            (
+                0,
+                Layout::Uncompressed,
+                vec![("gfx900", &b"AAAA"[..]), ("gfx1030", &b"BB"[..])]
+            ),
+            (
+                at2 as u64,
+                Layout::Compressed { version: 3 },
+                vec![("gfx900", &b"CCC"[..])]
+            ),
+            (
+                at3 as u64,
+                Layout::Compressed { version: 2 },
+                vec![("gfx1030", &b"DDDDD"[..])]
+            ),
         ]
     );
     assert_eq!(bundles[1].len, (end2 - at2) as u64);
@@ -199,7 +251,10 @@ fn every_truncation_is_an_error_not_a_panic() {
     for version in [2u16, 3] {
         let c = handmade_ccob(version, &b);
         for len in 4..c.len() {
-            assert!(parse_fatbin(&c[..len]).is_err(), "CCOB v{version} prefix of {len} bytes");
+            assert!(
+                parse_fatbin(&c[..len]).is_err(),
+                "CCOB v{version} prefix of {len} bytes"
+            );
         }
     }
 }
@@ -210,22 +265,40 @@ fn hostile_uncompressed_headers() {
     huge_count[24..32].copy_from_slice(&le64(u64::MAX));
     let e = err(&huge_count);
     assert_eq!(e.offset, 24);
-    assert!(e.reason.contains("entry count 18446744073709551615 cannot fit"), "{}", e.reason);
+    assert!(
+        e.reason
+            .contains("entry count 18446744073709551615 cannot fit"),
+        "{}",
+        e.reason
+    );
 
     let mut huge_triple = handmade_bundle();
     huge_triple[48..56].copy_from_slice(&le64(1 << 40));
-    assert!(err(&huge_triple).reason.contains("triple length 1099511627776 is implausible"));
+    assert!(
+        err(&huge_triple)
+            .reason
+            .contains("triple length 1099511627776 is implausible")
+    );
 
     let mut wrapping = handmade_bundle();
     wrapping[32..40].copy_from_slice(&le64(u64::MAX - 1));
     wrapping[40..48].copy_from_slice(&le64(4));
-    assert!(err(&wrapping).reason.contains("run past the 164 bytes present"));
+    assert!(
+        err(&wrapping)
+            .reason
+            .contains("run past the 164 bytes present")
+    );
 
     let mut past_end = handmade_bundle();
     let dev_size_at = 32 + 24 + 25 + 8;
     past_end[dev_size_at..dev_size_at + 8].copy_from_slice(&le64(5));
     let e = err(&past_end);
-    assert!(e.reason.contains("entry 1 (hipv4-amdgcn-amd-amdhsa--gfx906:xnack-): bytes 160+5 run past"), "{}", e.reason);
+    assert!(
+        e.reason
+            .contains("entry 1 (hipv4-amdgcn-amd-amdhsa--gfx906:xnack-): bytes 160+5 run past"),
+        "{}",
+        e.reason
+    );
 
     let mut no_arch = build_uncompressed(&[("hipv4-amdgcn-amd-amdhsa-gfx906", b"x")], 8);
     assert!(err(&no_arch).reason.contains("has no target ID"));
@@ -244,11 +317,19 @@ fn hostile_ccob_headers() {
 
     let mut zlib = good.clone();
     zlib[6] = 0;
-    assert!(err(&zlib).reason.contains("unsupported compression method 0"));
+    assert!(
+        err(&zlib)
+            .reason
+            .contains("unsupported compression method 0")
+    );
 
     let mut small_total = good.clone();
     small_total[8..16].copy_from_slice(&le64(31));
-    assert!(err(&small_total).reason.contains("total size 31 is not between"));
+    assert!(
+        err(&small_total)
+            .reason
+            .contains("total size 31 is not between")
+    );
 
     let mut big_total = good.clone();
     big_total[8..16].copy_from_slice(&le64(good.len() as u64 + 1));
@@ -261,10 +342,18 @@ fn hostile_ccob_headers() {
     // A declared size that is merely wrong (either way) is caught without trusting it.
     let mut liar = good.clone();
     liar[16..24].copy_from_slice(&le64(1 << 31));
-    assert!(err(&liar).reason.contains("payload decodes to 164 bytes, the header says 2147483648"));
+    assert!(
+        err(&liar)
+            .reason
+            .contains("payload decodes to 164 bytes, the header says 2147483648")
+    );
     let mut short = good.clone();
     short[16..24].copy_from_slice(&le64(100));
-    assert!(err(&short).reason.contains("payload decodes to more than 100 bytes"));
+    assert!(
+        err(&short)
+            .reason
+            .contains("payload decodes to more than 100 bytes")
+    );
 
     let mut garbage = good.clone();
     for b in &mut garbage[32..] {
@@ -274,7 +363,11 @@ fn hostile_ccob_headers() {
 
     // The inner bundle is parsed with the same checks.
     let bad_inner = handmade_ccob(2, &inner[..100]);
-    assert!(err(&bad_inner).reason.contains("inside decompressed CCOB bundle"));
+    assert!(
+        err(&bad_inner)
+            .reason
+            .contains("inside decompressed CCOB bundle")
+    );
 }
 
 #[test]
@@ -286,7 +379,10 @@ fn honours_total_size_and_resumes_after_it() {
     let at = s.len();
     s.extend_from_slice(&handmade_ccob(2, &inner));
     let bundles = parse_fatbin(&s).unwrap();
-    assert_eq!(bundles.iter().map(|b| b.offset).collect::<Vec<_>>(), vec![0, at as u64]);
+    assert_eq!(
+        bundles.iter().map(|b| b.offset).collect::<Vec<_>>(),
+        vec![0, at as u64]
+    );
 }
 
 #[test]

@@ -41,7 +41,10 @@ pub type CliResult<T = ()> = Result<T, CliError>;
 
 impl CliError {
     pub fn new(exit: Exit, message: impl Into<String>) -> CliError {
-        CliError { exit, message: message.into() }
+        CliError {
+            exit,
+            message: message.into(),
+        }
     }
 
     pub fn code(&self) -> ExitCode {

@@ -26,13 +26,17 @@ pub fn run(args: Args) -> CliResult {
     let mut plan = Vec::new();
     for (key, entry) in archive.entries() {
         let refuse = |why: String| {
-            CliError::new(Exit::Output, format!("{}: refusing to extract: {why}", args.archive.display()))
+            CliError::new(
+                Exit::Output,
+                format!("{}: refusing to extract: {why}", args.archive.display()),
+            )
         };
         let parts = names::key_components(key).map_err(refuse)?;
         names::check_arch(&entry.arch).map_err(refuse)?;
         plan.push((key, entry.arch.as_str(), parts));
     }
-    let out_err = |p: &Path, e: std::io::Error| CliError::new(Exit::Output, format!("{}: {e}", p.display()));
+    let out_err =
+        |p: &Path, e: std::io::Error| CliError::new(Exit::Output, format!("{}: {e}", p.display()));
     fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
     let mut count = 0u64;
     let mut bytes = 0u64;
@@ -45,7 +49,10 @@ pub fn run(args: Args) -> CliResult {
                 Ok(_) => {
                     return Err(CliError::new(
                         Exit::Output,
-                        format!("{}: exists and is not a directory (symlinks are not followed)", dir.display()),
+                        format!(
+                            "{}: exists and is not a directory (symlinks are not followed)",
+                            dir.display()
+                        ),
                     ));
                 }
                 Err(_) => fs::create_dir(&dir).map_err(|e| out_err(&dir, e))?,
@@ -56,7 +63,10 @@ pub fn run(args: Args) -> CliResult {
         if args.force {
             if let Ok(m) = fs::symlink_metadata(&file) {
                 if !m.is_file() {
-                    return Err(CliError::new(Exit::Output, format!("{}: exists and is not a regular file", file.display())));
+                    return Err(CliError::new(
+                        Exit::Output,
+                        format!("{}: exists and is not a regular file", file.display()),
+                    ));
                 }
                 fs::remove_file(&file).map_err(|e| out_err(&file, e))?;
             }
@@ -66,15 +76,22 @@ pub fn run(args: Args) -> CliResult {
             .create_new(true)
             .open(&file)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => {
-                    CliError::new(Exit::Output, format!("{}: already exists (use --force to overwrite)", file.display()))
-                }
+                std::io::ErrorKind::AlreadyExists => CliError::new(
+                    Exit::Output,
+                    format!(
+                        "{}: already exists (use --force to overwrite)",
+                        file.display()
+                    ),
+                ),
                 _ => out_err(&file, e),
             })?;
         f.write_all(&data).map_err(|e| out_err(&file, e))?;
         count += 1;
         bytes += data.len() as u64;
     }
-    eprintln!("extracted {count} kernels ({bytes} bytes) into {}", args.dest.display());
+    eprintln!(
+        "extracted {count} kernels ({bytes} bytes) into {}",
+        args.dest.display()
+    );
     Ok(())
 }

@@ -384,7 +384,10 @@ mod tests {
         assert_eq!(without_rw("rw,nodev,ro\\,rw,x-rw"), "nodev,ro\\,rw,x-rw");
         assert_eq!(
             tr(&["kpack-fuse", "/k.kpack", "/mnt", "-o", "rw,nosuid"]),
-            Ok(runs(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "nosuid"], false))
+            Ok(runs(
+                &["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "nosuid"],
+                false
+            ))
         );
         assert_eq!(
             tr(&["mount.kpack-fuse", "/k.kpack", "/mnt", "-o", "rw"]),
@@ -393,7 +396,10 @@ mod tests {
         // Typed by a person, `rw` reaches the mount command, which refuses it.
         assert_eq!(
             tr(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "rw"]),
-            Ok(runs(&["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "rw"], false))
+            Ok(runs(
+                &["kpack-fuse", "mount", "/k.kpack", "/mnt", "-o", "rw"],
+                false
+            ))
         );
     }
 

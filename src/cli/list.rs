@@ -20,8 +20,22 @@ pub fn run(args: Args) -> CliResult {
     let mut rows = Vec::new();
     for (key, entry) in archive.entries() {
         let row = match archive.locate(key, &entry.arch) {
-            Ok(k) => Row { key, arch: &entry.arch, ordinal: entry.ordinal, size: Some(k.size), stored: Some(k.stored.size), error: None },
-            Err(e) => Row { key, arch: &entry.arch, ordinal: entry.ordinal, size: None, stored: None, error: Some(e.to_string()) },
+            Ok(k) => Row {
+                key,
+                arch: &entry.arch,
+                ordinal: entry.ordinal,
+                size: Some(k.size),
+                stored: Some(k.stored.size),
+                error: None,
+            },
+            Err(e) => Row {
+                key,
+                arch: &entry.arch,
+                ordinal: entry.ordinal,
+                size: None,
+                stored: None,
+                error: Some(e.to_string()),
+            },
         };
         rows.push(row);
     }
@@ -43,19 +57,37 @@ pub fn run(args: Args) -> CliResult {
             "gfx_arches": archive.architectures(),
             "kernels": kernels,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of plain values"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON of plain values")
+        );
         return Ok(());
     }
     let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(6).max(6);
     let awidth = rows.iter().map(|r| r.arch.len()).max().unwrap_or(4).max(4);
-    println!("{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}", "BINARY", "ARCH", "SIZE", "STORED", "RATIO");
+    println!(
+        "{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}",
+        "BINARY", "ARCH", "SIZE", "STORED", "RATIO"
+    );
     for r in &rows {
         match (r.size, r.stored) {
             (Some(size), Some(stored)) => {
-                let ratio = if size == 0 { "-".to_owned() } else { format!("{:.2}", stored as f64 / size as f64) };
-                println!("{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}", r.key, r.arch, size, stored, ratio);
+                let ratio = if size == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.2}", stored as f64 / size as f64)
+                };
+                println!(
+                    "{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}",
+                    r.key, r.arch, size, stored, ratio
+                );
             }
-            _ => println!("{:<width$}  {:<awidth$}  error: {}", r.key, r.arch, r.error.as_deref().unwrap_or("")),
+            _ => println!(
+                "{:<width$}  {:<awidth$}  error: {}",
+                r.key,
+                r.arch,
+                r.error.as_deref().unwrap_or("")
+            ),
         }
     }
     Ok(())

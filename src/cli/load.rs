@@ -38,7 +38,11 @@ pub fn run(args: Args) -> CliResult {
     } else {
         &mut silent
     };
-    let request = LoadRequest { binary_path: &binary, co_index: args.co, arch_list: &arch_refs };
+    let request = LoadRequest {
+        binary_path: &binary,
+        co_index: args.co,
+        arch_list: &arch_refs,
+    };
     let loaded = loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, trace)?;
     std::fs::write(&args.output, &loaded.data)
         .map_err(|e| CliError::new(Exit::Output, format!("{}: {e}", args.output.display())))?;

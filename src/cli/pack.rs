@@ -42,7 +42,10 @@ impl CompressionArgs {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The tree to pack: <binary key>/<arch>.hsaco files (symlinks are ignored).
-    #[arg(required_unless_present = "from_fatbin", conflicts_with = "from_fatbin")]
+    #[arg(
+        required_unless_present = "from_fatbin",
+        conflicts_with = "from_fatbin"
+    )]
     pub dir: Option<PathBuf>,
     /// Output: the archive file (tree mode) or a directory (with --from-fatbin).
     #[arg(short, long)]
@@ -96,28 +99,51 @@ pub fn run(args: Args) -> CliResult {
     }
     let dir = args.dir.expect("clap requires DIR without --from-fatbin");
     let tree = scan_tree(&dir)?;
-    let present: BTreeSet<&str> = tree.values().flat_map(|m| m.keys().map(String::as_str)).collect();
+    let present: BTreeSet<&str> = tree
+        .values()
+        .flat_map(|m| m.keys().map(String::as_str))
+        .collect();
     let arches: Vec<String> = if args.arches.is_empty() {
         present.iter().map(|a| a.to_string()).collect()
     } else {
-        let missing: Vec<&str> = present.iter().copied().filter(|a| !args.arches.iter().any(|x| x == a)).collect();
+        let missing: Vec<&str> = present
+            .iter()
+            .copied()
+            .filter(|a| !args.arches.iter().any(|x| x == a))
+            .collect();
         if !missing.is_empty() {
             return Err(CliError::new(
                 Exit::Usage,
-                format!("--arch does not name these arches found in {}: {}", dir.display(), missing.join(", ")),
+                format!(
+                    "--arch does not name these arches found in {}: {}",
+                    dir.display(),
+                    missing.join(", ")
+                ),
             ));
         }
         args.arches.clone()
     };
     let group = args.group.clone().unwrap_or_else(|| {
-        let name = args.output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = args
+            .output
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         name.strip_suffix(".kpack").unwrap_or(&name).to_owned()
     });
-    let family = args.family.clone().unwrap_or_else(|| match arches.as_slice() {
-        [one] => one.clone(),
-        _ => "mixed".to_owned(),
-    });
-    let mut writer = ArchiveWriter::new(group, family, arches.clone(), args.compression.compression())?;
+    let family = args
+        .family
+        .clone()
+        .unwrap_or_else(|| match arches.as_slice() {
+            [one] => one.clone(),
+            _ => "mixed".to_owned(),
+        });
+    let mut writer = ArchiveWriter::new(
+        group,
+        family,
+        arches.clone(),
+        args.compression.compression(),
+    )?;
     if let Some(t) = args.threads {
         writer.set_threads(t);
     }
@@ -125,8 +151,9 @@ pub fn run(args: Args) -> CliResult {
     for (key, by_arch) in &tree {
         for arch in &arches {
             if let Some(path) = by_arch.get(arch) {
-                let data = std::fs::read(path)
-                    .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+                let data = std::fs::read(path).map_err(|e| {
+                    CliError::new(Exit::Unreadable, format!("{}: {e}", path.display()))
+                })?;
                 total += data.len() as u64;
                 writer.add_kernel(key, arch, data)?;
             }
@@ -159,7 +186,9 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}") {
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
         bar.set_style(style);
     }
     Some(bar)
@@ -172,7 +201,10 @@ fn scan_tree(root: &Path) -> CliResult<Tree> {
     let meta = std::fs::metadata(root)
         .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", root.display())))?;
     if !meta.is_dir() {
-        return Err(CliError::new(Exit::Usage, format!("{}: not a directory", root.display())));
+        return Err(CliError::new(
+            Exit::Usage,
+            format!("{}: not a directory", root.display()),
+        ));
     }
     let mut tree = Tree::new();
     let mut stack = vec![root.to_path_buf()];
@@ -180,7 +212,8 @@ fn scan_tree(root: &Path) -> CliResult<Tree> {
         let entries = std::fs::read_dir(&dir)
             .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
         for entry in entries {
-            let entry = entry.map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+            let entry = entry
+                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
             let path = entry.path();
             let ft = entry
                 .file_type()
@@ -192,19 +225,28 @@ fn scan_tree(root: &Path) -> CliResult<Tree> {
                 stack.push(path);
                 continue;
             }
-            let bad = |why: &str| CliError::new(Exit::BadFormat, format!("{}: {why}", path.display()));
+            let bad =
+                |why: &str| CliError::new(Exit::BadFormat, format!("{}: {why}", path.display()));
             let name = entry.file_name();
             let name = name.to_str().ok_or_else(|| bad("file name is not UTF-8"))?;
-            let arch = names::arch_from_hsaco_name(name)
-                .ok_or_else(|| bad("unexpected file: the tree must hold only <binary key>/<arch>.hsaco files"))?;
+            let arch = names::arch_from_hsaco_name(name).ok_or_else(|| {
+                bad("unexpected file: the tree must hold only <binary key>/<arch>.hsaco files")
+            })?;
             let rel = dir.strip_prefix(root).expect("walk stays under root");
-            let key = rel.to_str().ok_or_else(|| bad("path is not UTF-8"))?.to_owned();
+            let key = rel
+                .to_str()
+                .ok_or_else(|| bad("path is not UTF-8"))?
+                .to_owned();
             if key.is_empty() {
-                return Err(bad("a .hsaco file directly in the tree's root has no binary key"));
+                return Err(bad(
+                    "a .hsaco file directly in the tree's root has no binary key",
+                ));
             }
             names::key_components(&key).map_err(|e| bad(&e))?;
             names::check_arch(arch).map_err(|e| bad(&e))?;
-            tree.entry(key).or_default().insert(arch.to_owned(), path.clone());
+            tree.entry(key)
+                .or_default()
+                .insert(arch.to_owned(), path.clone());
         }
     }
     Ok(tree)

@@ -38,9 +38,10 @@ pub fn arch_list(args: &[String]) -> Vec<String> {
 
 /// Reads a host binary's HIPK metadata and wrappers.
 pub fn read_host(path: &Path) -> CliResult<HipkHost> {
-    let bytes =
-        std::fs::read(path).map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
-    HipkHost::read(&bytes).map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+    HipkHost::read(&bytes)
+        .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))
 }
 
 /// The path the runtime would report for the binary: `/proc/self/maps` shows the resolved file.
@@ -66,8 +67,13 @@ pub fn run(args: Args) -> CliResult {
     let mut failure = None;
     for co in cos {
         let mut rec = Recorder::default();
-        let request = LoadRequest { binary_path: &binary, co_index: co, arch_list: &arch_refs };
-        let outcome = loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, &mut rec);
+        let request = LoadRequest {
+            binary_path: &binary,
+            co_index: co,
+            arch_list: &arch_refs,
+        };
+        let outcome =
+            loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, &mut rec);
         let outcome = outcome.map(|l| (l.data.len(), l.archive, l.target));
         results.push((co, rec.events, outcome));
     }
@@ -100,7 +106,10 @@ pub fn run(args: Args) -> CliResult {
             "wrappers": host.wrappers,
             "code_objects": code_objects,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON values always serialise"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON values always serialise")
+        );
     } else {
         println!("binary:       {}", binary.display());
         println!("kernel_name:  {}", host.metadata.kernel_name);
@@ -108,10 +117,19 @@ pub fn run(args: Args) -> CliResult {
             println!("search path:  {}", p.to_string_lossy());
         }
         if host.wrappers.is_empty() {
-            println!("wrappers:     none ({} not found)", rocm_kpack::elf::FATBIN_SEGMENT_SECTION);
+            println!(
+                "wrappers:     none ({} not found)",
+                rocm_kpack::elf::FATBIN_SEGMENT_SECTION
+            );
         }
         for w in &host.wrappers {
-            println!("wrapper {}:    {} version {} co {}", w.index, w.magic_name(), w.version, w.co_index);
+            println!(
+                "wrapper {}:    {} version {} co {}",
+                w.index,
+                w.magic_name(),
+                w.version,
+                w.co_index
+            );
         }
         println!("arch list:    {}", arches.join(", "));
         for (co, events, outcome) in &results {
@@ -163,16 +181,26 @@ fn describe(event: &Event) -> Option<String> {
         Event::UnsafeTarget { pattern, target } => {
             format!("skip    arch {target:?}: not a plain path component (pattern {pattern})")
         }
-        Event::DirectPath { original, resolved } => format!("path    {resolved}   (from {original})"),
+        Event::DirectPath { original, resolved } => {
+            format!("path    {resolved}   (from {original})")
+        }
         Event::ArchiveMissing { path } => format!("skip    {path}: not a regular file"),
         Event::ArchiveOpenFailed { path, reason, .. } => format!("skip    {path}: {reason}"),
-        Event::ArchiveOpened { path, architectures } => {
+        Event::ArchiveOpened {
+            path,
+            architectures,
+        } => {
             format!("open    {path}   gfx_arches [{}]", architectures.join(", "))
         }
         Event::ArchiveReused { path } => format!("reuse   {path}"),
-        Event::NoValidArchives { paths } => format!("none of the {paths} paths is a usable archive"),
+        Event::NoValidArchives { paths } => {
+            format!("none of the {paths} paths is a usable archive")
+        }
         Event::TryingArchitecture { arch: a } => {
-            format!("arch    {a}: targets {}", arch::compatible_targets(a).join(", "))
+            format!(
+                "arch    {a}: targets {}",
+                arch::compatible_targets(a).join(", ")
+            )
         }
         Event::Candidate { archive, target } => format!("  try   {target} in {archive}"),
         Event::KernelFound { size } => format!("  found {size} bytes"),

@@ -49,7 +49,12 @@ pub fn run(args: Args) -> CliResult {
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {
         match &b.outcome {
-            Outcome::Split { wrappers, code_objects, size_before, size_after } => println!(
+            Outcome::Split {
+                wrappers,
+                code_objects,
+                size_before,
+                size_after,
+            } => println!(
                 "{}: {wrappers} wrappers now HIPK, {code_objects} code objects moved out, {size_before} -> {size_after} bytes",
                 b.output.display()
             ),
@@ -67,15 +72,28 @@ pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     let check = split::verify_split(out_root, original_root)
         .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", out_root.display())))?;
     if check.binaries == 0 {
-        return Err(CliError::new(Exit::NotFound, format!("{}: no split binaries found", out_root.display())));
+        return Err(CliError::new(
+            Exit::NotFound,
+            format!("{}: no split binaries found", out_root.display()),
+        ));
     }
     for p in &check.problems {
         eprintln!("BAD {p}");
     }
     if !check.problems.is_empty() {
-        return Err(CliError::new(Exit::Corrupt, format!("{} problems in {} split binaries", check.problems.len(), check.binaries)));
+        return Err(CliError::new(
+            Exit::Corrupt,
+            format!(
+                "{} problems in {} split binaries",
+                check.problems.len(),
+                check.binaries
+            ),
+        ));
     }
-    println!("{} split binaries: {} code objects loaded through their markers, byte-identical to the originals", check.binaries, check.code_objects);
+    println!(
+        "{} split binaries: {} code objects loaded through their markers, byte-identical to the originals",
+        check.binaries, check.code_objects
+    );
     Ok(())
 }
 

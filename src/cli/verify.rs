@@ -43,9 +43,15 @@ pub fn run(args: Args) -> CliResult {
         eprintln!("BAD {p}");
     }
     if !problems.is_empty() {
-        return Err(CliError::new(Exit::Corrupt, format!("{} of {total} entries are bad", problems.len())));
+        return Err(CliError::new(
+            Exit::Corrupt,
+            format!("{} of {total} entries are bad", problems.len()),
+        ));
     }
-    eprintln!("ok: {total} kernels in {} archive(s) decode to their recorded sizes", args.archives.len());
+    eprintln!(
+        "ok: {total} kernels in {} archive(s) decode to their recorded sizes",
+        args.archives.len()
+    );
     if !args.against.is_empty() {
         import::verify_against(&args.archives, &args.against)?;
     }
@@ -77,7 +83,10 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> usize {
             }
         };
         if archive.scheme() == Scheme::None && kref.stored.size != entry.original_size {
-            bad(format!("original_size {} differs from the stored size {}", entry.original_size, kref.stored.size));
+            bad(format!(
+                "original_size {} differs from the stored size {}",
+                entry.original_size, kref.stored.size
+            ));
         }
         if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
             bad(e.to_string());

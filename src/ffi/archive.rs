@@ -1,21 +1,35 @@
 //! The archive half of the C API: open, list, fetch, close.
 
-use std::ffi::{c_char, c_void, OsStr};
+use std::ffi::{OsStr, c_char, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::alloc::MallocBuf;
 use super::guard::{c_str, code, guard, guard_void, non_null_mut};
-use super::types::{c_string, kpack_archive, kpack_archive_t, kpack_error_t, KPACK_ERROR_INVALID_ARGUMENT};
-use crate::archive::Archive;
+use super::types::{
+    KPACK_ERROR_INVALID_ARGUMENT, c_string, kpack_archive, kpack_archive_t, kpack_error_t,
+};
 use crate::ErrorKind;
+use crate::archive::Archive;
 
 /// Opens an archive and builds the C strings it will hand out.
 pub(crate) fn open_handle(path: &Path) -> crate::Result<kpack_archive> {
     let archive = Archive::open(path)?;
-    let architectures = archive.architectures().iter().map(|a| c_string(a)).collect();
-    let binaries = archive.binaries().iter().map(|b| c_string(&b.key)).collect();
-    Ok(kpack_archive { archive, architectures, binaries })
+    let architectures = archive
+        .architectures()
+        .iter()
+        .map(|a| c_string(a))
+        .collect();
+    let binaries = archive
+        .binaries()
+        .iter()
+        .map(|b| c_string(&b.key))
+        .collect();
+    Ok(kpack_archive {
+        archive,
+        architectures,
+        binaries,
+    })
 }
 
 /// Borrows the handle behind `archive`.
@@ -30,7 +44,10 @@ unsafe fn handle<'a>(archive: kpack_archive_t) -> Result<&'a kpack_archive, kpac
 /// # Safety
 /// `path` is NULL or a C string; `archive` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn kpack_open(path: *const c_char, archive: *mut kpack_archive_t) -> kpack_error_t {
+pub unsafe extern "C" fn kpack_open(
+    path: *const c_char,
+    archive: *mut kpack_archive_t,
+) -> kpack_error_t {
     guard(|| {
         // SAFETY: argument contract above.
         let path = unsafe { c_str(path)? };
@@ -57,7 +74,10 @@ pub unsafe extern "C" fn kpack_close(archive: kpack_archive_t) {
 /// # Safety
 /// `archive` is NULL or a live handle; `count` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn kpack_get_architecture_count(archive: kpack_archive_t, count: *mut usize) -> kpack_error_t {
+pub unsafe extern "C" fn kpack_get_architecture_count(
+    archive: kpack_archive_t,
+    count: *mut usize,
+) -> kpack_error_t {
     guard(|| {
         // SAFETY: argument contract above.
         let h = unsafe { handle(archive)? };
@@ -80,7 +100,10 @@ pub unsafe extern "C" fn kpack_get_architecture(
         // SAFETY: argument contract above.
         let h = unsafe { handle(archive)? };
         let out = non_null_mut(arch)?;
-        let s = h.architectures.get(index).ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
+        let s = h
+            .architectures
+            .get(index)
+            .ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
         // SAFETY: checked non-null; the string lives in the handle until kpack_close.
         unsafe { *out = s.as_ptr() };
         Ok(())
@@ -90,7 +113,10 @@ pub unsafe extern "C" fn kpack_get_architecture(
 /// # Safety
 /// `archive` is NULL or a live handle; `count` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn kpack_get_binary_count(archive: kpack_archive_t, count: *mut usize) -> kpack_error_t {
+pub unsafe extern "C" fn kpack_get_binary_count(
+    archive: kpack_archive_t,
+    count: *mut usize,
+) -> kpack_error_t {
     guard(|| {
         // SAFETY: argument contract above.
         let h = unsafe { handle(archive)? };
@@ -142,7 +168,10 @@ pub unsafe extern "C" fn kpack_get_kernel(
         let (Ok(name), Ok(arch)) = (name.to_str(), arch.to_str()) else {
             return Err(ErrorKind::KernelNotFound.code());
         };
-        let buf = h.archive.get_kernel_with(name, arch, MallocBuf::new).map_err(code)?;
+        let buf = h
+            .archive
+            .get_kernel_with(name, arch, MallocBuf::new)
+            .map_err(code)?;
         let (ptr, len) = buf.into_raw();
         // SAFETY: checked non-null.
         unsafe {

@@ -1,9 +1,9 @@
 //! The panic boundary and pointer checks every exported function goes through.
 
-use std::ffi::{c_char, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::types::{kpack_error_t, KPACK_ERROR_INVALID_ARGUMENT, KPACK_SUCCESS};
+use super::types::{KPACK_ERROR_INVALID_ARGUMENT, KPACK_SUCCESS, kpack_error_t};
 use crate::Error;
 
 /// Returned when Rust code panicked (a bug): the C API has no "internal error" code, and
@@ -32,12 +32,20 @@ pub(crate) fn code(e: Error) -> kpack_error_t {
 
 /// `Err(INVALID_ARGUMENT)` for a NULL pointer.
 pub(crate) fn non_null<T>(p: *const T) -> Result<*const T, kpack_error_t> {
-    if p.is_null() { Err(KPACK_ERROR_INVALID_ARGUMENT) } else { Ok(p) }
+    if p.is_null() {
+        Err(KPACK_ERROR_INVALID_ARGUMENT)
+    } else {
+        Ok(p)
+    }
 }
 
 /// `Err(INVALID_ARGUMENT)` for a NULL output pointer.
 pub(crate) fn non_null_mut<T>(p: *mut T) -> Result<*mut T, kpack_error_t> {
-    if p.is_null() { Err(KPACK_ERROR_INVALID_ARGUMENT) } else { Ok(p) }
+    if p.is_null() {
+        Err(KPACK_ERROR_INVALID_ARGUMENT)
+    } else {
+        Ok(p)
+    }
 }
 
 /// Borrows a C string argument.

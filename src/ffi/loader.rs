@@ -1,17 +1,20 @@
 //! The loader half of the C API: caches, code-object loading, path discovery, arch enumeration.
 
 use std::borrow::Cow;
-use std::ffi::{c_char, c_void, CStr, OsStr};
+use std::ffi::{CStr, OsStr, c_char, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::alloc::MallocBuf;
 use super::guard::{c_str, code, guard, guard_void, non_null, non_null_mut};
 use super::types::{
-    c_string, kpack_arch_callback_t, kpack_cache, kpack_cache_t, kpack_error_t, KPACK_ERROR_INVALID_ARGUMENT,
+    KPACK_ERROR_INVALID_ARGUMENT, c_string, kpack_arch_callback_t, kpack_cache, kpack_cache_t,
+    kpack_error_t,
 };
 use crate::archive::Archive;
-use crate::loader::{maps, HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace};
+use crate::loader::{
+    HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace, maps,
+};
 
 /// # Safety
 /// `cache` is NULL or writable.
@@ -84,11 +87,20 @@ pub unsafe extern "C" fn kpack_load_code_object(
         };
         let mut log = StderrLog;
         let mut silent = Silent;
-        let trace: &mut dyn Trace = if cache.loader.config().debug { &mut log } else { &mut silent };
+        let trace: &mut dyn Trace = if cache.loader.config().debug {
+            &mut log
+        } else {
+            &mut silent
+        };
         let loaded = cache
             .loader
             // SAFETY: the metadata pointer contract above.
-            .load_code_object(|| unsafe { HipkMetadata::parse_pointer(metadata) }, &request, MallocBuf::new, trace)
+            .load_code_object(
+                || unsafe { HipkMetadata::parse_pointer(metadata) },
+                &request,
+                MallocBuf::new,
+                trace,
+            )
             .map_err(code)?;
         let (ptr, len) = loaded.data.into_raw();
         // SAFETY: checked non-null.

@@ -23,4 +23,7 @@ pub use loader::{
     kpack_cache_create, kpack_cache_destroy, kpack_discover_binary_path,
     kpack_enumerate_architectures, kpack_free_code_object, kpack_load_code_object,
 };
-pub use types::{kpack_arch_callback_t, kpack_archive, kpack_archive_t, kpack_cache, kpack_cache_t, kpack_error_t};
+pub use types::{
+    kpack_arch_callback_t, kpack_archive, kpack_archive_t, kpack_cache, kpack_cache_t,
+    kpack_error_t,
+};

@@ -2,7 +2,7 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{CString, c_char, c_int, c_void};
 
 use crate::archive::Archive;
 use crate::loader::Loader;
@@ -31,7 +31,8 @@ pub struct kpack_cache {
 pub type kpack_cache_t = *mut kpack_cache;
 
 /// `kpack_arch_callback_t`; `None` is a NULL function pointer.
-pub type kpack_arch_callback_t = Option<unsafe extern "C" fn(arch: *const c_char, user_data: *mut c_void) -> bool>;
+pub type kpack_arch_callback_t =
+    Option<unsafe extern "C" fn(arch: *const c_char, user_data: *mut c_void) -> bool>;
 
 /// A C string for `s`. TOC strings may contain NUL bytes, which C cannot represent; such a string
 /// is cut at its first NUL, which is what a C reader would see anyway.

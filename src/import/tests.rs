@@ -11,11 +11,20 @@ const HOST: &str = "host-x86_64-unknown-linux";
 
 /// Three translation units: (gfx900, gfx90a:xnack-), (gfx900), CCOB (gfx90a:xnack-, gfx900).
 fn three_tu_section() -> Vec<u8> {
-    let mut s = build_uncompressed(&[(HOST, &[]), (GFX900, b"tu0-900"), (GFX90A, b"tu0-90a")], 64);
+    let mut s = build_uncompressed(
+        &[(HOST, &[]), (GFX900, b"tu0-900"), (GFX90A, b"tu0-90a")],
+        64,
+    );
     s.resize(s.len().next_multiple_of(256), 0);
-    s.extend_from_slice(&build_uncompressed(&[(HOST, &[]), (GFX900, b"tu1-900")], 64));
+    s.extend_from_slice(&build_uncompressed(
+        &[(HOST, &[]), (GFX900, b"tu1-900")],
+        64,
+    ));
     s.resize(s.len().next_multiple_of(256), 0);
-    let inner = build_uncompressed(&[(HOST, &[]), (GFX90A, b"tu2-90a"), (GFX900, b"tu2-900")], 64);
+    let inner = build_uncompressed(
+        &[(HOST, &[]), (GFX90A, b"tu2-90a"), (GFX900, b"tu2-900")],
+        64,
+    );
     s.extend_from_slice(&build_ccob(3, &inner, 3).unwrap());
     s
 }
@@ -23,8 +32,10 @@ fn three_tu_section() -> Vec<u8> {
 #[test]
 fn keys_count_per_arch_in_bundle_order() {
     let cos = code_objects("lib/libx.so", &three_tu_section()).unwrap();
-    let got: Vec<(&str, &str, u32, &[u8])> =
-        cos.iter().map(|c| (c.key.as_str(), c.arch.as_str(), c.index, &c.data[..])).collect();
+    let got: Vec<(&str, &str, u32, &[u8])> = cos
+        .iter()
+        .map(|c| (c.key.as_str(), c.arch.as_str(), c.index, &c.data[..]))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -40,18 +51,33 @@ fn keys_count_per_arch_in_bundle_order() {
 
 #[test]
 fn unusable_arch_strings_are_refused() {
-    for bad in ["hipv4-amdgcn-amd-amdhsa--gfx/../../etc", "hipv4-amdgcn-amd-amdhsa--..", "hipv4-amdgcn-amd-amdhsa--gfx 900"] {
+    for bad in [
+        "hipv4-amdgcn-amd-amdhsa--gfx/../../etc",
+        "hipv4-amdgcn-amd-amdhsa--..",
+        "hipv4-amdgcn-amd-amdhsa--gfx 900",
+    ] {
         let s = build_uncompressed(&[(bad, b"x")], 8);
-        assert_eq!(code_objects("a", &s), Err(ImportError::BadArch { triple: bad.into() }));
+        assert_eq!(
+            code_objects("a", &s),
+            Err(ImportError::BadArch { triple: bad.into() })
+        );
     }
-    for good in ["gfx90a:xnack-", "gfx942:sramecc+:xnack-", "gfx9-4-generic", "gfx1250-strict"] {
+    for good in [
+        "gfx90a:xnack-",
+        "gfx942:sramecc+:xnack-",
+        "gfx9-4-generic",
+        "gfx1250-strict",
+    ] {
         assert!(is_valid_arch(good), "{good}");
     }
 }
 
 #[test]
 fn host_binaries_are_checked() {
-    assert!(matches!(host_code_objects("x", b"KPAK"), Err(ImportError::NotElf(_))));
+    assert!(matches!(
+        host_code_objects("x", b"KPAK"),
+        Err(ImportError::NotElf(_))
+    ));
     // This test binary is an ELF file without device code.
     let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
     assert_eq!(host_code_objects("x", &me), Err(ImportError::NoDeviceCode));
@@ -59,8 +85,14 @@ fn host_binaries_are_checked() {
 
 #[test]
 fn kernel_names_from_relative_paths() {
-    assert_eq!(kernel_name_from_relative(Path::new("lib/librocrand.so.1.1")).unwrap(), "lib/librocrand.so.1.1");
-    assert_eq!(kernel_name_from_relative(Path::new("./bin/app")).unwrap(), "bin/app");
+    assert_eq!(
+        kernel_name_from_relative(Path::new("lib/librocrand.so.1.1")).unwrap(),
+        "lib/librocrand.so.1.1"
+    );
+    assert_eq!(
+        kernel_name_from_relative(Path::new("./bin/app")).unwrap(),
+        "bin/app"
+    );
     assert!(kernel_name_from_relative(Path::new("../x")).is_err());
     assert!(kernel_name_from_relative(Path::new("/abs/x")).is_err());
     assert!(kernel_name_from_relative(Path::new("")).is_err());
@@ -79,11 +111,23 @@ fn prefixes() {
 
 #[test]
 fn search_paths_climb_one_level_per_directory() {
-    assert_eq!(search_path("librocrand.so.1.1", "rocrand", false), ".kpack/rocrand_@GFXARCH@.kpack");
-    assert_eq!(search_path("lib/librocrand.so.1.1", "rocrand", false), "../.kpack/rocrand_@GFXARCH@.kpack");
-    assert_eq!(search_path("a/b/c/libx.so", "blas_lib", false), "../../../.kpack/blas_lib_@GFXARCH@.kpack");
+    assert_eq!(
+        search_path("librocrand.so.1.1", "rocrand", false),
+        ".kpack/rocrand_@GFXARCH@.kpack"
+    );
+    assert_eq!(
+        search_path("lib/librocrand.so.1.1", "rocrand", false),
+        "../.kpack/rocrand_@GFXARCH@.kpack"
+    );
+    assert_eq!(
+        search_path("a/b/c/libx.so", "blas_lib", false),
+        "../../../.kpack/blas_lib_@GFXARCH@.kpack"
+    );
     assert_eq!(search_path("lib/libx.so", "x", true), "../.kpack/x.kpack");
-    assert_eq!(archive_file_name("torch", Some("gfx90a:xnack+")), "torch_gfx90a:xnack+.kpack");
+    assert_eq!(
+        archive_file_name("torch", Some("gfx90a:xnack+")),
+        "torch_gfx90a:xnack+.kpack"
+    );
 }
 
 #[test]
@@ -94,28 +138,49 @@ fn metadata_bytes_match_python_msgpack() {
     let expected = "82b26b7061636b5f7365617263685f706174687391d9212e2e2f2e6b7061636b2f726f6372616e645f4047\
                     465841524348402e6b7061636bab6b65726e656c5f6e616d65b56c69622f6c6962726f6372616e642e73\
                     6f2e312e31";
-    let got = hipk_metadata(&["../.kpack/rocrand_@GFXARCH@.kpack".into()], "lib/librocrand.so.1.1");
+    let got = hipk_metadata(
+        &["../.kpack/rocrand_@GFXARCH@.kpack".into()],
+        "lib/librocrand.so.1.1",
+    );
     let hex: String = got.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex, expected);
 }
 
 #[test]
 fn plans_per_arch_and_single_archives() {
-    let a = ImportedHost { kernel_name: "lib/liba.so".into(), code_objects: code_objects("lib/liba.so", &three_tu_section()).unwrap() };
+    let a = ImportedHost {
+        kernel_name: "lib/liba.so".into(),
+        code_objects: code_objects("lib/liba.so", &three_tu_section()).unwrap(),
+    };
     let b_section = build_uncompressed(&[(GFX90A, b"b-90a")], 8);
-    let b = ImportedHost { kernel_name: "bin/b".into(), code_objects: code_objects("bin/b", &b_section).unwrap() };
+    let b = ImportedHost {
+        kernel_name: "bin/b".into(),
+        code_objects: code_objects("bin/b", &b_section).unwrap(),
+    };
 
     let plans = plan_archives(vec![a.clone(), b.clone()], "x", false, Compression::None).unwrap();
-    let summary: Vec<(&str, Vec<String>, usize)> =
-        plans.iter().map(|p| (p.file_name.as_str(), p.arches.clone(), p.writer.len())).collect();
+    let summary: Vec<(&str, Vec<String>, usize)> = plans
+        .iter()
+        .map(|p| (p.file_name.as_str(), p.arches.clone(), p.writer.len()))
+        .collect();
     assert_eq!(
         summary,
-        vec![("x_gfx900.kpack", vec!["gfx900".to_string()], 3), ("x_gfx90a:xnack-.kpack", vec!["gfx90a:xnack-".to_string()], 3)]
+        vec![
+            ("x_gfx900.kpack", vec!["gfx900".to_string()], 3),
+            (
+                "x_gfx90a:xnack-.kpack",
+                vec!["gfx90a:xnack-".to_string()],
+                3
+            )
+        ]
     );
 
     let single = plan_archives(vec![a, b], "x", true, Compression::None).unwrap();
     assert_eq!(single.len(), 1);
     assert_eq!(single[0].file_name, "x.kpack");
-    assert_eq!(single[0].arches, vec!["gfx900".to_string(), "gfx90a:xnack-".to_string()]);
+    assert_eq!(
+        single[0].arches,
+        vec!["gfx900".to_string(), "gfx90a:xnack-".to_string()]
+    );
     assert_eq!(single[0].writer.len(), 6);
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::trace::{emit, Event, Trace};
+use super::trace::{Event, Trace, emit};
 use crate::archive::Archive;
 
 /// One path's archive, filled by the first successful open.
@@ -41,27 +41,52 @@ impl ArchiveCache {
     /// The archive at `path`, from the cache or freshly opened. Returns the canonical path (the
     /// cache key) with it, or `None` when `path` is not a regular file or does not open (both
     /// reported to `trace`).
-    pub fn get_or_open(&self, path: &Path, trace: &mut dyn Trace) -> Option<(PathBuf, Arc<Archive>)> {
-        if let Some((canonical, slot)) = self.aliases.lock().unwrap_or_else(PoisonError::into_inner).get(path).cloned() {
-            if let Some(archive) = slot.archive.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
-                emit(trace, || Event::ArchiveReused { path: canonical.display().to_string() });
+    pub fn get_or_open(
+        &self,
+        path: &Path,
+        trace: &mut dyn Trace,
+    ) -> Option<(PathBuf, Arc<Archive>)> {
+        if let Some((canonical, slot)) = self
+            .aliases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .cloned()
+        {
+            if let Some(archive) = slot
+                .archive
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                emit(trace, || Event::ArchiveReused {
+                    path: canonical.display().to_string(),
+                });
                 return Some((canonical, Arc::clone(archive)));
             }
         }
         if !is_regular_file(path) {
-            emit(trace, || Event::ArchiveMissing { path: path.display().to_string() });
+            emit(trace, || Event::ArchiveMissing {
+                path: path.display().to_string(),
+            });
             return None;
         }
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let slot = Arc::clone(
-            self.slots.lock().unwrap_or_else(PoisonError::into_inner).entry(canonical.clone()).or_default(),
+            self.slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(canonical.clone())
+                .or_default(),
         );
         // Only this path's slot is locked while the file is opened: concurrent first users of the
         // same archive wait here and then find it filled; other archives are not held up.
         let mut held = slot.archive.lock().unwrap_or_else(PoisonError::into_inner);
         let archive = match held.as_ref() {
             Some(archive) => {
-                emit(trace, || Event::ArchiveReused { path: canonical.display().to_string() });
+                emit(trace, || Event::ArchiveReused {
+                    path: canonical.display().to_string(),
+                });
                 Arc::clone(archive)
             }
             None => match Archive::open(path) {
@@ -95,11 +120,21 @@ impl ArchiveCache {
 
     /// How many archives are held.
     pub fn len(&self) -> usize {
-        let slots: Vec<Arc<Slot>> =
-            self.slots.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
+        let slots: Vec<Arc<Slot>> = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
         slots
             .iter()
-            .filter(|s| s.archive.lock().unwrap_or_else(PoisonError::into_inner).is_some())
+            .filter(|s| {
+                s.archive
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some()
+            })
             .count()
     }
 
@@ -129,7 +164,9 @@ mod tests {
     fn assert_send_sync<T: Send + Sync>() {}
 
     fn fixture(name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
     }
 
     #[test]
@@ -143,7 +180,9 @@ mod tests {
         let link = dir.path().join("alias.kpack");
         std::os::unix::fs::symlink(fixture("test_noop.kpack"), &link).unwrap();
         let cache = ArchiveCache::new();
-        let (a, _) = cache.get_or_open(&fixture("test_noop.kpack"), &mut Silent).unwrap();
+        let (a, _) = cache
+            .get_or_open(&fixture("test_noop.kpack"), &mut Silent)
+            .unwrap();
         let mut rec = Recorder::default();
         let (b, _) = cache.get_or_open(&link, &mut rec).unwrap();
         assert_eq!(a, b);
@@ -160,14 +199,24 @@ mod tests {
         let cache = ArchiveCache::new();
         let mut rec = Recorder::default();
         assert!(cache.get_or_open(&path, &mut rec).is_none());
-        assert!(matches!(&rec.events[..], [Event::ArchiveOpenFailed { code: 3, .. }]));
+        assert!(matches!(
+            &rec.events[..],
+            [Event::ArchiveOpenFailed { code: 3, .. }]
+        ));
         std::fs::copy(fixture("test_zstd.kpack"), &path).unwrap();
         let (_, a) = cache.get_or_open(&path, &mut Silent).unwrap();
         assert_eq!(a.architectures(), ["gfx1100", "gfx1101"]);
         let mut rec = Recorder::default();
-        assert!(cache.get_or_open(&dir.path().join("none.kpack"), &mut rec).is_none());
+        assert!(
+            cache
+                .get_or_open(&dir.path().join("none.kpack"), &mut rec)
+                .is_none()
+        );
         assert!(cache.get_or_open(dir.path(), &mut rec).is_none());
-        assert!(matches!(&rec.events[..], [Event::ArchiveMissing { .. }, Event::ArchiveMissing { .. }]));
+        assert!(matches!(
+            &rec.events[..],
+            [Event::ArchiveMissing { .. }, Event::ArchiveMissing { .. }]
+        ));
         assert_eq!(cache.len(), 1);
     }
 

@@ -44,8 +44,12 @@ impl LoaderConfig {
         LoaderConfig {
             disabled: is_enabled_flag(lookup(ENV_DISABLE).as_deref()),
             debug: is_enabled_flag(lookup(ENV_DEBUG).as_deref()),
-            path_override: lookup(ENV_PATH).map(|v| split_path_list(&v)).unwrap_or_default(),
-            path_prefix: lookup(ENV_PATH_PREFIX).map(|v| split_path_list(&v)).unwrap_or_default(),
+            path_override: lookup(ENV_PATH)
+                .map(|v| split_path_list(&v))
+                .unwrap_or_default(),
+            path_prefix: lookup(ENV_PATH_PREFIX)
+                .map(|v| split_path_list(&v))
+                .unwrap_or_default(),
         }
     }
 
@@ -79,8 +83,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> LoaderConfig {
-        let map: HashMap<String, OsString> =
-            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
         LoaderConfig::from_lookup(|k| map.get(k).cloned())
     }
 
@@ -109,10 +115,19 @@ mod tests {
 
     #[test]
     fn path_lists_drop_empty_components_only() {
-        let c = config(&[(ENV_PATH, "/test/path1:/test/path2"), (ENV_PATH_PREFIX, "::p q: ")]);
-        assert_eq!(c.path_override, [PathBuf::from("/test/path1"), PathBuf::from("/test/path2")]);
+        let c = config(&[
+            (ENV_PATH, "/test/path1:/test/path2"),
+            (ENV_PATH_PREFIX, "::p q: "),
+        ]);
+        assert_eq!(
+            c.path_override,
+            [PathBuf::from("/test/path1"), PathBuf::from("/test/path2")]
+        );
         assert_eq!(c.path_prefix, [PathBuf::from("p q"), PathBuf::from(" ")]);
-        assert_eq!(config(&[(ENV_PATH, "a::b:")]).path_override, [PathBuf::from("a"), PathBuf::from("b")]);
+        assert_eq!(
+            config(&[(ENV_PATH, "a::b:")]).path_override,
+            [PathBuf::from("a"), PathBuf::from("b")]
+        );
         assert!(config(&[(ENV_PATH, "")]).path_override.is_empty());
         assert!(config(&[(ENV_PATH, ":::")]).path_override.is_empty());
     }

@@ -69,7 +69,11 @@ impl HipkHost {
 
     /// Code-object indices of the HIPK wrappers, in section order.
     pub fn hipk_code_objects(&self) -> Vec<u32> {
-        self.wrappers.iter().filter(|w| w.is_hipk()).map(|w| w.co_index).collect()
+        self.wrappers
+            .iter()
+            .filter(|w| w.is_hipk())
+            .map(|w| w.co_index)
+            .collect()
     }
 }
 
@@ -77,7 +81,11 @@ impl HipkHost {
 pub fn parse_wrappers(data: &[u8], little_endian: bool) -> Vec<Wrapper> {
     let u32_at = |b: &[u8], at: usize| {
         let raw: [u8; 4] = b[at..at + 4].try_into().expect("4 bytes");
-        if little_endian { u32::from_le_bytes(raw) } else { u32::from_be_bytes(raw) }
+        if little_endian {
+            u32::from_le_bytes(raw)
+        } else {
+            u32::from_be_bytes(raw)
+        }
     };
     data.chunks_exact(WRAPPER_SIZE)
         .enumerate()
@@ -86,7 +94,11 @@ pub fn parse_wrappers(data: &[u8], little_endian: bool) -> Vec<Wrapper> {
             magic: u32_at(w, 0),
             version: u32_at(w, 4),
             // The low half of the u64 at 16 sits first in little-endian order, last in big.
-            co_index: if little_endian { u32_at(w, 16) } else { u32_at(w, 20) },
+            co_index: if little_endian {
+                u32_at(w, 16)
+            } else {
+                u32_at(w, 20)
+            },
         })
         .collect()
 }
@@ -98,7 +110,11 @@ mod tests {
     #[test]
     fn wrappers_are_24_byte_records() {
         let mut data = Vec::new();
-        for (magic, co) in [(HIPK_MAGIC, 0u64), (HIPF_MAGIC, 0), (HIPK_MAGIC, 7 | (5 << 32))] {
+        for (magic, co) in [
+            (HIPK_MAGIC, 0u64),
+            (HIPF_MAGIC, 0),
+            (HIPK_MAGIC, 7 | (5 << 32)),
+        ] {
             data.extend_from_slice(&magic.to_le_bytes());
             data.extend_from_slice(&1u32.to_le_bytes());
             data.extend_from_slice(&0x1234u64.to_le_bytes());
@@ -107,7 +123,10 @@ mod tests {
         data.extend_from_slice(&[0xff; 10]);
         let w = parse_wrappers(&data, true);
         assert_eq!(w.len(), 3);
-        assert_eq!((w[0].magic_name(), w[0].co_index, w[0].version), ("HIPK".to_string(), 0, 1));
+        assert_eq!(
+            (w[0].magic_name(), w[0].co_index, w[0].version),
+            ("HIPK".to_string(), 0, 1)
+        );
         assert_eq!(w[1].magic_name(), "HIPF");
         assert!(!w[1].is_hipk());
         assert_eq!((w[2].index, w[2].co_index), (2, 7));
@@ -119,6 +138,9 @@ mod tests {
         let e = HipkHost::read(&exe).unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::InvalidMetadata);
         assert!(e.to_string().contains(".rocm_kpack_ref"), "{e}");
-        assert_eq!(HipkHost::read(b"KPAK").unwrap_err().kind(), crate::ErrorKind::InvalidMetadata);
+        assert_eq!(
+            HipkHost::read(b"KPAK").unwrap_err().kind(),
+            crate::ErrorKind::InvalidMetadata
+        );
     }
 }

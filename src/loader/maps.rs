@@ -28,7 +28,10 @@ pub fn parse_line(line: &[u8]) -> Option<Mapping<'_>> {
     let mut field = || -> Option<&[u8]> {
         let start = rest.iter().position(|b| !is_blank(*b))?;
         let trimmed = &rest[start..];
-        let end = trimmed.iter().position(|b| is_blank(*b)).unwrap_or(trimmed.len());
+        let end = trimmed
+            .iter()
+            .position(|b| is_blank(*b))
+            .unwrap_or(trimmed.len());
         let (f, r) = trimmed.split_at(end);
         rest = r;
         Some(f)
@@ -47,7 +50,12 @@ pub fn parse_line(line: &[u8]) -> Option<Mapping<'_>> {
     let low = hex(&range[..dash])?;
     let high = hex(&range[dash + 1..])?;
     let offset = hex(offset)?;
-    Some(Mapping { low, high, offset, path })
+    Some(Mapping {
+        low,
+        high,
+        offset,
+        path,
+    })
 }
 
 fn is_blank(b: u8) -> bool {
@@ -71,8 +79,9 @@ pub fn discover(addr: usize) -> Result<(PathBuf, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let maps = std::fs::read("/proc/self/maps")
         .map_err(|e| Error::PathDiscovery(format!("cannot read /proc/self/maps: {e}")))?;
-    let (path, offset) = find(&maps, addr as u64)
-        .ok_or_else(|| Error::PathDiscovery(format!("no mapped file contains address {addr:#x}")))?;
+    let (path, offset) = find(&maps, addr as u64).ok_or_else(|| {
+        Error::PathDiscovery(format!("no mapped file contains address {addr:#x}"))
+    })?;
     Ok((PathBuf::from(std::ffi::OsStr::from_bytes(path)), offset))
 }
 
@@ -90,19 +99,34 @@ mod tests {
     #[test]
     fn parses_fields_and_keeps_the_whole_path() {
         let m = parse_line(b"7f0000002000-7f0000004000 r--p 00010000 08:01 99   /tmp/lib with space.so (deleted)\n").unwrap();
-        assert_eq!((m.low, m.high, m.offset), (0x7f0000002000, 0x7f0000004000, 0x10000));
+        assert_eq!(
+            (m.low, m.high, m.offset),
+            (0x7f0000002000, 0x7f0000004000, 0x10000)
+        );
         assert_eq!(m.path, b"/tmp/lib with space.so (deleted)");
-        assert_eq!(parse_line(b"7f0000000000-7f0000002000 rw-p 00000000 00:00 0 "), None);
-        assert_eq!(parse_line(b"55d0a1000000-55d0a1021000 rw-p 00000000 00:00 0   [heap]"), None);
+        assert_eq!(
+            parse_line(b"7f0000000000-7f0000002000 rw-p 00000000 00:00 0 "),
+            None
+        );
+        assert_eq!(
+            parse_line(b"55d0a1000000-55d0a1021000 rw-p 00000000 00:00 0   [heap]"),
+            None
+        );
         assert_eq!(parse_line(b"zz-10 r--p 0 08:01 1 /x"), None);
         assert_eq!(parse_line(b""), None);
     }
 
     #[test]
     fn finds_the_containing_mapping_and_offset() {
-        assert_eq!(find(MAPS, 0x55d0a0001010), Some((&b"/usr/bin/app"[..], 0x1010)));
+        assert_eq!(
+            find(MAPS, 0x55d0a0001010),
+            Some((&b"/usr/bin/app"[..], 0x1010))
+        );
         assert_eq!(find(MAPS, 0x55d0a0000000), Some((&b"/usr/bin/app"[..], 0)));
-        assert_eq!(find(MAPS, 0x7f0000003000), Some((&b"/tmp/lib with space.so (deleted)"[..], 0x11000)));
+        assert_eq!(
+            find(MAPS, 0x7f0000003000),
+            Some((&b"/tmp/lib with space.so (deleted)"[..], 0x11000))
+        );
         // high is exclusive; heap and anonymous memory name no file.
         assert_eq!(find(MAPS, 0x55d0a0005000), None);
         assert_eq!(find(MAPS, 0x55d0a1000010), None);
@@ -113,7 +137,13 @@ mod tests {
     fn discovers_this_test_binary() {
         static MARKER: u8 = 7;
         let (path, _) = discover(&MARKER as *const u8 as usize).unwrap();
-        assert_eq!(std::fs::canonicalize(&path).unwrap(), std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap());
-        assert_eq!(discover(0).unwrap_err().kind(), crate::ErrorKind::PathDiscoveryFailed);
+        assert_eq!(
+            std::fs::canonicalize(&path).unwrap(),
+            std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap()
+        );
+        assert_eq!(
+            discover(0).unwrap_err().kind(),
+            crate::ErrorKind::PathDiscoveryFailed
+        );
     }
 }

@@ -33,7 +33,8 @@ impl HipkMetadata {
     /// Parses the first msgpack object of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<HipkMetadata> {
         let limit = &bytes[..bytes.len().min(MAX_METADATA_BYTES)];
-        let (value, _) = msgpack::decode_slice(limit).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
+        let (value, _) =
+            msgpack::decode_slice(limit).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
         HipkMetadata::from_value(&value)
     }
 
@@ -45,14 +46,18 @@ impl HipkMetadata {
     pub unsafe fn parse_pointer(ptr: *const u8) -> Result<HipkMetadata> {
         // SAFETY: forwarded to the caller.
         let input = unsafe { PointerInput::new(ptr, MAX_METADATA_BYTES) };
-        let (value, _) = msgpack::decode(&input).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
+        let (value, _) =
+            msgpack::decode(&input).map_err(|e| Error::InvalidMetadata(e.to_string()))?;
         HipkMetadata::from_value(&value)
     }
 
     /// Checks the decoded value's shape and copies out what the loader needs.
     pub fn from_value(value: &Value<'_>) -> Result<HipkMetadata> {
         if !matches!(value, Value::Map(_)) {
-            return Err(Error::InvalidMetadata(format!("expected a map, found {}", value.type_name())));
+            return Err(Error::InvalidMetadata(format!(
+                "expected a map, found {}",
+                value.type_name()
+            )));
         }
         let kernel_name = match value.get("kernel_name") {
             None => return Err(Error::InvalidMetadata("no \"kernel_name\" key".into())),
@@ -67,7 +72,11 @@ impl HipkMetadata {
             }
         };
         let search_paths: Vec<OsString> = match value.get("kpack_search_paths") {
-            None => return Err(Error::InvalidMetadata("no \"kpack_search_paths\" key".into())),
+            None => {
+                return Err(Error::InvalidMetadata(
+                    "no \"kpack_search_paths\" key".into(),
+                ));
+            }
             Some(Value::Array(items)) => items
                 .iter()
                 .filter_map(|item| match item {
@@ -83,9 +92,14 @@ impl HipkMetadata {
             }
         };
         if search_paths.is_empty() {
-            return Err(Error::InvalidMetadata("\"kpack_search_paths\" holds no string".into()));
+            return Err(Error::InvalidMetadata(
+                "\"kpack_search_paths\" holds no string".into(),
+            ));
         }
-        Ok(HipkMetadata { kernel_name, search_paths })
+        Ok(HipkMetadata {
+            kernel_name,
+            search_paths,
+        })
     }
 
     /// The TOC key of code object `co_index`: `kernel_name#co_index`, always suffixed.
@@ -106,7 +120,11 @@ impl<'a> PointerInput<'a> {
     /// Any range `[pos, pos + n)` with `pos + n <= cap` that the decoder asks for must be
     /// readable for `'a`. The decoder only asks for bytes inside the object it is decoding.
     pub unsafe fn new(base: *const u8, cap: usize) -> PointerInput<'a> {
-        PointerInput { base, cap, _borrow: PhantomData }
+        PointerInput {
+            base,
+            cap,
+            _borrow: PhantomData,
+        }
     }
 }
 
@@ -155,7 +173,10 @@ mod tests {
         bytes.extend_from_slice(b"\xc1junk");
         let m = HipkMetadata::parse(&bytes).unwrap();
         assert_eq!(m.kernel_name, "lib/libfoo.so");
-        assert_eq!(m.search_paths, [OsString::from("../.kpack/foo_@GFXARCH@.kpack")]);
+        assert_eq!(
+            m.search_paths,
+            [OsString::from("../.kpack/foo_@GFXARCH@.kpack")]
+        );
         assert_eq!(m.lookup_key(0), "lib/libfoo.so#0");
         assert_eq!(m.lookup_key(57), "lib/libfoo.so#57");
     }
@@ -252,7 +273,10 @@ mod tests {
             );
             assert_ne!(base, libc::MAP_FAILED);
             let base = base as *mut u8;
-            assert_eq!(libc::mprotect(base.add(page) as *mut _, page, libc::PROT_NONE), 0);
+            assert_eq!(
+                libc::mprotect(base.add(page) as *mut _, page, libc::PROT_NONE),
+                0
+            );
             let start = base.add(page - bytes.len());
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), start, bytes.len());
             let m = HipkMetadata::parse_pointer(start);

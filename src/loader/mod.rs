@@ -62,7 +62,10 @@ pub struct Loader {
 
 impl Loader {
     pub fn new(config: LoaderConfig) -> Loader {
-        Loader { config, cache: ArchiveCache::new() }
+        Loader {
+            config,
+            cache: ArchiveCache::new(),
+        }
     }
 
     pub fn config(&self) -> &LoaderConfig {
@@ -102,7 +105,9 @@ impl Loader {
             return Err(Error::Disabled);
         }
         let meta = metadata().inspect_err(|e| {
-            emit(trace, || Event::MetadataInvalid { reason: e.to_string() });
+            emit(trace, || Event::MetadataInvalid {
+                reason: e.to_string(),
+            });
         })?;
         let key = meta.lookup_key(request.co_index);
         emit(trace, || Event::MetadataParsed {
@@ -130,7 +135,10 @@ impl Loader {
             request.arch_list,
             trace,
         );
-        let archives: Vec<_> = paths.iter().filter_map(|p| self.cache.get_or_open(p, trace)).collect();
+        let archives: Vec<_> = paths
+            .iter()
+            .filter_map(|p| self.cache.get_or_open(p, trace))
+            .collect();
         if archives.is_empty() {
             emit(trace, || Event::NoValidArchives { paths: paths.len() });
             return Err(Error::ArchiveNotFound { tried: paths });
@@ -153,10 +161,15 @@ where
 {
     let mut last_error: Option<Error> = None;
     for arch in arch_list.iter().flatten() {
-        emit(trace, || Event::TryingArchitecture { arch: (*arch).to_owned() });
+        emit(trace, || Event::TryingArchitecture {
+            arch: (*arch).to_owned(),
+        });
         for target in arch::compatible_targets(arch) {
             for (path, archive) in archives.iter().filter(|(_, a)| a.has_architecture(&target)) {
-                emit(trace, || Event::Candidate { archive: path.display().to_string(), target: target.clone() });
+                emit(trace, || Event::Candidate {
+                    archive: path.display().to_string(),
+                    target: target.clone(),
+                });
                 match archive.get_kernel_with(key, &target, &mut *alloc) {
                     Ok(mut data) => {
                         let size = data.as_mut().len();
@@ -166,10 +179,17 @@ where
                             archive: path.display().to_string(),
                             target: target.clone(),
                         });
-                        return Ok(Loaded { data, archive: path.clone(), target });
+                        return Ok(Loaded {
+                            data,
+                            archive: path.clone(),
+                            target,
+                        });
                     }
                     Err(e) => {
-                        emit(trace, || Event::KernelMissing { code: e.kind().code(), reason: e.to_string() });
+                        emit(trace, || Event::KernelMissing {
+                            code: e.kind().code(),
+                            reason: e.to_string(),
+                        });
                         last_error = Some(e);
                     }
                 }
@@ -178,14 +198,20 @@ where
     }
     match last_error {
         Some(e) => {
-            emit(trace, || Event::NotInAnyArchive { last_error: e.kind().code() });
+            emit(trace, || Event::NotInAnyArchive {
+                last_error: e.kind().code(),
+            });
             Err(e)
         }
         None => {
             emit(trace, || Event::NoCompatibleArchive);
             Err(Error::ArchNotFound {
                 key: key.to_owned(),
-                arches: arch_list.iter().flatten().map(|a| (*a).to_owned()).collect(),
+                arches: arch_list
+                    .iter()
+                    .flatten()
+                    .map(|a| (*a).to_owned())
+                    .collect(),
             })
         }
     }

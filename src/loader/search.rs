@@ -20,7 +20,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::config::LoaderConfig;
-use super::trace::{emit, Event, Trace};
+use super::trace::{Event, Trace, emit};
 use crate::arch;
 
 /// The placeholder replaced by a target name in embedded search paths.
@@ -35,12 +35,16 @@ pub fn build_search_paths(
     trace: &mut dyn Trace,
 ) -> Vec<PathBuf> {
     if !config.path_override.is_empty() {
-        emit(trace, || Event::UsingOverride { paths: config.path_override.len() });
+        emit(trace, || Event::UsingOverride {
+            paths: config.path_override.len(),
+        });
         return config.path_override.clone();
     }
     let mut paths = Vec::new();
     if !config.path_prefix.is_empty() {
-        emit(trace, || Event::PrependingPrefix { paths: config.path_prefix.len() });
+        emit(trace, || Event::PrependingPrefix {
+            paths: config.path_prefix.len(),
+        });
         paths.extend(config.path_prefix.iter().cloned());
     }
     for raw in embedded {
@@ -78,7 +82,11 @@ pub fn build_search_paths(
 /// [`build_search_paths`] (override exclusive, prefix first, embedded paths resolved against the
 /// binary's directory), except that a path with `@GFXARCH@` stands for every existing file that
 /// fits it ([`existing_matches`]) instead of one path per target of a known arch list.
-pub fn existing_search_paths(config: &LoaderConfig, binary_path: &Path, embedded: &[OsString]) -> Vec<PathBuf> {
+pub fn existing_search_paths(
+    config: &LoaderConfig,
+    binary_path: &Path,
+    embedded: &[OsString],
+) -> Vec<PathBuf> {
     if !config.path_override.is_empty() {
         return config.path_override.clone();
     }
@@ -112,7 +120,10 @@ pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
 pub fn weakly_canonical(path: &Path) -> PathBuf {
     let components: Vec<Component<'_>> = path.components().collect();
     for existing in (1..=components.len()).rev() {
-        let head: PathBuf = components[..existing].iter().map(|c| c.as_os_str()).collect();
+        let head: PathBuf = components[..existing]
+            .iter()
+            .map(|c| c.as_os_str())
+            .collect();
         if let Ok(mut out) = std::fs::canonicalize(&head) {
             if existing == components.len() {
                 return out;
@@ -186,8 +197,15 @@ pub fn replace_first_token(path: &Path, target: &str) -> PathBuf {
 pub fn existing_matches(resolved: &Path) -> Vec<PathBuf> {
     let is_file = |p: &Path| std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
     let components: Vec<Component<'_>> = resolved.components().collect();
-    let Some(at) = components.iter().position(|c| find_token(c.as_os_str()).is_some()) else {
-        return if is_file(resolved) { vec![resolved.to_path_buf()] } else { Vec::new() };
+    let Some(at) = components
+        .iter()
+        .position(|c| find_token(c.as_os_str()).is_some())
+    else {
+        return if is_file(resolved) {
+            vec![resolved.to_path_buf()]
+        } else {
+            Vec::new()
+        };
     };
     let dir: PathBuf = if at == 0 {
         PathBuf::from(".")
@@ -196,7 +214,10 @@ pub fn existing_matches(resolved: &Path) -> Vec<PathBuf> {
     };
     let pattern = components[at].as_os_str().as_bytes();
     let token_at = find_token(components[at].as_os_str()).expect("found above");
-    let (head, tail) = (&pattern[..token_at], &pattern[token_at + GFXARCH_TOKEN.len()..]);
+    let (head, tail) = (
+        &pattern[..token_at],
+        &pattern[token_at + GFXARCH_TOKEN.len()..],
+    );
     let rest: PathBuf = components[at + 1..].iter().map(|c| c.as_os_str()).collect();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -211,8 +232,20 @@ pub fn existing_matches(resolved: &Path) -> Vec<PathBuf> {
     names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     names
         .into_iter()
-        .map(|n| if at == 0 && !resolved.has_root() { PathBuf::from(&n) } else { dir.join(&n) })
-        .map(|p| if rest.as_os_str().is_empty() { p } else { p.join(&rest) })
+        .map(|n| {
+            if at == 0 && !resolved.has_root() {
+                PathBuf::from(&n)
+            } else {
+                dir.join(&n)
+            }
+        })
+        .map(|p| {
+            if rest.as_os_str().is_empty() {
+                p
+            } else {
+                p.join(&rest)
+            }
+        })
         .filter(|p| is_file(p))
         .collect()
 }
@@ -286,7 +319,10 @@ mod tests {
         );
         let k = root.join(".kpack");
         // Only the plain targets are substituted: gfx942 (its hostile feature dropped) and gfx900.
-        assert_eq!(paths, [k.join("gfx942/foo.kpack"), k.join("gfx900/foo.kpack")]);
+        assert_eq!(
+            paths,
+            [k.join("gfx942/foo.kpack"), k.join("gfx900/foo.kpack")]
+        );
         let pattern = k.join("@GFXARCH@/foo.kpack").display().to_string();
         let skipped: Vec<&str> = rec
             .events
@@ -299,7 +335,17 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(skipped, ["../../etc/passwd", "a/b", "..", ".", "gfx942:../../x", "gfx9\0x"]);
+        assert_eq!(
+            skipped,
+            [
+                "../../etc/passwd",
+                "a/b",
+                "..",
+                ".",
+                "gfx942:../../x",
+                "gfx9\0x"
+            ]
+        );
         for p in &paths {
             assert!(lexically_normal(p).starts_with(&k), "{p:?}");
         }
@@ -309,7 +355,10 @@ mod tests {
     fn only_the_first_token_is_replaced() {
         let p = replace_first_token(Path::new("/a/@GFXARCH@/x_@GFXARCH@.kpack"), "gfx900");
         assert_eq!(p, Path::new("/a/gfx900/x_@GFXARCH@.kpack"));
-        assert_eq!(replace_first_token(Path::new("/a/b"), "gfx900"), Path::new("/a/b"));
+        assert_eq!(
+            replace_first_token(Path::new("/a/b"), "gfx900"),
+            Path::new("/a/b")
+        );
     }
 
     #[test]
@@ -320,21 +369,43 @@ mod tests {
             ..Default::default()
         };
         let mut rec = Recorder::default();
-        let paths = build_search_paths(&cfg, Path::new("/b/x.so"), &os(&["/e.kpack"]), &[Some("gfx900")], &mut rec);
+        let paths = build_search_paths(
+            &cfg,
+            Path::new("/b/x.so"),
+            &os(&["/e.kpack"]),
+            &[Some("gfx900")],
+            &mut rec,
+        );
         assert_eq!(paths, [PathBuf::from("/o/@GFXARCH@.kpack")]);
         assert_eq!(rec.events, [Event::UsingOverride { paths: 1 }]);
 
-        let cfg = LoaderConfig { path_prefix: vec!["rel.kpack".into()], ..Default::default() };
+        let cfg = LoaderConfig {
+            path_prefix: vec!["rel.kpack".into()],
+            ..Default::default()
+        };
         let mut rec = Recorder::default();
-        let paths = build_search_paths(&cfg, Path::new("/nonexistent-dir/x.so"), &os(&["/e.kpack", "y/../z.kpack"]), &[Some("gfx900")], &mut rec);
+        let paths = build_search_paths(
+            &cfg,
+            Path::new("/nonexistent-dir/x.so"),
+            &os(&["/e.kpack", "y/../z.kpack"]),
+            &[Some("gfx900")],
+            &mut rec,
+        );
         assert_eq!(
             paths,
-            [PathBuf::from("rel.kpack"), PathBuf::from("/e.kpack"), PathBuf::from("/nonexistent-dir/z.kpack")]
+            [
+                PathBuf::from("rel.kpack"),
+                PathBuf::from("/e.kpack"),
+                PathBuf::from("/nonexistent-dir/z.kpack")
+            ]
         );
         assert_eq!(rec.events[0], Event::PrependingPrefix { paths: 1 });
         assert_eq!(
             rec.events[2],
-            Event::DirectPath { original: "y/../z.kpack".into(), resolved: "/nonexistent-dir/z.kpack".into() }
+            Event::DirectPath {
+                original: "y/../z.kpack".into(),
+                resolved: "/nonexistent-dir/z.kpack".into()
+            }
         );
     }
 
@@ -344,20 +415,32 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root.join("real/lib")).unwrap();
         std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
-        let got = resolve_path(&root.join("link/lib/libfoo.so"), Path::new("../.kpack/a.kpack"));
+        let got = resolve_path(
+            &root.join("link/lib/libfoo.so"),
+            Path::new("../.kpack/a.kpack"),
+        );
         assert_eq!(got, root.join("real/.kpack/a.kpack"));
         // Absolute paths are left exactly as written.
         let abs = root.join("link/./x.kpack");
         assert_eq!(resolve_path(&root.join("b.so"), &abs), abs);
         // A binary given without a directory resolves against the current directory's view.
-        assert_eq!(resolve_path(Path::new("b.so"), Path::new("no-such-dir-xyz/../a.kpack")), PathBuf::from("a.kpack"));
+        assert_eq!(
+            resolve_path(Path::new("b.so"), Path::new("no-such-dir-xyz/../a.kpack")),
+            PathBuf::from("a.kpack")
+        );
     }
 
     #[test]
     fn lexical_normalisation() {
-        assert_eq!(lexically_normal(Path::new("/a/./b/../c")), Path::new("/a/c"));
+        assert_eq!(
+            lexically_normal(Path::new("/a/./b/../c")),
+            Path::new("/a/c")
+        );
         assert_eq!(lexically_normal(Path::new("/../a")), Path::new("/a"));
-        assert_eq!(lexically_normal(Path::new("../a/../../b")), Path::new("../../b"));
+        assert_eq!(
+            lexically_normal(Path::new("../a/../../b")),
+            Path::new("../../b")
+        );
         assert_eq!(lexically_normal(Path::new("a/..")), Path::new("."));
     }
 
@@ -370,28 +453,54 @@ mod tests {
             &[Some(""), Some("amdgcn-amd-amdhsa--")],
             &mut Silent,
         );
-        assert_eq!(paths, [PathBuf::from("/nonexistent-dir/f_amdgcn-amd-amdhsa--.kpack")]);
+        assert_eq!(
+            paths,
+            [PathBuf::from(
+                "/nonexistent-dir/f_amdgcn-amd-amdhsa--.kpack"
+            )]
+        );
     }
     #[test]
     fn existing_matches_fit_the_pattern_in_byte_order() {
         let dir = tempfile::tempdir().unwrap();
         let k = std::fs::canonicalize(dir.path()).unwrap();
-        for name in ["foo_gfx942.kpack", "foo_gfx90a:xnack+.kpack", "foo_.kpack", "bar_gfx942.kpack", "foo_gfx1100.kpack.bak"] {
+        for name in [
+            "foo_gfx942.kpack",
+            "foo_gfx90a:xnack+.kpack",
+            "foo_.kpack",
+            "bar_gfx942.kpack",
+            "foo_gfx1100.kpack.bak",
+        ] {
             std::fs::write(k.join(name), b"x").unwrap();
         }
         std::fs::create_dir(k.join("foo_gfxdir.kpack")).unwrap();
         let got = existing_matches(&k.join("foo_@GFXARCH@.kpack"));
-        assert_eq!(got, [k.join("foo_gfx90a:xnack+.kpack"), k.join("foo_gfx942.kpack")]);
+        assert_eq!(
+            got,
+            [
+                k.join("foo_gfx90a:xnack+.kpack"),
+                k.join("foo_gfx942.kpack")
+            ]
+        );
         // No token: the path itself, when it is a regular file.
-        assert_eq!(existing_matches(&k.join("bar_gfx942.kpack")), [k.join("bar_gfx942.kpack")]);
+        assert_eq!(
+            existing_matches(&k.join("bar_gfx942.kpack")),
+            [k.join("bar_gfx942.kpack")]
+        );
         assert!(existing_matches(&k.join("missing.kpack")).is_empty());
         // A token in a directory component, and later tokens kept literally.
         std::fs::create_dir_all(k.join("gfx900")).unwrap();
         std::fs::create_dir_all(k.join("gfx1030")).unwrap();
         std::fs::write(k.join("gfx900/a.kpack"), b"x").unwrap();
         std::fs::write(k.join("gfx1030/a_@GFXARCH@.kpack"), b"x").unwrap();
-        assert_eq!(existing_matches(&k.join("@GFXARCH@/a.kpack")), [k.join("gfx900/a.kpack")]);
-        assert_eq!(existing_matches(&k.join("@GFXARCH@/a_@GFXARCH@.kpack")), [k.join("gfx1030/a_@GFXARCH@.kpack")]);
+        assert_eq!(
+            existing_matches(&k.join("@GFXARCH@/a.kpack")),
+            [k.join("gfx900/a.kpack")]
+        );
+        assert_eq!(
+            existing_matches(&k.join("@GFXARCH@/a_@GFXARCH@.kpack")),
+            [k.join("gfx1030/a_@GFXARCH@.kpack")]
+        );
         assert!(existing_matches(&k.join("nodir/@GFXARCH@.kpack")).is_empty());
     }
 }

@@ -13,36 +13,90 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    CacheCreated { disabled: bool, debug: bool, override_paths: usize, prefix_paths: usize },
+    CacheCreated {
+        disabled: bool,
+        debug: bool,
+        override_paths: usize,
+        prefix_paths: usize,
+    },
     Disabled,
-    MetadataInvalid { reason: String },
-    MetadataParsed { kernel_name: String, co_index: u32, lookup_key: String, search_paths: usize },
-    UsingOverride { paths: usize },
-    PrependingPrefix { paths: usize },
+    MetadataInvalid {
+        reason: String,
+    },
+    MetadataParsed {
+        kernel_name: String,
+        co_index: u32,
+        lookup_key: String,
+        search_paths: usize,
+    },
+    UsingOverride {
+        paths: usize,
+    },
+    PrependingPrefix {
+        paths: usize,
+    },
     /// A `@GFXARCH@` pattern (already resolved against the binary's directory) and one of its
     /// expansions.
-    ExpandedPattern { pattern: String, path: String },
+    ExpandedPattern {
+        pattern: String,
+        path: String,
+    },
     /// A target of the caller's arch list that is not one plain file-name component (`/`, `.`,
     /// `..`, NUL): not substituted into the pattern, so no search path leaves its directory.
-    UnsafeTarget { pattern: String, target: String },
+    UnsafeTarget {
+        pattern: String,
+        target: String,
+    },
     /// An embedded path without `@GFXARCH@`, and where it resolved to.
-    DirectPath { original: String, resolved: String },
+    DirectPath {
+        original: String,
+        resolved: String,
+    },
     /// A search path that is not a regular file.
-    ArchiveMissing { path: String },
+    ArchiveMissing {
+        path: String,
+    },
     /// A search path that exists but did not open as an archive (skipped, retried next call).
-    ArchiveOpenFailed { path: String, code: i32, reason: String },
-    ArchiveOpened { path: String, architectures: Vec<String> },
+    ArchiveOpenFailed {
+        path: String,
+        code: i32,
+        reason: String,
+    },
+    ArchiveOpened {
+        path: String,
+        architectures: Vec<String>,
+    },
     /// A search path whose canonical file this cache already holds.
-    ArchiveReused { path: String },
-    NoValidArchives { paths: usize },
-    TryingArchitecture { arch: String },
+    ArchiveReused {
+        path: String,
+    },
+    NoValidArchives {
+        paths: usize,
+    },
+    TryingArchitecture {
+        arch: String,
+    },
     /// An archive whose `gfx_arches` lists `target`; the kernel is looked up there next.
-    Candidate { archive: String, target: String },
-    KernelFound { size: u64 },
-    KernelMissing { code: i32, reason: String },
-    NotInAnyArchive { last_error: i32 },
+    Candidate {
+        archive: String,
+        target: String,
+    },
+    KernelFound {
+        size: u64,
+    },
+    KernelMissing {
+        code: i32,
+        reason: String,
+    },
+    NotInAnyArchive {
+        last_error: i32,
+    },
     NoCompatibleArchive,
-    Loaded { size: usize, archive: String, target: String },
+    Loaded {
+        size: usize,
+        archive: String,
+        target: String,
+    },
 }
 
 impl Event {
@@ -50,27 +104,41 @@ impl Event {
     /// the `kpack: ` prefix). Events the reference does not log give no lines.
     pub fn log_lines(&self) -> Vec<String> {
         match self {
-            Event::CacheCreated { disabled, debug, override_paths, prefix_paths } => vec![format!(
+            Event::CacheCreated {
+                disabled,
+                debug,
+                override_paths,
+                prefix_paths,
+            } => vec![format!(
                 "cache created: disabled={}, debug={}, override_paths={override_paths}, prefix_paths={prefix_paths}",
                 u8::from(*disabled),
                 u8::from(*debug)
             )],
             Event::Disabled => vec!["kpack disabled via ROCM_KPACK_DISABLE".into()],
             Event::MetadataInvalid { .. } => vec!["failed to parse HIPK metadata".into()],
-            Event::MetadataParsed { kernel_name, co_index, lookup_key, search_paths } => vec![format!(
+            Event::MetadataParsed {
+                kernel_name,
+                co_index,
+                lookup_key,
+                search_paths,
+            } => vec![format!(
                 "parsed HIPK metadata: kernel_name='{kernel_name}', co_index={co_index}, lookup_key='{lookup_key}', {search_paths} search paths"
             )],
             Event::UsingOverride { paths } => {
                 vec![format!("using ROCM_KPACK_PATH override: {paths} paths")]
             }
             Event::PrependingPrefix { paths } => {
-                vec![format!("prepending {paths} paths from ROCM_KPACK_PATH_PREFIX")]
+                vec![format!(
+                    "prepending {paths} paths from ROCM_KPACK_PATH_PREFIX"
+                )]
             }
             Event::ExpandedPattern { pattern, path } => {
                 vec![format!("expanded pattern: {pattern} -> {path}")]
             }
             Event::UnsafeTarget { pattern, target } => {
-                vec![format!("not expanding pattern: {pattern} with unsafe arch {target:?}")]
+                vec![format!(
+                    "not expanding pattern: {pattern} with unsafe arch {target:?}"
+                )]
             }
             Event::DirectPath { original, resolved } => {
                 vec![format!("direct path: {original} -> {resolved}")]
@@ -79,7 +147,10 @@ impl Event {
             Event::ArchiveOpenFailed { path, code, .. } => {
                 vec![format!("failed to open archive: {path} (error {code})")]
             }
-            Event::ArchiveOpened { path, architectures } => {
+            Event::ArchiveOpened {
+                path,
+                architectures,
+            } => {
                 let mut lines = vec![format!("opened and cached archive: {path}")];
                 lines.extend(architectures.iter().map(|a| format!("  architecture: {a}")));
                 lines
@@ -99,7 +170,9 @@ impl Event {
             Event::NotInAnyArchive { last_error } => vec![format!(
                 "kernel not found in any compatible archive (last error {last_error})"
             )],
-            Event::NoCompatibleArchive => vec!["no archive with compatible architecture found".into()],
+            Event::NoCompatibleArchive => {
+                vec!["no archive with compatible architecture found".into()]
+            }
             Event::Loaded { size, .. } => vec![format!("loaded code object: {size} bytes")],
         }
     }
@@ -166,8 +239,16 @@ mod tests {
 
     #[test]
     fn messages_match_the_reference_wording() {
-        let e = Event::CacheCreated { disabled: false, debug: true, override_paths: 2, prefix_paths: 0 };
-        assert_eq!(e.log_lines(), ["cache created: disabled=0, debug=1, override_paths=2, prefix_paths=0"]);
+        let e = Event::CacheCreated {
+            disabled: false,
+            debug: true,
+            override_paths: 2,
+            prefix_paths: 0,
+        };
+        assert_eq!(
+            e.log_lines(),
+            ["cache created: disabled=0, debug=1, override_paths=2, prefix_paths=0"]
+        );
         let e = Event::MetadataParsed {
             kernel_name: "lib/a.so".into(),
             co_index: 3,
@@ -176,15 +257,30 @@ mod tests {
         };
         assert_eq!(
             e.log_lines(),
-            ["parsed HIPK metadata: kernel_name='lib/a.so', co_index=3, lookup_key='lib/a.so#3', 1 search paths"]
+            [
+                "parsed HIPK metadata: kernel_name='lib/a.so', co_index=3, lookup_key='lib/a.so#3', 1 search paths"
+            ]
         );
-        let e = Event::ArchiveOpened { path: "/a.kpack".into(), architectures: vec!["gfx900".into()] };
-        assert_eq!(e.log_lines(), ["opened and cached archive: /a.kpack", "  architecture: gfx900"]);
+        let e = Event::ArchiveOpened {
+            path: "/a.kpack".into(),
+            architectures: vec!["gfx900".into()],
+        };
+        assert_eq!(
+            e.log_lines(),
+            [
+                "opened and cached archive: /a.kpack",
+                "  architecture: gfx900"
+            ]
+        );
         assert_eq!(
             Event::NotInAnyArchive { last_error: 5 }.log_lines(),
             ["kernel not found in any compatible archive (last error 5)"]
         );
-        assert!(Event::ArchiveReused { path: "/a".into() }.log_lines().is_empty());
+        assert!(
+            Event::ArchiveReused { path: "/a".into() }
+                .log_lines()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -48,16 +48,34 @@ pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<Sp
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) => {
-                check.problems.push(format!("{}: cannot read: {e}", path.display()));
+                check
+                    .problems
+                    .push(format!("{}: cannot read: {e}", path.display()));
                 continue;
             }
         };
-        let Ok(elf) = ElfFile::parse(&bytes) else { continue };
-        let Some(marker) = elf.section(KPACK_REF_SECTION) else { continue };
+        let Ok(elf) = ElfFile::parse(&bytes) else {
+            continue;
+        };
+        let Some(marker) = elf.section(KPACK_REF_SECTION) else {
+            continue;
+        };
         check.binaries += 1;
         let mut problems = Vec::new();
-        check.code_objects += verify_binary(&loader, &path, &elf, marker.data, marker.address, &original_root.join(&rel), &mut problems);
-        check.problems.extend(problems.into_iter().map(|m| format!("{}: {m}", path.display())));
+        check.code_objects += verify_binary(
+            &loader,
+            &path,
+            &elf,
+            marker.data,
+            marker.address,
+            &original_root.join(&rel),
+            &mut problems,
+        );
+        check.problems.extend(
+            problems
+                .into_iter()
+                .map(|m| format!("{}: {m}", path.display())),
+        );
     }
     Ok(check)
 }
@@ -89,13 +107,17 @@ fn verify_binary(
             problems.push(format!("wrapper {i} has magic {:#010x}, not HIPK", w.magic));
         }
         if w.pointer != marker_address {
-            problems.push(format!("wrapper {i} points at {:#x}, not at the marker ({marker_address:#x})", w.pointer));
+            problems.push(format!(
+                "wrapper {i} points at {:#x}, not at the marker ({marker_address:#x})",
+                w.pointer
+            ));
         }
     }
     let originals = match std::fs::read(original)
         .map_err(|e| e.to_string())
-        .and_then(|b| import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string()))
-    {
+        .and_then(|b| {
+            import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string())
+        }) {
         Ok(c) => c,
         Err(e) => {
             problems.push(format!("original {}: {e}", original.display()));
@@ -104,17 +126,31 @@ fn verify_binary(
     };
     let mut compared = 0;
     for co in &originals {
-        if !wrappers.iter().any(|w| w.magic == HIPK_MAGIC && w.co_index == co.index) {
-            problems.push(format!("{} [{}]: no HIPK wrapper carries index {}", co.key, co.arch, co.index));
+        if !wrappers
+            .iter()
+            .any(|w| w.magic == HIPK_MAGIC && w.co_index == co.index)
+        {
+            problems.push(format!(
+                "{} [{}]: no HIPK wrapper carries index {}",
+                co.key, co.arch, co.index
+            ));
         }
     }
     for w in wrappers.iter().filter(|w| w.magic == HIPK_MAGIC) {
         for co in originals.iter().filter(|c| c.index == w.co_index) {
             compared += 1;
             let arch_list = [Some(co.arch.as_str())];
-            let request = LoadRequest { binary_path: path, co_index: w.co_index, arch_list: &arch_list };
-            let loaded =
-                loader.load_code_object(|| Ok(metadata.clone()), &request, |n| Some(vec![0u8; n]), &mut Silent);
+            let request = LoadRequest {
+                binary_path: path,
+                co_index: w.co_index,
+                arch_list: &arch_list,
+            };
+            let loaded = loader.load_code_object(
+                || Ok(metadata.clone()),
+                &request,
+                |n| Some(vec![0u8; n]),
+                &mut Silent,
+            );
             match loaded {
                 Ok(l) if l.data == co.data && l.target == co.arch => {}
                 Ok(l) if l.data == co.data => problems.push(format!(
@@ -133,7 +169,12 @@ fn verify_binary(
                     l.data.len(),
                     co.data.len()
                 )),
-                Err(e) => problems.push(format!("{} [{}]: does not load: {} ({e})", co.key, co.arch, e.kind().name())),
+                Err(e) => problems.push(format!(
+                    "{} [{}]: does not load: {} ({e})",
+                    co.key,
+                    co.arch,
+                    e.kind().name()
+                )),
             }
         }
     }

@@ -35,21 +35,33 @@ pub fn u16_at(b: &[u8], at: usize) -> Result<u16, SplitError> {
     b.get(at..at.wrapping_add(2))
         .filter(|_| at <= usize::MAX - 2)
         .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| SplitError::Malformed(format!("truncated: 2 bytes at offset {at} are past the end")))
+        .ok_or_else(|| {
+            SplitError::Malformed(format!(
+                "truncated: 2 bytes at offset {at} are past the end"
+            ))
+        })
 }
 
 pub fn u32_at(b: &[u8], at: usize) -> Result<u32, SplitError> {
     b.get(at..at.wrapping_add(4))
         .filter(|_| at <= usize::MAX - 4)
         .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
-        .ok_or_else(|| SplitError::Malformed(format!("truncated: 4 bytes at offset {at} are past the end")))
+        .ok_or_else(|| {
+            SplitError::Malformed(format!(
+                "truncated: 4 bytes at offset {at} are past the end"
+            ))
+        })
 }
 
 pub fn u64_at(b: &[u8], at: usize) -> Result<u64, SplitError> {
     b.get(at..at.wrapping_add(8))
         .filter(|_| at <= usize::MAX - 8)
         .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-        .ok_or_else(|| SplitError::Malformed(format!("truncated: 8 bytes at offset {at} are past the end")))
+        .ok_or_else(|| {
+            SplitError::Malformed(format!(
+                "truncated: 8 bytes at offset {at} are past the end"
+            ))
+        })
 }
 
 pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
@@ -65,10 +77,21 @@ pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
 }
 
 /// A byte range of the input, checked to lie inside it.
-pub fn range(b: &[u8], offset: u64, size: u64, what: &str) -> Result<std::ops::Range<usize>, SplitError> {
-    let end = offset.checked_add(size).filter(|e| *e <= b.len() as u64).ok_or_else(|| {
-        SplitError::Malformed(format!("{what}: bytes {offset}+{size} run past the {}-byte file", b.len()))
-    })?;
+pub fn range(
+    b: &[u8],
+    offset: u64,
+    size: u64,
+    what: &str,
+) -> Result<std::ops::Range<usize>, SplitError> {
+    let end = offset
+        .checked_add(size)
+        .filter(|e| *e <= b.len() as u64)
+        .ok_or_else(|| {
+            SplitError::Malformed(format!(
+                "{what}: bytes {offset}+{size} run past the {}-byte file",
+                b.len()
+            ))
+        })?;
     Ok(offset as usize..end as usize)
 }
 
@@ -164,7 +187,8 @@ impl Phdr {
 
     /// Whether the segment's file image contains the file bytes `[offset, offset+len)`.
     pub fn holds_file_range(&self, offset: u64, len: u64) -> bool {
-        self.p_offset <= offset && offset.saturating_add(len) <= self.p_offset.saturating_add(self.p_filesz)
+        self.p_offset <= offset
+            && offset.saturating_add(len) <= self.p_offset.saturating_add(self.p_filesz)
     }
 
     /// The file offset of a virtual address inside this segment's file image.
@@ -221,7 +245,11 @@ impl Shdr {
 
     /// Bytes the section occupies in the file (none for `SHT_NOBITS`).
     pub fn file_size(&self) -> u64 {
-        if self.sh_type == SHT_NOBITS { 0 } else { self.sh_size }
+        if self.sh_type == SHT_NOBITS {
+            0
+        } else {
+            self.sh_size
+        }
     }
 }
 
@@ -241,7 +269,11 @@ pub struct Rela {
 
 impl Rela {
     pub fn parse(b: &[u8], at: usize) -> Result<Rela, SplitError> {
-        Ok(Rela { r_offset: u64_at(b, at)?, r_info: u64_at(b, at + 8)?, r_addend: u64_at(b, at + 16)? as i64 })
+        Ok(Rela {
+            r_offset: u64_at(b, at)?,
+            r_info: u64_at(b, at + 8)?,
+            r_addend: u64_at(b, at + 16)? as i64,
+        })
     }
 
     pub fn r_type(&self) -> u32 {
@@ -268,6 +300,9 @@ pub struct Sym {
 
 impl Sym {
     pub fn parse(b: &[u8], at: usize) -> Result<Sym, SplitError> {
-        Ok(Sym { st_shndx: u16_at(b, at + 6)?, st_value: u64_at(b, at + 8)? })
+        Ok(Sym {
+            st_shndx: u16_at(b, at + 6)?,
+            st_value: u64_at(b, at + 8)?,
+        })
     }
 }

@@ -16,7 +16,9 @@ use std::fmt;
 
 pub use check::{SplitCheck, verify_split};
 pub use rewrite::{HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE, is_split, split_elf};
-pub use tree::{BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree};
+pub use tree::{
+    BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
+};
 
 use crate::import::{self, CodeObject, ImportError};
 
@@ -50,9 +52,14 @@ impl fmt::Display for SplitError {
             SplitError::Unsupported(why) => write!(f, "cannot split this binary: {why}"),
             SplitError::Malformed(why) => write!(f, "malformed ELF file: {why}"),
             SplitError::NoDeviceCode => write!(f, "has no .hip_fatbin section (no device code)"),
-            SplitError::NoWrappers => write!(f, "has .hip_fatbin but no .hipFatBinSegment wrappers"),
+            SplitError::NoWrappers => {
+                write!(f, "has .hip_fatbin but no .hipFatBinSegment wrappers")
+            }
             SplitError::AlreadySplit => {
-                write!(f, "already split (it has a .rocm_kpack_ref marker); split the original fat binary instead")
+                write!(
+                    f,
+                    "already split (it has a .rocm_kpack_ref marker); split the original fat binary instead"
+                )
             }
             SplitError::BadWrapper { index, magic } => write!(
                 f,
@@ -96,7 +103,11 @@ pub struct SplitBinary {
 
 /// Splits one host binary whose path below the install root is `kernel_name`, for archives
 /// named `<prefix>_<arch>.kpack` in `<root>/.kpack/`.
-pub fn split_binary(bytes: &[u8], kernel_name: &str, prefix: &str) -> Result<SplitBinary, SplitError> {
+pub fn split_binary(
+    bytes: &[u8],
+    kernel_name: &str,
+    prefix: &str,
+) -> Result<SplitBinary, SplitError> {
     if is_split(bytes)? {
         return Err(SplitError::AlreadySplit);
     }
@@ -105,9 +116,16 @@ pub fn split_binary(bytes: &[u8], kernel_name: &str, prefix: &str) -> Result<Spl
         ImportError::AlreadySplit => SplitError::AlreadySplit,
         other => SplitError::Import(other),
     })?;
-    let metadata = import::hipk_metadata(&[import::search_path(kernel_name, prefix, false)], kernel_name);
+    let metadata = import::hipk_metadata(
+        &[import::search_path(kernel_name, prefix, false)],
+        kernel_name,
+    );
     let result = split_elf(bytes, &metadata)?;
-    Ok(SplitBinary { result, metadata, code_objects })
+    Ok(SplitBinary {
+        result,
+        metadata,
+        code_objects,
+    })
 }
 
 #[cfg(test)]

@@ -30,10 +30,25 @@ pub fn collect(b: &[u8], shdrs: &[Shdr]) -> Result<DynRelocs, SplitError> {
         }
         match s.sh_type {
             SHT_RELA => {
-                let r = range(b, s.sh_offset, s.sh_size, &format!("relocation section {i}"))?;
+                let r = range(
+                    b,
+                    s.sh_offset,
+                    s.sh_size,
+                    &format!("relocation section {i}"),
+                )?;
                 let symtab = (s.sh_link != 0).then_some(s.sh_link as usize);
-                for at in r.clone().step_by(RELA_SIZE).take_while(|at| at + RELA_SIZE <= r.end) {
-                    rela.push((RelaAt { file_offset: at, rela: Rela::parse(b, at)? }, symtab));
+                for at in r
+                    .clone()
+                    .step_by(RELA_SIZE)
+                    .take_while(|at| at + RELA_SIZE <= r.end)
+                {
+                    rela.push((
+                        RelaAt {
+                            file_offset: at,
+                            rela: Rela::parse(b, at)?,
+                        },
+                        symtab,
+                    ));
                 }
             }
             SHT_RELR => {
@@ -64,7 +79,9 @@ fn decode_relr(data: &[u8], out: &mut Vec<u64>) -> Result<(), SplitError> {
             next = next.wrapping_add(63 * 8);
         }
         if out.len() > data.len() * 64 {
-            return Err(SplitError::Malformed("RELR table expands implausibly".into()));
+            return Err(SplitError::Malformed(
+                "RELR table expands implausibly".into(),
+            ));
         }
     }
     Ok(())
@@ -72,20 +89,40 @@ fn decode_relr(data: &[u8], out: &mut Vec<u64>) -> Result<(), SplitError> {
 
 /// The address a RELA entry makes its slot point at, when that is known statically: the addend
 /// for `RELATIVE`, symbol value plus addend for symbol relocations against a defined symbol.
-pub fn static_target(b: &[u8], shdrs: &[Shdr], r: &RelaAt, symtab: Option<usize>) -> Result<Option<u64>, SplitError> {
+pub fn static_target(
+    b: &[u8],
+    shdrs: &[Shdr],
+    r: &RelaAt,
+    symtab: Option<usize>,
+) -> Result<Option<u64>, SplitError> {
     let rela = r.rela;
     if rela.r_type() == R_X86_64_RELATIVE {
         return Ok(Some(rela.r_addend as u64));
     }
-    let (Some(t), sym) = (symtab, rela.r_sym()) else { return Ok(None) };
+    let (Some(t), sym) = (symtab, rela.r_sym()) else {
+        return Ok(None);
+    };
     if sym == 0 {
         return Ok(None);
     }
-    let table = shdrs.get(t).ok_or_else(|| SplitError::Malformed(format!("relocation names symbol table {t}, which does not exist")))?;
-    let at = (sym as u64).checked_mul(SYM_SIZE as u64).filter(|o| o + SYM_SIZE as u64 <= table.sh_size).ok_or_else(|| {
-        SplitError::Malformed(format!("relocation at {:#x} names symbol {sym}, past its table", rela.r_offset))
+    let table = shdrs.get(t).ok_or_else(|| {
+        SplitError::Malformed(format!(
+            "relocation names symbol table {t}, which does not exist"
+        ))
     })?;
-    let s = Sym::parse(b, range(b, table.sh_offset + at, SYM_SIZE as u64, "symbol")?.start)?;
+    let at = (sym as u64)
+        .checked_mul(SYM_SIZE as u64)
+        .filter(|o| o + SYM_SIZE as u64 <= table.sh_size)
+        .ok_or_else(|| {
+            SplitError::Malformed(format!(
+                "relocation at {:#x} names symbol {sym}, past its table",
+                rela.r_offset
+            ))
+        })?;
+    let s = Sym::parse(
+        b,
+        range(b, table.sh_offset + at, SYM_SIZE as u64, "symbol")?.start,
+    )?;
     Ok((s.st_shndx != 0).then(|| s.st_value.wrapping_add(rela.r_addend as u64)))
 }
 

@@ -52,33 +52,68 @@ impl<'a> Input<'a> {
     fn parse(bytes: &'a [u8]) -> Result<Input<'a>, SplitError> {
         let ehdr = Ehdr::parse(bytes)?;
         if ehdr.e_machine != EM_X86_64 {
-            return Err(SplitError::Unsupported(format!("machine {} (only x86-64 host binaries are rewritten)", ehdr.e_machine)));
+            return Err(SplitError::Unsupported(format!(
+                "machine {} (only x86-64 host binaries are rewritten)",
+                ehdr.e_machine
+            )));
         }
         if ehdr.e_type != ET_DYN && ehdr.e_type != ET_EXEC {
-            return Err(SplitError::Unsupported(format!("ELF type {} is neither an executable nor a shared object", ehdr.e_type)));
+            return Err(SplitError::Unsupported(format!(
+                "ELF type {} is neither an executable nor a shared object",
+                ehdr.e_type
+            )));
         }
         if ehdr.e_phentsize as usize != PHDR_SIZE || ehdr.e_shentsize as usize != SHDR_SIZE {
-            return Err(SplitError::Malformed("unexpected program or section header entry size".into()));
+            return Err(SplitError::Malformed(
+                "unexpected program or section header entry size".into(),
+            ));
         }
-        if ehdr.e_shnum == 0 || ehdr.e_shnum >= SHN_LORESERVE - 1 || ehdr.e_shstrndx >= ehdr.e_shnum {
-            return Err(SplitError::Unsupported("extended section numbering or no section headers".into()));
+        if ehdr.e_shnum == 0 || ehdr.e_shnum >= SHN_LORESERVE - 1 || ehdr.e_shstrndx >= ehdr.e_shnum
+        {
+            return Err(SplitError::Unsupported(
+                "extended section numbering or no section headers".into(),
+            ));
         }
-        let pr = range(bytes, ehdr.e_phoff, ehdr.e_phnum as u64 * PHDR_SIZE as u64, "program headers")?;
-        let phdrs = (0..ehdr.e_phnum as usize).map(|i| Phdr::parse(bytes, pr.start + i * PHDR_SIZE)).collect::<Result<Vec<_>, _>>()?;
-        let sr = range(bytes, ehdr.e_shoff, ehdr.e_shnum as u64 * SHDR_SIZE as u64, "section headers")?;
-        let shdrs = (0..ehdr.e_shnum as usize).map(|i| Shdr::parse(bytes, sr.start + i * SHDR_SIZE)).collect::<Result<Vec<_>, _>>()?;
+        let pr = range(
+            bytes,
+            ehdr.e_phoff,
+            ehdr.e_phnum as u64 * PHDR_SIZE as u64,
+            "program headers",
+        )?;
+        let phdrs = (0..ehdr.e_phnum as usize)
+            .map(|i| Phdr::parse(bytes, pr.start + i * PHDR_SIZE))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sr = range(
+            bytes,
+            ehdr.e_shoff,
+            ehdr.e_shnum as u64 * SHDR_SIZE as u64,
+            "section headers",
+        )?;
+        let shdrs = (0..ehdr.e_shnum as usize)
+            .map(|i| Shdr::parse(bytes, sr.start + i * SHDR_SIZE))
+            .collect::<Result<Vec<_>, _>>()?;
         let st = &shdrs[ehdr.e_shstrndx as usize];
         let shstrtab = &bytes[range(bytes, st.sh_offset, st.sh_size, "section name table")?];
-        Ok(Input { ehdr, phdrs, shdrs, shstrtab })
+        Ok(Input {
+            ehdr,
+            phdrs,
+            shdrs,
+            shstrtab,
+        })
     }
 
     fn section(&self, name: &str) -> Option<usize> {
-        self.shdrs.iter().position(|s| name_at(self.shstrtab, s.sh_name) == name)
+        self.shdrs
+            .iter()
+            .position(|s| name_at(self.shstrtab, s.sh_name) == name)
     }
 
     /// The file offset of `len` bytes at `vaddr`, through the loadable segments.
     fn file_offset_of(&self, vaddr: u64, len: u64) -> Option<u64> {
-        self.phdrs.iter().filter(|p| p.p_type == PT_LOAD).find_map(|p| p.file_offset_of(vaddr, len))
+        self.phdrs
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .find_map(|p| p.file_offset_of(vaddr, len))
     }
 }
 
@@ -93,10 +128,14 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     if inp.section(KPACK_REF_SECTION).is_some() {
         return Err(SplitError::AlreadySplit);
     }
-    let fb_idx = inp.section(HIP_FATBIN_SECTION).ok_or(SplitError::NoDeviceCode)?;
+    let fb_idx = inp
+        .section(HIP_FATBIN_SECTION)
+        .ok_or(SplitError::NoDeviceCode)?;
     let fb = inp.shdrs[fb_idx];
     if fb.sh_type == SHT_NOBITS || fb.sh_flags & SHF_ALLOC == 0 {
-        return Err(SplitError::Unsupported(format!("{HIP_FATBIN_SECTION} is not a loaded section with contents")));
+        return Err(SplitError::Unsupported(format!(
+            "{HIP_FATBIN_SECTION} is not a loaded section with contents"
+        )));
     }
     range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?;
     let (fb_lo, fb_hi) = (fb.sh_addr, fb.sh_addr + fb.sh_size);
@@ -106,13 +145,19 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     let loads: Vec<&Phdr> = inp.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
     let page = loads.iter().map(|p| p.p_align).max().unwrap_or(0).max(4096);
     if !page.is_power_of_two() {
-        return Err(SplitError::Malformed(format!("segment alignment {page} is not a power of two")));
+        return Err(SplitError::Malformed(format!(
+            "segment alignment {page} is not a power of two"
+        )));
     }
     let seg_idx = inp
         .phdrs
         .iter()
         .position(|p| p.p_type == PT_LOAD && p.holds_file_range(fb.sh_offset, fb.sh_size))
-        .ok_or_else(|| SplitError::Unsupported(format!("{HIP_FATBIN_SECTION} is not inside one loadable segment")))?;
+        .ok_or_else(|| {
+            SplitError::Unsupported(format!(
+                "{HIP_FATBIN_SECTION} is not inside one loadable segment"
+            ))
+        })?;
     let seg = inp.phdrs[seg_idx];
     let cut_lo = round_up(fb.sh_offset, page);
     let cut_hi = round_down(fb.sh_offset + fb.sh_size, page).max(cut_lo);
@@ -120,22 +165,45 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     for (i, p) in inp.phdrs.iter().enumerate() {
         let overlaps = p.p_filesz > 0 && p.p_offset < cut_hi && p.p_offset + p.p_filesz > cut_lo;
         if i != seg_idx && overlaps && delta > 0 {
-            return Err(SplitError::Unsupported(format!("program header {i} overlaps the device code pages")));
+            return Err(SplitError::Unsupported(format!(
+                "program header {i} overlaps the device code pages"
+            )));
         }
     }
     for (i, s) in inp.shdrs.iter().enumerate() {
-        let overlaps = s.file_size() > 0 && s.sh_offset < cut_hi && s.sh_offset + s.file_size() > cut_lo;
+        let overlaps =
+            s.file_size() > 0 && s.sh_offset < cut_hi && s.sh_offset + s.file_size() > cut_lo;
         if i != fb_idx && overlaps && delta > 0 {
-            return Err(SplitError::Unsupported(format!("section {} shares the device code pages", name_at(inp.shstrtab, s.sh_name))));
+            return Err(SplitError::Unsupported(format!(
+                "section {} shares the device code pages",
+                name_at(inp.shstrtab, s.sh_name)
+            )));
         }
     }
     // The old section header table (and nothing after it) is dropped when it ends the file.
-    let data_end = inp.shdrs.iter().map(|s| s.sh_offset + s.file_size()).chain(inp.phdrs.iter().map(|p| p.p_offset + p.p_filesz)).max().unwrap_or(0);
+    let data_end = inp
+        .shdrs
+        .iter()
+        .map(|s| s.sh_offset + s.file_size())
+        .chain(inp.phdrs.iter().map(|p| p.p_offset + p.p_filesz))
+        .max()
+        .unwrap_or(0);
     let old_sht_end = inp.ehdr.e_shoff + inp.ehdr.e_shnum as u64 * SHDR_SIZE as u64;
-    let keep_end = if inp.ehdr.e_shoff >= data_end && old_sht_end == bytes.len() as u64 { inp.ehdr.e_shoff } else { bytes.len() as u64 };
+    let keep_end = if inp.ehdr.e_shoff >= data_end && old_sht_end == bytes.len() as u64 {
+        inp.ehdr.e_shoff
+    } else {
+        bytes.len() as u64
+    };
     let body_len = keep_end - delta;
     let new_seg_off = round_up(body_len, page);
-    let new_seg_vaddr = round_up(loads.iter().map(|p| p.p_vaddr + p.p_memsz).max().unwrap_or(0), page);
+    let new_seg_vaddr = round_up(
+        loads
+            .iter()
+            .map(|p| p.p_vaddr + p.p_memsz)
+            .max()
+            .unwrap_or(0),
+        page,
+    );
 
     let split_parts: Vec<Phdr> = {
         let mut v = Vec::new();
@@ -144,7 +212,11 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
         } else {
             if cut_lo > seg.p_offset {
                 let len = cut_lo - seg.p_offset;
-                v.push(Phdr { p_filesz: len, p_memsz: len, ..seg });
+                v.push(Phdr {
+                    p_filesz: len,
+                    p_memsz: len,
+                    ..seg
+                });
             }
             let skip = cut_hi - seg.p_offset;
             if seg.p_memsz > skip {
@@ -175,11 +247,16 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
 
     // --- Edits on a copy with the original offsets. ---
     let mut work = bytes.to_vec();
-    let wr_idx = inp.section(FATBIN_SEGMENT_SECTION).ok_or(SplitError::NoWrappers)?;
+    let wr_idx = inp
+        .section(FATBIN_SEGMENT_SECTION)
+        .ok_or(SplitError::NoWrappers)?;
     let wr = inp.shdrs[wr_idx];
     let wr_range = range(bytes, wr.sh_offset, wr.file_size(), FATBIN_SEGMENT_SECTION)?;
     if wr.sh_size == 0 || wr.sh_size % WRAPPER_SIZE as u64 != 0 || wr.sh_type == SHT_NOBITS {
-        return Err(SplitError::Malformed(format!("{FATBIN_SEGMENT_SECTION} holds {} bytes, not whole 24-byte wrappers", wr.sh_size)));
+        return Err(SplitError::Malformed(format!(
+            "{FATBIN_SEGMENT_SECTION} holds {} bytes, not whole 24-byte wrappers",
+            wr.sh_size
+        )));
     }
     let count = wr.sh_size as usize / WRAPPER_SIZE;
     let mut slots = Vec::with_capacity(count);
@@ -207,12 +284,19 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
                     r.rela.r_offset
                 )));
             }
-            let new = Rela { r_offset: r.rela.r_offset, r_info: R_X86_64_RELATIVE as u64, r_addend: marker_vaddr as i64 };
+            let new = Rela {
+                r_offset: r.rela.r_offset,
+                r_info: R_X86_64_RELATIVE as u64,
+                r_addend: marker_vaddr as i64,
+            };
             new.store(&mut work, r.file_offset);
             rewritten += 1;
         } else if let Some(target) = relocs::static_target(bytes, &inp.shdrs, r, *symtab)? {
             if points_into_fatbin(target) {
-                return Err(SplitError::DanglingReloc { at: r.rela.r_offset, target });
+                return Err(SplitError::DanglingReloc {
+                    at: r.rela.r_offset,
+                    target,
+                });
             }
         }
     }
@@ -230,14 +314,20 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     work[range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?].fill(0);
 
     // --- Assemble: body without the hole, new segment, names, section headers. ---
-    let mut out = Vec::with_capacity((new_seg_off + new_seg_len) as usize + inp.shstrtab.len() + 64 * (inp.shdrs.len() + 1) + 64);
+    let mut out = Vec::with_capacity(
+        (new_seg_off + new_seg_len) as usize + inp.shstrtab.len() + 64 * (inp.shdrs.len() + 1) + 64,
+    );
     out.extend_from_slice(&work[..cut_lo as usize]);
     out.extend_from_slice(&work[cut_hi as usize..keep_end as usize]);
     out.resize(new_seg_off as usize, 0);
 
     let shift = |off: u64| if off >= cut_hi { off - delta } else { off };
     let mut phdrs = Vec::with_capacity(phnum);
-    let last_load = inp.phdrs.iter().rposition(|p| p.p_type == PT_LOAD).expect("the fatbin segment is a load");
+    let last_load = inp
+        .phdrs
+        .iter()
+        .rposition(|p| p.p_type == PT_LOAD)
+        .expect("the fatbin segment is a load");
     let new_seg = Phdr {
         p_type: PT_LOAD,
         p_flags: PF_R,
@@ -252,9 +342,19 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
         if i == seg_idx {
             phdrs.extend_from_slice(&split_parts);
         } else if p.p_type == PT_PHDR {
-            phdrs.push(Phdr { p_offset: table_off, p_vaddr: table_vaddr, p_paddr: table_vaddr, p_filesz: table_len, p_memsz: table_len, ..*p });
+            phdrs.push(Phdr {
+                p_offset: table_off,
+                p_vaddr: table_vaddr,
+                p_paddr: table_vaddr,
+                p_filesz: table_len,
+                p_memsz: table_len,
+                ..*p
+            });
         } else {
-            phdrs.push(Phdr { p_offset: shift(p.p_offset), ..*p });
+            phdrs.push(Phdr {
+                p_offset: shift(p.p_offset),
+                ..*p
+            });
         }
         if i == last_load {
             phdrs.push(new_seg);
@@ -277,13 +377,24 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     let shoff = out.len() as u64;
     for (i, s) in inp.shdrs.iter().enumerate() {
         let s = if i == fb_idx {
-            Shdr { sh_type: SHT_NOBITS, sh_offset: cut_lo.min(shift(s.sh_offset)), ..*s }
+            Shdr {
+                sh_type: SHT_NOBITS,
+                sh_offset: cut_lo.min(shift(s.sh_offset)),
+                ..*s
+            }
         } else if i == inp.ehdr.e_shstrndx as usize {
-            Shdr { sh_offset: names_off, sh_size: names.len() as u64, ..*s }
+            Shdr {
+                sh_offset: names_off,
+                sh_size: names.len() as u64,
+                ..*s
+            }
         } else if i == 0 {
             *s
         } else {
-            Shdr { sh_offset: shift(s.sh_offset), ..*s }
+            Shdr {
+                sh_offset: shift(s.sh_offset),
+                ..*s
+            }
         };
         out.extend_from_slice(&s.encode());
     }
@@ -301,7 +412,13 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     };
     out.extend_from_slice(&marker_shdr.encode());
 
-    let ehdr = Ehdr { e_phoff: table_off, e_phnum: phnum as u16, e_shoff: shoff, e_shnum: inp.ehdr.e_shnum + 1, ..inp.ehdr };
+    let ehdr = Ehdr {
+        e_phoff: table_off,
+        e_phnum: phnum as u16,
+        e_shoff: shoff,
+        e_shnum: inp.ehdr.e_shnum + 1,
+        ..inp.ehdr
+    };
     ehdr.store(&mut out);
     Ok(SplitResult {
         bytes: out,

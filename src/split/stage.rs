@@ -23,15 +23,28 @@ pub struct Staging {
 impl Staging {
     /// Writes `bytes` to a temporary name beside `path`, with permissions `mode`.
     pub fn stage(&mut self, path: &Path, bytes: &[u8], mode: u32) -> Result<(), TreeError> {
-        let fail = |source| TreeError::Write { path: path.to_path_buf(), source };
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let fail = |source| TreeError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         self.create_dirs(dir).map_err(fail)?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.split{}", std::process::id()));
         // A leftover of a crashed run is removed (a symlink as a link, never its target); the
         // file is then created exclusively, so nothing placed there meanwhile is followed.
         let _ = std::fs::remove_file(&tmp);
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(fail)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(fail)?;
         // Recorded before writing, so a failed write is cleaned up too.
         self.files.push((tmp.clone(), path.to_path_buf()));
         file.write_all(bytes)
@@ -99,13 +112,21 @@ mod tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"keep").unwrap();
         let out = dir.path().join("out.so");
-        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".out.so.split{}", std::process::id()))).unwrap();
+        std::os::unix::fs::symlink(
+            &victim,
+            dir.path()
+                .join(format!(".out.so.split{}", std::process::id())),
+        )
+        .unwrap();
         let mut s = Staging::default();
         s.stage(&out, b"new", 0o640).unwrap();
         s.commit().unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         assert_eq!(std::fs::read(&out).unwrap(), b"new");
-        assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o640);
+        assert_eq!(
+            std::fs::metadata(&out).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
@@ -115,11 +136,23 @@ mod tests {
         std::fs::write(dir.path().join("blocker"), b"x").unwrap();
         let mut s = Staging::default();
         s.stage(&dir.path().join("a/b/one"), b"1", 0o644).unwrap();
-        assert!(dir.path().join(format!("a/b/.one.split{}", std::process::id())).is_file());
-        let e = s.stage(&dir.path().join("blocker/two"), b"2", 0o644).unwrap_err();
-        assert!(matches!(&e, TreeError::Write { path, .. } if path.ends_with("blocker/two")), "{e}");
+        assert!(
+            dir.path()
+                .join(format!("a/b/.one.split{}", std::process::id()))
+                .is_file()
+        );
+        let e = s
+            .stage(&dir.path().join("blocker/two"), b"2", 0o644)
+            .unwrap_err();
+        assert!(
+            matches!(&e, TreeError::Write { path, .. } if path.ends_with("blocker/two")),
+            "{e}"
+        );
         drop(s);
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(left, ["blocker"]);
     }
 }

@@ -35,7 +35,12 @@ pub struct SplitRequest {
 /// What happened to one binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Split { wrappers: usize, code_objects: usize, size_before: u64, size_after: u64 },
+    Split {
+        wrappers: usize,
+        code_objects: usize,
+        size_before: u64,
+        size_after: u64,
+    },
     /// No `.hip_fatbin`: copied byte for byte.
     Copied,
 }
@@ -68,9 +73,13 @@ impl fmt::Display for TreeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TreeError::Usage(m) => f.write_str(m),
-            TreeError::Read { path, source } => write!(f, "{}: cannot read: {source}", path.display()),
+            TreeError::Read { path, source } => {
+                write!(f, "{}: cannot read: {source}", path.display())
+            }
             TreeError::Refused { path, error } => write!(f, "{}: {error}", path.display()),
-            TreeError::Write { path, source } => write!(f, "{}: cannot write: {source}", path.display()),
+            TreeError::Write { path, source } => {
+                write!(f, "{}: cannot write: {source}", path.display())
+            }
             TreeError::Archive(e) => write!(f, "{e}"),
         }
     }
@@ -88,18 +97,29 @@ struct Pending {
 
 /// The output root used when none is given: `<ROOT>.split` beside the (canonical) input root.
 pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
-    let abs = std::fs::canonicalize(root).map_err(|source| TreeError::Read { path: root.to_path_buf(), source })?;
+    let abs = std::fs::canonicalize(root).map_err(|source| TreeError::Read {
+        path: root.to_path_buf(),
+        source,
+    })?;
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => Ok(parent.join(format!("{}.split", name.to_string_lossy()))),
-        _ => Err(TreeError::Usage(format!("the root {} has no sibling directory; give -o OUTROOT", abs.display()))),
+        _ => Err(TreeError::Usage(format!(
+            "the root {} has no sibling directory; give -o OUTROOT",
+            abs.display()
+        ))),
     }
 }
 
 pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     if req.hosts.is_empty() {
-        return Err(TreeError::Usage("split needs at least one host binary".into()));
+        return Err(TreeError::Usage(
+            "split needs at least one host binary".into(),
+        ));
     }
-    let root = std::fs::canonicalize(&req.root).map_err(|source| TreeError::Read { path: req.root.clone(), source })?;
+    let root = std::fs::canonicalize(&req.root).map_err(|source| TreeError::Read {
+        path: req.root.clone(),
+        source,
+    })?;
     if weakly_canonical(&req.out_root) == root {
         return Err(TreeError::Usage(format!(
             "the output root {} is the input root; split never modifies its inputs, give another -o",
@@ -108,7 +128,12 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     }
     let prefix = match &req.prefix {
         Some(p) => p.clone(),
-        None => import::default_prefix(&req.hosts[0].file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()),
+        None => import::default_prefix(
+            &req.hosts[0]
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ),
     };
     import::validate_prefix(&prefix).map_err(TreeError::Usage)?;
 
@@ -119,10 +144,18 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     for path in &req.hosts {
         let kernel_name = import::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
         if pending.iter().any(|p| p.kernel_name == kernel_name) {
-            return Err(TreeError::Usage(format!("{} is given twice", path.display())));
+            return Err(TreeError::Usage(format!(
+                "{} is given twice",
+                path.display()
+            )));
         }
-        let bytes = std::fs::read(path).map_err(|source| TreeError::Read { path: path.clone(), source })?;
-        let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        let bytes = std::fs::read(path).map_err(|source| TreeError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
         inputs.push((entry(path), path));
         if let Ok(real) = std::fs::canonicalize(path) {
             inputs.push((real, path));
@@ -136,28 +169,56 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
                     size_before: bytes.len() as u64,
                     size_after: s.result.bytes.len() as u64,
                 };
-                hosts.push(ImportedHost { kernel_name: kernel_name.clone(), code_objects: s.code_objects });
-                pending.push(Pending { output, kernel_name, bytes: s.result.bytes, mode, outcome });
+                hosts.push(ImportedHost {
+                    kernel_name: kernel_name.clone(),
+                    code_objects: s.code_objects,
+                });
+                pending.push(Pending {
+                    output,
+                    kernel_name,
+                    bytes: s.result.bytes,
+                    mode,
+                    outcome,
+                });
             }
             Err(SplitError::NoDeviceCode) => {
                 // Only reached for ELF files: split_binary refuses anything else first.
-                pending.push(Pending { output, kernel_name, bytes, mode, outcome: Outcome::Copied });
+                pending.push(Pending {
+                    output,
+                    kernel_name,
+                    bytes,
+                    mode,
+                    outcome: Outcome::Copied,
+                });
             }
-            Err(error) => return Err(TreeError::Refused { path: path.clone(), error }),
+            Err(error) => {
+                return Err(TreeError::Refused {
+                    path: path.clone(),
+                    error,
+                });
+            }
         }
     }
     let kpack = req.out_root.join(KPACK_DIR);
     let mut archives: Vec<(PathBuf, usize, Vec<u8>)> = Vec::new();
     if !hosts.is_empty() {
-        for plan in import::plan_archives(hosts, &prefix, false, req.compression).map_err(TreeError::Archive)? {
+        for plan in import::plan_archives(hosts, &prefix, false, req.compression)
+            .map_err(TreeError::Archive)?
+        {
             let mut bytes = Vec::new();
-            plan.writer.write_to(&mut bytes, &|_| {}).map_err(TreeError::Archive)?;
+            plan.writer
+                .write_to(&mut bytes, &|_| {})
+                .map_err(TreeError::Archive)?;
             archives.push((kpack.join(&plan.file_name), plan.writer.len(), bytes));
         }
     }
 
     // 2. No output may replace an input or be a directory.
-    for output in archives.iter().map(|a| &a.0).chain(pending.iter().map(|p| &p.output)) {
+    for output in archives
+        .iter()
+        .map(|a| &a.0)
+        .chain(pending.iter().map(|p| &p.output))
+    {
         let at = entry(output);
         if let Some((_, input)) = inputs.iter().find(|(i, _)| *i == at) {
             return Err(TreeError::Usage(format!(
@@ -187,7 +248,11 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     Ok(SplitReport {
         binaries: pending
             .into_iter()
-            .map(|p| BinaryReport { output: p.output, kernel_name: p.kernel_name, outcome: p.outcome })
+            .map(|p| BinaryReport {
+                output: p.output,
+                kernel_name: p.kernel_name,
+                outcome: p.outcome,
+            })
             .collect(),
         archives: archives.into_iter().map(|(path, n, _)| (path, n)).collect(),
     })
@@ -196,7 +261,10 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
 /// The directory entry a path names: its parent resolved through symlinks (as far as it exists),
 /// then its own name, unresolved.
 fn entry(path: &Path) -> PathBuf {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let dir = weakly_canonical(parent);
     match path.file_name() {
         Some(name) => dir.join(name),

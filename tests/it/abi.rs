@@ -54,8 +54,16 @@ fn header_declares_the_fourteen_functions() {
 
 #[test]
 fn shared_library_exports_exactly_the_header_functions() {
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(cc::built_library()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(cc::built_library())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2))
@@ -69,11 +77,23 @@ fn shared_library_has_the_soname_and_its_link() {
     let so = cc::built_library();
     let out = Command::new("readelf").arg("-d").arg(&so).output().unwrap();
     let dynamic = String::from_utf8_lossy(&out.stdout);
-    assert!(dynamic.contains("Library soname: [librocm_kpack.so.0]"), "{dynamic}");
+    assert!(
+        dynamic.contains("Library soname: [librocm_kpack.so.0]"),
+        "{dynamic}"
+    );
     // build.rs leaves the SONAME link in the profile directory (target/<profile>/).
-    let profile_dir = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
+    let profile_dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let link = profile_dir.join("librocm_kpack.so.0");
-    assert_eq!(std::fs::read_link(&link).unwrap(), std::path::Path::new("librocm_kpack.so"));
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        std::path::Path::new("librocm_kpack.so")
+    );
     assert!(link.exists(), "{} dangles", link.display());
     assert!(profile_dir.join("librocm_kpack.a").exists());
 }
@@ -88,7 +108,10 @@ fn header_error_values() -> Vec<(String, i32)> {
         .filter_map(|l| {
             let l = l.split("/*").next().unwrap().split("//").next().unwrap();
             let (name, value) = l.split_once('=')?;
-            Some((name.trim().to_owned(), value.trim().trim_end_matches(',').trim().parse().unwrap()))
+            Some((
+                name.trim().to_owned(),
+                value.trim().trim_end_matches(',').trim().parse().unwrap(),
+            ))
         })
         .collect()
 }
@@ -115,7 +138,10 @@ fn header_error_values_match_the_rust_kinds() {
     want.extend(kinds.iter().map(|k| (k.name().to_owned(), k.code())));
     assert_eq!(header_error_values(), want);
     // The reference's fixed values, independently of both files above.
-    assert_eq!(want.iter().map(|(_, v)| *v).collect::<Vec<_>>(), (0..=14).collect::<Vec<_>>());
+    assert_eq!(
+        want.iter().map(|(_, v)| *v).collect::<Vec<_>>(),
+        (0..=14).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -123,11 +149,20 @@ fn header_constants_match_the_format() {
     let text = header("kpack_types.h");
     assert!(text.contains("#define KPACK_MAGIC \"KPAK\""));
     assert!(text.contains("#define KPACK_MAGIC_SIZE 4"));
-    assert!(text.contains(&format!("#define KPACK_CURRENT_VERSION {}", rocm_kpack::format::VERSION)));
+    assert!(text.contains(&format!(
+        "#define KPACK_CURRENT_VERSION {}",
+        rocm_kpack::format::VERSION
+    )));
     assert!(text.contains("KPACK_COMPRESSION_NOOP = 0"));
     assert!(text.contains("KPACK_COMPRESSION_ZSTD_PER_KERNEL = 1"));
     let export = header("kpack_export.h");
-    for needle in ["__declspec(dllexport)", "__declspec(dllimport)", "ROCM_KPACK_STATIC", "ROCM_KPACK_EXPORTS", "visibility(\"default\")"] {
+    for needle in [
+        "__declspec(dllexport)",
+        "__declspec(dllimport)",
+        "ROCM_KPACK_STATIC",
+        "ROCM_KPACK_EXPORTS",
+        "visibility(\"default\")",
+    ] {
         assert!(export.contains(needle), "{needle}");
     }
 }

@@ -25,7 +25,13 @@ fn dirs() -> Dirs {
     std::fs::create_dir_all(&matrix).unwrap();
     cmatrix::write_error_matrix(&matrix);
     layout::write_scenarios(&scenarios, &assets);
-    Dirs { _tmp: tmp, assets, matrix, scenarios, root }
+    Dirs {
+        _tmp: tmp,
+        assets,
+        matrix,
+        scenarios,
+        root,
+    }
 }
 
 const API_TESTS: &[&str] = &[
@@ -151,7 +157,10 @@ fn run_loader(lang: Lang) {
     // shows the split counts, and the override's two paths are the only ones tried.
     let stderr = String::from_utf8_lossy(&out.stderr);
     let section = stderr.split("== end of ResolvesEnvVars ==").next().unwrap();
-    let lines: Vec<&str> = section.lines().filter(|l| l.starts_with("kpack: ")).collect();
+    let lines: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("kpack: "))
+        .collect();
     assert_eq!(
         lines,
         [
@@ -182,10 +191,17 @@ fn c_api_loader_suite_as_cxx() {
 fn opens_per_phase(stderr: &str) -> Vec<(String, Vec<String>)> {
     let mut phases: Vec<(String, Vec<String>)> = Vec::new();
     for line in stderr.lines() {
-        if let Some(name) = line.strip_prefix("== phase ").and_then(|l| l.strip_suffix(" ==")) {
+        if let Some(name) = line
+            .strip_prefix("== phase ")
+            .and_then(|l| l.strip_suffix(" =="))
+        {
             phases.push((name.to_owned(), Vec::new()));
         } else if let Some(path) = line.strip_prefix("kpack: opened and cached archive: ") {
-            phases.last_mut().expect("open before any phase").1.push(path.to_owned());
+            phases
+                .last_mut()
+                .expect("open before any phase")
+                .1
+                .push(path.to_owned());
         }
     }
     phases
@@ -195,7 +211,11 @@ fn opens_per_phase(stderr: &str) -> Vec<(String, Vec<String>)> {
 fn c_api_threads_open_each_archive_once() {
     let d = dirs();
     let exe = cc::compile("threads.c", &d.root.join("threads"), Lang::C);
-    let out = cc::run(&exe, [&d.assets, &d.scenarios], &[("ROCM_KPACK_DEBUG", "1")]);
+    let out = cc::run(
+        &exe,
+        [&d.assets, &d.scenarios],
+        &[("ROCM_KPACK_DEBUG", "1")],
+    );
     cc::assert_all_passed(
         &out,
         &[
@@ -210,14 +230,29 @@ fn c_api_threads_open_each_archive_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let noop = d.assets.join("test_noop.kpack").display().to_string();
     let multi = d.scenarios.join("multi/.kpack");
-    let mut want_multi: Vec<String> = ["foo_gfx942:xnack+.kpack", "foo_gfx942.kpack", "foo_gfx9-4-generic.kpack"]
-        .iter()
-        .map(|f| multi.join(f).display().to_string())
-        .collect();
+    let mut want_multi: Vec<String> = [
+        "foo_gfx942:xnack+.kpack",
+        "foo_gfx942.kpack",
+        "foo_gfx9-4-generic.kpack",
+    ]
+    .iter()
+    .map(|f| multi.join(f).display().to_string())
+    .collect();
     want_multi.sort();
     let phases = opens_per_phase(&stderr);
     let names: Vec<&str> = phases.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["fresh", "two_loads", "concurrent_loads", "concurrent_caching", "concurrent_multi", "concurrent_gets", "end"]);
+    assert_eq!(
+        names,
+        [
+            "fresh",
+            "two_loads",
+            "concurrent_loads",
+            "concurrent_caching",
+            "concurrent_multi",
+            "concurrent_gets",
+            "end"
+        ]
+    );
     for (name, mut opened) in phases {
         opened.sort();
         let want: Vec<String> = match name.as_str() {
@@ -234,7 +269,10 @@ fn c_api_threads_as_cxx() {
     let d = dirs();
     let exe = cc::compile("threads.c", &d.root.join("threads"), Lang::Cxx);
     let out = cc::run(&exe, [&d.assets, &d.scenarios], &[]);
-    cc::assert_all_passed(&out, &["LoaderAPITest.ThreadSafety_ConcurrentLoadCodeObject"]);
+    cc::assert_all_passed(
+        &out,
+        &["LoaderAPITest.ThreadSafety_ConcurrentLoadCodeObject"],
+    );
 }
 
 /// Builds the HIPK host program into `prefix/bin/hostapp` beside its archives.
@@ -280,18 +318,35 @@ fn c_api_header_is_self_contained() {
                  KPACK_MAGIC[0] == 'K') ? 0 : 1; }\n",
     )
     .unwrap();
-    for (compiler, std) in [("cc", "-std=c99"), ("cc", "-std=c11"), ("c++", "-std=c++11"), ("c++", "-std=c++17")] {
+    for (compiler, std) in [
+        ("cc", "-std=c99"),
+        ("cc", "-std=c11"),
+        ("c++", "-std=c++11"),
+        ("c++", "-std=c++17"),
+    ] {
         let mut cmd = std::process::Command::new(compiler);
         if compiler == "c++" {
             cmd.args(["-x", "c++"]);
         }
         let out = cmd
-            .args([std, "-Wall", "-Wextra", "-Werror", "-pedantic-errors", "-fsyntax-only", "-I"])
+            .args([
+                std,
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic-errors",
+                "-fsyntax-only",
+                "-I",
+            ])
             .arg(cc::manifest_dir().join("include"))
             .arg(&src)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{compiler} {std}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{compiler} {std}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

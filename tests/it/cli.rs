@@ -33,13 +33,21 @@ fn make_tree(root: &Path, kernels: &[(&str, &str, Vec<u8>)]) {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["pack", "list", "cat", "extract", "verify", "mount", "unmount", "resolve", "load", "split"] {
+    for cmd in [
+        "pack", "list", "cat", "extract", "verify", "mount", "unmount", "resolve", "load", "split",
+    ] {
         let o = kpack_fuse(&[&cmd, &"--help"]);
         assert_eq!(code(&o), 0, "{cmd}");
-        assert!(String::from_utf8_lossy(&o.stdout).contains("Usage:"), "{cmd}");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("Usage:"),
+            "{cmd}"
+        );
     }
     let o = kpack_fuse(&[&"--version"]);
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), format!("kpack-fuse {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("kpack-fuse {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -51,13 +59,27 @@ fn pack_list_cat_extract_verify_round_trip() {
     // A symlink in the tree is ignored.
     std::os::unix::fs::symlink("gfx900.hsaco", tree.join("bin/testapp#0/gfx1100.hsaco")).unwrap();
     let out = dir.path().join("test.kpack");
-    let o = kpack_fuse(&[&"pack", &tree, &"-o", &out, &"--compression", &"none", &"--group", &"test", &"--family", &"gfx900X"]);
+    let o = kpack_fuse(&[
+        &"pack",
+        &tree,
+        &"-o",
+        &out,
+        &"--compression",
+        &"none",
+        &"--group",
+        &"test",
+        &"--family",
+        &"gfx900X",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let a = Archive::open(&out).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx906"]);
     assert_eq!(a.group_name(), Some("test"));
     // Sorted by key, then arch: bin/testapp#0 gets ordinal 0.
-    let ordinals: Vec<(String, String, u32)> = a.entries().map(|(k, e)| (k.to_owned(), e.arch.clone(), e.ordinal)).collect();
+    let ordinals: Vec<(String, String, u32)> = a
+        .entries()
+        .map(|(k, e)| (k.to_owned(), e.arch.clone(), e.ordinal))
+        .collect();
     assert_eq!(
         ordinals,
         vec![
@@ -73,7 +95,12 @@ fn pack_list_cat_extract_verify_round_trip() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4);
     assert!(lines[0].starts_with("BINARY"));
-    assert!(lines[1].starts_with("bin/testapp#0     gfx900") && lines[1].ends_with("168           168    1.00"), "{:?}", lines[1]);
+    assert!(
+        lines[1].starts_with("bin/testapp#0     gfx900")
+            && lines[1].ends_with("168           168    1.00"),
+        "{:?}",
+        lines[1]
+    );
 
     let o = kpack_fuse(&[&"list", &"--json", &out]);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -90,7 +117,10 @@ fn pack_list_cat_extract_verify_round_trip() {
     let o = kpack_fuse(&[&"extract", &out, &dest]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     for (key, arch, data) in &kernels {
-        assert_eq!(&std::fs::read(dest.join(key).join(format!("{arch}.hsaco"))).unwrap(), data);
+        assert_eq!(
+            &std::fs::read(dest.join(key).join(format!("{arch}.hsaco"))).unwrap(),
+            data
+        );
     }
     // Extracting again refuses to overwrite; --force does.
     let o = kpack_fuse(&[&"extract", &out, &dest]);
@@ -103,7 +133,18 @@ fn pack_list_cat_extract_verify_round_trip() {
 
     // pack -> extract -> pack gives the same archive bytes.
     let again = dir.path().join("again.kpack");
-    let o = kpack_fuse(&[&"pack", &dest, &"-o", &again, &"--compression", &"none", &"--group", &"test", &"--family", &"gfx900X"]);
+    let o = kpack_fuse(&[
+        &"pack",
+        &dest,
+        &"-o",
+        &again,
+        &"--compression",
+        &"none",
+        &"--group",
+        &"test",
+        &"--family",
+        &"gfx900X",
+    ]);
     assert_eq!(code(&o), 0);
     assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&out).unwrap());
 }
@@ -114,13 +155,19 @@ fn pack_arch_order_and_coverage() {
     let tree = dir.path().join("tree");
     make_tree(&tree, &golden_zstd_kernels());
     let out = dir.path().join("o.kpack");
-    let o = kpack_fuse(&[&"pack", &tree, &"-o", &out, &"--arch", &"gfx1101", &"--arch", &"gfx1100"]);
+    let o = kpack_fuse(&[
+        &"pack", &tree, &"-o", &out, &"--arch", &"gfx1101", &"--arch", &"gfx1100",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let a = Archive::open(&out).unwrap();
     assert_eq!(a.architectures(), ["gfx1101", "gfx1100"]);
     assert_eq!(a.group_name(), Some("o"));
     assert_eq!(a.gfx_arch_family(), Some("mixed"));
-    let lib: Vec<(&str, u32)> = a.binaries()[1].arches.iter().map(|e| (e.arch.as_str(), e.ordinal)).collect();
+    let lib: Vec<(&str, u32)> = a.binaries()[1]
+        .arches
+        .iter()
+        .map(|e| (e.arch.as_str(), e.ordinal))
+        .collect();
     assert_eq!(lib, vec![("gfx1101", 1), ("gfx1100", 2)]);
 
     let o = kpack_fuse(&[&"pack", &tree, &"-o", &out, &"--arch", &"gfx1100"]);
@@ -153,12 +200,25 @@ fn errors_name_the_file_and_use_distinct_codes() {
     std::fs::write(&bad, b"XPAK\x01\0\0\0\x10\0\0\0\0\0\0\0").unwrap();
     let o = kpack_fuse(&[&"list", &bad]);
     assert_eq!(code(&o), 4);
-    assert!(stderr(&o).contains("bad.kpack") && stderr(&o).contains("magic"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("bad.kpack") && stderr(&o).contains("magic"),
+        "{}",
+        stderr(&o)
+    );
 
-    let o = kpack_fuse(&[&"cat", &fixture("test_noop.kpack"), &"lib/libtest.so#0", &"gfx1100"]);
+    let o = kpack_fuse(&[
+        &"cat",
+        &fixture("test_noop.kpack"),
+        &"lib/libtest.so#0",
+        &"gfx1100",
+    ]);
     assert_eq!(code(&o), 5);
     assert!(o.stdout.is_empty());
-    assert!(stderr(&o).contains("lib/libtest.so#0 [gfx1100]"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("lib/libtest.so#0 [gfx1100]"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = kpack_fuse(&[&"frobnicate"]);
     assert_eq!(code(&o), 2);
@@ -169,21 +229,39 @@ fn verify_names_each_bad_entry() {
     let dir = tempfile::tempdir().unwrap();
     let data = sample_kernel();
     let (blob, mut toc) = zstd_parts(&data);
-    toc.at("toc").set("other#0", m(vec![("gfx900", m(vec![("ordinal", V::U(7)), ("original_size", V::U(3))]))]));
-    toc.at("toc").at("k#0").at("gfx900").set("original_size", V::U(data.len() as u64 + 1));
+    toc.at("toc").set(
+        "other#0",
+        m(vec![(
+            "gfx900",
+            m(vec![("ordinal", V::U(7)), ("original_size", V::U(3))]),
+        )]),
+    );
+    toc.at("toc")
+        .at("k#0")
+        .at("gfx900")
+        .set("original_size", V::U(data.len() as u64 + 1));
     let path = dir.path().join("bad.kpack");
     std::fs::write(&path, archive_bytes(&blob, &toc.encode())).unwrap();
     let o = kpack_fuse(&[&"verify", &path]);
     assert_eq!(code(&o), 6);
     let err = stderr(&o);
-    assert!(err.contains("k#0 [gfx900]") && err.contains("other#0 [gfx900]"), "{err}");
+    assert!(
+        err.contains("k#0 [gfx900]") && err.contains("other#0 [gfx900]"),
+        "{err}"
+    );
     assert!(err.contains("2 of 2 entries are bad"), "{err}");
 }
 
 #[test]
 fn extract_refuses_names_that_escape() {
     let dir = tempfile::tempdir().unwrap();
-    for (key, arch) in [("../escape#0", "gfx900"), ("/abs#0", "gfx900"), ("a//b#0", "gfx900"), ("ok#0", "../../x"), ("ok#0", "a/b")] {
+    for (key, arch) in [
+        ("../escape#0", "gfx900"),
+        ("/abs#0", "gfx900"),
+        ("a//b#0", "gfx900"),
+        ("ok#0", "../../x"),
+        ("ok#0", "a/b"),
+    ] {
         let mut w = ArchiveWriter::new("g", "f", vec![arch.into()], Compression::None).unwrap();
         w.add_kernel("fine#0", arch, vec![1, 2, 3]).unwrap();
         w.add_kernel(key, arch, vec![4, 5, 6]).unwrap();

@@ -10,7 +10,12 @@ use crate::support::layout::padded;
 fn kpack_fuse(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
     cmd.args(args);
-    for var in ["ROCM_KPACK_PATH", "ROCM_KPACK_PATH_PREFIX", "ROCM_KPACK_DISABLE", "ROCM_KPACK_DEBUG"] {
+    for var in [
+        "ROCM_KPACK_PATH",
+        "ROCM_KPACK_PATH_PREFIX",
+        "ROCM_KPACK_DISABLE",
+        "ROCM_KPACK_DEBUG",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
@@ -27,17 +32,31 @@ fn host() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn archive(prefix: &Path, target: &str) -> String {
-    prefix.join(format!(".kpack/hostapp_{target}.kpack")).display().to_string()
+    prefix
+        .join(format!(".kpack/hostapp_{target}.kpack"))
+        .display()
+        .to_string()
 }
 
 #[test]
 fn resolve_shows_every_step_and_the_pick() {
     let (_tmp, prefix, exe) = host();
-    let out = kpack_fuse(&["resolve", exe.to_str().unwrap(), "--arch", "amdgcn-amd-amdhsa--gfx90a:xnack+"], &[]);
+    let out = kpack_fuse(
+        &[
+            "resolve",
+            exe.to_str().unwrap(),
+            "--arch",
+            "amdgcn-amd-amdhsa--gfx90a:xnack+",
+        ],
+        &[],
+    );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     for line in [
@@ -47,32 +66,62 @@ fn resolve_shows_every_step_and_the_pick() {
         "wrapper 1:    HIPK version 1 co 1".into(),
         "arch list:    amdgcn-amd-amdhsa--gfx90a:xnack+".into(),
         "code object 0 (key bin/hostapp#0):".into(),
-        format!("  path    {}   (from {})", archive(&prefix, "gfx90a:xnack+"), archive(&prefix, "@GFXARCH@")),
-        format!("  open    {}   gfx_arches [gfx90a:xnack+]", archive(&prefix, "gfx90a:xnack+")),
+        format!(
+            "  path    {}   (from {})",
+            archive(&prefix, "gfx90a:xnack+"),
+            archive(&prefix, "@GFXARCH@")
+        ),
+        format!(
+            "  open    {}   gfx_arches [gfx90a:xnack+]",
+            archive(&prefix, "gfx90a:xnack+")
+        ),
         "  arch    amdgcn-amd-amdhsa--gfx90a:xnack+: targets gfx90a:xnack+, gfx90a".into(),
-        format!("  => gfx90a:xnack+ from {} (32 bytes)", archive(&prefix, "gfx90a:xnack+")),
+        format!(
+            "  => gfx90a:xnack+ from {} (32 bytes)",
+            archive(&prefix, "gfx90a:xnack+")
+        ),
         "code object 1 (key bin/hostapp#1):".into(),
-        format!("    try   gfx90a:xnack+ in {}", archive(&prefix, "gfx90a:xnack+")),
+        format!(
+            "    try   gfx90a:xnack+ in {}",
+            archive(&prefix, "gfx90a:xnack+")
+        ),
         format!("  => gfx90a from {} (32 bytes)", archive(&prefix, "gfx90a")),
     ] {
-        assert!(stdout.lines().any(|l| l == line), "missing line {line:?} in:\n{stdout}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{stdout}"
+        );
     }
     // The second code object misses in the xnack+ archive first, then falls through.
     let co1 = stdout.split("code object 1").nth(1).unwrap();
     let miss = co1.find("  miss  ").expect(co1);
-    let found = co1.find(&format!("try   gfx90a in {}", archive(&prefix, "gfx90a"))).unwrap();
+    let found = co1
+        .find(&format!("try   gfx90a in {}", archive(&prefix, "gfx90a")))
+        .unwrap();
     assert!(miss < found, "{co1}");
 }
 
 #[test]
 fn resolve_json_and_generic_fallback() {
     let (_tmp, prefix, exe) = host();
-    let out = kpack_fuse(&["resolve", exe.to_str().unwrap(), "--arch", "gfx906:xnack-", "--json"], &[]);
+    let out = kpack_fuse(
+        &[
+            "resolve",
+            exe.to_str().unwrap(),
+            "--arch",
+            "gfx906:xnack-",
+            "--json",
+        ],
+        &[],
+    );
     let (stdout, stderr) = text(&out);
     // co 1 exists only for gfx90a, so this device cannot load it: the exit says "not found".
     assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
     let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["arch_list"], serde_json::json!(["gfx906:xnack-", "gfx9-generic:xnack-"]));
+    assert_eq!(
+        doc["arch_list"],
+        serde_json::json!(["gfx906:xnack-", "gfx9-generic:xnack-"])
+    );
     assert_eq!(doc["kernel_name"], "bin/hostapp");
     assert_eq!(doc["wrappers"][1]["co_index"], 1);
     let co0 = &doc["code_objects"][0];
@@ -81,7 +130,12 @@ fn resolve_json_and_generic_fallback() {
     assert_eq!(co0["result"]["target"], "gfx9-generic");
     assert_eq!(co0["result"]["archive"], archive(&prefix, "gfx9-generic"));
     assert_eq!(co0["result"]["size"], 32);
-    let steps: Vec<&str> = co0["steps"].as_array().unwrap().iter().map(|s| s["event"].as_str().unwrap()).collect();
+    let steps: Vec<&str> = co0["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["event"].as_str().unwrap())
+        .collect();
     assert_eq!(steps.first(), Some(&"metadata_parsed"));
     assert_eq!(steps.last(), Some(&"loaded"));
     assert!(steps.contains(&"archive_missing"), "{steps:?}");
@@ -95,21 +149,45 @@ fn resolve_json_and_generic_fallback() {
 fn resolve_with_exact_list_and_one_code_object() {
     let (_tmp, prefix, exe) = host();
     let out = kpack_fuse(
-        &["resolve", exe.to_str().unwrap(), "--arch", "gfx1100", "--arch", "gfx90a:xnack-", "--co", "1", "--json"],
+        &[
+            "resolve",
+            exe.to_str().unwrap(),
+            "--arch",
+            "gfx1100",
+            "--arch",
+            "gfx90a:xnack-",
+            "--co",
+            "1",
+            "--json",
+        ],
         &[],
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(doc["arch_list"], serde_json::json!(["gfx1100", "gfx90a:xnack-"]));
+    assert_eq!(
+        doc["arch_list"],
+        serde_json::json!(["gfx1100", "gfx90a:xnack-"])
+    );
     assert_eq!(doc["code_objects"].as_array().unwrap().len(), 1);
     assert_eq!(doc["code_objects"][0]["result"]["target"], "gfx90a:xnack-");
-    assert_eq!(doc["code_objects"][0]["result"]["archive"], archive(&prefix, "gfx90a:xnack-"));
+    assert_eq!(
+        doc["code_objects"][0]["result"]["archive"],
+        archive(&prefix, "gfx90a:xnack-")
+    );
 }
 
 #[test]
 fn resolve_rejects_non_hipk_files() {
-    let out = kpack_fuse(&["resolve", env!("CARGO_BIN_EXE_kpack-fuse"), "--arch", "gfx900"], &[]);
+    let out = kpack_fuse(
+        &[
+            "resolve",
+            env!("CARGO_BIN_EXE_kpack-fuse"),
+            "--arch",
+            "gfx900",
+        ],
+        &[],
+    );
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("no .rocm_kpack_ref section"), "{stderr}");
@@ -122,21 +200,62 @@ fn load_writes_the_code_object_the_library_would_return() {
     let (tmp, _prefix, exe) = host();
     let dest = tmp.path().join("co1.hsaco");
     let out = kpack_fuse(
-        &["load", exe.to_str().unwrap(), "--arch", "amdgcn-amd-amdhsa--gfx90a:xnack+", "--co", "1", "-o", dest.to_str().unwrap()],
+        &[
+            "load",
+            exe.to_str().unwrap(),
+            "--arch",
+            "amdgcn-amd-amdhsa--gfx90a:xnack+",
+            "--co",
+            "1",
+            "-o",
+            dest.to_str().unwrap(),
+        ],
         &[("ROCM_KPACK_DEBUG", "1")],
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
     assert_eq!(std::fs::read(&dest).unwrap(), padded("HOST_CO1_GFX90A"));
-    assert!(stderr.lines().any(|l| l == "kpack: loaded code object: 32 bytes"), "{stderr}");
-    assert!(stderr.lines().any(|l| l == "kpack: cache created: disabled=0, debug=1, override_paths=0, prefix_paths=0"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == "kpack: loaded code object: 32 bytes"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l
+                == "kpack: cache created: disabled=0, debug=1, override_paths=0, prefix_paths=0"),
+        "{stderr}"
+    );
 
     let missing = tmp.path().join("none.hsaco");
-    let out = kpack_fuse(&["load", exe.to_str().unwrap(), "--arch", "gfx1100", "--co", "0", "-o", missing.to_str().unwrap()], &[]);
+    let out = kpack_fuse(
+        &[
+            "load",
+            exe.to_str().unwrap(),
+            "--arch",
+            "gfx1100",
+            "--co",
+            "0",
+            "-o",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(5));
     assert!(!missing.exists());
     let out = kpack_fuse(
-        &["load", exe.to_str().unwrap(), "--arch", "gfx90a", "--co", "0", "-o", missing.to_str().unwrap()],
+        &[
+            "load",
+            exe.to_str().unwrap(),
+            "--arch",
+            "gfx90a",
+            "--co",
+            "0",
+            "-o",
+            missing.to_str().unwrap(),
+        ],
         &[("ROCM_KPACK_DISABLE", "1")],
     );
     assert_eq!(out.status.code(), Some(1));

@@ -55,7 +55,11 @@ struct wrapper hip_wrapper = {{ 0x48495046u, 1u, fatbin_start, 0ull }};
 {main}
 "#,
         blob = blob_path.display(),
-        main = if shared { "" } else { "int main(void) { return hip_wrapper.magic == 0; }" }
+        main = if shared {
+            ""
+        } else {
+            "int main(void) { return hip_wrapper.magic == 0; }"
+        }
     );
     let c_path = dir.join(format!("{stem}.c"));
     std::fs::write(&c_path, c).unwrap();
@@ -63,7 +67,12 @@ struct wrapper hip_wrapper = {{ 0x48495046u, 1u, fatbin_start, 0ull }};
     if shared {
         cmd.args(["-shared", "-fPIC"]);
     }
-    let status = cmd.arg("-o").arg(&out).arg(&c_path).status().expect("gcc must be installed to build test fat binaries");
+    let status = cmd
+        .arg("-o")
+        .arg(&out)
+        .arg(&c_path)
+        .status()
+        .expect("gcc must be installed to build test fat binaries");
     assert!(status.success(), "gcc failed for {rel}");
     out
 }
@@ -97,8 +106,10 @@ fn synthetic_section() -> (Vec<u8>, Expected) {
     let mut section = Vec::new();
     let mut expected = Vec::new();
     for (tu, entries) in tus.iter().enumerate() {
-        let objects: Vec<(String, Vec<u8>)> =
-            entries.iter().map(|(a, n)| (triple(a), fake_code_object(tu, a, *n))).collect();
+        let objects: Vec<(String, Vec<u8>)> = entries
+            .iter()
+            .map(|(a, n)| (triple(a), fake_code_object(tu, a, *n)))
+            .collect();
         let mut table: Vec<(&str, &[u8])> = vec![(HOST, &[])];
         table.extend(objects.iter().map(|(t, d)| (t.as_str(), d.as_slice())));
         let bundle = build_uncompressed(&table, 4096);
@@ -138,13 +149,25 @@ fn fatbin_synthetic_keys_and_bytes() {
 
     // Our ELF reader sees exactly what binutils sees.
     let elf = ElfFile::parse(&bytes).unwrap();
-    assert_eq!(elf.section(HIP_FATBIN_SECTION).unwrap().data, objcopy_section(&lib, HIP_FATBIN_SECTION).as_slice());
-    assert_eq!(&elf.section(HIP_FATBIN_SECTION).unwrap().data[..section.len()], section.as_slice());
+    assert_eq!(
+        elf.section(HIP_FATBIN_SECTION).unwrap().data,
+        objcopy_section(&lib, HIP_FATBIN_SECTION).as_slice()
+    );
+    assert_eq!(
+        &elf.section(HIP_FATBIN_SECTION).unwrap().data[..section.len()],
+        section.as_slice()
+    );
 
     let cos = import::host_code_objects("lib/libsynth.so", &bytes).unwrap();
-    let got: Vec<(String, String, Vec<u8>)> = cos.iter().map(|c| (c.key.clone(), c.arch.clone(), c.data.clone())).collect();
+    let got: Vec<(String, String, Vec<u8>)> = cos
+        .iter()
+        .map(|c| (c.key.clone(), c.arch.clone(), c.data.clone()))
+        .collect();
     assert_eq!(got, expected_keys("lib/libsynth.so", &expected));
-    let keys: Vec<(&str, &str)> = cos.iter().map(|c| (c.key.as_str(), c.arch.as_str())).collect();
+    let keys: Vec<(&str, &str)> = cos
+        .iter()
+        .map(|c| (c.key.as_str(), c.arch.as_str()))
+        .collect();
     assert_eq!(
         keys,
         vec![
@@ -166,12 +189,23 @@ fn fatbin_per_arch_archives_round_trip() {
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(dir.path(), "lib/libsynth.so", &section, true);
     let cos = import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap();
-    let host = ImportedHost { kernel_name: "lib/libsynth.so".into(), code_objects: cos };
+    let host = ImportedHost {
+        kernel_name: "lib/libsynth.so".into(),
+        code_objects: cos,
+    };
     let kpack = dir.path().join(".kpack");
     std::fs::create_dir_all(&kpack).unwrap();
-    let plans = import::plan_archives(vec![host], "synth", false, Compression::Zstd { level: 3 }).unwrap();
+    let plans =
+        import::plan_archives(vec![host], "synth", false, Compression::Zstd { level: 3 }).unwrap();
     let names: Vec<&str> = plans.iter().map(|p| p.file_name.as_str()).collect();
-    assert_eq!(names, ["synth_gfx900.kpack", "synth_gfx90a:xnack-.kpack", "synth_gfx1030.kpack"]);
+    assert_eq!(
+        names,
+        [
+            "synth_gfx900.kpack",
+            "synth_gfx90a:xnack-.kpack",
+            "synth_gfx1030.kpack"
+        ]
+    );
     for p in &plans {
         p.writer.write(&kpack.join(&p.file_name), &|_| {}).unwrap();
     }
@@ -181,18 +215,29 @@ fn fatbin_per_arch_archives_round_trip() {
         assert_eq!(a.architectures(), [arch]);
         assert_eq!(a.group_name(), Some("synth"));
         assert_eq!(a.gfx_arch_family(), Some(arch));
-        let want: Vec<(String, String, Vec<u8>)> =
-            expected_keys("lib/libsynth.so", &expected).into_iter().filter(|(_, a, _)| a == arch).collect();
+        let want: Vec<(String, String, Vec<u8>)> = expected_keys("lib/libsynth.so", &expected)
+            .into_iter()
+            .filter(|(_, a, _)| a == arch)
+            .collect();
         let mut want_keys: Vec<&str> = want.iter().map(|(k, _, _)| k.as_str()).collect();
         want_keys.sort();
-        assert_eq!(a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(), want_keys);
+        assert_eq!(
+            a.binaries()
+                .iter()
+                .map(|b| b.key.as_str())
+                .collect::<Vec<_>>(),
+            want_keys
+        );
         for (key, arch, data) in &want {
             assert_eq!(&a.get_kernel(key, arch).unwrap(), data, "{key} [{arch}]");
         }
     }
 
     // The metadata the binary will carry: one level up from lib/ to the .kpack folder.
-    let meta = import::hipk_metadata(&[import::search_path("lib/libsynth.so", "synth", false)], "lib/libsynth.so");
+    let meta = import::hipk_metadata(
+        &[import::search_path("lib/libsynth.so", "synth", false)],
+        "lib/libsynth.so",
+    );
     let mut want = vec![0x82, 0xb2];
     want.extend_from_slice(b"kpack_search_paths");
     want.extend_from_slice(&[0x91, 0xa0 | 31]); // array of 1, fixstr of 31 bytes
@@ -210,13 +255,30 @@ fn fatbin_single_archive_from_library_and_executable() {
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(dir.path(), "lib/libsynth.so", &section, true);
     let app_objects = [(triple("gfx1030"), fake_code_object(9, "gfx1030", 2500))];
-    let app_section = build_uncompressed(&[(HOST, &[]), (app_objects[0].0.as_str(), &app_objects[0].1)], 4096);
+    let app_section = build_uncompressed(
+        &[(HOST, &[]), (app_objects[0].0.as_str(), &app_objects[0].1)],
+        4096,
+    );
     let app = gcc_fat_binary(dir.path(), "bin/app", &app_section, false);
-    assert!(Command::new(&app).status().unwrap().success(), "the test executable runs");
+    assert!(
+        Command::new(&app).status().unwrap().success(),
+        "the test executable runs"
+    );
 
     let hosts = vec![
-        ImportedHost { kernel_name: "lib/libsynth.so".into(), code_objects: import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap() },
-        ImportedHost { kernel_name: "bin/app".into(), code_objects: import::host_code_objects("bin/app", &std::fs::read(&app).unwrap()).unwrap() },
+        ImportedHost {
+            kernel_name: "lib/libsynth.so".into(),
+            code_objects: import::host_code_objects(
+                "lib/libsynth.so",
+                &std::fs::read(&lib).unwrap(),
+            )
+            .unwrap(),
+        },
+        ImportedHost {
+            kernel_name: "bin/app".into(),
+            code_objects: import::host_code_objects("bin/app", &std::fs::read(&app).unwrap())
+                .unwrap(),
+        },
     ];
     let plans = import::plan_archives(hosts, "synth", true, Compression::None).unwrap();
     assert_eq!(plans.len(), 1);
@@ -225,14 +287,28 @@ fn fatbin_single_archive_from_library_and_executable() {
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack-", "gfx1030"]);
     assert_eq!(
-        a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(),
-        ["bin/app#0", "lib/libsynth.so#0", "lib/libsynth.so#1", "lib/libsynth.so#2"]
+        a.binaries()
+            .iter()
+            .map(|b| b.key.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "bin/app#0",
+            "lib/libsynth.so#0",
+            "lib/libsynth.so#1",
+            "lib/libsynth.so#2"
+        ]
     );
-    assert_eq!(a.get_kernel("bin/app#0", "gfx1030").unwrap(), app_objects[0].1);
+    assert_eq!(
+        a.get_kernel("bin/app#0", "gfx1030").unwrap(),
+        app_objects[0].1
+    );
     for (key, arch, data) in expected_keys("lib/libsynth.so", &expected) {
         assert_eq!(a.get_kernel(&key, &arch).unwrap(), data, "{key} [{arch}]");
     }
-    assert_eq!(import::search_path("bin/app", "synth", true), "../.kpack/synth.kpack");
+    assert_eq!(
+        import::search_path("bin/app", "synth", true),
+        "../.kpack/synth.kpack"
+    );
 }
 
 #[test]
@@ -241,14 +317,40 @@ fn fatbin_refuses_non_fat_and_split_binaries() {
     let plain = dir.path().join("plain.so");
     let c = dir.path().join("plain.c");
     std::fs::write(&c, "int f(void) { return 1; }\n").unwrap();
-    assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&plain).arg(&c).status().unwrap().success());
-    assert_eq!(import::host_code_objects("plain.so", &std::fs::read(&plain).unwrap()), Err(ImportError::NoDeviceCode));
+    assert!(
+        Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&plain)
+            .arg(&c)
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(
+        import::host_code_objects("plain.so", &std::fs::read(&plain).unwrap()),
+        Err(ImportError::NoDeviceCode)
+    );
 
     let split = dir.path().join("split.so");
     let c = dir.path().join("split.c");
-    std::fs::write(&c, "__attribute__((section(\".rocm_kpack_ref\"), used)) const char marker[] = \"\\x82\";\n").unwrap();
-    assert!(Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&split).arg(&c).status().unwrap().success());
-    assert_eq!(import::host_code_objects("split.so", &std::fs::read(&split).unwrap()), Err(ImportError::AlreadySplit));
+    std::fs::write(
+        &c,
+        "__attribute__((section(\".rocm_kpack_ref\"), used)) const char marker[] = \"\\x82\";\n",
+    )
+    .unwrap();
+    assert!(
+        Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&split)
+            .arg(&c)
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(
+        import::host_code_objects("split.so", &std::fs::read(&split).unwrap()),
+        Err(ImportError::AlreadySplit)
+    );
 
     // A corrupt bundle inside a real ELF file is reported, not skipped.
     let mut bad = build_uncompressed(&[(triple("gfx900").as_str(), b"code")], 64);
@@ -257,7 +359,11 @@ fn fatbin_refuses_non_fat_and_split_binaries() {
     match import::host_code_objects("libbad.so", &std::fs::read(&lib).unwrap()) {
         Err(ImportError::Bundle(e)) => {
             assert_eq!(e.offset, 24);
-            assert!(e.reason.contains("entry count 9 cannot fit in the 132 bytes present"), "{e}");
+            assert!(
+                e.reason
+                    .contains("entry count 9 cannot fit in the 132 bytes present"),
+                "{e}"
+            );
         }
         other => panic!("expected a bundle error, got {other:?}"),
     }
@@ -277,7 +383,9 @@ pub fn rocrand() -> Option<PathBuf> {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set but librocrand1 could not be fetched:\n{why}");
         }
-        eprintln!("SKIPPED: librocrand1 could not be fetched (set CI to make this a failure):\n{why}");
+        eprintln!(
+            "SKIPPED: librocrand1 could not be fetched (set CI to make this a failure):\n{why}"
+        );
         None
     })
     .clone()
@@ -301,33 +409,63 @@ fn fatbin_real_rocrand_import_and_verify() {
     let bytes = std::fs::read(&so).unwrap();
     let section = objcopy_section(&so, HIP_FATBIN_SECTION);
     let cos = import::host_code_objects("lib/librocrand.so.1.1", &bytes).unwrap();
-    let got: Vec<(&str, &str, usize)> = cos.iter().map(|c| (c.key.as_str(), c.arch.as_str(), c.data.len())).collect();
-    let want: Vec<(&str, &str, usize)> =
-        ROCRAND_5_3_3.iter().map(|(a, _, n)| ("lib/librocrand.so.1.1#0", *a, *n)).collect();
+    let got: Vec<(&str, &str, usize)> = cos
+        .iter()
+        .map(|c| (c.key.as_str(), c.arch.as_str(), c.data.len()))
+        .collect();
+    let want: Vec<(&str, &str, usize)> = ROCRAND_5_3_3
+        .iter()
+        .map(|(a, _, n)| ("lib/librocrand.so.1.1#0", *a, *n))
+        .collect();
     assert_eq!(got, want);
     for (co, (arch, offset, size)) in cos.iter().zip(ROCRAND_5_3_3) {
         // Byte-identical to the range the bundle table names (read here through binutils), and
         // an AMDGPU ELF code object (e_machine 0xE0).
-        assert_eq!(co.data, section[offset as usize..offset as usize + size], "{arch}");
+        assert_eq!(
+            co.data,
+            section[offset as usize..offset as usize + size],
+            "{arch}"
+        );
         assert_eq!(&co.data[..4], b"\x7fELF");
-        assert_eq!(u16::from_le_bytes([co.data[18], co.data[19]]), 0xE0, "{arch}");
+        assert_eq!(
+            u16::from_le_bytes([co.data[18], co.data[19]]),
+            0xE0,
+            "{arch}"
+        );
         assert_eq!(co.triple, triple(arch));
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let host = ImportedHost { kernel_name: "lib/librocrand.so.1.1".into(), code_objects: cos.clone() };
-    let plans = import::plan_archives(vec![host], "rocrand", false, Compression::Zstd { level: 1 }).unwrap();
+    let host = ImportedHost {
+        kernel_name: "lib/librocrand.so.1.1".into(),
+        code_objects: cos.clone(),
+    };
+    let plans = import::plan_archives(vec![host], "rocrand", false, Compression::Zstd { level: 1 })
+        .unwrap();
     assert_eq!(
-        plans.iter().map(|p| p.file_name.as_str()).collect::<Vec<_>>(),
-        ROCRAND_5_3_3.iter().map(|(a, _, _)| format!("rocrand_{a}.kpack")).collect::<Vec<_>>()
+        plans
+            .iter()
+            .map(|p| p.file_name.as_str())
+            .collect::<Vec<_>>(),
+        ROCRAND_5_3_3
+            .iter()
+            .map(|(a, _, _)| format!("rocrand_{a}.kpack"))
+            .collect::<Vec<_>>()
     );
     for p in &plans {
-        p.writer.write(&dir.path().join(&p.file_name), &|_| {}).unwrap();
+        p.writer
+            .write(&dir.path().join(&p.file_name), &|_| {})
+            .unwrap();
     }
     for co in &cos {
         let a = Archive::open(dir.path().join(format!("rocrand_{}.kpack", co.arch))).unwrap();
         assert_eq!(a.architectures(), [co.arch.as_str()]);
-        assert_eq!(a.get_kernel(&co.key, &co.arch).unwrap(), co.data, "{}", co.arch);
+        assert_eq!(
+            a.get_kernel(&co.key, &co.arch).unwrap(),
+            co.data,
+            "{}",
+            co.arch
+        );
     }
 }
 
@@ -335,21 +473,42 @@ fn fatbin_real_rocrand_import_and_verify() {
 fn fatbin_committed_sample_archive() {
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/rocrand-sample.kpack");
     let a = Archive::open(&sample).unwrap();
-    assert_eq!(a.architectures(), ["gfx1030", "gfx90a:xnack+", "gfx90a:xnack-"]);
+    assert_eq!(
+        a.architectures(),
+        ["gfx1030", "gfx90a:xnack+", "gfx90a:xnack-"]
+    );
     assert_eq!(a.group_name(), Some("rocrand-sample"));
     let key = "lib/x86_64-linux-gnu/librocrand.so.1.1#0";
-    assert_eq!(a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(), [key]);
+    assert_eq!(
+        a.binaries()
+            .iter()
+            .map(|b| b.key.as_str())
+            .collect::<Vec<_>>(),
+        [key]
+    );
     let mut decoded = Vec::new();
-    for (arch, size) in [("gfx1030", 1_642_416), ("gfx90a:xnack+", 1_716_600), ("gfx90a:xnack-", 1_716_776)] {
+    for (arch, size) in [
+        ("gfx1030", 1_642_416),
+        ("gfx90a:xnack+", 1_716_600),
+        ("gfx90a:xnack-", 1_716_776),
+    ] {
         let data = a.get_kernel(key, arch).unwrap();
         assert_eq!(data.len(), size, "{arch}");
         assert_eq!(&data[..4], b"\x7fELF");
-        assert_eq!(u16::from_le_bytes([data[18], data[19]]), 0xE0, "{arch} is an AMDGPU code object");
+        assert_eq!(
+            u16::from_le_bytes([data[18], data[19]]),
+            0xE0,
+            "{arch} is an AMDGPU code object"
+        );
         decoded.push((arch, data));
     }
     // Byte-identical to Debian's library, when it can be fetched.
     let Some(so) = rocrand() else { return };
-    let cos = import::host_code_objects("lib/x86_64-linux-gnu/librocrand.so.1.1", &std::fs::read(so).unwrap()).unwrap();
+    let cos = import::host_code_objects(
+        "lib/x86_64-linux-gnu/librocrand.so.1.1",
+        &std::fs::read(so).unwrap(),
+    )
+    .unwrap();
     for (arch, data) in decoded {
         let co = cos.iter().find(|c| c.arch == arch).unwrap();
         assert_eq!(co.key, key);
@@ -364,42 +523,85 @@ fn fatbin_cli_pack_and_verify_against() {
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(&root, "lib/libsynth.so", &section, true);
     let kpack = root.join(".kpack");
-    let o = crate::cli::kpack_fuse(&[&"pack", &"--from-fatbin", &lib, &"--root", &root, &"-o", &kpack, &"--emit-metadata", &"--level", &"5"]);
+    let o = crate::cli::kpack_fuse(&[
+        &"pack",
+        &"--from-fatbin",
+        &lib,
+        &"--root",
+        &root,
+        &"-o",
+        &kpack,
+        &"--emit-metadata",
+        &"--level",
+        &"5",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut files: Vec<String> =
-        std::fs::read_dir(&kpack).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir(&kpack)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     files.sort();
     assert_eq!(
         files,
-        ["libsynth.so.hipk.msgpack", "synth_gfx1030.kpack", "synth_gfx900.kpack", "synth_gfx90a:xnack-.kpack"]
+        [
+            "libsynth.so.hipk.msgpack",
+            "synth_gfx1030.kpack",
+            "synth_gfx900.kpack",
+            "synth_gfx90a:xnack-.kpack"
+        ]
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(&["../.kpack/synth_@GFXARCH@.kpack".into()], "lib/libsynth.so")
+        import::hipk_metadata(
+            &["../.kpack/synth_@GFXARCH@.kpack".into()],
+            "lib/libsynth.so"
+        )
     );
     for (key, arch, data) in expected_keys("lib/libsynth.so", &expected) {
         let a = Archive::open(kpack.join(format!("synth_{arch}.kpack"))).unwrap();
         assert_eq!(a.get_kernel(&key, &arch).unwrap(), data, "{key} [{arch}]");
     }
 
-    let archives: Vec<PathBuf> = files.iter().filter(|f| f.ends_with(".kpack")).map(|f| kpack.join(f)).collect();
+    let archives: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| f.ends_with(".kpack"))
+        .map(|f| kpack.join(f))
+        .collect();
     let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"verify"];
     args.extend(archives.iter().map(|p| p as &dyn AsRef<std::ffi::OsStr>));
     args.extend([&"--against" as &dyn AsRef<std::ffi::OsStr>, &lib]);
     let o = crate::cli::kpack_fuse(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "8 code objects from 1 binaries match the archives byte for byte\n");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "8 code objects from 1 binaries match the archives byte for byte\n"
+    );
 
     // Without the gfx1030 archive, its two code objects are named and the exit status is 6.
     let o = crate::cli::kpack_fuse(&[&"verify", &archives[1], &archives[2], &"--against", &lib]);
     assert_eq!(o.status.code(), Some(6));
     let err = String::from_utf8_lossy(&o.stderr);
     for i in 0..2 {
-        assert!(err.contains(&format!("{}: lib/libsynth.so#{i} [gfx1030]: not in any archive\n", lib.display())), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{}: lib/libsynth.so#{i} [gfx1030]: not in any archive\n",
+                lib.display()
+            )),
+            "{err}"
+        );
     }
-    assert!(err.ends_with("kpack-fuse: 2 of 8 code objects are missing or differ\n"), "{err}");
+    assert!(
+        err.ends_with("kpack-fuse: 2 of 8 code objects are missing or differ\n"),
+        "{err}"
+    );
 
     // A file that is not an ELF host binary is refused with status 4 (bad format).
-    let o = crate::cli::kpack_fuse(&[&"pack", &"--from-fatbin", &kpack.join("libsynth.so.hipk.msgpack"), &"-o", &kpack]);
+    let o = crate::cli::kpack_fuse(&[
+        &"pack",
+        &"--from-fatbin",
+        &kpack.join("libsynth.so.hipk.msgpack"),
+        &"-o",
+        &kpack,
+    ]);
     assert_eq!(o.status.code(), Some(4));
 }

@@ -30,7 +30,12 @@ fn committed(target: &str) -> BTreeMap<String, Vec<u8>> {
         .unwrap_or_else(|e| panic!("{}: {e}", dir(target).display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.file_name().unwrap() != EXPECTED)
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), fs::read(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                fs::read(&p).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -42,7 +47,11 @@ fn kind_name(r: &Result<(), ErrorKind>) -> String {
 }
 
 /// One line of `archive/expected.txt`: `<file> open=<kind|ok> get=<kind|ok|->`.
-fn expectation_line(file: &str, open: &Result<(), ErrorKind>, probe: &Option<Result<(), ErrorKind>>) -> String {
+fn expectation_line(
+    file: &str,
+    open: &Result<(), ErrorKind>,
+    probe: &Option<Result<(), ErrorKind>>,
+) -> String {
     let probe = probe.as_ref().map_or("-".to_owned(), kind_name);
     format!("{file} open={} get={probe}", kind_name(open))
 }
@@ -57,12 +66,36 @@ fn generated() -> (Vec<(&'static str, String, Vec<u8>)>, String) {
         expected.push('\n');
         files.push(("archive", file, s.bytes));
     }
-    files.extend(seeds::toc_seeds().into_iter().map(|(n, b)| ("toc", format!("{n}.toc"), b)));
-    files.extend(seeds::zstd_index_seeds().into_iter().map(|(n, b)| ("zstd_index", format!("{n}.blob"), b)));
-    files.extend(seeds::archive_mutate_seeds().into_iter().map(|(n, b)| ("archive_mutate", format!("{n}.edits"), b)));
-    files.extend(seeds::hipk_metadata_seeds().into_iter().map(|(n, b)| ("hipk_metadata", format!("{n}.msgpack"), b)));
-    files.extend(seeds::bundle_seeds().into_iter().map(|(n, b)| ("bundle", format!("{n}.fatbin"), b)));
-    files.extend(seeds::maps_seeds().into_iter().map(|(n, b)| ("maps", format!("{n}.maps"), b)));
+    files.extend(
+        seeds::toc_seeds()
+            .into_iter()
+            .map(|(n, b)| ("toc", format!("{n}.toc"), b)),
+    );
+    files.extend(
+        seeds::zstd_index_seeds()
+            .into_iter()
+            .map(|(n, b)| ("zstd_index", format!("{n}.blob"), b)),
+    );
+    files.extend(
+        seeds::archive_mutate_seeds()
+            .into_iter()
+            .map(|(n, b)| ("archive_mutate", format!("{n}.edits"), b)),
+    );
+    files.extend(
+        seeds::hipk_metadata_seeds()
+            .into_iter()
+            .map(|(n, b)| ("hipk_metadata", format!("{n}.msgpack"), b)),
+    );
+    files.extend(
+        seeds::bundle_seeds()
+            .into_iter()
+            .map(|(n, b)| ("bundle", format!("{n}.fatbin"), b)),
+    );
+    files.extend(
+        seeds::maps_seeds()
+            .into_iter()
+            .map(|(n, b)| ("maps", format!("{n}.maps"), b)),
+    );
     (files, expected)
 }
 
@@ -71,7 +104,11 @@ fn generated() -> (Vec<(&'static str, String, Vec<u8>)>, String) {
 fn hand_written_expectations(generated: &str) -> String {
     let path = dir("archive").join(EXPECTED);
     let current = fs::read_to_string(path).unwrap_or_default();
-    current.lines().filter(|l| !generated.lines().any(|g| g == *l)).map(|l| format!("{l}\n")).collect()
+    current
+        .lines()
+        .filter(|l| !generated.lines().any(|g| g == *l))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 #[test]
@@ -86,11 +123,18 @@ fn committed_seeds_match_the_generator() {
         fs::write(dir("archive").join(EXPECTED), expected.clone() + &keep).unwrap();
     }
     for (target, name, bytes) in &files {
-        let on_disk = fs::read(dir(target).join(name)).unwrap_or_else(|e| panic!("{target}/{name}: {e} (bless?)"));
-        assert!(on_disk == *bytes, "{target}/{name} differs from the generator (KPACK_BLESS_FUZZ_SEEDS=1)");
+        let on_disk = fs::read(dir(target).join(name))
+            .unwrap_or_else(|e| panic!("{target}/{name}: {e} (bless?)"));
+        assert!(
+            on_disk == *bytes,
+            "{target}/{name} differs from the generator (KPACK_BLESS_FUZZ_SEEDS=1)"
+        );
     }
     let on_disk = fs::read_to_string(dir("archive").join(EXPECTED)).unwrap();
-    assert!(on_disk.starts_with(&expected), "archive/{EXPECTED} differs from the generator");
+    assert!(
+        on_disk.starts_with(&expected),
+        "archive/{EXPECTED} differs from the generator"
+    );
 }
 
 #[test]
@@ -112,7 +156,12 @@ fn every_committed_input_replays_cleanly() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {count} inputs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {count} inputs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -120,22 +169,32 @@ fn archive_inputs_give_their_expected_outcomes() {
     let text = fs::read_to_string(dir("archive").join(EXPECTED)).unwrap();
     let inputs = committed("archive");
     let mut checked = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+    for line in text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
         let file = line.split_whitespace().next().unwrap();
-        let bytes = inputs.get(file).unwrap_or_else(|| panic!("{EXPECTED} names missing {file}"));
+        let bytes = inputs
+            .get(file)
+            .unwrap_or_else(|| panic!("{EXPECTED} names missing {file}"));
         let outcome = checks::archive::run(bytes);
         let probe = outcome.probe.map(|p| p.map(|_| ()));
         assert_eq!(expectation_line(file, &outcome.open, &probe), line);
         checked += 1;
     }
     // Every archive input has an expectation, so none is replayed only for "no panic".
-    assert_eq!(checked, inputs.len(), "archive inputs without a line in {EXPECTED}");
+    assert_eq!(
+        checked,
+        inputs.len(),
+        "archive inputs without a line in {EXPECTED}"
+    );
 }
 
 /// The fuzz workspace must list every target the replay knows, and the other way round.
 #[test]
 fn fuzz_manifest_and_replay_list_agree() {
-    let manifest = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/Cargo.toml")).unwrap();
+    let manifest =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/Cargo.toml")).unwrap();
     let mut bins: Vec<&str> = manifest
         .lines()
         .filter_map(|l| l.strip_prefix("name = \"")?.strip_suffix('"'))

@@ -22,7 +22,10 @@ fn sh(cmd: &mut Command) -> String {
 
 /// The profile directory holding the program and both libraries.
 fn build_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_kpack-fuse")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Installs into `prefix`, with the helper link into `prefix/../sbin`.
@@ -40,7 +43,9 @@ fn install(prefix: &Path, extra: &[&str]) -> String {
 const EXPECTED_RUN: &str = "arches: gfx900 gfx906\nkernel: 119 bytes, starts with KERNEL1_\n";
 
 fn run_consumer(exe: &Path) {
-    let out = sh(Command::new(exe).arg(fixture("test_noop.kpack")).args(["lib/libtest.so#0", "gfx900"]));
+    let out = sh(Command::new(exe)
+        .arg(fixture("test_noop.kpack"))
+        .args(["lib/libtest.so#0", "gfx900"]));
     assert_eq!(out, EXPECTED_RUN);
 }
 
@@ -63,24 +68,46 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     let prefix = tmp.path().join("prefix");
     install(&prefix, &[]);
     let lib = prefix.join("lib");
-    assert_eq!(std::fs::read_link(lib.join("librocm_kpack.so.0")).unwrap(), Path::new("librocm_kpack.so.0.1.0"));
-    assert_eq!(std::fs::read_link(lib.join("librocm_kpack.so")).unwrap(), Path::new("librocm_kpack.so.0"));
-    for f in ["lib/librocm_kpack.a", "include/rocm_kpack/kpack.h", "include/rocm_kpack/kpack_types.h", "include/rocm_kpack/kpack_export.h"] {
+    assert_eq!(
+        std::fs::read_link(lib.join("librocm_kpack.so.0")).unwrap(),
+        Path::new("librocm_kpack.so.0.1.0")
+    );
+    assert_eq!(
+        std::fs::read_link(lib.join("librocm_kpack.so")).unwrap(),
+        Path::new("librocm_kpack.so.0")
+    );
+    for f in [
+        "lib/librocm_kpack.a",
+        "include/rocm_kpack/kpack.h",
+        "include/rocm_kpack/kpack_types.h",
+        "include/rocm_kpack/kpack_export.h",
+    ] {
         assert!(prefix.join(f).is_file(), "{f}");
     }
 
     // The program, its version, the helper link outside the prefix, and one man page per command.
     let version = sh(Command::new(prefix.join("bin/kpack-fuse")).arg("--version"));
-    assert_eq!(version, concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n"));
+    assert_eq!(
+        version,
+        concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n")
+    );
     let sbin = tmp.path().join("sbin");
-    assert_eq!(std::fs::read_link(sbin.join("mount.kpack-fuse")).unwrap(), prefix.join("bin/kpack-fuse"));
+    assert_eq!(
+        std::fs::read_link(sbin.join("mount.kpack-fuse")).unwrap(),
+        prefix.join("bin/kpack-fuse")
+    );
     let man1 = prefix.join("share/man/man1");
-    let mut pages: Vec<String> = std::fs::read_dir(&man1).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    pages.sort();
-    let mut want: Vec<String> = ["cat", "extract", "list", "load", "mount", "pack", "resolve", "split", "unmount", "verify"]
-        .iter()
-        .map(|c| format!("kpack-fuse-{c}.1"))
+    let mut pages: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
+    pages.sort();
+    let mut want: Vec<String> = [
+        "cat", "extract", "list", "load", "mount", "pack", "resolve", "split", "unmount", "verify",
+    ]
+    .iter()
+    .map(|c| format!("kpack-fuse-{c}.1"))
+    .collect();
     want.push("kpack-fuse.1".into());
     want.sort();
     assert_eq!(pages, want);
@@ -88,7 +115,11 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     assert!(page.contains(".TH kpack-fuse-mount 1 "), "{page}");
     if Path::new("/usr/bin/man").exists() {
         // man(1) renders the page.
-        let out = Command::new("man").arg(man1.join("kpack-fuse-mount.1")).env("MANWIDTH", "100").output().unwrap();
+        let out = Command::new("man")
+            .arg(man1.join("kpack-fuse-mount.1"))
+            .env("MANWIDTH", "100")
+            .output()
+            .unwrap();
         assert!(out.status.success());
         assert!(String::from_utf8_lossy(&out.stdout).contains("--cache-size"));
     }
@@ -99,9 +130,15 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
         .args(["--cflags", "--libs", "rocm_kpack"]));
     assert_eq!(
         flags.trim(),
-        format!("-I{}/include -L{}/lib -lrocm_kpack", prefix.display(), prefix.display())
+        format!(
+            "-I{}/include -L{}/lib -lrocm_kpack",
+            prefix.display(),
+            prefix.display()
+        )
     );
-    let version = sh(Command::new("pkg-config").env("PKG_CONFIG_PATH", lib.join("pkgconfig")).args(["--modversion", "rocm_kpack"]));
+    let version = sh(Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+        .args(["--modversion", "rocm_kpack"]));
     assert_eq!(version.trim(), env!("CARGO_PKG_VERSION"));
     let exe = tmp.path().join("consumer_pc");
     sh(Command::new("cc")
@@ -114,7 +151,10 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     run_consumer(&exe);
     // The program found the library through its SONAME in the prefix.
     let needed = sh(Command::new("readelf").arg("-d").arg(&exe));
-    assert!(needed.contains("Shared library: [librocm_kpack.so.0]"), "{needed}");
+    assert!(
+        needed.contains("Shared library: [librocm_kpack.so.0]"),
+        "{needed}"
+    );
 
     // pkg-config --static: Libs.private adds what the static archive needs; -Bstatic picks the .a
     // for librocm_kpack only (the prefix has both).
@@ -123,9 +163,14 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
         .args(["--static", "--libs", "rocm_kpack"]));
     assert_eq!(
         static_flags.trim(),
-        format!("-L{}/lib -lrocm_kpack -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc", prefix.display())
+        format!(
+            "-L{}/lib -lrocm_kpack -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc",
+            prefix.display()
+        )
     );
-    let cflags = sh(Command::new("pkg-config").env("PKG_CONFIG_PATH", lib.join("pkgconfig")).args(["--cflags", "rocm_kpack"]));
+    let cflags = sh(Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
+        .args(["--cflags", "rocm_kpack"]));
     let exe = tmp.path().join("consumer_pc_static");
     sh(Command::new("cc")
         .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
@@ -133,17 +178,35 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
         .arg(cc::manifest_dir().join("tests/c/consumer.c"))
         .arg("-o")
         .arg(&exe)
-        .args(static_flags.split_whitespace().map(|f| {
-            if f == "-lrocm_kpack" { "-Wl,-Bstatic -lrocm_kpack -Wl,-Bdynamic".to_owned() } else { f.to_owned() }
-        }).collect::<Vec<_>>().join(" ").split_whitespace()));
+        .args(
+            static_flags
+                .split_whitespace()
+                .map(|f| {
+                    if f == "-lrocm_kpack" {
+                        "-Wl,-Bstatic -lrocm_kpack -Wl,-Bdynamic".to_owned()
+                    } else {
+                        f.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+                .split_whitespace(),
+        ));
     run_consumer(&exe);
     let needed = sh(Command::new("readelf").arg("-d").arg(&exe));
-    assert!(!needed.contains("librocm_kpack"), "static consumer still needs the shared library:\n{needed}");
+    assert!(
+        !needed.contains("librocm_kpack"),
+        "static consumer still needs the shared library:\n{needed}"
+    );
 
     // CMake
     let project = tmp.path().join("cmake-project");
     std::fs::create_dir_all(&project).unwrap();
-    std::fs::copy(cc::manifest_dir().join("tests/c/consumer.c"), project.join("consumer.c")).unwrap();
+    std::fs::copy(
+        cc::manifest_dir().join("tests/c/consumer.c"),
+        project.join("consumer.c"),
+    )
+    .unwrap();
     std::fs::write(
         project.join("CMakeLists.txt"),
         "cmake_minimum_required(VERSION 3.16)\n\
@@ -156,12 +219,22 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     )
     .unwrap();
     let build = tmp.path().join("cmake-build");
-    sh(Command::new("cmake").arg("-S").arg(&project).arg("-B").arg(&build).arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display())));
+    sh(Command::new("cmake")
+        .arg("-S")
+        .arg(&project)
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display())));
     sh(Command::new("cmake").arg("--build").arg(&build));
     run_consumer(&build.join("consumer_shared"));
     run_consumer(&build.join("consumer_static"));
-    let needed = sh(Command::new("readelf").arg("-d").arg(build.join("consumer_static")));
-    assert!(!needed.contains("librocm_kpack"), "static consumer still needs the shared library:\n{needed}");
+    let needed = sh(Command::new("readelf")
+        .arg("-d")
+        .arg(build.join("consumer_static")));
+    assert!(
+        !needed.contains("librocm_kpack"),
+        "static consumer still needs the shared library:\n{needed}"
+    );
 
     // A version the package cannot satisfy is refused.
     std::fs::write(project.join("CMakeLists.txt"), "cmake_minimum_required(VERSION 3.16)\nproject(c C)\nfind_package(rocm-kpack 0.2 REQUIRED)\n").unwrap();
@@ -181,7 +254,14 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     std::fs::write(prefix.join("lib/other/keep.txt"), b"not ours").unwrap();
     install(&prefix, &[]);
     install(&prefix, &["--uninstall"]);
-    assert_eq!(files_under(&prefix), [prefix.join("lib"), prefix.join("lib/other"), prefix.join("lib/other/keep.txt")]);
+    assert_eq!(
+        files_under(&prefix),
+        [
+            prefix.join("lib"),
+            prefix.join("lib/other"),
+            prefix.join("lib/other/keep.txt")
+        ]
+    );
     // The helper link is gone; its directory, outside the prefix, stays.
     assert_eq!(files_under(&sbin), Vec::<PathBuf>::new());
 }
@@ -206,7 +286,10 @@ fn default_prefix_and_sbindir_under_destdir() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     let script = cc::manifest_dir().join("scripts/install.sh");
-    sh(Command::new(&script).arg("--from").arg(build_dir()).env("DESTDIR", &root));
+    sh(Command::new(&script)
+        .arg("--from")
+        .arg(build_dir())
+        .env("DESTDIR", &root));
     assert_eq!(
         std::fs::read_link(root.join("sbin/mount.kpack-fuse")).unwrap(),
         Path::new("/usr/local/bin/kpack-fuse")
@@ -215,12 +298,28 @@ fn default_prefix_and_sbindir_under_destdir() {
     assert!(root.join("usr/local/share/man/man1/kpack-fuse.1").is_file());
     let pc = std::fs::read_to_string(root.join("usr/local/lib/pkgconfig/rocm_kpack.pc")).unwrap();
     assert!(pc.starts_with("# pkg-config file for librocm_kpack (filled in by scripts/install.sh).\nprefix=/usr/local\n"), "{pc}");
-    assert!(pc.contains("\nLibs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc\n"), "{pc}");
-    let manifest = std::fs::read_to_string(root.join("usr/local/share/rocm-kpack/install-manifest.txt")).unwrap();
-    assert!(manifest.lines().any(|l| l == "/sbin/mount.kpack-fuse"), "{manifest}");
-    assert!(manifest.lines().any(|l| l == "bin/kpack-fuse"), "{manifest}");
-    sh(Command::new(&script).arg("--uninstall").env("DESTDIR", &root));
+    assert!(
+        pc.contains("\nLibs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc\n"),
+        "{pc}"
+    );
+    let manifest =
+        std::fs::read_to_string(root.join("usr/local/share/rocm-kpack/install-manifest.txt"))
+            .unwrap();
+    assert!(
+        manifest.lines().any(|l| l == "/sbin/mount.kpack-fuse"),
+        "{manifest}"
+    );
+    assert!(
+        manifest.lines().any(|l| l == "bin/kpack-fuse"),
+        "{manifest}"
+    );
+    sh(Command::new(&script)
+        .arg("--uninstall")
+        .env("DESTDIR", &root));
     // Only the directories outside the prefix that the install had to create stay: sbin and
     // the prefix itself (never removed).
-    assert_eq!(files_under(&root), [root.join("sbin"), root.join("usr"), root.join("usr/local")]);
+    assert_eq!(
+        files_under(&root),
+        [root.join("sbin"), root.join("usr"), root.join("usr/local")]
+    );
 }

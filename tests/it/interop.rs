@@ -16,7 +16,10 @@ fn python_read(archive: &Path, out: &Path) -> Vec<(String, String, u32, Vec<u8>)
         .arg(out)
         .status()
         .expect("python3 must be installed (see .ci/run)");
-    assert!(status.success(), "the Python reader failed (pip install msgpack zstandard?)");
+    assert!(
+        status.success(),
+        "the Python reader failed (pip install msgpack zstandard?)"
+    );
     let manifest = std::fs::read_to_string(out.join("manifest.tsv")).unwrap();
     manifest
         .lines()
@@ -24,7 +27,12 @@ fn python_read(archive: &Path, out: &Path) -> Vec<(String, String, u32, Vec<u8>)
             let f: Vec<&str> = line.split('\t').collect();
             let data = std::fs::read(out.join(format!("{}.bin", f[0]))).unwrap();
             assert_eq!(data.len(), f[4].parse::<usize>().unwrap());
-            (f[1].to_owned(), f[2].to_owned(), f[3].parse().unwrap(), data)
+            (
+                f[1].to_owned(),
+                f[2].to_owned(),
+                f[3].parse().unwrap(),
+                data,
+            )
         })
         .collect()
 }
@@ -35,10 +43,25 @@ fn python_reads_our_archives() {
     let mut rng = Rng::new(2024);
     let arches = ["gfx1100", "gfx90a:xnack+", "gfx9-4-generic"];
     let kernels: Vec<(String, String, Vec<u8>)> = (0..9)
-        .map(|i| (format!("lib/sub/lib{}.so#{}", i / 3, i % 2), arches[i % 3].to_owned(), rng.kernel(1000 + i * 3000)))
+        .map(|i| {
+            (
+                format!("lib/sub/lib{}.so#{}", i / 3, i % 2),
+                arches[i % 3].to_owned(),
+                rng.kernel(1000 + i * 3000),
+            )
+        })
         .collect();
-    for (name, compression) in [("none", Compression::None), ("zstd", Compression::Zstd { level: 19 })] {
-        let mut w = ArchiveWriter::new("interop", "mixed", arches.iter().map(|a| a.to_string()).collect(), compression).unwrap();
+    for (name, compression) in [
+        ("none", Compression::None),
+        ("zstd", Compression::Zstd { level: 19 }),
+    ] {
+        let mut w = ArchiveWriter::new(
+            "interop",
+            "mixed",
+            arches.iter().map(|a| a.to_string()).collect(),
+            compression,
+        )
+        .unwrap();
         for (k, a, d) in &kernels {
             w.add_kernel(k, a, d.clone()).unwrap();
         }
@@ -48,7 +71,10 @@ fn python_reads_our_archives() {
         let read = python_read(&path, &out);
         assert_eq!(read.len(), kernels.len());
         for (k, a, d) in &kernels {
-            let found = read.iter().find(|r| &r.0 == k && &r.1 == a).unwrap_or_else(|| panic!("{k} {a} missing"));
+            let found = read
+                .iter()
+                .find(|r| &r.0 == k && &r.1 == a)
+                .unwrap_or_else(|| panic!("{k} {a} missing"));
             assert_eq!(&found.3, d, "{name} {k} {a}");
         }
         let ordinals: Vec<u32> = read.iter().map(|r| r.2).collect();
@@ -57,8 +83,18 @@ fn python_reads_our_archives() {
         assert_eq!(sorted, (0..kernels.len() as u32).collect::<Vec<_>>());
         let meta = std::fs::read_to_string(out.join("meta.tsv")).unwrap();
         assert!(meta.contains("group_name\tinterop\n"), "{meta}");
-        assert!(meta.contains("gfx_arches\tgfx1100,gfx90a:xnack+,gfx9-4-generic\n"), "{meta}");
-        let scheme = if name == "none" { "none" } else { "zstd-per-kernel" };
-        assert!(meta.contains(&format!("compression_scheme\t{scheme}\n")), "{meta}");
+        assert!(
+            meta.contains("gfx_arches\tgfx1100,gfx90a:xnack+,gfx9-4-generic\n"),
+            "{meta}"
+        );
+        let scheme = if name == "none" {
+            "none"
+        } else {
+            "zstd-per-kernel"
+        };
+        assert!(
+            meta.contains(&format!("compression_scheme\t{scheme}\n")),
+            "{meta}"
+        );
     }
 }

@@ -2,25 +2,25 @@
 
 mod support;
 
+mod cli;
+mod interop;
 mod open_matrix;
 mod roundtrip;
-mod interop;
-mod cli;
 
 mod abi;
+mod alloc_bounds;
 mod c_api;
+mod c_valgrind;
 mod cli_loader;
-mod golden;
-mod mount;
-mod fatbin;
 mod deploy;
+mod fatbin;
+mod fuzz_regressions;
+mod golden;
 mod install;
 mod loader;
+mod mount;
+mod path_safety;
 mod split;
 mod split_c;
 mod split_cli;
-mod alloc_bounds;
-mod fuzz_regressions;
-mod path_safety;
-mod c_valgrind;
 mod tsan_check;

@@ -12,7 +12,14 @@ use crate::support::craft::*;
 fn outcome(path: &Path) -> (i32, Option<i32>) {
     match Archive::open(path) {
         Err(e) => (e.kind().code(), None),
-        Ok(a) => (0, Some(a.get_kernel("k#0", "gfx900").map(|_| 0).unwrap_or_else(|e| e.kind().code()))),
+        Ok(a) => (
+            0,
+            Some(
+                a.get_kernel("k#0", "gfx900")
+                    .map(|_| 0)
+                    .unwrap_or_else(|e| e.kind().code()),
+            ),
+        ),
     }
 }
 
@@ -148,9 +155,19 @@ fn noop_without_blobs_opens_but_get_is_not_found() {
 #[test]
 fn noop_blob_past_eof_is_io_error_at_get() {
     let data = sample_kernel();
-    for (offset, size) in [(1u64 << 40, data.len() as u64), (64, 1 << 40), (u64::MAX, 2)] {
+    for (offset, size) in [
+        (1u64 << 40, data.len() as u64),
+        (64, 1 << 40),
+        (u64::MAX, 2),
+    ] {
         let (blob, mut toc) = noop_parts(&data);
-        toc.set("blobs", V::A(vec![m(vec![("offset", V::U(offset)), ("size", V::U(size))])]));
+        toc.set(
+            "blobs",
+            V::A(vec![m(vec![
+                ("offset", V::U(offset)),
+                ("size", V::U(size)),
+            ])]),
+        );
         check(&blob, &toc, OK, Some(IO));
     }
 }
@@ -165,7 +182,10 @@ fn noop_ordinal_beyond_blobs_is_not_found() {
 #[test]
 fn noop_ignores_original_size() {
     let (blob, mut toc) = noop_parts(&sample_kernel());
-    toc.at("toc").at("k#0").at("gfx900").set("original_size", V::U(3));
+    toc.at("toc")
+        .at("k#0")
+        .at("gfx900")
+        .set("original_size", V::U(3));
     check(&blob, &toc, OK, Some(OK));
 }
 
@@ -181,11 +201,20 @@ fn wrongly_typed_numbers_fail_to_parse() {
     ];
     for (field, value) in cases {
         let (blob, mut toc) = noop_parts(&data);
-        toc.at("toc").at("k#0").at("gfx900").set(field, value.clone());
+        toc.at("toc")
+            .at("k#0")
+            .at("gfx900")
+            .set(field, value.clone());
         check(&blob, &toc, PARSE, None);
     }
     let (blob, mut toc) = noop_parts(&data);
-    toc.set("blobs", V::A(vec![m(vec![("offset", s("64")), ("size", V::U(data.len() as u64))])]));
+    toc.set(
+        "blobs",
+        V::A(vec![m(vec![
+            ("offset", s("64")),
+            ("size", V::U(data.len() as u64)),
+        ])]),
+    );
     check(&blob, &toc, PARSE, None);
 }
 
@@ -194,13 +223,26 @@ fn wrongly_typed_numbers_fail_to_parse() {
 #[test]
 fn invalid_numeric_toc_fields_with_toc_at_16() {
     let data = sample_kernel();
-    for field in ["offset", "size", "zstd_offset", "zstd_size", "ordinal", "original_size"] {
+    for field in [
+        "offset",
+        "size",
+        "zstd_offset",
+        "zstd_size",
+        "ordinal",
+        "original_size",
+    ] {
         let zstd = field.starts_with("zstd");
-        let (_, mut toc) = if zstd { zstd_parts(&data) } else { noop_parts(&data) };
+        let (_, mut toc) = if zstd {
+            zstd_parts(&data)
+        } else {
+            noop_parts(&data)
+        };
         let bad = s("not-an-integer");
         match field {
             "offset" | "size" => {
-                let V::A(items) = toc.at("blobs") else { unreachable!() };
+                let V::A(items) = toc.at("blobs") else {
+                    unreachable!()
+                };
                 items[0].set(field, bad);
             }
             "ordinal" | "original_size" => toc.at("toc").at("k#0").at("gfx900").set(field, bad),
@@ -298,7 +340,10 @@ fn corrupt_frames_and_wrong_sizes_fail_to_decode() {
     check(&b, &toc, OK, Some(DECODE));
     for size in [data.len() as u64 - 1, data.len() as u64 + 1, 0, 1 << 60] {
         let mut t = toc.clone();
-        t.at("toc").at("k#0").at("gfx900").set("original_size", V::U(size));
+        t.at("toc")
+            .at("k#0")
+            .at("gfx900")
+            .set("original_size", V::U(size));
         check(&blob, &t, OK, Some(DECODE));
     }
 }
@@ -317,7 +362,13 @@ fn empty_kernel_decodes_to_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("e.kpack");
     std::fs::write(&p, archive_bytes(&blob, &toc.encode())).unwrap();
-    assert_eq!(Archive::open(&p).unwrap().get_kernel("k#0", "gfx900").unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        Archive::open(&p)
+            .unwrap()
+            .get_kernel("k#0", "gfx900")
+            .unwrap(),
+        Vec::<u8>::new()
+    );
 }
 
 #[test]
@@ -326,7 +377,10 @@ fn frame_without_content_size_decodes() {
     let mut enc = zstd::bulk::Compressor::new(3).unwrap();
     enc.include_contentsize(false).unwrap();
     let frame = enc.compress(&data).unwrap();
-    assert_eq!(zstd::zstd_safe::get_frame_content_size(&frame).unwrap(), None);
+    assert_eq!(
+        zstd::zstd_safe::get_frame_content_size(&frame).unwrap(),
+        None
+    );
     let (_, mut toc) = zstd_parts(&data);
     let blob = frame_table(&[frame]);
     toc.set("zstd_size", V::U(blob.len() as u64));
@@ -341,7 +395,10 @@ fn a_directory_is_invalid_format() {
 
 #[test]
 fn a_missing_file_is_file_not_found() {
-    assert_eq!(outcome(Path::new("/nonexistent/test.kpack")), (ErrorKind::FileNotFound as i32, None));
+    assert_eq!(
+        outcome(Path::new("/nonexistent/test.kpack")),
+        (ErrorKind::FileNotFound as i32, None)
+    );
 }
 
 #[test]

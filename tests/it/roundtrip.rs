@@ -38,7 +38,13 @@ impl Rng {
     }
 }
 
-const ARCHES: [&str; 5] = ["gfx900", "gfx90a:xnack-", "gfx90a:xnack+", "gfx1100", "gfx942:sramecc+:xnack-"];
+const ARCHES: [&str; 5] = [
+    "gfx900",
+    "gfx90a:xnack-",
+    "gfx90a:xnack+",
+    "gfx1100",
+    "gfx942:sramecc+:xnack-",
+];
 
 fn random_kernels(rng: &mut Rng) -> Vec<(String, String, Vec<u8>)> {
     let mut out = Vec::new();
@@ -70,8 +76,19 @@ fn random_trees_round_trip_through_both_schemes() {
     for seed in 0..40u64 {
         let mut rng = Rng::new(seed);
         let kernels = random_kernels(&mut rng);
-        for compression in [Compression::None, Compression::Zstd { level: 1 + (seed % 5) as i32 }] {
-            let mut w = ArchiveWriter::new("g", "f", ARCHES.iter().map(|a| a.to_string()).collect(), compression).unwrap();
+        for compression in [
+            Compression::None,
+            Compression::Zstd {
+                level: 1 + (seed % 5) as i32,
+            },
+        ] {
+            let mut w = ArchiveWriter::new(
+                "g",
+                "f",
+                ARCHES.iter().map(|a| a.to_string()).collect(),
+                compression,
+            )
+            .unwrap();
             for (k, a, d) in &kernels {
                 w.add_kernel(k, a, d.clone()).unwrap();
             }
@@ -94,9 +111,17 @@ fn random_trees_round_trip_through_both_schemes() {
 #[test]
 fn output_does_not_depend_on_thread_count() {
     let mut rng = Rng::new(99);
-    let kernels: Vec<_> = (0..40).map(|i| (format!("b{i}#0"), "gfx900".to_owned(), rng.kernel(80_000))).collect();
+    let kernels: Vec<_> = (0..40)
+        .map(|i| (format!("b{i}#0"), "gfx900".to_owned(), rng.kernel(80_000)))
+        .collect();
     let bytes = |threads| {
-        let mut w = ArchiveWriter::new("g", "gfx900", vec!["gfx900".into()], Compression::Zstd { level: 3 }).unwrap();
+        let mut w = ArchiveWriter::new(
+            "g",
+            "gfx900",
+            vec!["gfx900".into()],
+            Compression::Zstd { level: 3 },
+        )
+        .unwrap();
         w.set_threads(threads);
         for (k, a, d) in &kernels {
             w.add_kernel(k, a, d.clone()).unwrap();
@@ -120,7 +145,15 @@ fn duplicate_kernels_are_refused() {
 #[test]
 fn eight_threads_read_one_archive_concurrently() {
     let mut rng = Rng::new(7);
-    let kernels: Vec<_> = (0..16).map(|i| (format!("lib/l{i}.so#0"), "gfx900".to_owned(), rng.kernel(50_000 + i * 1000))).collect();
+    let kernels: Vec<_> = (0..16)
+        .map(|i| {
+            (
+                format!("lib/l{i}.so#0"),
+                "gfx900".to_owned(),
+                rng.kernel(50_000 + i * 1000),
+            )
+        })
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     for compression in [Compression::None, Compression::Zstd { level: 3 }] {
         let mut w = ArchiveWriter::new("g", "gfx900", vec!["gfx900".into()], compression).unwrap();
@@ -138,7 +171,11 @@ fn eight_threads_read_one_archive_concurrently() {
                 std::thread::spawn(move || {
                     for i in 0..200 {
                         // Half the threads hit the same kernel, half spread out.
-                        let idx = if t % 2 == 0 { 3 } else { (i * 7 + t) % kernels.len() };
+                        let idx = if t % 2 == 0 {
+                            3
+                        } else {
+                            (i * 7 + t) % kernels.len()
+                        };
                         let (k, a, d) = &kernels[idx];
                         assert_eq!(&archive.get_kernel(k, a).unwrap(), d);
                     }

@@ -40,22 +40,41 @@ fn split_one(host: &Path, root: &Path, out_root: &Path, prefix: &str) {
 }
 
 fn run_split_load(mode: &str, binary: &Path, expect: &Path, arches: &[String], names: &[&str]) {
-    let exe = cc::compile("split_load.c", &expect.with_file_name("split_load"), Lang::C);
+    let exe = cc::compile(
+        "split_load.c",
+        &expect.with_file_name("split_load"),
+        Lang::C,
+    );
     let mut args: Vec<PathBuf> = vec![mode.into(), binary.to_path_buf(), expect.to_path_buf()];
     args.extend(arches.iter().map(PathBuf::from));
     let out = cc::run(&exe, &args, &[]);
     let stdout = cc::assert_all_passed(&out, names);
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("[       OK ]")).count(), names.len(), "{stdout}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("[       OK ]"))
+            .count(),
+        names.len(),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn split_c_dlopened_library_loads_original_code_objects() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let lib = build(&dir, "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
+    let lib = build(
+        &dir,
+        "in/lib/libsplit.so",
+        &tu_blobs(),
+        HIPF,
+        Kind::Library,
+        "",
+    );
     let out_root = dir.join("out");
     split_one(&lib, &dir.join("in"), &out_root, "splt");
-    let originals = import::host_code_objects("lib/libsplit.so", &std::fs::read(&lib).unwrap()).unwrap();
+    let originals =
+        import::host_code_objects("lib/libsplit.so", &std::fs::read(&lib).unwrap()).unwrap();
     assert_eq!(originals.len(), 6);
     let expect = dir.join("expect");
     let arches = write_expected(&expect, &originals);
@@ -78,16 +97,31 @@ fn split_c_dlopened_library_loads_original_code_objects() {
 
 #[test]
 fn split_c_rocrand_marker_loads_original_code_objects() {
-    let Some(so) = crate::fatbin::rocrand() else { return };
+    let Some(so) = crate::fatbin::rocrand() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
     // Debian's layout: <root>/lib/x86_64-linux-gnu/librocrand.so.1.1.
-    let root = so.parent().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
-    let before = (std::fs::read(&so).unwrap(), std::fs::metadata(&so).unwrap().modified().unwrap());
+    let root = so
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let before = (
+        std::fs::read(&so).unwrap(),
+        std::fs::metadata(&so).unwrap().modified().unwrap(),
+    );
     let out_root = dir.join("out");
     split_one(&so, &root, &out_root, "rocrand");
     assert_eq!(
-        (std::fs::read(&so).unwrap(), std::fs::metadata(&so).unwrap().modified().unwrap()),
+        (
+            std::fs::read(&so).unwrap(),
+            std::fs::metadata(&so).unwrap().modified().unwrap()
+        ),
         before,
         "the input was modified"
     );
@@ -106,5 +140,8 @@ fn split_c_rocrand_marker_loads_original_code_objects() {
         &["SplitFile.WrappersInFile", "SplitFile.LoadCodeObjects"],
     );
     let check = verify_split(&out_root, &root).unwrap();
-    assert_eq!((check.binaries, check.code_objects, check.problems), (1, 7, Vec::<String>::new()));
+    assert_eq!(
+        (check.binaries, check.code_objects, check.problems),
+        (1, 7, Vec::<String>::new())
+    );
 }

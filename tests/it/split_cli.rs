@@ -22,15 +22,33 @@ fn text(b: &[u8]) -> String {
 /// (canonical temp dir, root, library, executable).
 fn fat_tree(tmp: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let lib = build(&dir, "in/lib/libsplit.so", &tu_blobs(), HIPF, Kind::Library, "");
-    let app = build(&dir, "in/bin/app", &tu_blobs()[1..], HIPF, Kind::Executable, "");
+    let lib = build(
+        &dir,
+        "in/lib/libsplit.so",
+        &tu_blobs(),
+        HIPF,
+        Kind::Library,
+        "",
+    );
+    let app = build(
+        &dir,
+        "in/bin/app",
+        &tu_blobs()[1..],
+        HIPF,
+        Kind::Executable,
+        "",
+    );
     (dir.clone(), dir.join("in"), lib, app)
 }
 
 /// Bytes, permissions and modification time: what "never modified" means.
 fn fingerprint(p: &Path) -> (Vec<u8>, u32, SystemTime) {
     let m = std::fs::metadata(p).unwrap();
-    (std::fs::read(p).unwrap(), m.permissions().mode(), m.modified().unwrap())
+    (
+        std::fs::read(p).unwrap(),
+        m.permissions().mode(),
+        m.modified().unwrap(),
+    )
 }
 
 /// Every entry below `root` (relative, sorted), directories included.
@@ -56,9 +74,21 @@ fn split_cli_tree_then_verify_split_through_the_loader() {
     let (dir, root, lib, app) = fat_tree(&tmp);
     let before = [fingerprint(&lib), fingerprint(&app)];
     let out = dir.join("out");
-    let o = kpack_fuse(&[&"split", &lib, &app, &"--root", &root, &"--prefix", &"splt", &"-o", &out]);
+    let o = kpack_fuse(&[
+        &"split",
+        &lib,
+        &app,
+        &"--root",
+        &root,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &out,
+    ]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    let lib_size = std::fs::metadata(out.join("lib/libsplit.so")).unwrap().len();
+    let lib_size = std::fs::metadata(out.join("lib/libsplit.so"))
+        .unwrap()
+        .len();
     let app_size = std::fs::metadata(out.join("bin/app")).unwrap().len();
     let k900 = out.join(".kpack/splt_gfx900.kpack");
     let k90a = out.join(".kpack/splt_gfx90a:xnack-.kpack");
@@ -76,26 +106,84 @@ fn split_cli_tree_then_verify_split_through_the_loader() {
             k90a.display(),
         )
     );
-    assert_eq!([fingerprint(&lib), fingerprint(&app)], before, "inputs modified");
-    assert_eq!(entries(&out), [".kpack", ".kpack/splt_gfx900.kpack", ".kpack/splt_gfx90a:xnack-.kpack", "bin", "bin/app", "lib", "lib/libsplit.so"]);
-    assert_eq!(std::fs::metadata(out.join("bin/app")).unwrap().permissions().mode() & 0o777, before[1].1 & 0o777);
+    assert_eq!(
+        [fingerprint(&lib), fingerprint(&app)],
+        before,
+        "inputs modified"
+    );
+    assert_eq!(
+        entries(&out),
+        [
+            ".kpack",
+            ".kpack/splt_gfx900.kpack",
+            ".kpack/splt_gfx90a:xnack-.kpack",
+            "bin",
+            "bin/app",
+            "lib",
+            "lib/libsplit.so"
+        ]
+    );
+    assert_eq!(
+        std::fs::metadata(out.join("bin/app"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        before[1].1 & 0o777
+    );
 
     // Splitting again from the originals gives the same bytes.
-    let first: Vec<Vec<u8>> = entries(&out).iter().map(|e| out.join(e)).filter(|p| p.is_file()).map(|p| std::fs::read(p).unwrap()).collect();
-    assert_eq!(code(&kpack_fuse(&[&"split", &lib, &app, &"--root", &root, &"--prefix", &"splt", &"-o", &out])), 0);
-    let second: Vec<Vec<u8>> = entries(&out).iter().map(|e| out.join(e)).filter(|p| p.is_file()).map(|p| std::fs::read(p).unwrap()).collect();
+    let first: Vec<Vec<u8>> = entries(&out)
+        .iter()
+        .map(|e| out.join(e))
+        .filter(|p| p.is_file())
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert_eq!(
+        code(&kpack_fuse(&[
+            &"split",
+            &lib,
+            &app,
+            &"--root",
+            &root,
+            &"--prefix",
+            &"splt",
+            &"-o",
+            &out
+        ])),
+        0
+    );
+    let second: Vec<Vec<u8>> = entries(&out)
+        .iter()
+        .map(|e| out.join(e))
+        .filter(|p| p.is_file())
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
     assert_eq!(first, second);
 
     let o = kpack_fuse(&[&"verify", &"--split", &out, &"--original", &root]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), "2 split binaries: 10 code objects loaded through their markers, byte-identical to the originals\n");
+    assert_eq!(
+        text(&o.stdout),
+        "2 split binaries: 10 code objects loaded through their markers, byte-identical to the originals\n"
+    );
 
     // One archive gone, one code object replaced: each mismatch is named, exit 6.
     std::fs::remove_file(&k90a).unwrap();
-    let mut w = rocm_kpack::ArchiveWriter::new("splt", "gfx900", vec!["gfx900".into()], rocm_kpack::Compression::None).unwrap();
+    let mut w = rocm_kpack::ArchiveWriter::new(
+        "splt",
+        "gfx900",
+        vec!["gfx900".into()],
+        rocm_kpack::Compression::None,
+    )
+    .unwrap();
     let originals = rocm_kpack::Archive::open(&k900).unwrap();
     for b in originals.binaries() {
-        let data = if b.key == "lib/libsplit.so#2" { vec![7; 3] } else { originals.get_kernel(&b.key, "gfx900").unwrap() };
+        let data = if b.key == "lib/libsplit.so#2" {
+            vec![7; 3]
+        } else {
+            originals.get_kernel(&b.key, "gfx900").unwrap()
+        };
         w.add_kernel(&b.key, "gfx900", data).unwrap();
     }
     drop(originals);
@@ -111,7 +199,10 @@ fn split_cli_tree_then_verify_split_through_the_loader() {
             out.join(".kpack/splt_gfx90a.kpack").display()
         )
     };
-    let mut want = vec![missing("bin/app", "bin/app#0"), missing("bin/app", "bin/app#1")];
+    let mut want = vec![
+        missing("bin/app", "bin/app#0"),
+        missing("bin/app", "bin/app#1"),
+    ];
     for i in 0..3 {
         if i == 2 {
             want.push(format!(
@@ -131,12 +222,33 @@ fn split_cli_refuses_split_binaries_and_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, root, lib, app) = fat_tree(&tmp);
     let out = dir.join("out");
-    assert_eq!(code(&kpack_fuse(&[&"split", &lib, &"--root", &root, &"--prefix", &"splt", &"-o", &out])), 0);
+    assert_eq!(
+        code(&kpack_fuse(&[
+            &"split",
+            &lib,
+            &"--root",
+            &root,
+            &"--prefix",
+            &"splt",
+            &"-o",
+            &out
+        ])),
+        0
+    );
 
     // An already split binary.
     let again = dir.join("again");
     let split_lib = out.join("lib/libsplit.so");
-    let o = kpack_fuse(&[&"split", &split_lib, &"--root", &out, &"--prefix", &"splt", &"-o", &again]);
+    let o = kpack_fuse(&[
+        &"split",
+        &split_lib,
+        &"--root",
+        &out,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &again,
+    ]);
     assert_eq!(code(&o), 4);
     assert_eq!(
         text(&o.stderr),
@@ -148,13 +260,33 @@ fn split_cli_refuses_split_binaries_and_leaves_nothing_behind() {
     assert!(!again.exists());
 
     // A refusal after a good binary: nothing is written, not even the output root.
-    let bad = build(&dir, "in/lib/libbad.so", &tu_blobs()[..1], 0x1234_5678, Kind::Library, "");
+    let bad = build(
+        &dir,
+        "in/lib/libbad.so",
+        &tu_blobs()[..1],
+        0x1234_5678,
+        Kind::Library,
+        "",
+    );
     let fresh = dir.join("fresh");
-    let o = kpack_fuse(&[&"split", &app, &bad, &"--root", &root, &"--prefix", &"splt", &"-o", &fresh]);
+    let o = kpack_fuse(&[
+        &"split",
+        &app,
+        &bad,
+        &"--root",
+        &root,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &fresh,
+    ]);
     assert_eq!(code(&o), 4);
     assert_eq!(
         text(&o.stderr),
-        format!("kpack-fuse: {}: wrapper 0 has magic 0x12345678, neither HIPF (0x48495046) nor HIPK (0x4b504948)\n", bad.display())
+        format!(
+            "kpack-fuse: {}: wrapper 0 has magic 0x12345678, neither HIPF (0x48495046) nor HIPK (0x4b504948)\n",
+            bad.display()
+        )
     );
     assert!(!fresh.exists());
 
@@ -163,11 +295,27 @@ fn split_cli_refuses_split_binaries_and_leaves_nothing_behind() {
     let blocked = dir.join("blocked");
     std::fs::create_dir(&blocked).unwrap();
     std::fs::write(blocked.join("lib"), b"not a directory").unwrap();
-    let o = kpack_fuse(&[&"split", &app, &lib, &"--root", &root, &"--prefix", &"splt", &"-o", &blocked]);
+    let o = kpack_fuse(&[
+        &"split",
+        &app,
+        &lib,
+        &"--root",
+        &root,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &blocked,
+    ]);
     assert_eq!(code(&o), 7, "{}", text(&o.stderr));
-    assert!(text(&o.stderr).starts_with(&format!("kpack-fuse: {}: cannot write: ", blocked.join("lib/libsplit.so").display())));
+    assert!(text(&o.stderr).starts_with(&format!(
+        "kpack-fuse: {}: cannot write: ",
+        blocked.join("lib/libsplit.so").display()
+    )));
     assert_eq!(entries(&blocked), ["lib"]);
-    assert_eq!(std::fs::read(blocked.join("lib")).unwrap(), b"not a directory");
+    assert_eq!(
+        std::fs::read(blocked.join("lib")).unwrap(),
+        b"not a directory"
+    );
 }
 
 #[test]
@@ -176,18 +324,39 @@ fn split_cli_never_replaces_inputs() {
     let (dir, root, lib, _) = fat_tree(&tmp);
     let before = fingerprint(&lib);
 
-    let o = kpack_fuse(&[&"split", &lib, &"--root", &root, &"--prefix", &"splt", &"-o", &root]);
+    let o = kpack_fuse(&[
+        &"split",
+        &lib,
+        &"--root",
+        &root,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &root,
+    ]);
     assert_eq!(code(&o), 2);
     assert_eq!(
         text(&o.stderr),
-        format!("kpack-fuse: the output root {} is the input root; split never modifies its inputs, give another -o\n", root.display())
+        format!(
+            "kpack-fuse: the output root {} is the input root; split never modifies its inputs, give another -o\n",
+            root.display()
+        )
     );
 
     // An output directory that is a symlink to the input's directory.
     let out = dir.join("out");
     std::fs::create_dir(&out).unwrap();
     std::os::unix::fs::symlink(root.join("lib"), out.join("lib")).unwrap();
-    let o = kpack_fuse(&[&"split", &lib, &"--root", &root, &"--prefix", &"splt", &"-o", &out]);
+    let o = kpack_fuse(&[
+        &"split",
+        &lib,
+        &"--root",
+        &root,
+        &"--prefix",
+        &"splt",
+        &"-o",
+        &out,
+    ]);
     assert_eq!(code(&o), 2);
     assert_eq!(
         text(&o.stderr),
@@ -208,8 +377,20 @@ fn split_cli_default_output_is_root_dot_split() {
     let o = kpack_fuse(&[&"split", &lib, &"--root", &root]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     let out = dir.join("in.split");
-    assert_eq!(text(&o.stdout).lines().next().unwrap(), format!("writing to {}", out.display()));
-    assert_eq!(entries(&out), [".kpack", ".kpack/split_gfx900.kpack", ".kpack/split_gfx90a:xnack-.kpack", "lib", "lib/libsplit.so"]);
+    assert_eq!(
+        text(&o.stdout).lines().next().unwrap(),
+        format!("writing to {}", out.display())
+    );
+    assert_eq!(
+        entries(&out),
+        [
+            ".kpack",
+            ".kpack/split_gfx900.kpack",
+            ".kpack/split_gfx90a:xnack-.kpack",
+            "lib",
+            "lib/libsplit.so"
+        ]
+    );
     let o = kpack_fuse(&[&"verify", &"--split", &out, &"--original", &root]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
 }
@@ -222,7 +403,20 @@ fn verify_split_names_a_bad_marker_a_bad_wrapper_and_a_missing_original() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, root, lib, app) = fat_tree(&tmp);
     let out = dir.join("out");
-    assert_eq!(code(&kpack_fuse(&[&"split", &lib, &app, &"--root", &root, &"--prefix", &"splt", &"-o", &out])), 0);
+    assert_eq!(
+        code(&kpack_fuse(&[
+            &"split",
+            &lib,
+            &app,
+            &"--root",
+            &root,
+            &"--prefix",
+            &"splt",
+            &"-o",
+            &out
+        ])),
+        0
+    );
     let offsets = |p: &Path| {
         let bytes = std::fs::read(p).unwrap();
         let elf = ElfFile::parse(&bytes).unwrap();
@@ -251,16 +445,31 @@ fn verify_split_names_a_bad_marker_a_bad_wrapper_and_a_missing_original() {
     assert_eq!(
         check.problems,
         [
-            format!("{}: marker: invalid HIPK metadata: reserved byte 0xc1 (at byte 0)", at("bin/app")),
-            format!("{}: wrapper 1 has magic 0x48495046, not HIPK", at("lib/libother.so")),
+            format!(
+                "{}: marker: invalid HIPK metadata: reserved byte 0xc1 (at byte 0)",
+                at("bin/app")
+            ),
+            format!(
+                "{}: wrapper 1 has magic 0x48495046, not HIPK",
+                at("lib/libother.so")
+            ),
             format!(
                 "{}: original {}: No such file or directory (os error 2)",
                 at("lib/libother.so"),
                 root.join("lib/libother.so").display()
             ),
-            format!("{}: wrapper 1 has magic 0x48495046, not HIPK", at("lib/libsplit.so")),
-            format!("{}: lib/libsplit.so#1 [gfx900]: no HIPK wrapper carries index 1", at("lib/libsplit.so")),
-            format!("{}: lib/libsplit.so#1 [gfx90a:xnack-]: no HIPK wrapper carries index 1", at("lib/libsplit.so")),
+            format!(
+                "{}: wrapper 1 has magic 0x48495046, not HIPK",
+                at("lib/libsplit.so")
+            ),
+            format!(
+                "{}: lib/libsplit.so#1 [gfx900]: no HIPK wrapper carries index 1",
+                at("lib/libsplit.so")
+            ),
+            format!(
+                "{}: lib/libsplit.so#1 [gfx90a:xnack-]: no HIPK wrapper carries index 1",
+                at("lib/libsplit.so")
+            ),
         ]
     );
 }

@@ -30,7 +30,11 @@ pub struct Outcome {
 pub fn memfd_with(data: &[u8]) -> File {
     // SAFETY: the name is a valid C string; a non-negative result is a new fd we now own.
     let fd = unsafe { libc::memfd_create(c"kpack-fuzz".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create failed: {}", std::io::Error::last_os_error());
+    assert!(
+        fd >= 0,
+        "memfd_create failed: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: `fd` is open and owned by nobody else.
     let mut file = unsafe { File::from_raw_fd(fd) };
     file.write_all(data).expect("write to memfd");
@@ -56,10 +60,17 @@ pub fn run(data: &[u8]) -> Outcome {
             } else if data.len() < 16 || &data[..4] != b"KPAK" {
                 assert_eq!(kind, ErrorKind::InvalidFormat, "{e}");
             }
-            return Outcome { open: Err(kind), reads: Vec::new(), probe: None };
+            return Outcome {
+                open: Err(kind),
+                reads: Vec::new(),
+                probe: None,
+            };
         }
     };
-    assert!(data.len() >= 17 && &data[..4] == b"KPAK", "opened a file without a header and a TOC");
+    assert!(
+        data.len() >= 17 && &data[..4] == b"KPAK",
+        "opened a file without a header and a TOC"
+    );
     assert_eq!(archive.file_len(), data.len() as u64);
 
     let entries: Vec<(String, String, u32)> = archive
@@ -67,28 +78,52 @@ pub fn run(data: &[u8]) -> Outcome {
         .take(MAX_ENTRIES)
         .map(|(k, e)| (k.to_owned(), e.arch.clone(), e.ordinal))
         .collect();
-    let reads = entries.iter().map(|(k, a, ord)| read_one(&archive, data, k, a, *ord)).collect();
+    let reads = entries
+        .iter()
+        .map(|(k, a, ord)| read_one(&archive, data, k, a, *ord))
+        .collect();
     let probe = Some(
         archive
             .get_kernel("k#0", "gfx900")
             .map(|v| v.len())
             .map_err(|e| e.kind()),
     );
-    Outcome { open: Ok(()), reads, probe }
+    Outcome {
+        open: Ok(()),
+        reads,
+        probe,
+    }
 }
 
-fn read_one(archive: &Archive, data: &[u8], key: &str, arch: &str, ordinal: u32) -> Result<usize, ErrorKind> {
+fn read_one(
+    archive: &Archive,
+    data: &[u8],
+    key: &str,
+    arch: &str,
+    ordinal: u32,
+) -> Result<usize, ErrorKind> {
     let kref = match archive.locate(key, arch) {
         Ok(k) => k,
         Err(e) => {
             let kind = e.kind();
-            assert!(matches!(kind, ErrorKind::KernelNotFound | ErrorKind::IoError), "locate: {kind:?}: {e}");
+            assert!(
+                matches!(kind, ErrorKind::KernelNotFound | ErrorKind::IoError),
+                "locate: {kind:?}: {e}"
+            );
             return Err(kind);
         }
     };
     assert_eq!(kref.ordinal, ordinal);
-    let stored_end = kref.stored.offset.checked_add(kref.stored.size).expect("located span overflows");
-    assert!(stored_end <= data.len() as u64, "located span {:?} is outside the file", kref.stored);
+    let stored_end = kref
+        .stored
+        .offset
+        .checked_add(kref.stored.size)
+        .expect("located span overflows");
+    assert!(
+        stored_end <= data.len() as u64,
+        "located span {:?} is outside the file",
+        kref.stored
+    );
     let first = archive.get_kernel(key, arch);
     let second = archive.get_kernel(key, arch);
     match (&first, &second) {
@@ -97,14 +132,18 @@ fn read_one(archive: &Archive, data: &[u8], key: &str, arch: &str, ordinal: u32)
         _ => panic!("two reads of {key} [{arch}] disagree: {first:?} vs {second:?}"),
     }
     // An allocator that refuses must give OutOfMemory whenever the read would have worked.
-    let refused = archive.get_kernel_with(key, arch, |_| None::<Vec<u8>>).expect_err("refused allocation succeeded");
+    let refused = archive
+        .get_kernel_with(key, arch, |_| None::<Vec<u8>>)
+        .expect_err("refused allocation succeeded");
     if first.is_ok() {
         assert_eq!(refused.kind(), ErrorKind::OutOfMemory, "{refused}");
     }
     // A caller buffer of the wrong size is refused before anything is read.
     if kref.size < 1 << 16 {
         let mut wrong = vec![0u8; kref.size as usize + 1];
-        let e = archive.read_into(&kref, &mut wrong).expect_err("wrong-size buffer accepted");
+        let e = archive
+            .read_into(&kref, &mut wrong)
+            .expect_err("wrong-size buffer accepted");
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     }
     match first {
@@ -112,15 +151,26 @@ fn read_one(archive: &Archive, data: &[u8], key: &str, arch: &str, ordinal: u32)
             assert_eq!(bytes.len() as u64, kref.size);
             if archive.scheme() == Scheme::None {
                 let range = kref.stored.offset as usize..stored_end as usize;
-                assert_eq!(bytes, &data[range], "stored kernel {key} [{arch}] came back changed");
+                assert_eq!(
+                    bytes, &data[range],
+                    "stored kernel {key} [{arch}] came back changed"
+                );
             }
             Ok(bytes.len())
         }
         Err(e) => {
             let kind = e.kind();
-            let allowed = [ErrorKind::DecompressionFailed, ErrorKind::IoError, ErrorKind::OutOfMemory];
+            let allowed = [
+                ErrorKind::DecompressionFailed,
+                ErrorKind::IoError,
+                ErrorKind::OutOfMemory,
+            ];
             assert!(allowed.contains(&kind), "get: {kind:?}: {e}");
-            assert_eq!(archive.scheme(), Scheme::ZstdPerKernel, "a located plain kernel failed to read: {e}");
+            assert_eq!(
+                archive.scheme(),
+                Scheme::ZstdPerKernel,
+                "a located plain kernel failed to read: {e}"
+            );
             Err(kind)
         }
     }

@@ -43,7 +43,9 @@ const BOUNDARY: &[u64] = &[
 const MAX_LEN: usize = 1 << 20;
 
 pub fn mutate(data: &[u8]) -> Vec<u8> {
-    let Some((&base, edits)) = data.split_first() else { return BASES[0].to_vec() };
+    let Some((&base, edits)) = data.split_first() else {
+        return BASES[0].to_vec();
+    };
     let mut bytes = BASES[usize::from(base) % BASES.len()].to_vec();
     for edit in edits.chunks_exact(4) {
         if bytes.is_empty() {

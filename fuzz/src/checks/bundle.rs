@@ -8,7 +8,9 @@
 use rocm_kpack::bundle::{self, Layout};
 
 pub fn run(data: &[u8]) {
-    let Ok(bundles) = bundle::parse_fatbin(data) else { return };
+    let Ok(bundles) = bundle::parse_fatbin(data) else {
+        return;
+    };
     let mut end = 0u64;
     for b in &bundles {
         assert!(b.offset >= end, "bundles overlap or go backwards");

@@ -20,8 +20,12 @@ pub fn run(data: &[u8]) {
         }
         Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidMetadata, "{e}"),
     }
-    let limit = &data[..data.len().min(rocm_kpack::loader::metadata::MAX_METADATA_BYTES)];
-    let Ok((_, used)) = msgpack::decode_slice(limit) else { return };
+    let limit = &data[..data
+        .len()
+        .min(rocm_kpack::loader::metadata::MAX_METADATA_BYTES)];
+    let Ok((_, used)) = msgpack::decode_slice(limit) else {
+        return;
+    };
     let guarded = GuardedCopy::new(&limit[..used]);
     // SAFETY: every byte of the object is readable; the page after it is not, on purpose.
     let from_pointer = unsafe { HipkMetadata::parse_pointer(guarded.ptr()) };
@@ -47,16 +51,30 @@ impl GuardedCopy {
         let map_len = body + page;
         // SAFETY: an anonymous private mapping; the result is checked.
         let map = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         assert_ne!(map, libc::MAP_FAILED, "mmap failed");
         // SAFETY: the guard page lies inside the mapping we just made.
-        let guard = unsafe { libc::mprotect(map.cast::<u8>().add(body).cast(), page, libc::PROT_NONE) };
+        let guard =
+            unsafe { libc::mprotect(map.cast::<u8>().add(body).cast(), page, libc::PROT_NONE) };
         assert_eq!(guard, 0, "mprotect failed");
         let start = body - bytes.len();
         // SAFETY: `start + bytes.len() == body`, inside the writable part of the mapping.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>().add(start), bytes.len()) };
-        GuardedCopy { map, map_len, start }
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>().add(start), bytes.len())
+        };
+        GuardedCopy {
+            map,
+            map_len,
+            start,
+        }
     }
 
     pub fn ptr(&self) -> *const u8 {

@@ -9,11 +9,15 @@
 use rocm_kpack::loader::maps;
 
 pub fn run(data: &[u8]) {
-    let addr = data.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+    let addr = data
+        .get(..8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
     let text = data.get(8..).unwrap_or(&[]);
     let mut containing = None;
     for line in text.split(|b| *b == b'\n') {
-        let Some(m) = maps::parse_line(line) else { continue };
+        let Some(m) = maps::parse_line(line) else {
+            continue;
+        };
         assert!(!m.path.is_empty() && m.path[0] != b'[', "{m:?}");
         assert!(line.ends_with(m.path), "path is not the tail of the line");
         assert!(!m.path.starts_with(b" ") && !m.path.starts_with(b"\t"));

@@ -17,12 +17,22 @@ pub fn run(data: &[u8]) {
         assert!(!name.is_empty() && !name.starts_with('/'));
         assert_eq!(parts.join("/"), name, "components do not rebuild the key");
         for p in &parts {
-            assert!(!p.is_empty() && *p != "." && *p != ".." && !p.contains('/') && !p.contains('\0'), "{p:?}");
+            assert!(
+                !p.is_empty() && *p != "." && *p != ".." && !p.contains('/') && !p.contains('\0'),
+                "{p:?}"
+            );
             assert!(p.len() <= NAME_MAX);
         }
         let comps: Vec<Component<'_>> = Path::new(name).components().collect();
-        assert_eq!(comps.len(), parts.len(), "{name:?} normalises to other components");
-        assert!(comps.iter().all(|c| matches!(c, Component::Normal(_))), "{name:?} escapes: {comps:?}");
+        assert_eq!(
+            comps.len(),
+            parts.len(),
+            "{name:?} normalises to other components"
+        );
+        assert!(
+            comps.iter().all(|c| matches!(c, Component::Normal(_))),
+            "{name:?} escapes: {comps:?}"
+        );
         assert!(Path::new("/base").join(name).starts_with("/base"));
     }
 
@@ -33,7 +43,10 @@ pub fn run(data: &[u8]) {
         assert!(file.len() <= NAME_MAX);
         assert_eq!(names::arch_from_hsaco_name(&file), Some(name));
         let comps: Vec<Component<'_>> = Path::new(&file).components().collect();
-        assert!(matches!(comps.as_slice(), [Component::Normal(_)]), "{file:?} is not one file name");
+        assert!(
+            matches!(comps.as_slice(), [Component::Normal(_)]),
+            "{file:?} is not one file name"
+        );
     }
 
     // The lookup key is always `<name>#<index>` and never loses the name.

@@ -17,20 +17,35 @@ pub fn run(data: &[u8]) {
     let candidates = arch::compatible_targets(isa);
     assert!(candidates.len() <= 1 << MAX_FEATURES);
     match TargetId::parse(stripped) {
-        None => assert!(candidates.is_empty(), "unparsable {stripped:?} gave {candidates:?}"),
+        None => assert!(
+            candidates.is_empty(),
+            "unparsable {stripped:?} gave {candidates:?}"
+        ),
         Some(target) => {
             let kept = &target.features[..target.features.len().min(MAX_FEATURES)];
             assert_eq!(candidates.len(), 1 << kept.len());
-            let full = TargetId { processor: target.processor.clone(), features: kept.to_vec() };
+            let full = TargetId {
+                processor: target.processor.clone(),
+                features: kept.to_vec(),
+            };
             assert_eq!(candidates[0], full.to_string());
-            if kept.len() == target.features.len() && !stripped.contains("::") && !stripped.ends_with(':') {
-                assert_eq!(candidates[0], stripped, "first candidate is not the input itself");
+            if kept.len() == target.features.len()
+                && !stripped.contains("::")
+                && !stripped.ends_with(':')
+            {
+                assert_eq!(
+                    candidates[0], stripped,
+                    "first candidate is not the input itself"
+                );
             }
             assert_eq!(candidates.last(), Some(&target.processor));
             for c in &candidates {
                 let parsed = TargetId::parse(c).expect("candidate parses");
                 assert_eq!(parsed.processor, target.processor);
-                assert!(is_subsequence(&parsed.features, kept), "{c:?} reorders {kept:?}");
+                assert!(
+                    is_subsequence(&parsed.features, kept),
+                    "{c:?} reorders {kept:?}"
+                );
             }
         }
     }
@@ -41,7 +56,10 @@ pub fn run(data: &[u8]) {
         let g = TargetId::parse(&generic[prefix.len()..]).expect("generic parses");
         assert!(g.processor.ends_with("-generic"), "{generic:?}");
         let input = TargetId::parse(stripped).expect("input parsed");
-        assert!(g.features.iter().all(|f| input.features.contains(f)), "{generic:?} invents features");
+        assert!(
+            g.features.iter().all(|f| input.features.contains(f)),
+            "{generic:?} invents features"
+        );
         assert_eq!(arch::generic_isa(&generic), None, "{generic:?} maps again");
     }
     let list = arch::device_arch_list(isa);

@@ -29,16 +29,24 @@ impl<'a> Input<'a> for Watched<'a> {
 }
 
 pub fn run(data: &[u8]) {
-    let watched = Watched { data, furthest: Cell::new(0) };
+    let watched = Watched {
+        data,
+        furthest: Cell::new(0),
+    };
     let decoded = msgpack::decode(&watched);
     if let Ok((value, used)) = &decoded {
-        assert!(*used >= 1 && *used <= data.len(), "used {used} of {}", data.len());
+        assert!(
+            *used >= 1 && *used <= data.len(),
+            "used {used} of {}",
+            data.len()
+        );
         assert!(
             watched.furthest.get() <= *used,
             "decoder read byte {} of an object that ends at {used}",
             watched.furthest.get()
         );
-        let (again, used_again) = msgpack::decode_slice(&data[..*used]).expect("the prefix decodes alone");
+        let (again, used_again) =
+            msgpack::decode_slice(&data[..*used]).expect("the prefix decodes alone");
         assert_eq!(used_again, *used);
         // Compared through Debug, which shows floats exactly; `==` would call NaN unequal to
         // itself (the first fuzz finding was this harness bug, not a decoder one).
@@ -49,13 +57,27 @@ pub fn run(data: &[u8]) {
     let Ok((_, used)) = decoded else {
         panic!("parse_toc accepted bytes the decoder rejects: {decoded:?}");
     };
-    assert_eq!(parse_toc(&data[..used]).as_ref(), Ok(&toc), "trailing bytes changed the TOC");
+    assert_eq!(
+        parse_toc(&data[..used]).as_ref(),
+        Ok(&toc),
+        "trailing bytes changed the TOC"
+    );
     for pair in toc.binaries.windows(2) {
-        assert!(pair[0].key < pair[1].key, "keys not sorted and unique: {:?} {:?}", pair[0].key, pair[1].key);
+        assert!(
+            pair[0].key < pair[1].key,
+            "keys not sorted and unique: {:?} {:?}",
+            pair[0].key,
+            pair[1].key
+        );
     }
     for b in &toc.binaries {
         for (i, e) in b.arches.iter().enumerate() {
-            assert!(b.arches[..i].iter().all(|x| x.arch != e.arch), "arch {:?} twice under {:?}", e.arch, b.key);
+            assert!(
+                b.arches[..i].iter().all(|x| x.arch != e.arch),
+                "arch {:?} twice under {:?}",
+                e.arch,
+                b.key
+            );
         }
     }
 }

@@ -17,7 +17,9 @@ use rocm_kpack::format::{self, Span};
 const DECODE_LIMIT: u64 = 1 << 20;
 
 pub fn run(data: &[u8]) -> Result<Vec<Span>, String> {
-    let Some((&mode, blob)) = data.split_first() else { return Err("empty input".into()) };
+    let Some((&mode, blob)) = data.split_first() else {
+        return Err("empty input".into());
+    };
     let chunk = usize::from(mode & 0x0f) + 1;
     let interrupt = mode & 0x10 != 0;
     let mut interrupted = false;
@@ -28,19 +30,32 @@ pub fn run(data: &[u8]) -> Result<Vec<Span>, String> {
         }
         interrupted = false;
         let at = usize::try_from(at).expect("offset fits");
-        assert!(at <= blob.len(), "read at {at} past a {}-byte blob", blob.len());
-        let n = buf.len().min(blob.len() - at).min(if mode & 0x20 != 0 { chunk } else { usize::MAX });
+        assert!(
+            at <= blob.len(),
+            "read at {at} past a {}-byte blob",
+            blob.len()
+        );
+        let n =
+            buf.len()
+                .min(blob.len() - at)
+                .min(if mode & 0x20 != 0 { chunk } else { usize::MAX });
         buf[..n].copy_from_slice(&blob[at..at + n]);
         Ok(n)
     });
     let Ok(spans) = &result else { return result };
     assert!(spans.len() <= format::MAX_ZSTD_FRAMES as usize);
-    assert_eq!(u32::from_le_bytes(blob[..4].try_into().unwrap()) as usize, spans.len());
+    assert_eq!(
+        u32::from_le_bytes(blob[..4].try_into().unwrap()) as usize,
+        spans.len()
+    );
     let mut pos = 4u64;
     for s in spans {
         assert_eq!(s.offset, pos + 4, "frame not right after its size header");
         let header = &blob[pos as usize..s.offset as usize];
-        assert_eq!(u64::from(u32::from_le_bytes(header.try_into().unwrap())), s.size);
+        assert_eq!(
+            u64::from(u32::from_le_bytes(header.try_into().unwrap())),
+            s.size
+        );
         pos = s.offset + s.size;
         assert!(pos <= blob.len() as u64);
         let frame = &blob[s.offset as usize..pos as usize];
@@ -51,7 +66,9 @@ pub fn run(data: &[u8]) -> Result<Vec<Span>, String> {
 
 /// The archive's read path for one frame, with the size the frame itself records.
 fn decode_if_plausible(frame: &[u8]) {
-    let Ok(Some(recorded)) = zstd::zstd_safe::get_frame_content_size(frame) else { return };
+    let Ok(Some(recorded)) = zstd::zstd_safe::get_frame_content_size(frame) else {
+        return;
+    };
     if codec::check_decoded_size(frame, recorded).is_err() || recorded > DECODE_LIMIT {
         return;
     }

@@ -28,7 +28,13 @@ fn fat_lib(dir: &Path, rel: &str, blob: &[u8]) -> PathBuf {
         ),
     )
     .unwrap();
-    let ok = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&c_path).status().unwrap().success();
+    let ok = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&c_path)
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "gcc failed");
     out
 }
@@ -38,9 +44,18 @@ fn two_tu_blob(tag: &str) -> Vec<u8> {
     let a0 = format!("{tag}-A0").repeat(50);
     let b0 = format!("{tag}-B0").repeat(70);
     let a1 = format!("{tag}-A1").repeat(30);
-    let mut s = build_uncompressed(&[("host-x86_64-unknown-linux", &[]), (GFX900, a0.as_bytes()), (GFX90A, b0.as_bytes())], 4096);
+    let mut s = build_uncompressed(
+        &[
+            ("host-x86_64-unknown-linux", &[]),
+            (GFX900, a0.as_bytes()),
+            (GFX90A, b0.as_bytes()),
+        ],
+        4096,
+    );
     s.resize(s.len().next_multiple_of(4096), 0);
-    s.extend_from_slice(&build_ccob(3, &build_uncompressed(&[(GFX900, a1.as_bytes())], 4096), 3).unwrap());
+    s.extend_from_slice(
+        &build_ccob(3, &build_uncompressed(&[(GFX900, a1.as_bytes())], 4096), 3).unwrap(),
+    );
     s
 }
 
@@ -68,34 +83,67 @@ fn import_with_root_writes_archives_and_metadata() {
     req.emit_metadata = true;
     run(req).unwrap();
 
-    let mut files: Vec<String> =
-        std::fs::read_dir(&kpack).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir(&kpack)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     files.sort();
     assert_eq!(
         files,
-        ["libother.so.2.hipk.msgpack", "libsynth.so.hipk.msgpack", "synth_gfx900.kpack", "synth_gfx90a:xnack+.kpack"]
+        [
+            "libother.so.2.hipk.msgpack",
+            "libsynth.so.hipk.msgpack",
+            "synth_gfx900.kpack",
+            "synth_gfx90a:xnack+.kpack"
+        ]
     );
     let a = Archive::open(kpack.join("synth_gfx900.kpack")).unwrap();
     assert_eq!(a.architectures(), ["gfx900"]);
     assert_eq!(
-        a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(),
-        ["lib/hip/libother.so.2#0", "lib/hip/libother.so.2#1", "lib/libsynth.so#0", "lib/libsynth.so#1"]
+        a.binaries()
+            .iter()
+            .map(|b| b.key.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "lib/hip/libother.so.2#0",
+            "lib/hip/libother.so.2#1",
+            "lib/libsynth.so#0",
+            "lib/libsynth.so#1"
+        ]
     );
-    assert_eq!(a.get_kernel("lib/libsynth.so#1", "gfx900").unwrap(), "lib-A1".repeat(30).into_bytes());
-    assert_eq!(a.get_kernel("lib/hip/libother.so.2#0", "gfx900").unwrap(), "other-A0".repeat(50).into_bytes());
+    assert_eq!(
+        a.get_kernel("lib/libsynth.so#1", "gfx900").unwrap(),
+        "lib-A1".repeat(30).into_bytes()
+    );
+    assert_eq!(
+        a.get_kernel("lib/hip/libother.so.2#0", "gfx900").unwrap(),
+        "other-A0".repeat(50).into_bytes()
+    );
     let b = Archive::open(kpack.join("synth_gfx90a:xnack+.kpack")).unwrap();
-    assert_eq!(b.get_kernel("lib/libsynth.so#0", "gfx90a:xnack+").unwrap(), "lib-B0".repeat(70).into_bytes());
+    assert_eq!(
+        b.get_kernel("lib/libsynth.so#0", "gfx90a:xnack+").unwrap(),
+        "lib-B0".repeat(70).into_bytes()
+    );
 
     assert_eq!(
         std::fs::read(kpack.join("libother.so.2.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(&["../../.kpack/synth_@GFXARCH@.kpack".into()], "lib/hip/libother.so.2")
+        import::hipk_metadata(
+            &["../../.kpack/synth_@GFXARCH@.kpack".into()],
+            "lib/hip/libother.so.2"
+        )
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(&["../.kpack/synth_@GFXARCH@.kpack".into()], "lib/libsynth.so")
+        import::hipk_metadata(
+            &["../.kpack/synth_@GFXARCH@.kpack".into()],
+            "lib/libsynth.so"
+        )
     );
 
-    let archives = vec![kpack.join("synth_gfx900.kpack"), kpack.join("synth_gfx90a:xnack+.kpack")];
+    let archives = vec![
+        kpack.join("synth_gfx900.kpack"),
+        kpack.join("synth_gfx90a:xnack+.kpack"),
+    ];
     verify_against(&archives, &[lib.clone(), app]).unwrap();
 
     // Without the gfx90a archive one code object per binary is missing.
@@ -117,7 +165,10 @@ fn import_single_default_prefix_and_names() {
     let a = Archive::open(out.join("rocfoo.kpack")).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack+"]);
     assert_eq!(
-        a.binaries().iter().map(|b| b.key.as_str()).collect::<Vec<_>>(),
+        a.binaries()
+            .iter()
+            .map(|b| b.key.as_str())
+            .collect::<Vec<_>>(),
         ["librocfoo.so.1.2#0", "librocfoo.so.1.2#1"]
     );
     // No root: kernel_name is the file name and the archives sit in .kpack/ beside it.
@@ -133,15 +184,26 @@ fn verify_names_each_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let lib = fat_lib(dir.path(), "libsynth.so", &two_tu_blob("v"));
     // An archive holding one right, one wrong and no third code object.
-    let mut w = ArchiveWriter::new("synth", "gfx900", vec!["gfx900".into(), "gfx90a:xnack+".into()], Compression::None).unwrap();
-    w.add_kernel("libsynth.so#0", "gfx900", "v-A0".repeat(50).into_bytes()).unwrap();
+    let mut w = ArchiveWriter::new(
+        "synth",
+        "gfx900",
+        vec!["gfx900".into(), "gfx90a:xnack+".into()],
+        Compression::None,
+    )
+    .unwrap();
+    w.add_kernel("libsynth.so#0", "gfx900", "v-A0".repeat(50).into_bytes())
+        .unwrap();
     let mut wrong = "v-B0".repeat(70).into_bytes();
     wrong[7] ^= 1;
-    w.add_kernel("libsynth.so#0", "gfx90a:xnack+", wrong).unwrap();
+    w.add_kernel("libsynth.so#0", "gfx90a:xnack+", wrong)
+        .unwrap();
     let path = dir.path().join("bad.kpack");
     w.write(&path, &|_| {}).unwrap();
     let e = verify_against(std::slice::from_ref(&path), std::slice::from_ref(&lib)).unwrap_err();
-    assert_eq!((e.exit, e.message.as_str()), (Exit::Corrupt, "2 of 3 code objects are missing or differ"));
+    assert_eq!(
+        (e.exit, e.message.as_str()),
+        (Exit::Corrupt, "2 of 3 code objects are missing or differ")
+    );
     let lines: Vec<String> = [0, 1]
         .iter()
         .map(|i| {
@@ -157,7 +219,13 @@ fn verify_names_each_mismatch() {
             path.display()
         )
     );
-    assert_eq!(lines[1], format!("{}: libsynth.so#1 [gfx900]: not in any archive", lib.display()));
+    assert_eq!(
+        lines[1],
+        format!(
+            "{}: libsynth.so#1 [gfx900]: not in any archive",
+            lib.display()
+        )
+    );
 
     let e = verify_against(&[path], &[dir.path().join("libsynth.so.blob")]).unwrap_err();
     assert_eq!(e.exit, Exit::Corrupt);
@@ -172,13 +240,24 @@ fn usage_and_format_errors() {
 
     let e = run(request(vec![lib.clone(), lib2.clone()], out.clone())).unwrap_err();
     assert_eq!(e.exit, Exit::Usage);
-    assert!(e.message.contains("would both be named \"libx.so\""), "{}", e.message);
+    assert!(
+        e.message.contains("would both be named \"libx.so\""),
+        "{}",
+        e.message
+    );
 
     let mut req = request(vec![lib.clone()], out.clone());
     req.root = Some(dir.path().join("b"));
     let e = run(req).unwrap_err();
     assert_eq!(e.exit, Exit::Usage);
-    assert!(e.message.ends_with(&format!("is not below --root {}", dir.path().join("b").display())), "{}", e.message);
+    assert!(
+        e.message.ends_with(&format!(
+            "is not below --root {}",
+            dir.path().join("b").display()
+        )),
+        "{}",
+        e.message
+    );
 
     let mut req = request(vec![lib.clone()], out.clone());
     req.prefix = Some("a/b".into());
@@ -187,7 +266,13 @@ fn usage_and_format_errors() {
     let blob = dir.path().join("a_libx.so.blob");
     let e = run(request(vec![blob.clone()], out.clone())).unwrap_err();
     assert_eq!(e.exit, Exit::BadFormat);
-    assert_eq!(e.message, format!("{}: not an ELF host binary: not an ELF file", blob.display()));
+    assert_eq!(
+        e.message,
+        format!(
+            "{}: not an ELF host binary: not an ELF file",
+            blob.display()
+        )
+    );
 
     let e = run(request(vec![dir.path().join("missing.so")], out.clone())).unwrap_err();
     assert_eq!(e.exit, Exit::Unreadable);

@@ -272,8 +272,19 @@ fn native_helper_in_sbin_for_mount_t_kpack_fuse_and_fstab_lines_via_mount_capita
     assert!(r.ok(), "mount exited {:?}: {}", r.code, r.stderr);
     assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"));
     let opts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = opts.lines().find(|l| l.contains(&*s.mnt.to_string_lossy())).unwrap().to_owned();
-    assert!(line.split(' ').nth(5).unwrap().split(',').any(|o| o == "ro"), "{line}");
+    let line = opts
+        .lines()
+        .find(|l| l.contains(&*s.mnt.to_string_lossy()))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.split(' ')
+            .nth(5)
+            .unwrap()
+            .split(',')
+            .any(|o| o == "ro"),
+        "{line}"
+    );
     s.check_read(&[]);
     s.umount();
 

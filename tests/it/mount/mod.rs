@@ -127,11 +127,20 @@ fn mount_pack_mount_round_trip() {
     let m = Mount::start(&first, &[]);
     m.check("pack", second.to_str().unwrap());
     m.stop();
-    let (a, b) = (Archive::open(&first).unwrap(), Archive::open(&second).unwrap());
+    let (a, b) = (
+        Archive::open(&first).unwrap(),
+        Archive::open(&second).unwrap(),
+    );
     let entries = |x: &Archive| -> Vec<(String, String, Vec<u8>)> {
         let mut v: Vec<_> = x
             .entries()
-            .map(|(k, e)| (k.to_owned(), e.arch.clone(), x.get_kernel(k, &e.arch).unwrap()))
+            .map(|(k, e)| {
+                (
+                    k.to_owned(),
+                    e.arch.clone(),
+                    x.get_kernel(k, &e.arch).unwrap(),
+                )
+            })
             .collect();
         v.sort();
         v

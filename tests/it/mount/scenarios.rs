@@ -41,7 +41,11 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 .arg(arg)
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         "link" => {
             let (path, target) = arg.split_once('=').unwrap();

@@ -54,7 +54,12 @@ pub fn lib_dir() -> &'static Path {
 
 /// Compiles `tests/c/<source>` into `out` with warnings as errors and both sanitizers.
 pub fn compile(source: &str, out: &Path, lang: Lang) -> PathBuf {
-    compile_with(source, out, lang, &["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+    compile_with(
+        source,
+        out,
+        lang,
+        &["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+    )
 }
 
 /// Compiles without sanitizers, for running under valgrind (which cannot run ASan binaries).
@@ -77,13 +82,20 @@ fn compile_with(source: &str, out: &Path, lang: Lang, sanitize: &[&str]) -> Path
             c
         }
     };
-    cmd.args(["-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fno-omit-frame-pointer"])
-        .args(sanitize)
-        .arg("-I")
-        .arg(manifest_dir().join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(out);
+    cmd.args([
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-g",
+        "-O1",
+        "-fno-omit-frame-pointer",
+    ])
+    .args(sanitize)
+    .arg("-I")
+    .arg(manifest_dir().join("include"))
+    .arg(&src)
+    .arg("-o")
+    .arg(out);
     if lang == Lang::Cxx {
         // Sources come after `-x c++`; reset it so the library is not read as C++ source.
         cmd.args(["-x", "none"]);
@@ -109,9 +121,17 @@ where
 {
     let mut cmd = Command::new(exe);
     cmd.args(args)
-        .env("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1:abort_on_error=0")
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:halt_on_error=1:abort_on_error=0",
+        )
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
-    for var in ["ROCM_KPACK_PATH", "ROCM_KPACK_PATH_PREFIX", "ROCM_KPACK_DISABLE", "ROCM_KPACK_DEBUG"] {
+    for var in [
+        "ROCM_KPACK_PATH",
+        "ROCM_KPACK_PATH_PREFIX",
+        "ROCM_KPACK_DISABLE",
+        "ROCM_KPACK_DEBUG",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
@@ -125,9 +145,19 @@ where
 pub fn assert_all_passed(output: &Output, expected: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "C tests failed ({}):\n{stdout}\n--- stderr ---\n{stderr}", output.status);
-    let started = stdout.lines().filter(|l| l.starts_with("[ RUN      ]")).count();
-    let passed: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("[       OK ] ")).collect();
+    assert!(
+        output.status.success(),
+        "C tests failed ({}):\n{stdout}\n--- stderr ---\n{stderr}",
+        output.status
+    );
+    let started = stdout
+        .lines()
+        .filter(|l| l.starts_with("[ RUN      ]"))
+        .count();
+    let passed: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("[       OK ] "))
+        .collect();
     assert_eq!(started, passed.len(), "{stdout}");
     for name in expected {
         assert!(passed.contains(name), "{name} did not pass:\n{stdout}");

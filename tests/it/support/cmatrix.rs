@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::craft::{m, s, V};
+use super::craft::{V, m, s};
 
 /// A file: 16-byte header, zero padding to 64, `blob`, then `toc` (toc_offset = 64 + blob).
 pub fn kpack(toc: &[u8], blob: &[u8]) -> Vec<u8> {
@@ -35,7 +35,11 @@ pub fn noop_kernel() -> Vec<u8> {
 
 /// A TOC entry map.
 pub fn entry(ordinal: V, original_size: V) -> V {
-    m(vec![("type", s("hsaco")), ("ordinal", ordinal), ("original_size", original_size)])
+    m(vec![
+        ("type", s("hsaco")),
+        ("ordinal", ordinal),
+        ("original_size", original_size),
+    ])
 }
 
 /// A NoOp TOC for one kernel `lib/a.so#0` @ `gfx900`, with overridable pieces.
@@ -50,9 +54,15 @@ impl NoopToc {
     pub fn new(len: usize) -> NoopToc {
         NoopToc {
             arches: V::A(vec![s("gfx900")]),
-            toc: m(vec![("lib/a.so#0", m(vec![("gfx900", entry(V::U(0), V::U(len as u64)))]))]),
+            toc: m(vec![(
+                "lib/a.so#0",
+                m(vec![("gfx900", entry(V::U(0), V::U(len as u64)))]),
+            )]),
             scheme: Some(s("none")),
-            blobs: Some(V::A(vec![m(vec![("offset", V::U(64)), ("size", V::U(len as u64))])])),
+            blobs: Some(V::A(vec![m(vec![
+                ("offset", V::U(64)),
+                ("size", V::U(len as u64)),
+            ])])),
         }
     }
 
@@ -86,11 +96,23 @@ pub fn zstd_blob(count: u32, frames: &[Vec<u8>]) -> Vec<u8> {
 
 /// A zstd archive for one kernel `lib/a.so#0` @ `gfx1100` with the given blob and TOC numbers;
 /// `None` leaves a field out.
-pub fn zstd_file(blob: &[u8], ordinal: u64, original_size: u64, zstd_offset: Option<V>, zstd_size: Option<V>) -> Vec<u8> {
+pub fn zstd_file(
+    blob: &[u8],
+    ordinal: u64,
+    original_size: u64,
+    zstd_offset: Option<V>,
+    zstd_size: Option<V>,
+) -> Vec<u8> {
     let mut pairs = vec![
         ("format_version", V::U(1)),
         ("gfx_arches", V::A(vec![s("gfx1100")])),
-        ("toc", m(vec![("lib/a.so#0", m(vec![("gfx1100", entry(V::U(ordinal), V::U(original_size)))]))])),
+        (
+            "toc",
+            m(vec![(
+                "lib/a.so#0",
+                m(vec![("gfx1100", entry(V::U(ordinal), V::U(original_size)))]),
+            )]),
+        ),
         ("compression_scheme", s("zstd-per-kernel")),
     ];
     if let Some(v) = zstd_offset {
@@ -123,30 +145,121 @@ pub fn write_error_matrix(dir: &Path) {
     w("magic_kpak.kpack", patch(0, b"kpak"));
     w("version_0.kpack", patch(4, &0u32.to_le_bytes()));
     w("version_2.kpack", patch(4, &2u32.to_le_bytes()));
-    w("toc_offset_eof.kpack", patch(8, &(good.len() as u64).to_le_bytes()));
-    w("toc_offset_2p63.kpack", patch(8, &(1u64 << 63).to_le_bytes()));
+    w(
+        "toc_offset_eof.kpack",
+        patch(8, &(good.len() as u64).to_le_bytes()),
+    );
+    w(
+        "toc_offset_2p63.kpack",
+        patch(8, &(1u64 << 63).to_le_bytes()),
+    );
     w("toc_offset_0.kpack", patch(8, &0u64.to_le_bytes()));
-    w("toc_array.kpack", kpack(&V::A(vec![V::U(1), s("x")]).encode(), &k));
+    w(
+        "toc_array.kpack",
+        kpack(&V::A(vec![V::U(1), s("x")]).encode(), &k),
+    );
     let mut truncated = good.clone();
     truncated.truncate(good.len() - 3);
     w("toc_truncated.kpack", truncated);
     let mut trailing = good.clone();
     trailing.extend_from_slice(b"\xc1\xc1garbage after the TOC");
     w("toc_trailing_garbage.kpack", trailing);
-    w("scheme_missing.kpack", noop(&NoopToc { scheme: None, ..NoopToc::new(k.len()) }));
-    w("scheme_lz4.kpack", noop(&NoopToc { scheme: Some(s("lz4")), ..NoopToc::new(k.len()) }));
-    w("scheme_int.kpack", noop(&NoopToc { scheme: Some(V::U(1)), ..NoopToc::new(k.len()) }));
-    w("noop_no_blobs.kpack", noop(&NoopToc { blobs: None, ..NoopToc::new(k.len()) }));
-    let blobs = |offset: u64, size: u64| Some(V::A(vec![m(vec![("offset", V::U(offset)), ("size", V::U(size))])]));
-    w("noop_offset_past_eof.kpack", noop(&NoopToc { blobs: blobs(1 << 20, 64), ..NoopToc::new(k.len()) }));
-    w("noop_size_past_eof.kpack", noop(&NoopToc { blobs: blobs(64, 1 << 20), ..NoopToc::new(k.len()) }));
-    let one_entry = |ordinal: V, size: V| m(vec![("lib/a.so#0", m(vec![("gfx900", entry(ordinal, size))]))]);
-    w("noop_ordinal_past_blobs.kpack", noop(&NoopToc { toc: one_entry(V::U(1), V::U(64)), ..NoopToc::new(k.len()) }));
-    w("noop_wrong_original_size.kpack", noop(&NoopToc { toc: one_entry(V::U(0), V::U(7)), ..NoopToc::new(k.len()) }));
-    w("ordinal_str.kpack", noop(&NoopToc { toc: one_entry(s("0"), V::U(64)), ..NoopToc::new(k.len()) }));
-    w("ordinal_negative.kpack", noop(&NoopToc { toc: one_entry(V::I(-1), V::U(64)), ..NoopToc::new(k.len()) }));
-    w("ordinal_2p32.kpack", noop(&NoopToc { toc: one_entry(V::U(1 << 32), V::U(64)), ..NoopToc::new(k.len()) }));
-    w("original_size_float.kpack", noop(&NoopToc { toc: one_entry(V::U(0), V::F(64.0)), ..NoopToc::new(k.len()) }));
+    w(
+        "scheme_missing.kpack",
+        noop(&NoopToc {
+            scheme: None,
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "scheme_lz4.kpack",
+        noop(&NoopToc {
+            scheme: Some(s("lz4")),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "scheme_int.kpack",
+        noop(&NoopToc {
+            scheme: Some(V::U(1)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "noop_no_blobs.kpack",
+        noop(&NoopToc {
+            blobs: None,
+            ..NoopToc::new(k.len())
+        }),
+    );
+    let blobs = |offset: u64, size: u64| {
+        Some(V::A(vec![m(vec![
+            ("offset", V::U(offset)),
+            ("size", V::U(size)),
+        ])]))
+    };
+    w(
+        "noop_offset_past_eof.kpack",
+        noop(&NoopToc {
+            blobs: blobs(1 << 20, 64),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "noop_size_past_eof.kpack",
+        noop(&NoopToc {
+            blobs: blobs(64, 1 << 20),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    let one_entry = |ordinal: V, size: V| {
+        m(vec![(
+            "lib/a.so#0",
+            m(vec![("gfx900", entry(ordinal, size))]),
+        )])
+    };
+    w(
+        "noop_ordinal_past_blobs.kpack",
+        noop(&NoopToc {
+            toc: one_entry(V::U(1), V::U(64)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "noop_wrong_original_size.kpack",
+        noop(&NoopToc {
+            toc: one_entry(V::U(0), V::U(7)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "ordinal_str.kpack",
+        noop(&NoopToc {
+            toc: one_entry(s("0"), V::U(64)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "ordinal_negative.kpack",
+        noop(&NoopToc {
+            toc: one_entry(V::I(-1), V::U(64)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "ordinal_2p32.kpack",
+        noop(&NoopToc {
+            toc: one_entry(V::U(1 << 32), V::U(64)),
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "original_size_float.kpack",
+        noop(&NoopToc {
+            toc: one_entry(V::U(0), V::F(64.0)),
+            ..NoopToc::new(k.len())
+        }),
+    );
     w(
         "blob_offset_str.kpack",
         noop(&NoopToc {
@@ -154,14 +267,38 @@ pub fn write_error_matrix(dir: &Path) {
             ..NoopToc::new(k.len())
         }),
     );
-    w("gfx_arches_str.kpack", noop(&NoopToc { arches: s("gfx900"), ..NoopToc::new(k.len()) }));
+    w(
+        "gfx_arches_str.kpack",
+        noop(&NoopToc {
+            arches: s("gfx900"),
+            ..NoopToc::new(k.len())
+        }),
+    );
     w(
         "gfx_arches_ints.kpack",
-        noop(&NoopToc { arches: V::A(vec![s("gfx900"), V::U(7), s("gfx906")]), ..NoopToc::new(k.len()) }),
+        noop(&NoopToc {
+            arches: V::A(vec![s("gfx900"), V::U(7), s("gfx906")]),
+            ..NoopToc::new(k.len())
+        }),
     );
-    let bin_key = V::M(vec![(V::B(b"lib/a.so#0".to_vec()), m(vec![("gfx900", entry(V::U(0), V::U(64)))]))]);
-    w("toc_bin_key.kpack", noop(&NoopToc { toc: bin_key, ..NoopToc::new(k.len()) }));
-    w("toc_not_map.kpack", noop(&NoopToc { toc: V::A(vec![s("lib/a.so#0")]), ..NoopToc::new(k.len()) }));
+    let bin_key = V::M(vec![(
+        V::B(b"lib/a.so#0".to_vec()),
+        m(vec![("gfx900", entry(V::U(0), V::U(64)))]),
+    )]);
+    w(
+        "toc_bin_key.kpack",
+        noop(&NoopToc {
+            toc: bin_key,
+            ..NoopToc::new(k.len())
+        }),
+    );
+    w(
+        "toc_not_map.kpack",
+        noop(&NoopToc {
+            toc: V::A(vec![s("lib/a.so#0")]),
+            ..NoopToc::new(k.len())
+        }),
+    );
     // The reference's 5-byte TOCs declaring 2^32-1 items or bytes, at offset 16.
     for tag in [0xddu8, 0xdf, 0xdb, 0xc6, 0xc9] {
         let mut v = header(b"KPAK", 1, 16);
@@ -169,14 +306,43 @@ pub fn write_error_matrix(dir: &Path) {
         w(&format!("oversized_{tag:02x}.kpack"), v);
     }
     // The reference's InvalidNumericTocFieldTest: one numeric field given as a string.
-    for field in ["offset", "size", "zstd_offset", "zstd_size", "ordinal", "original_size"] {
+    for field in [
+        "offset",
+        "size",
+        "zstd_offset",
+        "zstd_size",
+        "ordinal",
+        "original_size",
+    ] {
         let bad = || s("not-an-integer");
         let num = |name: &str, v: u64| if name == field { bad() } else { V::U(v) };
         let toc = m(vec![
             ("gfx_arches", V::A(vec![s("gfx900")])),
-            ("toc", m(vec![("lib/a.so#0", m(vec![("gfx900", entry(num("ordinal", 0), num("original_size", 4)))]))])),
-            ("compression_scheme", s(if field.starts_with("zstd") { "zstd-per-kernel" } else { "none" })),
-            ("blobs", V::A(vec![m(vec![("offset", num("offset", 16)), ("size", num("size", 4))])])),
+            (
+                "toc",
+                m(vec![(
+                    "lib/a.so#0",
+                    m(vec![(
+                        "gfx900",
+                        entry(num("ordinal", 0), num("original_size", 4)),
+                    )]),
+                )]),
+            ),
+            (
+                "compression_scheme",
+                s(if field.starts_with("zstd") {
+                    "zstd-per-kernel"
+                } else {
+                    "none"
+                }),
+            ),
+            (
+                "blobs",
+                V::A(vec![m(vec![
+                    ("offset", num("offset", 16)),
+                    ("size", num("size", 4)),
+                ])]),
+            ),
             ("zstd_offset", num("zstd_offset", 16)),
             ("zstd_size", num("zstd_size", 4)),
         ]);
@@ -191,38 +357,92 @@ pub fn write_error_matrix(dir: &Path) {
     let blob = zstd_blob(1, std::slice::from_ref(&frame));
     let n = z.len() as u64;
     let bl = blob.len() as u64;
-    w("valid_zstd.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_size_past_eof.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(bl + 4096))));
-    w("zstd_size_0.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(0))));
-    w("zstd_size_3.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(3))));
-    w("zstd_size_5gib.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(5 << 30))));
+    w(
+        "valid_zstd.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_size_past_eof.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(bl + 4096))),
+    );
+    w(
+        "zstd_size_0.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(0))),
+    );
+    w(
+        "zstd_size_3.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(3))),
+    );
+    w(
+        "zstd_size_5gib.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), Some(V::U(5 << 30))),
+    );
     let huge = zstd_blob((1 << 20) + 1, std::slice::from_ref(&frame));
-    w("zstd_num_kernels_huge.kpack", zstd_file(&huge, 0, n, Some(V::U(64)), Some(V::U(huge.len() as u64))));
+    w(
+        "zstd_num_kernels_huge.kpack",
+        zstd_file(&huge, 0, n, Some(V::U(64)), Some(V::U(huge.len() as u64))),
+    );
     let more = zstd_blob(2, std::slice::from_ref(&frame));
-    w("zstd_num_kernels_gt_frames.kpack", zstd_file(&more, 0, n, Some(V::U(64)), Some(V::U(more.len() as u64))));
+    w(
+        "zstd_num_kernels_gt_frames.kpack",
+        zstd_file(&more, 0, n, Some(V::U(64)), Some(V::U(more.len() as u64))),
+    );
     let mut long_frame = blob.clone();
     long_frame[4..8].copy_from_slice(&(frame.len() as u32 + 100).to_le_bytes());
-    w("zstd_frame_size_past_blob.kpack", zstd_file(&long_frame, 0, n, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_offset_missing.kpack", zstd_file(&blob, 0, n, None, Some(V::U(bl))));
-    w("zstd_size_missing.kpack", zstd_file(&blob, 0, n, Some(V::U(64)), None));
+    w(
+        "zstd_frame_size_past_blob.kpack",
+        zstd_file(&long_frame, 0, n, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_offset_missing.kpack",
+        zstd_file(&blob, 0, n, None, Some(V::U(bl))),
+    );
+    w(
+        "zstd_size_missing.kpack",
+        zstd_file(&blob, 0, n, Some(V::U(64)), None),
+    );
     let none = zstd_blob(0, &[]);
-    w("zstd_num_kernels_0.kpack", zstd_file(&none, 0, n, Some(V::U(64)), Some(V::U(4))));
+    w(
+        "zstd_num_kernels_0.kpack",
+        zstd_file(&none, 0, n, Some(V::U(64)), Some(V::U(4))),
+    );
     let mut corrupt = blob.clone();
     let last = corrupt.len() - 6;
     for b in &mut corrupt[12..last] {
         *b ^= 0x5a;
     }
-    w("zstd_corrupt_frame.kpack", zstd_file(&corrupt, 0, n, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_original_size_minus_1.kpack", zstd_file(&blob, 0, n - 1, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_original_size_plus_1.kpack", zstd_file(&blob, 0, n + 1, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_original_size_0.kpack", zstd_file(&blob, 0, 0, Some(V::U(64)), Some(V::U(bl))));
-    w("zstd_ordinal_past_frames.kpack", zstd_file(&blob, 1, n, Some(V::U(64)), Some(V::U(bl))));
+    w(
+        "zstd_corrupt_frame.kpack",
+        zstd_file(&corrupt, 0, n, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_original_size_minus_1.kpack",
+        zstd_file(&blob, 0, n - 1, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_original_size_plus_1.kpack",
+        zstd_file(&blob, 0, n + 1, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_original_size_0.kpack",
+        zstd_file(&blob, 0, 0, Some(V::U(64)), Some(V::U(bl))),
+    );
+    w(
+        "zstd_ordinal_past_frames.kpack",
+        zstd_file(&blob, 1, n, Some(V::U(64)), Some(V::U(bl))),
+    );
     let empty_frame = zstd::bulk::compress(&[], 3).unwrap();
     let eb = zstd_blob(1, &[empty_frame]);
-    w("zstd_empty_kernel.kpack", zstd_file(&eb, 0, 0, Some(V::U(64)), Some(V::U(eb.len() as u64))));
+    w(
+        "zstd_empty_kernel.kpack",
+        zstd_file(&eb, 0, 0, Some(V::U(64)), Some(V::U(eb.len() as u64))),
+    );
     let streamed = zstd::stream::encode_all(&z[..], 3).unwrap();
     let sb = zstd_blob(1, &[streamed]);
-    w("zstd_no_content_size.kpack", zstd_file(&sb, 0, n, Some(V::U(64)), Some(V::U(sb.len() as u64))));
+    w(
+        "zstd_no_content_size.kpack",
+        zstd_file(&sb, 0, n, Some(V::U(64)), Some(V::U(sb.len() as u64))),
+    );
     std::fs::create_dir_all(dir.join("a_directory.kpack")).unwrap();
 
     // The reference KpackAPITest's fake 20-byte headers: magic, u32 version, u32 compression,

@@ -61,8 +61,13 @@ impl V {
 
     /// Replaces (or adds) a key of a map.
     pub fn set(&mut self, key: &str, value: V) {
-        let V::M(pairs) = self else { panic!("not a map") };
-        match pairs.iter_mut().find(|(k, _)| matches!(k, V::S(x) if x == key)) {
+        let V::M(pairs) = self else {
+            panic!("not a map")
+        };
+        match pairs
+            .iter_mut()
+            .find(|(k, _)| matches!(k, V::S(x) if x == key))
+        {
             Some(slot) => slot.1 = value,
             None => pairs.push((s(key), value)),
         }
@@ -70,14 +75,22 @@ impl V {
 
     /// Removes a key of a map.
     pub fn remove(&mut self, key: &str) {
-        let V::M(pairs) = self else { panic!("not a map") };
+        let V::M(pairs) = self else {
+            panic!("not a map")
+        };
         pairs.retain(|(k, _)| !matches!(k, V::S(x) if x == key));
     }
 
     /// A nested map by key (panics when absent: tests build their own TOCs).
     pub fn at(&mut self, key: &str) -> &mut V {
-        let V::M(pairs) = self else { panic!("not a map") };
-        &mut pairs.iter_mut().find(|(k, _)| matches!(k, V::S(x) if x == key)).expect("key").1
+        let V::M(pairs) = self else {
+            panic!("not a map")
+        };
+        &mut pairs
+            .iter_mut()
+            .find(|(k, _)| matches!(k, V::S(x) if x == key))
+            .expect("key")
+            .1
     }
 }
 
@@ -95,7 +108,11 @@ pub fn archive_bytes(blob: &[u8], toc: &[u8]) -> Vec<u8> {
 }
 
 fn entry(ordinal: u64, size: u64) -> V {
-    m(vec![("type", s("hsaco")), ("ordinal", V::U(ordinal)), ("original_size", V::U(size))])
+    m(vec![
+        ("type", s("hsaco")),
+        ("ordinal", V::U(ordinal)),
+        ("original_size", V::U(size)),
+    ])
 }
 
 /// One kernel `k#0` for `gfx900` stored plainly: returns (blob, TOC value).
@@ -105,9 +122,21 @@ pub fn noop_parts(data: &[u8]) -> (Vec<u8>, V) {
         ("group_name", s("g")),
         ("gfx_arch_family", s("gfx900")),
         ("gfx_arches", V::A(vec![s("gfx900")])),
-        ("toc", m(vec![("k#0", m(vec![("gfx900", entry(0, data.len() as u64))]))])),
+        (
+            "toc",
+            m(vec![(
+                "k#0",
+                m(vec![("gfx900", entry(0, data.len() as u64))]),
+            )]),
+        ),
         ("compression_scheme", s("none")),
-        ("blobs", V::A(vec![m(vec![("offset", V::U(64)), ("size", V::U(data.len() as u64))])])),
+        (
+            "blobs",
+            V::A(vec![m(vec![
+                ("offset", V::U(64)),
+                ("size", V::U(data.len() as u64)),
+            ])]),
+        ),
     ]);
     (data.to_vec(), toc)
 }
@@ -131,7 +160,13 @@ pub fn zstd_parts(data: &[u8]) -> (Vec<u8>, V) {
         ("group_name", s("g")),
         ("gfx_arch_family", s("gfx900")),
         ("gfx_arches", V::A(vec![s("gfx900")])),
-        ("toc", m(vec![("k#0", m(vec![("gfx900", entry(0, data.len() as u64))]))])),
+        (
+            "toc",
+            m(vec![(
+                "k#0",
+                m(vec![("gfx900", entry(0, data.len() as u64))]),
+            )]),
+        ),
         ("compression_scheme", s("zstd-per-kernel")),
         ("zstd_offset", V::U(64)),
         ("zstd_size", V::U(blob.len() as u64)),

@@ -16,8 +16,19 @@ pub fn padded(name: &str) -> Vec<u8> {
 }
 
 /// Writes an archive listing `arches`, holding `(key, arch, bytes)` kernels.
-pub fn archive(path: &Path, arches: &[&str], kernels: &[(&str, &str, Vec<u8>)], compression: Compression) {
-    let mut w = ArchiveWriter::new("test", arches.first().copied().unwrap_or(""), arches.iter().map(|a| a.to_string()).collect(), compression).unwrap();
+pub fn archive(
+    path: &Path,
+    arches: &[&str],
+    kernels: &[(&str, &str, Vec<u8>)],
+    compression: Compression,
+) {
+    let mut w = ArchiveWriter::new(
+        "test",
+        arches.first().copied().unwrap_or(""),
+        arches.iter().map(|a| a.to_string()).collect(),
+        compression,
+    )
+    .unwrap();
     for (key, arch, data) in kernels {
         w.add_kernel(key, arch, data.clone()).unwrap();
     }
@@ -63,41 +74,117 @@ pub fn write_scenarios(root: &Path, assets: &Path) {
         std::fs::create_dir_all(root.join(s).join("lib")).unwrap();
         std::fs::create_dir_all(root.join(s).join(".kpack")).unwrap();
     }
-    archive(&root.join("bare/.kpack/foo_gfx942.kpack"), &["gfx942"], &[("lib/libfoo.so#0", "gfx942", padded("BARE_CO0"))], zstd());
+    archive(
+        &root.join("bare/.kpack/foo_gfx942.kpack"),
+        &["gfx942"],
+        &[("lib/libfoo.so#0", "gfx942", padded("BARE_CO0"))],
+        zstd(),
+    );
 
     let multi = root.join("multi/.kpack");
-    archive(&multi.join("foo_gfx942:xnack+.kpack"), &["gfx942:xnack+"], &[(&format!("{FOO}#0"), "gfx942:xnack+", padded("XNACKP_CO0"))], zstd());
+    archive(
+        &multi.join("foo_gfx942:xnack+.kpack"),
+        &["gfx942:xnack+"],
+        &[(&format!("{FOO}#0"), "gfx942:xnack+", padded("XNACKP_CO0"))],
+        zstd(),
+    );
     archive(
         &multi.join("foo_gfx942.kpack"),
         &["gfx942"],
-        &[(&format!("{FOO}#0"), "gfx942", padded("BARE_CO0")), (&format!("{FOO}#1"), "gfx942", padded("BARE_CO1"))],
+        &[
+            (&format!("{FOO}#0"), "gfx942", padded("BARE_CO0")),
+            (&format!("{FOO}#1"), "gfx942", padded("BARE_CO1")),
+        ],
         Compression::None,
     );
-    archive(&multi.join("foo_gfx9-4-generic.kpack"), &["gfx9-4-generic"], &[(&format!("{FOO}#2"), "gfx9-4-generic", padded("GENERIC_CO2"))], zstd());
+    archive(
+        &multi.join("foo_gfx9-4-generic.kpack"),
+        &["gfx9-4-generic"],
+        &[(&format!("{FOO}#2"), "gfx9-4-generic", padded("GENERIC_CO2"))],
+        zstd(),
+    );
 
     // Arch present in `toc` but not in `gfx_arches`, and a listed arch without the key.
-    archive(&root.join("toc/.kpack/foo_gfx906.kpack"), &["gfx900"], &[(&format!("{FOO}#0"), "gfx906", padded("TOC_GFX906_CO0"))], Compression::None);
-    archive(&root.join("toc/.kpack/foo_gfx900.kpack"), &["gfx900"], &[(&format!("{FOO}#0"), "gfx900", padded("TOC_GFX900_CO0"))], Compression::None);
+    archive(
+        &root.join("toc/.kpack/foo_gfx906.kpack"),
+        &["gfx900"],
+        &[(&format!("{FOO}#0"), "gfx906", padded("TOC_GFX906_CO0"))],
+        Compression::None,
+    );
+    archive(
+        &root.join("toc/.kpack/foo_gfx900.kpack"),
+        &["gfx900"],
+        &[(&format!("{FOO}#0"), "gfx900", padded("TOC_GFX900_CO0"))],
+        Compression::None,
+    );
 
-    std::fs::write(root.join("corrupt/.kpack/corrupt.kpack"), cmatrix::header(b"KPAK", 1, 1 << 40)).unwrap();
-    archive(&root.join("corrupt/.kpack/good.kpack"), &["gfx942"], &[(&format!("{FOO}#0"), "gfx942", padded("GOOD_CO0"))], zstd());
+    std::fs::write(
+        root.join("corrupt/.kpack/corrupt.kpack"),
+        cmatrix::header(b"KPAK", 1, 1 << 40),
+    )
+    .unwrap();
+    archive(
+        &root.join("corrupt/.kpack/good.kpack"),
+        &["gfx942"],
+        &[(&format!("{FOO}#0"), "gfx942", padded("GOOD_CO0"))],
+        zstd(),
+    );
 
-    std::os::unix::fs::symlink(assets.join("test_noop.kpack"), root.join("links/.kpack/link.kpack")).unwrap();
+    std::os::unix::fs::symlink(
+        assets.join("test_noop.kpack"),
+        root.join("links/.kpack/link.kpack"),
+    )
+    .unwrap();
 
-    archive(&root.join("two/.kpack/foo_gfx942_gfx942.kpack"), &["gfx942"], &[(&format!("{FOO}#0"), "gfx942", padded("TWO_CO0"))], zstd());
+    archive(
+        &root.join("two/.kpack/foo_gfx942_gfx942.kpack"),
+        &["gfx942"],
+        &[(&format!("{FOO}#0"), "gfx942", padded("TWO_CO0"))],
+        zstd(),
+    );
 }
 
 /// The archives beside the HIPK host program (`prefix/bin/hostapp`).
 pub fn write_host_archives(prefix: &Path) {
     const KEY: &str = "bin/hostapp";
     let k = prefix.join(".kpack");
-    archive(&k.join("hostapp_gfx90a:xnack+.kpack"), &["gfx90a:xnack+"], &[(&format!("{KEY}#0"), "gfx90a:xnack+", padded("HOST_CO0_XNACKP"))], zstd());
-    archive(&k.join("hostapp_gfx90a:xnack-.kpack"), &["gfx90a:xnack-"], &[(&format!("{KEY}#1"), "gfx90a:xnack-", padded("HOST_CO1_XNACKM"))], Compression::None);
+    archive(
+        &k.join("hostapp_gfx90a:xnack+.kpack"),
+        &["gfx90a:xnack+"],
+        &[(
+            &format!("{KEY}#0"),
+            "gfx90a:xnack+",
+            padded("HOST_CO0_XNACKP"),
+        )],
+        zstd(),
+    );
+    archive(
+        &k.join("hostapp_gfx90a:xnack-.kpack"),
+        &["gfx90a:xnack-"],
+        &[(
+            &format!("{KEY}#1"),
+            "gfx90a:xnack-",
+            padded("HOST_CO1_XNACKM"),
+        )],
+        Compression::None,
+    );
     archive(
         &k.join("hostapp_gfx90a.kpack"),
         &["gfx90a"],
-        &[(&format!("{KEY}#0"), "gfx90a", padded("HOST_CO0_GFX90A")), (&format!("{KEY}#1"), "gfx90a", padded("HOST_CO1_GFX90A"))],
+        &[
+            (&format!("{KEY}#0"), "gfx90a", padded("HOST_CO0_GFX90A")),
+            (&format!("{KEY}#1"), "gfx90a", padded("HOST_CO1_GFX90A")),
+        ],
         zstd(),
     );
-    archive(&k.join("hostapp_gfx9-generic.kpack"), &["gfx9-generic"], &[(&format!("{KEY}#0"), "gfx9-generic", padded("HOST_CO0_GFX9GEN"))], zstd());
+    archive(
+        &k.join("hostapp_gfx9-generic.kpack"),
+        &["gfx9-generic"],
+        &[(
+            &format!("{KEY}#0"),
+            "gfx9-generic",
+            padded("HOST_CO0_GFX9GEN"),
+        )],
+        zstd(),
+    );
 }

@@ -6,23 +6,49 @@ use std::path::PathBuf;
 
 /// A file under `tests/fixtures/`.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// The golden archives' contents, in ordinal order: (key, arch, bytes).
 pub fn golden_noop_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
-        ("lib/libtest.so#0", "gfx900", [&b"KERNEL1_GFX900_DATA"[..], &[0u8; 100]].concat()),
-        ("lib/libtest.so#0", "gfx906", [&b"KERNEL2_GFX906_DATA"[..], &[0u8; 200]].concat()),
-        ("bin/testapp#0", "gfx900", [&b"KERNEL3_APP_GFX900"[..], &[0xffu8; 150]].concat()),
+        (
+            "lib/libtest.so#0",
+            "gfx900",
+            [&b"KERNEL1_GFX900_DATA"[..], &[0u8; 100]].concat(),
+        ),
+        (
+            "lib/libtest.so#0",
+            "gfx906",
+            [&b"KERNEL2_GFX906_DATA"[..], &[0u8; 200]].concat(),
+        ),
+        (
+            "bin/testapp#0",
+            "gfx900",
+            [&b"KERNEL3_APP_GFX900"[..], &[0xffu8; 150]].concat(),
+        ),
     ]
 }
 
 pub fn golden_zstd_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
-        ("lib/libhip.so#0", "gfx1100", [&b"HIP_KERNEL_GFX1100_"[..], &[b'A'; 500], &[b'B'; 500]].concat()),
-        ("lib/libhip.so#0", "gfx1101", [&b"HIP_KERNEL_GFX1101_"[..], &[b'X'; 300], &[b'Y'; 300]].concat()),
-        ("bin/hiptest#0", "gfx1100", [&b"TEST_APP_KERNEL___"[..], &[0x42u8; 1000]].concat()),
+        (
+            "lib/libhip.so#0",
+            "gfx1100",
+            [&b"HIP_KERNEL_GFX1100_"[..], &[b'A'; 500], &[b'B'; 500]].concat(),
+        ),
+        (
+            "lib/libhip.so#0",
+            "gfx1101",
+            [&b"HIP_KERNEL_GFX1101_"[..], &[b'X'; 300], &[b'Y'; 300]].concat(),
+        ),
+        (
+            "bin/hiptest#0",
+            "gfx1100",
+            [&b"TEST_APP_KERNEL___"[..], &[0x42u8; 1000]].concat(),
+        ),
     ]
 }
 

@@ -265,7 +265,13 @@ impl Mount {
     /// Mounts `archive` on an existing directory `mountpoint` owned by the caller (for a new
     /// mount on a point an earlier, crashed one used). The caller removes the directory.
     pub fn start_on(mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
-        Mount::start_in(tempfile::tempdir().unwrap(), mountpoint, archive, extra, &|_| {})
+        Mount::start_in(
+            tempfile::tempdir().unwrap(),
+            mountpoint,
+            archive,
+            extra,
+            &|_| {},
+        )
     }
 
     fn start_in(
