@@ -234,7 +234,7 @@ impl ArchiveWriter {
         } else {
             self.threads.min(self.kernels.len()).max(1)
         };
-        let slots: Vec<Mutex<Option<std::result::Result<Vec<u8>, String>>>> =
+        let slots: Vec<Mutex<Option<FrameResult>>> =
             self.kernels.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
         let work = || -> std::result::Result<(), String> {
@@ -253,7 +253,7 @@ impl ArchiveWriter {
             work().map_err(Error::InvalidArgument)?;
         } else {
             std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads).map(|_| s.spawn(&work)).collect();
+                let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
                 handles.into_iter().try_for_each(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err("compression thread panicked".into()))
@@ -362,6 +362,9 @@ impl ArchiveWriter {
         t
     }
 }
+
+/// One kernel's compressed frame, or why compressing it failed.
+type FrameResult = std::result::Result<Vec<u8>, String>;
 
 struct Blob {
     bytes: Vec<u8>,

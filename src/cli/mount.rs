@@ -585,6 +585,19 @@ impl SignalPipe {
     }
 }
 
+/// Decoded kernels are large (up to tens of MiB) and short-lived outside the cache. glibc raises
+/// its mmap threshold each time such a block is freed, after which kernels land in the heap
+/// arenas, where freed space fragments and is not returned, and the daemon's resident memory
+/// grows well past `--cache-size`. A fixed threshold keeps every kernel-sized block in its own
+/// mapping, returned to the system as soon as the cache drops it.
+fn limit_heap_growth() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,18 +614,5 @@ mod tests {
         assert!(parse_size("12T").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("99999999999G").is_err());
-    }
-}
-
-/// Decoded kernels are large (up to tens of MiB) and short-lived outside the cache. glibc raises
-/// its mmap threshold each time such a block is freed, after which kernels land in the heap
-/// arenas, where freed space fragments and is not returned, and the daemon's resident memory
-/// grows well past `--cache-size`. A fixed threshold keeps every kernel-sized block in its own
-/// mapping, returned to the system as soon as the cache drops it.
-fn limit_heap_growth() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning; called before any thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
 }
