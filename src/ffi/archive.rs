@@ -71,6 +71,45 @@ pub unsafe extern "C" fn kpack_close(archive: kpack_archive_t) {
     })
 }
 
+/// Which of the handle's string lists a getter reads.
+type List = fn(&kpack_archive) -> &[std::ffi::CString];
+
+/// The body of both count getters.
+///
+/// # Safety
+/// As for the exported getters: `archive` NULL or live, `count` NULL or writable.
+unsafe fn list_count(archive: kpack_archive_t, count: *mut usize, list: List) -> kpack_error_t {
+    guard(|| {
+        // SAFETY: argument contract above.
+        let h = unsafe { handle(archive)? };
+        let out = non_null_mut(count)?;
+        // SAFETY: checked non-null.
+        unsafe { *out = list(h).len() };
+        Ok(())
+    })
+}
+
+/// The body of both indexed getters: an index past the end is an invalid argument.
+///
+/// # Safety
+/// As for the exported getters: `archive` NULL or live, `item` NULL or writable.
+unsafe fn list_item(
+    archive: kpack_archive_t,
+    index: usize,
+    item: *mut *const c_char,
+    list: List,
+) -> kpack_error_t {
+    guard(|| {
+        // SAFETY: argument contract above.
+        let h = unsafe { handle(archive)? };
+        let out = non_null_mut(item)?;
+        let s = list(h).get(index).ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
+        // SAFETY: checked non-null; the string lives in the handle until kpack_close.
+        unsafe { *out = s.as_ptr() };
+        Ok(())
+    })
+}
+
 /// # Safety
 /// `archive` is NULL or a live handle; `count` is NULL or writable.
 #[unsafe(no_mangle)]
@@ -78,14 +117,8 @@ pub unsafe extern "C" fn kpack_get_architecture_count(
     archive: kpack_archive_t,
     count: *mut usize,
 ) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(count)?;
-        // SAFETY: checked non-null.
-        unsafe { *out = h.architectures.len() };
-        Ok(())
-    })
+    // SAFETY: same contract.
+    unsafe { list_count(archive, count, |h| &h.architectures) }
 }
 
 /// # Safety
@@ -96,18 +129,8 @@ pub unsafe extern "C" fn kpack_get_architecture(
     index: usize,
     arch: *mut *const c_char,
 ) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(arch)?;
-        let s = h
-            .architectures
-            .get(index)
-            .ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
-        // SAFETY: checked non-null; the string lives in the handle until kpack_close.
-        unsafe { *out = s.as_ptr() };
-        Ok(())
-    })
+    // SAFETY: same contract.
+    unsafe { list_item(archive, index, arch, |h| &h.architectures) }
 }
 
 /// # Safety
@@ -117,14 +140,8 @@ pub unsafe extern "C" fn kpack_get_binary_count(
     archive: kpack_archive_t,
     count: *mut usize,
 ) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(count)?;
-        // SAFETY: checked non-null.
-        unsafe { *out = h.binaries.len() };
-        Ok(())
-    })
+    // SAFETY: same contract.
+    unsafe { list_count(archive, count, |h| &h.binaries) }
 }
 
 /// # Safety
@@ -135,15 +152,8 @@ pub unsafe extern "C" fn kpack_get_binary(
     index: usize,
     binary: *mut *const c_char,
 ) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(binary)?;
-        let s = h.binaries.get(index).ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
-        // SAFETY: checked non-null; the string lives in the handle until kpack_close.
-        unsafe { *out = s.as_ptr() };
-        Ok(())
-    })
+    // SAFETY: same contract.
+    unsafe { list_item(archive, index, binary, |h| &h.binaries) }
 }
 
 /// # Safety
