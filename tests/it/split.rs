@@ -444,14 +444,10 @@ fn split_real_rocrand() {
     assert_eq!(o.code(), Some(2));
 }
 
-#[test]
-fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
-    use rocm_kpack::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
-    use rocm_kpack::{Archive, Compression};
-
-    let tmp = tempfile::tempdir().unwrap();
+/// A tree `in/` with a fat library (three wrappers) and a fat executable (two); returns
+/// (canonical temp dir, root, library, executable).
+pub(crate) fn fat_tree(tmp: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let root = dir.join("in");
     let lib = build(
         &dir,
         "in/lib/libsplit.so",
@@ -468,6 +464,16 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         Kind::Executable,
         "",
     );
+    (dir.clone(), dir.join("in"), lib, app)
+}
+
+#[test]
+fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
+    use rocm_kpack::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
+    use rocm_kpack::{Archive, Compression};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, root, lib, app) = fat_tree(&tmp);
     let plain = root.join("lib/libplain.so");
     let c = dir.join("plain.c");
     std::fs::write(&c, "int plain(void) { return 7; }\n").unwrap();

@@ -3,12 +3,12 @@
 //! behind by a failed run, `-o` defaulting to `ROOT.split`) and the exit codes.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::SystemTime;
 
 use crate::cli::kpack_fuse;
-use crate::split::{HIPF, Kind, build, tu_blobs};
+use crate::split::{HIPF, Kind, build, fat_tree, tu_blobs};
 
 fn code(o: &Output) -> i32 {
     o.status.code().expect("exited normally")
@@ -16,29 +16,6 @@ fn code(o: &Output) -> i32 {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// A tree `in/` with a fat library (three wrappers) and a fat executable (two); returns
-/// (canonical temp dir, root, library, executable).
-fn fat_tree(tmp: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
-    let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let lib = build(
-        &dir,
-        "in/lib/libsplit.so",
-        &tu_blobs(),
-        HIPF,
-        Kind::Library,
-        "",
-    );
-    let app = build(
-        &dir,
-        "in/bin/app",
-        &tu_blobs()[1..],
-        HIPF,
-        Kind::Executable,
-        "",
-    );
-    (dir.clone(), dir.join("in"), lib, app)
 }
 
 /// Bytes, permissions and modification time: what "never modified" means.
