@@ -42,18 +42,6 @@ const PARSE: i32 = ErrorKind::MsgpackParseFailed as i32;
 const NOT_FOUND: i32 = ErrorKind::KernelNotFound as i32;
 const DECODE: i32 = ErrorKind::DecompressionFailed as i32;
 
-fn header(magic: &[u8; 4], version: u32, toc_offset: u64) -> Vec<u8> {
-    let mut h = magic.to_vec();
-    h.extend_from_slice(&version.to_le_bytes());
-    h.extend_from_slice(&toc_offset.to_le_bytes());
-    h
-}
-
-fn valid_noop() -> Vec<u8> {
-    let (blob, toc) = noop_parts(&sample_kernel());
-    archive_bytes(&blob, &toc.encode())
-}
-
 #[test]
 fn valid_noop_and_zstd_open_and_get() {
     let (blob, toc) = noop_parts(&sample_kernel());
@@ -69,15 +57,15 @@ fn empty_file_is_io_error() {
 
 #[test]
 fn short_files_and_header_only_are_invalid_format() {
-    check_bytes(&valid_noop()[..8], FORMAT, None);
-    check_bytes(&valid_noop()[..15], FORMAT, None);
+    check_bytes(&noop_archive()[..8], FORMAT, None);
+    check_bytes(&noop_archive()[..15], FORMAT, None);
     check_bytes(&header(b"KPAK", 1, 16), FORMAT, None);
 }
 
 #[test]
 fn bad_magic_is_invalid_format() {
     for magic in [b"XPAK", b"kpak"] {
-        let mut bytes = valid_noop();
+        let mut bytes = noop_archive();
         bytes[..4].copy_from_slice(magic);
         check_bytes(&bytes, FORMAT, None);
     }
@@ -86,7 +74,7 @@ fn bad_magic_is_invalid_format() {
 #[test]
 fn versions_other_than_one_are_unsupported() {
     for v in [0u32, 2, 999] {
-        let mut bytes = valid_noop();
+        let mut bytes = noop_archive();
         bytes[4..8].copy_from_slice(&v.to_le_bytes());
         check_bytes(&bytes, VERSION, None);
     }
@@ -94,7 +82,7 @@ fn versions_other_than_one_are_unsupported() {
 
 #[test]
 fn toc_offset_outside_the_file_is_invalid_format() {
-    let mut bytes = valid_noop();
+    let mut bytes = noop_archive();
     let len = bytes.len() as u64;
     bytes[8..16].copy_from_slice(&len.to_le_bytes());
     check_bytes(&bytes, FORMAT, None);
@@ -104,7 +92,7 @@ fn toc_offset_outside_the_file_is_invalid_format() {
 
 #[test]
 fn toc_offset_zero_reads_the_header_as_msgpack() {
-    let mut bytes = valid_noop();
+    let mut bytes = noop_archive();
     bytes[8..16].copy_from_slice(&0u64.to_le_bytes());
     check_bytes(&bytes, PARSE, None);
 }
@@ -121,7 +109,7 @@ fn toc_that_is_an_array_or_truncated_fails_to_parse() {
 
 #[test]
 fn garbage_after_the_toc_is_ignored() {
-    let mut bytes = valid_noop();
+    let mut bytes = noop_archive();
     bytes.extend_from_slice(b"\xc1\xc1garbage");
     check_bytes(&bytes, OK, Some(OK));
 }

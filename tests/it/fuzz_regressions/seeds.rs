@@ -16,18 +16,6 @@ pub struct ArchiveSeed {
     pub probe: Option<Result<(), ErrorKind>>,
 }
 
-fn header(magic: &[u8; 4], version: u32, toc_offset: u64) -> Vec<u8> {
-    let mut h = magic.to_vec();
-    h.extend_from_slice(&version.to_le_bytes());
-    h.extend_from_slice(&toc_offset.to_le_bytes());
-    h
-}
-
-fn noop() -> Vec<u8> {
-    let (blob, toc) = noop_parts(&sample_kernel());
-    archive_bytes(&blob, &toc.encode())
-}
-
 fn patched(mut bytes: Vec<u8>, at: usize, with: &[u8]) -> Vec<u8> {
     bytes[at..at + with.len()].copy_from_slice(with);
     bytes
@@ -66,7 +54,7 @@ pub fn archive_seeds() -> Vec<ArchiveSeed> {
         move |t: &mut V| t.at("toc").at("k#0").at("gfx900").set(field, v.clone())
     };
 
-    add("valid-noop", noop(), Ok(()), ok);
+    add("valid-noop", noop_archive(), Ok(()), ok);
     add("valid-zstd", with_toc(&zblob, &ztoc), Ok(()), ok);
     add(
         "golden-noop",
@@ -81,8 +69,18 @@ pub fn archive_seeds() -> Vec<ArchiveSeed> {
         Some(Err(KernelNotFound)),
     );
     add("empty-file", vec![], Err(IoError), None);
-    add("short-8", noop()[..8].to_vec(), Err(InvalidFormat), None);
-    add("short-15", noop()[..15].to_vec(), Err(InvalidFormat), None);
+    add(
+        "short-8",
+        noop_archive()[..8].to_vec(),
+        Err(InvalidFormat),
+        None,
+    );
+    add(
+        "short-15",
+        noop_archive()[..15].to_vec(),
+        Err(InvalidFormat),
+        None,
+    );
     add(
         "header-only",
         header(b"KPAK", 1, 16),
@@ -91,40 +89,40 @@ pub fn archive_seeds() -> Vec<ArchiveSeed> {
     );
     add(
         "magic-XPAK",
-        patched(noop(), 0, b"XPAK"),
+        patched(noop_archive(), 0, b"XPAK"),
         Err(InvalidFormat),
         None,
     );
     add(
         "magic-lowercase",
-        patched(noop(), 0, b"kpak"),
+        patched(noop_archive(), 0, b"kpak"),
         Err(InvalidFormat),
         None,
     );
     for v in [0u32, 2, 999] {
         add(
             &format!("version-{v}"),
-            patched(noop(), 4, &v.to_le_bytes()),
+            patched(noop_archive(), 4, &v.to_le_bytes()),
             Err(UnsupportedVersion),
             None,
         );
     }
-    let len = noop().len() as u64;
+    let len = noop_archive().len() as u64;
     add(
         "toc-offset-at-eof",
-        patched(noop(), 8, &len.to_le_bytes()),
+        patched(noop_archive(), 8, &len.to_le_bytes()),
         Err(InvalidFormat),
         None,
     );
     add(
         "toc-offset-2e63",
-        patched(noop(), 8, &(1u64 << 63).to_le_bytes()),
+        patched(noop_archive(), 8, &(1u64 << 63).to_le_bytes()),
         Err(InvalidFormat),
         None,
     );
     add(
         "toc-offset-zero",
-        patched(noop(), 8, &0u64.to_le_bytes()),
+        patched(noop_archive(), 8, &0u64.to_le_bytes()),
         Err(MsgpackParseFailed),
         None,
     );
@@ -134,16 +132,16 @@ pub fn archive_seeds() -> Vec<ArchiveSeed> {
         Err(MsgpackParseFailed),
         None,
     );
-    let n = noop().len();
+    let n = noop_archive().len();
     add(
         "toc-truncated",
-        noop()[..n - 3].to_vec(),
+        noop_archive()[..n - 3].to_vec(),
         Err(MsgpackParseFailed),
         None,
     );
     add(
         "garbage-after-toc",
-        [noop(), b"\xc1\xc1garbage".to_vec()].concat(),
+        [noop_archive(), b"\xc1\xc1garbage".to_vec()].concat(),
         Ok(()),
         ok,
     );

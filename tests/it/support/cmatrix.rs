@@ -11,13 +11,7 @@ pub fn kpack(toc: &[u8], blob: &[u8]) -> Vec<u8> {
     super::craft::archive_bytes(blob, toc)
 }
 
-pub fn header(magic: &[u8; 4], version: u32, toc_offset: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(magic);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&toc_offset.to_le_bytes());
-    out
-}
+pub use super::craft::header;
 
 /// `"ZSTD_KERNEL_"` then `z` to 300 bytes (the zstd matrix kernel).
 pub fn zstd_kernel() -> Vec<u8> {

@@ -94,6 +94,14 @@ impl V {
     }
 }
 
+/// A bare 16-byte header with any magic, version and TOC offset.
+pub fn header(magic: &[u8; 4], version: u32, toc_offset: u64) -> Vec<u8> {
+    let mut h = magic.to_vec();
+    h.extend_from_slice(&version.to_le_bytes());
+    h.extend_from_slice(&toc_offset.to_le_bytes());
+    h
+}
+
 /// Header (with `toc_offset` = 64 + blob length) + zero padding + blob + TOC bytes.
 pub fn archive_bytes(blob: &[u8], toc: &[u8]) -> Vec<u8> {
     let toc_offset = 64 + blob.len() as u64;
@@ -172,6 +180,12 @@ pub fn zstd_parts(data: &[u8]) -> (Vec<u8>, V) {
         ("zstd_size", V::U(blob.len() as u64)),
     ]);
     (blob, toc)
+}
+
+/// The whole valid `none` archive of [`noop_parts`].
+pub fn noop_archive() -> Vec<u8> {
+    let (blob, toc) = noop_parts(&sample_kernel());
+    archive_bytes(&blob, &toc.encode())
 }
 
 /// The kernel the `*_parts` builders store.
