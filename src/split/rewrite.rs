@@ -74,24 +74,22 @@ impl<'a> Input<'a> {
                 "extended section numbering or no section headers".into(),
             ));
         }
-        let pr = range(
+        let phdrs = table(
             bytes,
             ehdr.e_phoff,
-            ehdr.e_phnum as u64 * PHDR_SIZE as u64,
+            ehdr.e_phnum,
+            PHDR_SIZE,
             "program headers",
+            Phdr::parse,
         )?;
-        let phdrs = (0..ehdr.e_phnum as usize)
-            .map(|i| Phdr::parse(bytes, pr.start + i * PHDR_SIZE))
-            .collect::<Result<Vec<_>, _>>()?;
-        let sr = range(
+        let shdrs = table(
             bytes,
             ehdr.e_shoff,
-            ehdr.e_shnum as u64 * SHDR_SIZE as u64,
+            ehdr.e_shnum,
+            SHDR_SIZE,
             "section headers",
+            Shdr::parse,
         )?;
-        let shdrs = (0..ehdr.e_shnum as usize)
-            .map(|i| Shdr::parse(bytes, sr.start + i * SHDR_SIZE))
-            .collect::<Result<Vec<_>, _>>()?;
         let st = &shdrs[ehdr.e_shstrndx as usize];
         let shstrtab = &bytes[range(bytes, st.sh_offset, st.sh_size, "section name table")?];
         Ok(Input {
@@ -428,4 +426,19 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
         device_code: fb.sh_size,
         marker_vaddr,
     })
+}
+
+/// A header table of `count` entries of `size` bytes at `offset`, checked to lie in the file.
+fn table<T>(
+    bytes: &[u8],
+    offset: u64,
+    count: u16,
+    size: usize,
+    what: &str,
+    parse: fn(&[u8], usize) -> Result<T, SplitError>,
+) -> Result<Vec<T>, SplitError> {
+    let r = range(bytes, offset, u64::from(count) * size as u64, what)?;
+    (0..count as usize)
+        .map(|i| parse(bytes, r.start + i * size))
+        .collect()
 }
