@@ -12,9 +12,10 @@
 //!
 //! This module knows nothing about archives or FUSE: values come from a loader closure.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
 
@@ -93,12 +94,6 @@ pub struct KernelCache<E: Clone> {
     misses: AtomicU64,
     decodes: AtomicU64,
     evictions: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the data inconsistent (every
-    // critical section is a few map operations), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Marks a flight abandoned and unregisters it if the decoding thread unwinds.

@@ -19,6 +19,7 @@ pub mod loader;
 pub mod msgpack;
 pub mod names;
 pub mod split;
+mod sync;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};

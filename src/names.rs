@@ -112,6 +112,7 @@ mod tests {
         ] {
             assert!(key_components(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(key_components(&"x".repeat(255)).unwrap().len(), 1);
     }
 
     #[test]

@@ -246,7 +246,7 @@ impl ArchiveWriter {
                 };
                 let frame = enc.encode(&k.data);
                 progress(k.data.len() as u64);
-                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(frame);
+                *crate::sync::lock(&slots[i]) = Some(frame);
             }
         };
         if threads == 1 {

@@ -15,10 +15,11 @@ pub mod mountinfo;
 pub mod source;
 pub mod tree;
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
@@ -151,10 +152,6 @@ pub struct KpackFs {
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
     dir_time: SystemTime,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl KpackFs {

@@ -12,10 +12,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::trace::{Event, Trace, emit};
 use crate::archive::Archive;
+use crate::sync::lock;
 
 /// One path's archive, filled by the first successful open.
 #[derive(Default)]
@@ -46,19 +47,8 @@ impl ArchiveCache {
         path: &Path,
         trace: &mut dyn Trace,
     ) -> Option<(PathBuf, Arc<Archive>)> {
-        if let Some((canonical, slot)) = self
-            .aliases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(path)
-            .cloned()
-        {
-            if let Some(archive) = slot
-                .archive
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-            {
+        if let Some((canonical, slot)) = lock(&self.aliases).get(path).cloned() {
+            if let Some(archive) = lock(&slot.archive).as_ref() {
                 emit(trace, || Event::ArchiveReused {
                     path: canonical.display().to_string(),
                 });
@@ -72,16 +62,10 @@ impl ArchiveCache {
             return None;
         }
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let slot = Arc::clone(
-            self.slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(canonical.clone())
-                .or_default(),
-        );
+        let slot = Arc::clone(lock(&self.slots).entry(canonical.clone()).or_default());
         // Only this path's slot is locked while the file is opened: concurrent first users of the
         // same archive wait here and then find it filled; other archives are not held up.
-        let mut held = slot.archive.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held = lock(&slot.archive);
         let archive = match held.as_ref() {
             Some(archive) => {
                 emit(trace, || Event::ArchiveReused {
@@ -111,31 +95,14 @@ impl ArchiveCache {
             },
         };
         drop(held);
-        self.aliases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_path_buf(), (canonical.clone(), Arc::clone(&slot)));
+        lock(&self.aliases).insert(path.to_path_buf(), (canonical.clone(), Arc::clone(&slot)));
         Some((canonical, archive))
     }
 
     /// How many archives are held.
     pub fn len(&self) -> usize {
-        let slots: Vec<Arc<Slot>> = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
-        slots
-            .iter()
-            .filter(|s| {
-                s.archive
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .is_some()
-            })
-            .count()
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
+        slots.iter().filter(|s| lock(&s.archive).is_some()).count()
     }
 
     pub fn is_empty(&self) -> bool {
