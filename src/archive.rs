@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::bytes::read_full_at;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
@@ -446,21 +447,6 @@ pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
         }
         Some(Vec::from_raw_parts(ptr, len, len))
     }
-}
-
-/// Fills `buf` from `offset`, retrying short reads; returns how many bytes were read (less than
-/// `buf.len()` only at end of file).
-pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Frames larger than this are read into a one-off buffer instead of the kept per-thread one, so

@@ -7,6 +7,7 @@
 pub mod arch;
 pub mod archive;
 pub mod bundle;
+pub mod bytes;
 pub mod cache;
 pub mod codec;
 pub mod elf;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod ffi;
 pub mod format;
 pub mod fs;
+pub mod hipk;
 pub mod import;
 pub mod loader;
 pub mod msgpack;
