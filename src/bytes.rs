@@ -1,12 +1,11 @@
 //! Little-endian field readers and the short-read loop, shared by every parser of on-disk
-//! formats (archive header, zstd frame index, offload bundles, ELF, HIPK wrappers).
+//! formats (archive header, zstd frame index, offload bundles, ELF, HIPK wrappers); `byte_source`
+//! builds its `read_full_at` on [`read_full_with`].
 //!
 //! The readers return `None` instead of panicking when the field runs past the slice (or its
 //! offset overflows), so hostile offsets become the caller's error, never a crash.
 
-use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 
 fn field<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
     let end = at.checked_add(N)?;
@@ -51,11 +50,6 @@ pub fn read_full_with(
         }
     }
     Ok(got)
-}
-
-/// [`read_full_with`] over a file's positioned reads.
-pub fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    read_full_with(|b, at| file.read_at(b, at), buf, offset)
 }
 
 /// Fills `buf` from a stream, retrying short and interrupted reads; returns how many bytes were
