@@ -26,12 +26,7 @@ use super::elf64::*;
 use super::emit::Rewrite;
 use super::{SplitError, SplitResult, relocs};
 use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
-
-/// `HIPF` and `HIPK` wrapper magics as stored (little-endian u32).
-pub const HIPF_MAGIC: u32 = 0x4849_5046;
-pub const HIPK_MAGIC: u32 = 0x4B50_4948;
-/// Size of one `__CudaFatBinaryWrapper`.
-pub const WRAPPER_SIZE: usize = 24;
+use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a
@@ -343,16 +338,13 @@ fn plan_edits(bytes: &[u8], inp: &Input<'_>, layout: &Layout) -> Result<Edits, S
     let mut slots = Vec::with_capacity(count);
     for i in 0..count {
         let at = wr_range.start + i * WRAPPER_SIZE;
-        let magic = u32_at(bytes, at)?;
+        let mut record = [0u8; WRAPPER_SIZE];
+        record.copy_from_slice(&bytes[at..at + WRAPPER_SIZE]);
+        let magic = wrapper::make_hipk(&mut record, marker_vaddr, i as u32);
         if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
             return Err(SplitError::BadWrapper { index: i, magic });
         }
-        let mut record = bytes[at..at + WRAPPER_SIZE].to_vec();
-        put_u32(&mut record, 0, HIPK_MAGIC);
-        put_u64(&mut record, 8, marker_vaddr);
-        let reserved = u64_at(bytes, at + 16)?;
-        put_u64(&mut record, 16, (reserved & !0xffff_ffff) | i as u64);
-        patches.push((at as u64, record));
+        patches.push((at as u64, record.to_vec()));
         slots.push(wr.sh_addr + (i * WRAPPER_SIZE) as u64 + 8);
     }
 
