@@ -1,18 +1,17 @@
 //! An open `.kpack` archive: validated at open, then read concurrently with positioned reads.
 //!
-//! One `Archive` is `Send + Sync`. The file is opened once; kernels are read with `pread`, so no
+//! One `Archive` is `Send + Sync`. Its bytes come from a [`ByteSource`] (a local file, or a remote
+//! object supplied by the program), opened once; kernels are read with positioned reads, so no
 //! cursor is shared and no lock is held across I/O or decompression. zstd contexts are per thread.
 //! Every allocation is bounded by the file: the TOC by the bytes present, the frame table by the
 //! frames present, a decoded kernel by its `original_size`, and a stored blob by the file length.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
@@ -20,8 +19,9 @@ use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
+    /// The source's display name, as errors carry it.
     path: PathBuf,
-    file: File,
+    source: Box<dyn ByteSource>,
     file_len: u64,
     modified: Option<SystemTime>,
     toc_offset: u64,
@@ -46,33 +46,24 @@ impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let path = path.as_ref().to_path_buf();
-        // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer forever (found in
-        // hardening: `list` on a FIFO hung). A FIFO then reads as an empty file. Regular files
-        // get blocking mode back below, so their reads behave as before.
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
-                _ => Error::io(&path, "cannot open", e),
-            })?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(&path, "cannot stat", e))?;
-        if meta.is_file() {
-            set_blocking(&file).map_err(|e| Error::io(&path, "cannot clear O_NONBLOCK", e))?;
-        }
-        if meta.is_dir() {
-            return Err(Error::TruncatedHeader { path, len: 0 });
-        }
-        let file_len = meta.len();
+        let file = LocalFile::open(path)?;
+        let modified = file.modified();
+        Archive::open_boxed(Box::new(file), modified)
+    }
+
+    /// Opens and validates an archive read from any byte source (a local file, a remote object).
+    pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
+        Archive::open_boxed(source, None)
+    }
+
+    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+        let path = PathBuf::from(source.display_name());
+        let file_len = source.len();
         if file_len == 0 {
             return Err(Error::EmptyFile { path });
         }
         let mut header = [0u8; format::HEADER_SIZE];
-        let got = read_full_at(&file, &mut header, 0)
+        let got = read_full_at(&*source, &mut header, 0)
             .map_err(|e| Error::io(&path, "cannot read header", e))?;
         if got < header.len() {
             return Err(Error::TruncatedHeader {
@@ -111,7 +102,7 @@ impl Archive {
             .try_reserve_exact(toc_len)
             .map_err(|_| Error::OutOfMemory { bytes: toc_len })?;
         toc_bytes.resize(toc_len, 0);
-        let got = read_full_at(&file, &mut toc_bytes, toc_offset)
+        let got = read_full_at(&*source, &mut toc_bytes, toc_offset)
             .map_err(|e| Error::io(&path, "cannot read TOC", e))?;
         toc_bytes.truncate(got);
         let toc = format::parse_toc(&toc_bytes).map_err(|e| Error::TocParse {
@@ -123,21 +114,27 @@ impl Archive {
 
         let spans = match toc.scheme {
             Scheme::None => toc.blobs.clone(),
-            Scheme::ZstdPerKernel => index_zstd(&path, &file, file_len, toc.zstd_blob)?,
+            Scheme::ZstdPerKernel => index_zstd(&path, &*source, file_len, toc.zstd_blob)?,
         };
         Ok(Archive {
             path,
-            file,
+            source,
             file_len,
-            modified: meta.modified().ok(),
+            modified,
             toc_offset,
             toc,
             spans,
         })
     }
 
+    /// The source's display name (a path for local files, a URL for remote ones).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The byte source this archive reads from.
+    pub fn source(&self) -> &dyn ByteSource {
+        &*self.source
     }
 
     pub fn file_len(&self) -> u64 {
@@ -180,13 +177,18 @@ impl Archive {
         self.toc.gfx_arches.iter().any(|a| a == arch)
     }
 
-    fn entry(&self, key: &str, arch: &str) -> Option<&TocEntry> {
-        let i = self
+    /// The (binary, entry) indices of a kernel in `binaries()`.
+    fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
+        let b = self
             .toc
             .binaries
             .binary_search_by(|b| b.key.as_str().cmp(key))
             .ok()?;
-        self.toc.binaries[i].arches.iter().find(|e| e.arch == arch)
+        let e = self.toc.binaries[b]
+            .arches
+            .iter()
+            .position(|e| e.arch == arch)?;
+        Some((b, e))
     }
 
     fn not_found(&self, key: &str, arch: &str, reason: impl Into<String>) -> Error {
@@ -200,10 +202,29 @@ impl Archive {
 
     /// Finds a kernel and checks that it can be read: the same checks, in the same order, as the
     /// reference's get (missing entry or blob: not found; blob past the end: I/O error).
-    pub fn locate<'a>(&'a self, key: &'a str, arch: &'a str) -> Result<KernelRef<'a>> {
-        let entry = self
-            .entry(key, arch)
+    pub fn locate(&self, key: &str, arch: &str) -> Result<KernelRef<'_>> {
+        let (b, e) = self
+            .entry_index(key, arch)
             .ok_or_else(|| self.not_found(key, arch, "no such entry in the TOC"))?;
+        self.locate_at(b, e)
+    }
+
+    /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
+    /// by name (the mount builds its tree from these indices and reads through them).
+    pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let Some((bin, entry)) = self
+            .toc
+            .binaries
+            .get(binary)
+            .and_then(|b| Some((b, b.arches.get(entry)?)))
+        else {
+            return Err(self.not_found(
+                &format!("#{binary}"),
+                &format!("#{entry}"),
+                "no TOC entry at these indices",
+            ));
+        };
+        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
         let stored = *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
             self.not_found(
                 key,
@@ -267,7 +288,7 @@ impl Archive {
             Scheme::None => {
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
                 let dst = buf.as_mut();
-                let got = read_full_at(&self.file, dst, kref.stored.offset).map_err(|e| {
+                let got = read_full_at(&*self.source, dst, kref.stored.offset).map_err(|e| {
                     Error::io(
                         &self.path,
                         format!("cannot read kernel {} [{}]", kref.key, kref.arch),
@@ -287,7 +308,7 @@ impl Archive {
                 Ok(buf)
             }
             Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
-                let got = read_full_at(&self.file, frame, kref.stored.offset).map_err(|e| {
+                let got = read_full_at(&*self.source, frame, kref.stored.offset).map_err(|e| {
                     Error::io(
                         &self.path,
                         format!("cannot read frame of {} [{}]", kref.key, kref.arch),
@@ -318,28 +339,7 @@ impl Archive {
     /// so that bytes read from a file truncated or rewritten in place are reported as an I/O
     /// error instead of being served.
     pub fn check_unchanged(&self) -> Result<()> {
-        let meta = self
-            .file
-            .metadata()
-            .map_err(|e| Error::io(&self.path, "cannot stat", e))?;
-        let modified = meta.modified().ok();
-        if meta.len() != self.file_len || modified != self.modified {
-            return Err(Error::io(
-                &self.path,
-                "archive changed while open",
-                io::Error::other(format!(
-                    "length {} -> {}{}",
-                    self.file_len,
-                    meta.len(),
-                    if modified != self.modified {
-                        ", modification time changed"
-                    } else {
-                        ""
-                    }
-                )),
-            ));
-        }
-        Ok(())
+        self.source.check_unchanged()
     }
 
     /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes.
@@ -382,7 +382,12 @@ impl Archive {
     }
 }
 
-fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec<Span>> {
+fn index_zstd(
+    path: &Path,
+    source: &dyn ByteSource,
+    file_len: u64,
+    blob: Span,
+) -> Result<Vec<Span>> {
     let bad = |reason: String| Error::ZstdIndex {
         path: path.to_path_buf(),
         offset: blob.offset,
@@ -409,7 +414,7 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
         ));
     }
     let frames =
-        format::index_zstd_frames(blob.size, |at, buf| file.read_at(buf, blob.offset + at))
+        format::index_zstd_frames(blob.size, |at, buf| source.read_at(buf, blob.offset + at))
             .map_err(bad)?;
     Ok(frames
         .into_iter()
@@ -418,16 +423,6 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
             size: s.size,
         })
         .collect())
-}
-
-fn set_blocking(file: &File) -> io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh
@@ -446,21 +441,6 @@ pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
         }
         Some(Vec::from_raw_parts(ptr, len, len))
     }
-}
-
-/// Fills `buf` from `offset`, retrying short reads; returns how many bytes were read (less than
-/// `buf.len()` only at end of file).
-pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Frames larger than this are read into a one-off buffer instead of the kept per-thread one, so
@@ -499,5 +479,57 @@ mod tests {
     #[test]
     fn archive_is_send_and_sync() {
         assert_send_sync::<Archive>();
+    }
+
+    /// An in-memory source, standing in for a remote object.
+    #[derive(Debug)]
+    struct Memory(Vec<u8>);
+
+    impl ByteSource for Memory {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let start = (offset as usize).min(self.0.len());
+            let n = buf.len().min(self.0.len() - start);
+            buf[..n].copy_from_slice(&self.0[start..start + n]);
+            Ok(n)
+        }
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn display_name(&self) -> String {
+            "mem://sample".into()
+        }
+        fn identity(&self) -> String {
+            "mem".into()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn opens_any_byte_source() {
+        for compression in [
+            crate::writer::Compression::None,
+            crate::writer::Compression::Zstd { level: 3 },
+        ] {
+            let mut w =
+                crate::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
+                    .unwrap();
+            w.add_kernel("lib/a.so#0", "gfx90a", b"kernel bytes".to_vec())
+                .unwrap();
+            let mut bytes = Vec::new();
+            w.write_to(&mut bytes, &|_| {}).unwrap();
+            let a = Archive::open_source(Box::new(Memory(bytes))).unwrap();
+            assert_eq!(a.path(), Path::new("mem://sample"));
+            assert_eq!(a.modified(), None);
+            assert_eq!(
+                a.get_kernel("lib/a.so#0", "gfx90a").unwrap(),
+                b"kernel bytes"
+            );
+            let e = a.get_kernel("lib/b.so#0", "gfx90a").unwrap_err();
+            assert!(e.to_string().contains("mem://sample"), "{e}");
+        }
+        let e = Archive::open_source(Box::new(Memory(Vec::new()))).unwrap_err();
+        assert!(matches!(e, Error::EmptyFile { .. }), "{e}");
     }
 }

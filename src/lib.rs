@@ -7,6 +7,7 @@
 pub mod arch;
 pub mod archive;
 pub mod bundle;
+pub mod byte_source;
 pub mod cache;
 pub mod codec;
 pub mod elf;
@@ -23,6 +24,7 @@ mod sync;
 pub mod writer;
 
 pub use archive::{Archive, KernelRef};
+pub use byte_source::{ByteSource, LocalFile};
 pub use error::{Error, ErrorKind, Result};
 pub use format::Scheme;
 pub use writer::{ArchiveWriter, Compression};
