@@ -19,10 +19,9 @@ use std::path::{Component, Path};
 
 use crate::bundle::{self, BundleError};
 use crate::elf::{self, ElfFile};
+use crate::hipk;
 use crate::writer::{ArchiveWriter, Compression};
 
-/// Placeholder the loader replaces with each candidate target ID.
-pub const GFXARCH_PLACEHOLDER: &str = "@GFXARCH@";
 /// Directory, at the install root, that holds the archives.
 pub const KPACK_DIR: &str = ".kpack";
 /// Suffix of the metadata files `--emit-metadata` writes.
@@ -122,7 +121,7 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
             }
         };
         out.push(CodeObject {
-            key: crate::names::lookup_key(kernel_name, index),
+            key: hipk::lookup_key(kernel_name, index),
             arch: e.arch,
             triple: e.triple,
             index,
@@ -233,26 +232,10 @@ pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
         if single {
             None
         } else {
-            Some(GFXARCH_PLACEHOLDER)
+            Some(hipk::GFXARCH_TOKEN)
         },
     );
     format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
-}
-
-/// HIPK metadata, encoded as the reference does (Python msgpack, `use_bin_type=True`): a map
-/// with `kpack_search_paths` first, then `kernel_name`, strings as msgpack `str`.
-pub fn hipk_metadata(search_paths: &[String], kernel_name: &str) -> Vec<u8> {
-    use rmp::encode as e;
-    let mut out = Vec::new();
-    e::write_map_len(&mut out, 2).expect("vec write");
-    e::write_str(&mut out, "kpack_search_paths").expect("vec write");
-    e::write_array_len(&mut out, search_paths.len() as u32).expect("vec write");
-    for p in search_paths {
-        e::write_str(&mut out, p).expect("vec write");
-    }
-    e::write_str(&mut out, "kernel_name").expect("vec write");
-    e::write_str(&mut out, kernel_name).expect("vec write");
-    out
 }
 
 /// One archive to write: its file name and a writer holding its kernels.

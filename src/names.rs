@@ -1,5 +1,4 @@
-//! Naming rules shared by every face of the tool: the lookup key `kernel_name#index`, the
-//! `<arch>.hsaco` file name, and which TOC keys and arch names can become paths without escaping
+//! Naming rules shared by every face of the tool: the `<arch>.hsaco` file name, and which TOC keys and arch names can become paths without escaping
 //! a directory (`extract`, the mount, `pack`).
 
 /// Extension of a code-object file in a tree (`<key>/<arch>.hsaco`).
@@ -7,11 +6,6 @@ pub const HSACO_EXT: &str = "hsaco";
 
 /// Longest file-name component Linux accepts.
 pub const NAME_MAX: usize = 255;
-
-/// The TOC key a loader looks up for a wrapper: always indexed, decimal, no padding.
-pub fn lookup_key(kernel_name: &str, co_index: u32) -> String {
-    format!("{kernel_name}#{co_index}")
-}
 
 /// The file name an arch is shown as.
 pub fn hsaco_name(arch: &str) -> String {
@@ -75,12 +69,6 @@ pub fn check_arch(arch: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lookup_keys_are_always_indexed() {
-        assert_eq!(lookup_key("lib/libfoo.so", 0), "lib/libfoo.so#0");
-        assert_eq!(lookup_key("x", 57), "x#57");
-    }
 
     #[test]
     fn hsaco_names_round_trip() {

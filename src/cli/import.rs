@@ -63,7 +63,10 @@ pub fn run(req: ImportRequest) -> CliResult {
                 ));
             }
             let search = vec![import::search_path(&kernel_name, &prefix, req.single)];
-            metadata.push((name, import::hipk_metadata(&search, &kernel_name)));
+            metadata.push((
+                name,
+                rocm_kpack::hipk::metadata::encode(&search, &kernel_name),
+            ));
         }
         hosts.push(ImportedHost {
             kernel_name,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::arch;
-use rocm_kpack::loader::host::HipkHost;
+use rocm_kpack::hipk::HipkHost;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};

@@ -22,9 +22,7 @@ use std::path::{Component, Path, PathBuf};
 use super::config::LoaderConfig;
 use super::trace::{Event, Trace, emit};
 use crate::arch;
-
-/// The placeholder replaced by a target name in embedded search paths.
-pub const GFXARCH_TOKEN: &str = "@GFXARCH@";
+use crate::hipk::GFXARCH_TOKEN;
 
 /// The ordered list of archive paths to try.
 pub fn build_search_paths(

@@ -234,7 +234,7 @@ fn fatbin_per_arch_archives_round_trip() {
     }
 
     // The metadata the binary will carry: one level up from lib/ to the .kpack folder.
-    let meta = import::hipk_metadata(
+    let meta = rocm_kpack::hipk::metadata::encode(
         &[import::search_path("lib/libsynth.so", "synth", false)],
         "lib/libsynth.so",
     );
@@ -552,7 +552,7 @@ fn fatbin_cli_pack_and_verify_against() {
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(
+        rocm_kpack::hipk::metadata::encode(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/libsynth.so"
         )
