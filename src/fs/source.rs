@@ -129,7 +129,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let unreadable = |e: std::io::Error| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     };
     let meta = std::fs::metadata(path).map_err(unreadable)?;
@@ -158,7 +158,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let abs = std::fs::canonicalize(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     })?;
     let mut source = Source {
@@ -203,7 +203,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", dir.display()),
+            crate::error::io_message(&dir, &e),
         )
     })?;
     let mut names = Vec::new();
@@ -211,7 +211,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
         let e = e.map_err(|e| {
             SourceError::new(
                 SourceErrorKind::Unreadable,
-                format!("{}: {e}", dir.display()),
+                crate::error::io_message(&dir, &e),
             )
         })?;
         let name = e.file_name();
@@ -317,7 +317,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let bytes = std::fs::read(&binary).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", binary.display()),
+            crate::error::io_message(&binary, &e),
         )
     })?;
     let host = HipkHost::read(&bytes).map_err(|e| {

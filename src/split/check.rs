@@ -107,7 +107,7 @@ fn verify_binary(
         }
     }
     let originals = match std::fs::read(original)
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error::describe_io(&e))
         .and_then(|b| {
             import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string())
         }) {
