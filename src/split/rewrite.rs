@@ -25,12 +25,7 @@
 use super::elf64::*;
 use super::{SplitError, SplitResult, relocs};
 use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
-
-/// `HIPF` and `HIPK` wrapper magics as stored (little-endian u32).
-pub const HIPF_MAGIC: u32 = 0x4849_5046;
-pub const HIPK_MAGIC: u32 = 0x4B50_4948;
-/// Size of one `__CudaFatBinaryWrapper`.
-pub const WRAPPER_SIZE: usize = 24;
+use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a
@@ -260,14 +255,13 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     let mut slots = Vec::with_capacity(count);
     for i in 0..count {
         let at = wr_range.start + i * WRAPPER_SIZE;
-        let magic = u32_at(bytes, at)?;
+        let record: &mut [u8; WRAPPER_SIZE] = (&mut work[at..at + WRAPPER_SIZE])
+            .try_into()
+            .expect("inside the checked section range");
+        let magic = wrapper::make_hipk(record, marker_vaddr, i as u32);
         if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
             return Err(SplitError::BadWrapper { index: i, magic });
         }
-        put_u32(&mut work, at, HIPK_MAGIC);
-        put_u64(&mut work, at + 8, marker_vaddr);
-        let reserved = u64_at(bytes, at + 16)?;
-        put_u64(&mut work, at + 16, (reserved & !0xffff_ffff) | i as u64);
         slots.push(wr.sh_addr + (i * WRAPPER_SIZE) as u64 + 8);
     }
 
