@@ -13,6 +13,7 @@ mod c_api;
 mod c_valgrind;
 mod cli_loader;
 mod deploy;
+mod digests;
 mod fatbin;
 mod fuzz_regressions;
 mod golden;
