@@ -36,8 +36,8 @@ impl Header {
         magic.copy_from_slice(&bytes[0..4]);
         Header {
             magic,
-            version: u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")),
-            toc_offset: u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")),
+            version: crate::bytes::le_u32(bytes, 4).expect("16-byte header"),
+            toc_offset: crate::bytes::le_u64(bytes, 8).expect("16-byte header"),
         }
     }
 
@@ -435,15 +435,8 @@ where
     let mut read_u32 = |at: u64| -> Result<u32, String> {
         if at + 4 > window_start + window_len as u64 || at < window_start {
             let want = (blob_size - at).min(window.len() as u64) as usize;
-            let mut got = 0;
-            while got < want {
-                match read(at + got as u64, &mut window[got..want]) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("read failed at blob byte {at}: {e}")),
-                }
-            }
+            let got = crate::bytes::read_full_with(|b, pos| read(pos, b), &mut window[..want], at)
+                .map_err(|e| format!("read failed at blob byte {at}: {e}"))?;
             window_start = at;
             window_len = got;
             if got < 4 {
@@ -453,9 +446,7 @@ where
             }
         }
         let i = (at - window_start) as usize;
-        Ok(u32::from_le_bytes(
-            window[i..i + 4].try_into().expect("4 bytes"),
-        ))
+        Ok(crate::bytes::le_u32(&window[..window_len], i).expect("checked inside the window"))
     };
 
     let count = read_u32(0)?;

@@ -150,18 +150,19 @@ impl ArchiveWriter {
             name.to_string_lossy(),
             std::process::id()
         ));
+        // Errors name the output the user asked for: the temporary file is our detail.
         let result = (|| {
             let file =
-                std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "cannot create", e))?;
+                std::fs::File::create(&tmp).map_err(|e| Error::io(path, "cannot create", e))?;
             let mut out = io::BufWriter::new(file);
             let n = self
                 .write_to(&mut out, progress)
-                .map_err(|e| relabel(e, &tmp))?;
+                .map_err(|e| relabel(e, path))?;
             let file = out
                 .into_inner()
-                .map_err(|e| Error::io(&tmp, "cannot write", e.into_error()))?;
+                .map_err(|e| Error::io(path, "cannot write", e.into_error()))?;
             file.sync_all()
-                .map_err(|e| Error::io(&tmp, "cannot sync", e))?;
+                .map_err(|e| Error::io(path, "cannot sync", e))?;
             std::fs::rename(&tmp, path)
                 .map_err(|e| Error::io(path, "cannot rename into place", e))?;
             Ok(n)

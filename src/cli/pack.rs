@@ -157,9 +157,8 @@ pub fn run(args: Args) -> CliResult {
     for (key, by_arch) in &tree {
         for arch in &arches {
             if let Some(path) = by_arch.get(arch) {
-                let data = std::fs::read(path).map_err(|e| {
-                    CliError::new(Exit::Unreadable, format!("{}: {e}", path.display()))
-                })?;
+                let data =
+                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
                 total += data.len() as u64;
                 writer.add_kernel(key, arch, data)?;
             }
@@ -177,12 +176,12 @@ pub fn run(args: Args) -> CliResult {
         b.finish_and_clear();
     }
     eprintln!(
-        "packed {} kernels ({} bytes) from {} into {} ({} bytes)",
-        writer.len(),
-        total,
+        "packed {} ({}) from {} into {} ({})",
+        super::words::count_of(writer.len(), "kernel", "kernels"),
+        super::words::count(total, "byte", "bytes"),
         dir.display(),
         args.output.display(),
-        written
+        super::words::count(written, "byte", "bytes")
     );
     Ok(())
 }
@@ -204,8 +203,7 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
 
 fn scan_tree(root: &Path) -> CliResult<Tree> {
-    let meta = std::fs::metadata(root)
-        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", root.display())))?;
+    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, &root, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(
             Exit::Usage,
@@ -215,15 +213,14 @@ fn scan_tree(root: &Path) -> CliResult<Tree> {
     let mut tree = Tree::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| CliError::io(Exit::Unreadable, &dir, &e))?;
         for entry in entries {
-            let entry = entry
-                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+            let entry = entry.map_err(|e| CliError::io(Exit::Unreadable, &dir, &e))?;
             let path = entry.path();
             let ft = entry
                 .file_type()
-                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+                .map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
             if ft.is_symlink() {
                 continue;
             }

@@ -14,7 +14,6 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,7 +21,7 @@ use std::sync::Arc;
 use crate::arch;
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
-use crate::loader::host::HipkHost;
+use crate::hipk::{self, HipkHost};
 use crate::loader::{LoaderConfig, Silent, search};
 
 use super::{Duplicate, FsOptions, KpackFs};
@@ -130,7 +129,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let unreadable = |e: std::io::Error| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     };
     let meta = std::fs::metadata(path).map_err(unreadable)?;
@@ -139,15 +138,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     }
     let mut magic = [0u8; 4];
     let mut f = std::fs::File::open(path).map_err(unreadable)?;
-    let mut got = 0;
-    while got < 4 {
-        match f.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(unreadable(e)),
-        }
-    }
+    let got = crate::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
     match &magic[..got] {
         b"KPAK" => Ok(SourceKind::Archive),
         b"\x7fELF" => Ok(SourceKind::HipkBinary),
@@ -167,7 +158,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let abs = std::fs::canonicalize(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     })?;
     let mut source = Source {
@@ -212,7 +203,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", dir.display()),
+            crate::error::io_message(&dir, &e),
         )
     })?;
     let mut names = Vec::new();
@@ -220,7 +211,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
         let e = e.map_err(|e| {
             SourceError::new(
                 SourceErrorKind::Unreadable,
-                format!("{}: {e}", dir.display()),
+                crate::error::io_message(&dir, &e),
             )
         })?;
         let name = e.file_name();
@@ -326,7 +317,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let bytes = std::fs::read(&binary).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", binary.display()),
+            crate::error::io_message(&binary, &e),
         )
     })?;
     let host = HipkHost::read(&bytes).map_err(|e| {
@@ -392,13 +383,6 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     Ok(())
 }
 
-/// Whether `key` is code object `#<digits>` of `kernel_name`.
-pub fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
-    key.strip_prefix(kernel_name)
-        .and_then(|rest| rest.strip_prefix('#'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
 /// Builds the filesystem over an opened source. Duplicates are warnings naming both archives,
 /// or with `strict` an error.
 pub fn build_fs(
@@ -416,7 +400,7 @@ pub fn build_fs(
     let keep = |key: &str| {
         kernel_name
             .as_deref()
-            .is_none_or(|k| is_code_object_key(k, key))
+            .is_none_or(|k| hipk::is_code_object_key(k, key))
     };
     let (fs, duplicates) = KpackFs::with_keys(archives, fs_opts, &keep)
         .map_err(|e| SourceError::new(SourceErrorKind::BadFormat, e.to_string()))?;
@@ -453,22 +437,6 @@ fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn code_object_keys() {
-        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#0"));
-        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#14"));
-        for other in [
-            "lib/libx.so",
-            "lib/libx.so#",
-            "lib/libx.so#a",
-            "lib/libx.so.1#0",
-            "lib/libx.so#0/y",
-            "x/lib/libx.so#0",
-        ] {
-            assert!(!is_code_object_key("lib/libx.so", other), "{other}");
-        }
-    }
 
     #[test]
     fn detects_kinds_from_content() {

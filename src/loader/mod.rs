@@ -15,9 +15,7 @@
 
 pub mod cache;
 pub mod config;
-pub mod host;
 pub mod maps;
-pub mod metadata;
 pub mod search;
 pub mod trace;
 
@@ -28,9 +26,9 @@ use crate::arch;
 use crate::archive::Archive;
 use crate::error::{Error, Result};
 
+pub use crate::hipk::HipkMetadata;
 pub use cache::ArchiveCache;
 pub use config::LoaderConfig;
-pub use metadata::HipkMetadata;
 pub use trace::{Event, Recorder, Silent, StderrLog, Trace};
 
 use trace::emit;

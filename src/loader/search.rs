@@ -21,10 +21,8 @@ use std::path::{Component, Path, PathBuf};
 
 use super::config::LoaderConfig;
 use super::trace::{Event, Trace, emit};
-use crate::arch;
-
-/// The placeholder replaced by a target name in embedded search paths.
-pub const GFXARCH_TOKEN: &str = "@GFXARCH@";
+use crate::hipk::GFXARCH_TOKEN;
+use crate::{arch, names};
 
 /// The ordered list of archive paths to try.
 pub fn build_search_paths(
@@ -52,7 +50,9 @@ pub fn build_search_paths(
         if find_token(resolved.as_os_str()).is_some() {
             for a in arch_list.iter().flatten() {
                 for target in arch::compatible_targets(a) {
-                    if !is_plain_component(&target) {
+                    // The arch list comes from the caller: a hostile or broken one must not
+                    // turn `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`.
+                    if !names::is_safe_component(&target) {
                         emit(trace, || Event::UnsafeTarget {
                             pattern: resolved.display().to_string(),
                             target: target.clone(),
@@ -158,14 +158,6 @@ pub fn lexically_normal(path: &Path) -> PathBuf {
         return PathBuf::from(".");
     }
     parts.iter().map(|c| c.as_os_str()).collect()
-}
-
-/// Whether `target` can replace `@GFXARCH@` without changing which directory the path names:
-/// not empty, not `.` or `..`, no `/` and no NUL. Real target IDs (`gfx942:sramecc+`) always
-/// are; the arch list comes from the caller, so a hostile or broken one must not turn
-/// `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`.
-fn is_plain_component(target: &str) -> bool {
-    !target.is_empty() && target != "." && target != ".." && !target.contains(['/', '\0'])
 }
 
 fn find_token(s: &OsStr) -> Option<usize> {

@@ -12,6 +12,7 @@ mod alloc_bounds;
 mod c_api;
 mod c_valgrind;
 mod cli_loader;
+mod cli_wording;
 mod deploy;
 mod digests;
 mod fatbin;

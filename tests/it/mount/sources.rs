@@ -258,8 +258,10 @@ fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
 /// targets (xnack variants included). Another binary's keys share the archives; a file that
 /// does not fit the pattern sits beside them. Returns (binary, kernels by (key, arch)).
 fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
-    let meta =
-        rocm_kpack::import::hipk_metadata(&["../.kpack/hk_@GFXARCH@.kpack".into()], "lib/libhk.so");
+    let meta = rocm_kpack::hipk::metadata::encode(
+        &["../.kpack/hk_@GFXARCH@.kpack".into()],
+        "lib/libhk.so",
+    );
     let binary = hipk_library(&root.join("lib/libhk.so"), Some(&meta));
     let kp = root.join(".kpack");
     std::fs::create_dir_all(&kp).unwrap();
