@@ -163,7 +163,8 @@ impl Archive {
 
     /// The `blake3` digest recorded for a kernel, when the archive has one for it.
     pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
-        self.entry(key, arch)?.blake3
+        let (b, e) = self.entry_index(key, arch)?;
+        self.toc.binaries[b].arches[e].blake3
     }
 
     pub fn scheme(&self) -> Scheme {
