@@ -7,6 +7,7 @@
 
 mod check;
 mod elf64;
+mod emit;
 mod relocs;
 mod rewrite;
 mod stage;
@@ -15,7 +16,8 @@ mod tree;
 use std::fmt;
 
 pub use check::{SplitCheck, verify_split};
-pub use rewrite::{is_split, split_elf};
+pub use emit::Rewrite;
+pub use rewrite::{Prepared, is_split, prepare, split_elf};
 pub use tree::{
     BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
 };
