@@ -26,6 +26,8 @@ pub struct Archive {
     modified: Option<SystemTime>,
     toc_offset: u64,
     toc: Toc,
+    /// BLAKE3 of the TOC's msgpack object.
+    toc_digest: [u8; 32],
     /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs or zstd frames).
     spans: Vec<Span>,
 }
@@ -110,6 +112,7 @@ impl Archive {
             offset: toc_offset + e.offset as u64,
             reason: e.reason,
         })?;
+        let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
         drop(toc_bytes);
 
         let spans = match toc.scheme {
@@ -123,6 +126,7 @@ impl Archive {
             modified,
             toc_offset,
             toc,
+            toc_digest,
             spans,
         })
     }
@@ -148,6 +152,19 @@ impl Archive {
 
     pub fn toc_offset(&self) -> u64 {
         self.toc_offset
+    }
+
+    /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,
+    /// without trailing bytes). The TOC holds every kernel's digest in archives we write, so
+    /// this pins the whole archive; pins and cache keys use it.
+    pub fn toc_digest(&self) -> [u8; 32] {
+        self.toc_digest
+    }
+
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
+        let (b, e) = self.entry_index(key, arch)?;
+        self.toc.binaries[b].arches[e].blake3
     }
 
     pub fn scheme(&self) -> Scheme {

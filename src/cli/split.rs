@@ -45,6 +45,7 @@ pub fn run(args: Args) -> CliResult {
         out_root,
         prefix: args.prefix,
         compression: args.compression.compression(),
+        reference_layout: args.compression.reference_layout,
     };
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {

@@ -14,6 +14,7 @@ mod c_valgrind;
 mod cli_loader;
 mod cli_wording;
 mod deploy;
+mod digests;
 mod fatbin;
 mod fuzz_regressions;
 mod golden;
