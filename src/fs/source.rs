@@ -413,7 +413,10 @@ pub fn build_fs(
                 format!("conflict (--strict): {text}"),
             ));
         }
-        let text = format!("{text}; showing the one from {}", archive_name(d.kept, &paths));
+        let text = format!(
+            "{text}; showing the one from {}",
+            archive_name(d.kept, &paths)
+        );
         log::warn!("{text}");
         warnings.push(text);
     }

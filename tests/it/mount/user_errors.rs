@@ -42,7 +42,15 @@ fn non_root_without_dev_fuse_access_is_told_so() {
         mnt = mnt.display(),
     );
     let out = Command::new("timeout")
-        .args(["30", "unshare", "--mount", "--propagation", "private", "sh", "-c"])
+        .args([
+            "30",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+        ])
         .arg(&script)
         .output()
         .unwrap();
@@ -90,7 +98,11 @@ fn dead_mount_point_suggests_unmount_lazy_which_clears_it() {
         .arg(&mp)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
     // And the point is usable again.
     let again = Mount::start_on(&mp, &fixture("test_noop.kpack"), &[]);
