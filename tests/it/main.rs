@@ -19,6 +19,7 @@ mod fatbin;
 mod fuzz_regressions;
 mod golden;
 mod install;
+mod lazy_open;
 mod loader;
 mod mount;
 mod path_safety;
