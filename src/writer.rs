@@ -394,8 +394,7 @@ pub fn encode_toc(
     }
     // Keys in first-insertion order, arches in insertion order within each key.
     let mut keys: Vec<&str> = Vec::new();
-    let mut by_key: std::collections::HashMap<&str, Vec<usize>> =
-        std::collections::HashMap::new();
+    let mut by_key: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
     for (i, k) in entries.iter().enumerate() {
         by_key.entry(k.key).or_insert_with(|| {
             keys.push(k.key);
