@@ -18,6 +18,7 @@ mod pack;
 mod progress;
 mod resolve;
 mod split;
+mod umount;
 mod verify;
 mod words;
 
