@@ -26,5 +26,6 @@ mod path_safety;
 mod split;
 mod split_c;
 mod split_cli;
+mod split_memory;
 mod tsan_check;
 mod unaligned_elf;
