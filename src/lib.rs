@@ -7,7 +7,6 @@
 pub mod arch;
 pub mod archive;
 pub mod bundle;
-pub mod cache;
 pub mod codec;
 pub mod elf;
 pub mod error;
@@ -15,6 +14,7 @@ pub mod ffi;
 pub mod format;
 pub mod fs;
 pub mod import;
+pub mod kernel_cache;
 pub mod loader;
 pub mod msgpack;
 pub mod names;
