@@ -1,18 +1,17 @@
 //! An open `.kpack` archive: validated at open, then read concurrently with positioned reads.
 //!
-//! One `Archive` is `Send + Sync`. The file is opened once; kernels are read with `pread`, so no
+//! One `Archive` is `Send + Sync`. Its bytes come from a [`ByteSource`] (a local file, or a remote
+//! object supplied by the program), opened once; kernels are read with positioned reads, so no
 //! cursor is shared and no lock is held across I/O or decompression. zstd contexts are per thread.
 //! Every allocation is bounded by the file: the TOC by the bytes present, the frame table by the
 //! frames present, a decoded kernel by its `original_size`, and a stored blob by the file length.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
@@ -20,14 +19,21 @@ use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
+    /// The source's display name, as errors carry it.
     path: PathBuf,
-    file: File,
+    source: Box<dyn ByteSource>,
     file_len: u64,
     modified: Option<SystemTime>,
     toc_offset: u64,
     toc: Toc,
-    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs or zstd frames).
+    /// BLAKE3 of the TOC's msgpack object.
+    toc_digest: [u8; 32],
+    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
+    /// by walking the chain at open). Empty when frames are located from the TOC.
     spans: Vec<Span>,
+    /// zstd archives whose every entry records its frame position: the blob and its frame
+    /// count, read at open; each frame is checked against them when it is read.
+    lazy_frames: Option<(Span, u32)>,
 }
 
 /// Where one kernel is and how big it comes out.
@@ -40,39 +46,35 @@ pub struct KernelRef<'a> {
     pub stored: Span,
     /// Bytes `get_kernel` returns: the blob size for `none`, `original_size` for zstd.
     pub size: u64,
+    /// The frame was located from the TOC: its size word (the 4 bytes before `stored`) is
+    /// checked when it is read.
+    pub size_word_unchecked: bool,
+    /// The entry's `blake3` digest of the decoded bytes, when the archive records one.
+    pub digest: Option<[u8; 32]>,
 }
 
 impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let path = path.as_ref().to_path_buf();
-        // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer forever (found in
-        // hardening: `list` on a FIFO hung). A FIFO then reads as an empty file. Regular files
-        // get blocking mode back below, so their reads behave as before.
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
-                _ => Error::io(&path, "cannot open", e),
-            })?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(&path, "cannot stat", e))?;
-        if meta.is_file() {
-            set_blocking(&file).map_err(|e| Error::io(&path, "cannot clear O_NONBLOCK", e))?;
-        }
-        if meta.is_dir() {
-            return Err(Error::TruncatedHeader { path, len: 0 });
-        }
-        let file_len = meta.len();
+        let file = LocalFile::open(path)?;
+        let modified = file.modified();
+        Archive::open_boxed(Box::new(file), modified)
+    }
+
+    /// Opens and validates an archive read from any byte source (a local file, a remote object).
+    pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
+        Archive::open_boxed(source, None)
+    }
+
+    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+        let path = PathBuf::from(source.display_name());
+        let file_len = source.len();
         if file_len == 0 {
             return Err(Error::EmptyFile { path });
         }
         let mut header = [0u8; format::HEADER_SIZE];
-        let got = read_full_at(&file, &mut header, 0)
+        let got = read_full_at(&*source, &mut header, 0)
             .map_err(|e| Error::io(&path, "cannot read header", e))?;
         if got < header.len() {
             return Err(Error::TruncatedHeader {
@@ -111,7 +113,7 @@ impl Archive {
             .try_reserve_exact(toc_len)
             .map_err(|_| Error::OutOfMemory { bytes: toc_len })?;
         toc_bytes.resize(toc_len, 0);
-        let got = read_full_at(&file, &mut toc_bytes, toc_offset)
+        let got = read_full_at(&*source, &mut toc_bytes, toc_offset)
             .map_err(|e| Error::io(&path, "cannot read TOC", e))?;
         toc_bytes.truncate(got);
         let toc = format::parse_toc(&toc_bytes).map_err(|e| Error::TocParse {
@@ -119,25 +121,44 @@ impl Archive {
             offset: toc_offset + e.offset as u64,
             reason: e.reason,
         })?;
+        let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
         drop(toc_bytes);
 
-        let spans = match toc.scheme {
-            Scheme::None => toc.blobs.clone(),
-            Scheme::ZstdPerKernel => index_zstd(&path, &file, file_len, toc.zstd_blob)?,
+        let (spans, lazy_frames) = match toc.scheme {
+            Scheme::None => (toc.blobs.clone(), None),
+            Scheme::ZstdPerKernel => {
+                let blob = toc.zstd_blob;
+                let count = zstd_frame_count(&path, &*source, file_len, blob)?;
+                let mut entries = toc.binaries.iter().flat_map(|b| &b.arches).peekable();
+                let positioned = entries.peek().is_some() && entries.all(|e| e.frame.is_some());
+                if positioned {
+                    (Vec::new(), Some((blob, count)))
+                } else {
+                    (index_zstd(&path, &*source, blob)?, None)
+                }
+            }
         };
         Ok(Archive {
             path,
-            file,
+            source,
             file_len,
-            modified: meta.modified().ok(),
+            modified,
             toc_offset,
             toc,
+            toc_digest,
             spans,
+            lazy_frames,
         })
     }
 
+    /// The source's display name (a path for local files, a URL for remote ones).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The byte source this archive reads from.
+    pub fn source(&self) -> &dyn ByteSource {
+        &*self.source
     }
 
     pub fn file_len(&self) -> u64 {
@@ -151,6 +172,19 @@ impl Archive {
 
     pub fn toc_offset(&self) -> u64 {
         self.toc_offset
+    }
+
+    /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,
+    /// without trailing bytes). The TOC holds every kernel's digest in archives we write, so
+    /// this pins the whole archive; pins and cache keys use it.
+    pub fn toc_digest(&self) -> [u8; 32] {
+        self.toc_digest
+    }
+
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
+        let (b, e) = self.entry_index(key, arch)?;
+        self.toc.binaries[b].arches[e].blake3
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -180,13 +214,18 @@ impl Archive {
         self.toc.gfx_arches.iter().any(|a| a == arch)
     }
 
-    fn entry(&self, key: &str, arch: &str) -> Option<&TocEntry> {
-        let i = self
+    /// The (binary, entry) indices of a kernel in `binaries()`.
+    fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
+        let b = self
             .toc
             .binaries
             .binary_search_by(|b| b.key.as_str().cmp(key))
             .ok()?;
-        self.toc.binaries[i].arches.iter().find(|e| e.arch == arch)
+        let e = self.toc.binaries[b]
+            .arches
+            .iter()
+            .position(|e| e.arch == arch)?;
+        Some((b, e))
     }
 
     fn not_found(&self, key: &str, arch: &str, reason: impl Into<String>) -> Error {
@@ -200,21 +239,43 @@ impl Archive {
 
     /// Finds a kernel and checks that it can be read: the same checks, in the same order, as the
     /// reference's get (missing entry or blob: not found; blob past the end: I/O error).
-    pub fn locate<'a>(&'a self, key: &'a str, arch: &'a str) -> Result<KernelRef<'a>> {
-        let entry = self
-            .entry(key, arch)
+    pub fn locate(&self, key: &str, arch: &str) -> Result<KernelRef<'_>> {
+        let (b, e) = self
+            .entry_index(key, arch)
             .ok_or_else(|| self.not_found(key, arch, "no such entry in the TOC"))?;
-        let stored = *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
-            self.not_found(
-                key,
-                arch,
-                format!(
-                    "ordinal {} has no stored blob ({} present)",
-                    entry.ordinal,
-                    self.spans.len()
-                ),
-            )
-        })?;
+        self.locate_at(b, e)
+    }
+
+    /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
+    /// by name (the mount builds its tree from these indices and reads through them).
+    pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let Some((bin, entry)) = self
+            .toc
+            .binaries
+            .get(binary)
+            .and_then(|b| Some((b, b.arches.get(entry)?)))
+        else {
+            return Err(self.not_found(
+                &format!("#{binary}"),
+                &format!("#{entry}"),
+                "no TOC entry at these indices",
+            ));
+        };
+        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
+        let stored = match self.lazy_frames {
+            Some((blob, count)) => self.positioned_frame(key, arch, entry, blob, count)?,
+            None => *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
+                self.not_found(
+                    key,
+                    arch,
+                    format!(
+                        "ordinal {} has no stored blob ({} present)",
+                        entry.ordinal,
+                        self.spans.len()
+                    ),
+                )
+            })?,
+        };
         let size = match self.toc.scheme {
             Scheme::None => {
                 if stored
@@ -240,6 +301,55 @@ impl Archive {
             arch,
             ordinal: entry.ordinal,
             stored,
+            size,
+            size_word_unchecked: self.lazy_frames.is_some(),
+            digest: entry.blake3,
+        })
+    }
+
+    /// Whether frames are located from the TOC's `frame` metadata (open read no frame table).
+    pub fn frames_positioned(&self) -> bool {
+        self.lazy_frames.is_some()
+    }
+
+    /// The frame of an entry from its `frame` metadata, checked against the blob as the walk at
+    /// open would check it: an ordinal past the frame count is not found, a frame outside the
+    /// blob is invalid format. Its size word is checked when the frame is read.
+    fn positioned_frame(
+        &self,
+        key: &str,
+        arch: &str,
+        entry: &TocEntry,
+        blob: Span,
+        count: u32,
+    ) -> Result<Span> {
+        if entry.ordinal >= count {
+            return Err(self.not_found(
+                key,
+                arch,
+                format!(
+                    "ordinal {} has no stored blob ({count} present)",
+                    entry.ordinal
+                ),
+            ));
+        }
+        let pos = entry.frame.expect("every entry has a frame in this mode");
+        let first = blob.offset + 4;
+        let end = blob.offset + blob.size;
+        let size = u64::from(pos.size);
+        if pos.offset < first || pos.offset > end || end - pos.offset < 4 + size {
+            return Err(Error::ZstdIndex {
+                path: self.path.clone(),
+                offset: blob.offset,
+                reason: format!(
+                    "frame of {key} [{arch}] at byte {} of {size} bytes lies outside the blob \
+                     [{first}, {end})",
+                    pos.offset
+                ),
+            });
+        }
+        Ok(Span {
+            offset: pos.offset + 4,
             size,
         })
     }
@@ -267,7 +377,7 @@ impl Archive {
             Scheme::None => {
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
                 let dst = buf.as_mut();
-                let got = read_full_at(&self.file, dst, kref.stored.offset).map_err(|e| {
+                let got = read_full_at(&*self.source, dst, kref.stored.offset).map_err(|e| {
                     Error::io(
                         &self.path,
                         format!("cannot read kernel {} [{}]", kref.key, kref.arch),
@@ -286,30 +396,51 @@ impl Archive {
                 }
                 Ok(buf)
             }
-            Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
-                let got = read_full_at(&self.file, frame, kref.stored.offset).map_err(|e| {
-                    Error::io(
-                        &self.path,
-                        format!("cannot read frame of {} [{}]", kref.key, kref.arch),
-                        e,
-                    )
-                })?;
-                if got < frame.len() {
-                    return Err(self.decode_error(
-                        kref,
-                        format!(
-                            "frame is truncated: {got} of {} bytes (file changed since open?)",
-                            frame.len()
-                        ),
-                    ));
-                }
-                codec::check_decoded_size(frame, kref.size)
-                    .map_err(|reason| self.decode_error(kref, reason))?;
-                let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                codec::decode_frame_into(frame, buf.as_mut())
-                    .map_err(|reason| self.decode_error(kref, reason))?;
-                Ok(buf)
-            }),
+            Scheme::ZstdPerKernel => {
+                // A frame located from the TOC is read with its size word, which must agree.
+                let word = if kref.size_word_unchecked { 4 } else { 0 };
+                with_frame_buffer(kref.stored.size as usize + word, |buf| {
+                    let start = kref.stored.offset - word as u64;
+                    let got = read_full_at(&*self.source, buf, start).map_err(|e| {
+                        Error::io(
+                            &self.path,
+                            format!("cannot read frame of {} [{}]", kref.key, kref.arch),
+                            e,
+                        )
+                    })?;
+                    if got < buf.len() {
+                        return Err(self.decode_error(
+                            kref,
+                            format!(
+                                "frame is truncated: {got} of {} bytes (file changed since open?)",
+                                buf.len()
+                            ),
+                        ));
+                    }
+                    let (head, frame) = buf.split_at_mut(word);
+                    if word != 0 {
+                        let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
+                        if u64::from(found) != kref.stored.size {
+                            return Err(Error::ZstdIndex {
+                                path: self.path.clone(),
+                                offset: start,
+                                reason: format!(
+                                    "frame of {} [{}] at byte {start}: the size word holds \
+                                     {found}, the TOC says {}",
+                                    kref.key, kref.arch, kref.stored.size
+                                ),
+                            });
+                        }
+                    }
+                    let frame = &*frame;
+                    codec::check_decoded_size(frame, kref.size)
+                        .map_err(|reason| self.decode_error(kref, reason))?;
+                    let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
+                    codec::decode_frame_into(frame, out.as_mut())
+                        .map_err(|reason| self.decode_error(kref, reason))?;
+                    Ok(out)
+                })
+            }
         }
     }
 
@@ -318,28 +449,7 @@ impl Archive {
     /// so that bytes read from a file truncated or rewritten in place are reported as an I/O
     /// error instead of being served.
     pub fn check_unchanged(&self) -> Result<()> {
-        let meta = self
-            .file
-            .metadata()
-            .map_err(|e| Error::io(&self.path, "cannot stat", e))?;
-        let modified = meta.modified().ok();
-        if meta.len() != self.file_len || modified != self.modified {
-            return Err(Error::io(
-                &self.path,
-                "archive changed while open",
-                io::Error::other(format!(
-                    "length {} -> {}{}",
-                    self.file_len,
-                    meta.len(),
-                    if modified != self.modified {
-                        ", modification time changed"
-                    } else {
-                        ""
-                    }
-                )),
-            ));
-        }
-        Ok(())
+        self.source.check_unchanged()
     }
 
     /// Reads a kernel into `dst`, which must be exactly `kref.size` bytes.
@@ -382,7 +492,14 @@ impl Archive {
     }
 }
 
-fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec<Span>> {
+/// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not
+/// need the frame chain.
+fn zstd_frame_count(
+    path: &Path,
+    source: &dyn ByteSource,
+    file_len: u64,
+    blob: Span,
+) -> Result<u32> {
     let bad = |reason: String| Error::ZstdIndex {
         path: path.to_path_buf(),
         offset: blob.offset,
@@ -408,9 +525,39 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
             ),
         ));
     }
-    let frames =
-        format::index_zstd_frames(blob.size, |at, buf| file.read_at(buf, blob.offset + at))
-            .map_err(bad)?;
+    if blob.size < 4 {
+        return Err(bad(format!(
+            "blob of {} bytes is too small for a frame count",
+            blob.size
+        )));
+    }
+    let mut word = [0u8; 4];
+    let got = read_full_at(source, &mut word, blob.offset)
+        .map_err(|e| bad(format!("read failed at blob byte 0: {e}")))?;
+    if got < 4 {
+        return Err(bad("blob ends inside the frame count".into()));
+    }
+    let count = u32::from_le_bytes(word);
+    if count > format::MAX_ZSTD_FRAMES {
+        return Err(bad(format!(
+            "frame count {count} exceeds the limit of {}",
+            format::MAX_ZSTD_FRAMES
+        )));
+    }
+    Ok(count)
+}
+
+/// Walks the frame chain of a blob already checked by [`zstd_frame_count`], reading only the
+/// size words.
+fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Span>> {
+    let frames = format::index_zstd_frames(blob.size, blob.offset, |at, buf| {
+        source.read_at(buf, blob.offset + at)
+    })
+    .map_err(|reason| Error::ZstdIndex {
+        path: path.to_path_buf(),
+        offset: blob.offset,
+        reason,
+    })?;
     Ok(frames
         .into_iter()
         .map(|s| Span {
@@ -418,16 +565,6 @@ fn index_zstd(path: &Path, file: &File, file_len: u64, blob: Span) -> Result<Vec
             size: s.size,
         })
         .collect())
-}
-
-fn set_blocking(file: &File) -> io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh
@@ -446,21 +583,6 @@ pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
         }
         Some(Vec::from_raw_parts(ptr, len, len))
     }
-}
-
-/// Fills `buf` from `offset`, retrying short reads; returns how many bytes were read (less than
-/// `buf.len()` only at end of file).
-pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Frames larger than this are read into a one-off buffer instead of the kept per-thread one, so
@@ -499,5 +621,57 @@ mod tests {
     #[test]
     fn archive_is_send_and_sync() {
         assert_send_sync::<Archive>();
+    }
+
+    /// An in-memory source, standing in for a remote object.
+    #[derive(Debug)]
+    struct Memory(Vec<u8>);
+
+    impl ByteSource for Memory {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let start = (offset as usize).min(self.0.len());
+            let n = buf.len().min(self.0.len() - start);
+            buf[..n].copy_from_slice(&self.0[start..start + n]);
+            Ok(n)
+        }
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn display_name(&self) -> String {
+            "mem://sample".into()
+        }
+        fn identity(&self) -> String {
+            "mem".into()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn opens_any_byte_source() {
+        for compression in [
+            crate::writer::Compression::None,
+            crate::writer::Compression::Zstd { level: 3 },
+        ] {
+            let mut w =
+                crate::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
+                    .unwrap();
+            w.add_kernel("lib/a.so#0", "gfx90a", b"kernel bytes".to_vec())
+                .unwrap();
+            let mut bytes = Vec::new();
+            w.write_to(&mut bytes, &|_| {}).unwrap();
+            let a = Archive::open_source(Box::new(Memory(bytes))).unwrap();
+            assert_eq!(a.path(), Path::new("mem://sample"));
+            assert_eq!(a.modified(), None);
+            assert_eq!(
+                a.get_kernel("lib/a.so#0", "gfx90a").unwrap(),
+                b"kernel bytes"
+            );
+            let e = a.get_kernel("lib/b.so#0", "gfx90a").unwrap_err();
+            assert!(e.to_string().contains("mem://sample"), "{e}");
+        }
+        let e = Archive::open_source(Box::new(Memory(Vec::new()))).unwrap_err();
+        assert!(matches!(e, Error::EmptyFile { .. }), "{e}");
     }
 }

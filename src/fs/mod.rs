@@ -22,7 +22,6 @@ pub mod tree;
 
 use crate::sync::lock;
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,7 +30,7 @@ use std::time::{Duration, SystemTime};
 use crate::archive::Archive;
 use crate::kernel_cache::{CacheStats, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
-use tree::{Entry, FileNode, Ino, NodeKind, ROOT, Tree, TreeBuilder, TreeError};
+use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
 
@@ -276,10 +275,10 @@ impl KpackFs {
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
         let (kind, size, perm, nlink, mtime) = match entry {
-            Entry::Dir(d) => (Kind::Dir, 0, 0o555, 2 + d.subdirs, self.dir_time),
+            Entry::Dir(d) => (Kind::Dir, 0, 0o555, 2 + d.subdirs(), self.dir_time),
             Entry::File(f) => (Kind::File, f.size, 0o444, 1, self.file_time(f)),
             Entry::Link(target) => {
-                let name_len = self.tree.node(target).map_or(0, |n| n.name.len() as u64);
+                let name_len = self.tree.name(target).map_or(0, |n| n.len() as u64);
                 (Kind::Symlink, name_len, 0o777, 1, self.dir_time)
             }
         };
@@ -322,7 +321,7 @@ impl KpackFs {
         };
         let ino = if let Some(ino) = self.tree.child(dir, name) {
             ino
-        } else if let (NATIVE, Some(target)) = (name, dir.native) {
+        } else if let (NATIVE, Some(target)) = (name, dir.native()) {
             self.tree.link_to(target)
         } else if let Some(target) = self.tree.fallback(dir, name) {
             self.tree.link_to(target)
@@ -337,9 +336,8 @@ impl KpackFs {
         match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
             Entry::Link(target) => Ok(self
                 .tree
-                .node(target)
+                .name(target)
                 .ok_or(Errno::EIO)?
-                .name
                 .as_bytes()
                 .to_vec()),
             _ => Err(Errno::EINVAL),
@@ -410,7 +408,7 @@ impl KpackFs {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
-            digest: None,
+            digest: self.digest_of(file),
         };
         let fetched = self.store.get(&spec, |dst| self.decode_into(file, dst))?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
@@ -427,6 +425,11 @@ impl KpackFs {
             return Err(Errno::EIO);
         }
         Ok(fetched.value)
+    }
+
+    /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
+    fn digest_of(&self, f: &FileNode) -> Option<[u8; 32]> {
+        self.archive_of(f).binaries()[f.binary as usize].arches[f.entry as usize].blake3
     }
 
     /// The key of a kernel in a persistent cache directory: BLAKE3 of what identifies its
@@ -452,7 +455,7 @@ impl KpackFs {
             errno
         };
         let kref = archive
-            .locate(key, arch)
+            .locate_at(file.binary as usize, file.entry as usize)
             .map_err(|e| fail(&e, Errno::from(&e)))?;
         if kref.size != file.size {
             return Err(fail(
@@ -476,17 +479,13 @@ impl KpackFs {
             Entry::Dir(d) => d,
             _ => return Err(Errno::ENOTDIR),
         };
-        let parent = self.tree.node(ino).map_or(ROOT, |n| n.parent);
+        let parent = self.tree.parent(ino).unwrap_or(ROOT);
         let fixed = [(".", ino, Kind::Dir), ("..", parent, Kind::Dir)];
-        let children = dir.children.iter().map(|(name, child)| {
-            let kind = match self.tree.node(*child).map(|n| &n.kind) {
-                Some(NodeKind::Dir(_)) => Kind::Dir,
-                _ => Kind::File,
-            };
-            (name.as_ref(), *child, kind)
+        let children = self.tree.children(dir).map(|(name, child, is_dir)| {
+            (name, child, if is_dir { Kind::Dir } else { Kind::File })
         });
         let native = dir
-            .native
+            .native()
             .map(|t| (NATIVE, self.tree.link_to(t), Kind::Symlink));
         let all = fixed.into_iter().chain(children).chain(native);
         for (i, (name, child, kind)) in all.enumerate().skip(offset as usize) {
@@ -532,7 +531,7 @@ impl KpackFs {
             Some(Entry::File(f)) => {
                 let archive = self.archive_of(f);
                 let (key, arch) = self.names_of(f);
-                vec![
+                let mut attrs = vec![
                     (
                         "user.kpack.archive",
                         archive.path().as_os_str().as_encoded_bytes().to_vec(),
@@ -548,7 +547,12 @@ impl KpackFs {
                         "user.kpack.stored_size",
                         f.stored_size.to_string().into_bytes(),
                     ),
-                ]
+                ];
+                // Archives we write record each kernel's digest; reference archives do not.
+                if let Some(d) = self.digest_of(f) {
+                    attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
+                }
+                attrs
             }
             _ => Vec::new(),
         }
@@ -582,12 +586,9 @@ impl KpackFs {
         const BSIZE: u32 = 4096;
         let bytes: u64 = self
             .tree
-            .nodes()
+            .files()
             .iter()
-            .map(|n| match &n.kind {
-                NodeKind::File(f) => f.size.div_ceil(u64::from(BSIZE)),
-                NodeKind::Dir(_) => 0,
-            })
+            .map(|f| f.size.div_ceil(u64::from(BSIZE)))
             .sum();
         StatFs {
             blocks: bytes,
@@ -611,22 +612,15 @@ fn kernel_id(f: &FileNode) -> KernelId {
     }
 }
 
-/// What identifies an archive's contents for cache-directory keys: where the file is and its
-/// length, modification time and TOC position. A replaced or rewritten archive differs in at
-/// least one of these.
+/// What identifies an archive for cache-directory keys: the digest of its TOC (which holds
+/// every kernel's digest in archives we write) and its source's identity (a local file's
+/// device, inode, length and modification time), so a replaced or rewritten archive gets new
+/// keys.
 fn archive_token(a: &Archive) -> Vec<u8> {
-    let meta = std::fs::metadata(a.path()).ok();
-    let field = |f: fn(&std::fs::Metadata) -> i64| meta.as_ref().map_or(0, f);
-    format!(
-        "{}:{}:{}:{}.{}:{}\0",
-        field(|m| m.dev() as i64),
-        field(|m| m.ino() as i64),
-        a.file_len(),
-        field(|m| m.mtime()),
-        field(|m| m.mtime_nsec()),
-        a.toc_offset()
-    )
-    .into_bytes()
+    let mut t = a.toc_digest().to_vec();
+    t.extend_from_slice(a.source().identity().as_bytes());
+    t.push(0);
+    t
 }
 
 #[cfg(test)]

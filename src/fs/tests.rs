@@ -365,7 +365,17 @@ fn xattrs_describe_the_entry() {
     );
     assert_eq!(
         fs.listxattr(f).unwrap(),
-        b"user.kpack.archive\0user.kpack.arch\0user.kpack.key\0user.kpack.scheme\0user.kpack.ordinal\0user.kpack.stored_size\0"
+        b"user.kpack.archive\0user.kpack.arch\0user.kpack.key\0user.kpack.scheme\0user.kpack.ordinal\0user.kpack.stored_size\0user.kpack.blake3\0"
+    );
+    let data = &sample()
+        .into_iter()
+        .find(|k| k.0 == "lib/libb.so#1" && k.1 == "gfx1100")
+        .unwrap()
+        .2;
+    assert_eq!(
+        get("user.kpack.blake3"),
+        blake3::hash(data).to_hex().as_str(),
+        "the archive's digest of the decoded bytes, in hex"
     );
     assert_eq!(fs.listxattr(ROOT).unwrap(), b"user.kpack.stats\0");
     read_all(&fs, f, 4096);
