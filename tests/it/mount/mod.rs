@@ -8,6 +8,7 @@ mod faults;
 mod read_path;
 mod scenarios;
 mod sources;
+mod user_errors;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
