@@ -6,8 +6,8 @@
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
 //!   `log_file=` path may contain commas). Empty items are skipped.
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
-//!   `auto_unmount`, `strict`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
-//!   `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
+//!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
+//!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
 //!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default). A `-` may stand
 //!   for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
@@ -27,6 +27,7 @@ pub struct Settings {
     pub allow_root: bool,
     pub auto_unmount: bool,
     pub strict: bool,
+    pub no_pins: bool,
     pub noexec: bool,
     pub cache_size: Option<u64>,
     pub threads: Option<u32>,
@@ -102,6 +103,7 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "allow_root" => flag(s, |s| s.allow_root = true),
         "auto_unmount" => flag(s, |s| s.auto_unmount = true),
         "strict" => flag(s, |s| s.strict = true),
+        "no_pins" => flag(s, |s| s.no_pins = true),
         "noexec" => flag(s, |s| s.noexec = true),
         "exec" => flag(s, |s| s.noexec = false),
         "ro" | "default_permissions" | "dev" | "suid" | "nodev" | "nosuid" => flag(s, |_| {}),

@@ -7,7 +7,7 @@ mod fault_io;
 mod faults;
 mod read_path;
 mod scenarios;
-mod sources;
+pub(crate) mod sources;
 mod user_errors;
 
 use std::path::{Path, PathBuf};
