@@ -344,13 +344,13 @@ fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
     for r in rows {
         match r.ratio {
             Some((ratio, against, target)) => {
-                // Verdicts only in full runs: the quick smoke's sizes are not the targets'.
-                let verdict = match (quick, verdict(ratio, target)) {
-                    (false, Some(true)) => " ok",
-                    (false, Some(false)) => " MISSED",
-                    _ => "",
+                // A smoke run is not a measurement: no target, no verdict.
+                let verdict = match verdict(ratio, target) {
+                    Some(true) => " ok",
+                    Some(false) => " MISSED",
+                    None => "",
                 };
-                let target = if target.is_empty() {
+                let target = if target.is_empty() || quick {
                     String::new()
                 } else {
                     format!(" ({target}{verdict})")

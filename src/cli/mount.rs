@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
-use rocm_kpack::fs::source::{self, SourceError, SourceErrorKind, SourceOptions};
+use rocm_kpack::fs::source::{self, SourceOptions};
 use rocm_kpack::fs::{FsOptions, gpus, mountinfo};
 use rocm_kpack::loader::LoaderConfig;
 
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
+use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
 
 /// Default `--cache-size`: 256 MiB.
@@ -35,7 +36,7 @@ pub struct MountArgs {
     /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
     /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024) [default: 256M].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
     pub cache_size: Option<u64>,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -89,31 +90,21 @@ pub struct UnmountArgs {
     pub lazy: bool,
 }
 
-/// Parses `1048576`, `512K`, `256M`, `1G` (also `KiB`/`MiB`/`GiB`); units are powers of 1024.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 268435456, 512K, 256M, 1G)"))?;
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
-
 /// The mount point must exist, be a directory, and not already have a mount on it.
 fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => bad("mount point does not exist".into()),
-        _ => bad(format!("cannot use as mount point: {e}")),
+        // What a FUSE mount whose daemon died (SIGKILL, crash) leaves behind.
+        _ if e.raw_os_error() == Some(libc::ENOTCONN) => bad(format!(
+            "a mount whose daemon is gone is still there (transport endpoint is not connected); \
+             remove it with `{}`",
+            stale_mount_fix(path)
+        )),
+        _ => bad(format!(
+            "cannot use as mount point: {}",
+            rocm_kpack::error::describe_io(&e)
+        )),
     })?;
     if !meta.is_dir() {
         return Err(bad("mount point is not a directory".into()));
@@ -127,7 +118,59 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
             m.fs_type
         )));
     }
+    // Allowed (as by mount(8)), but what is there is hidden until the unmount.
+    if let Ok(mut entries) = std::fs::read_dir(&canonical) {
+        if entries.next().is_some() {
+            log::warn!(
+                "{} is not empty: its contents are hidden while kpack-fuse is mounted there",
+                canonical.display()
+            );
+        }
+    }
     Ok(canonical)
+}
+
+/// The command that clears a dead mount at `path`: ours for a kpack-fuse mount, the FUSE
+/// helper's for any other.
+fn stale_mount_fix(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match mountinfo::mount_at(&abs) {
+        Ok(Some(m)) if m.fs_type != format!("fuse.{}", fuse::SUBTYPE) => {
+            format!("fusermount3 -uz {}", abs.display())
+        }
+        _ => format!("kpack-fuse unmount --lazy {}", abs.display()),
+    }
+}
+
+/// Why the kernel refused a mount, with the fix when it is a known one: a user who may not open
+/// /dev/fuse gets "Permission denied" from the mount, which does not say that /dev/fuse is what
+/// is denied.
+fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
+    let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
+        " (auto_unmount runs fusermount3: is it installed?)".to_owned()
+    } else if e.kind() == io::ErrorKind::PermissionDenied && !fuse_device_usable() {
+        format!(
+            " (this user cannot open {FUSE_DEVICE} for reading and writing: mount as root, or \
+             make {FUSE_DEVICE} usable by all (mode 0666, as the fuse3 package sets it), or, in a \
+             container, pass --device {FUSE_DEVICE})"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "cannot mount on {}: {}{hint}",
+        mp.display(),
+        rocm_kpack::error::describe_io(e)
+    )
+}
+
+const FUSE_DEVICE: &str = "/dev/fuse";
+
+/// Whether this process (its real user, as for a non-setuid program) may open /dev/fuse.
+fn fuse_device_usable() -> bool {
+    let c = c"/dev/fuse";
+    // SAFETY: `c` is a valid NUL-terminated path; access(2) only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
 }
 
 /// The settings of the flags, then of each `-o` list in order.
@@ -202,16 +245,6 @@ fn fusermount_available() -> bool {
     })
 }
 
-fn source_error(e: SourceError) -> CliError {
-    let exit = match e.kind {
-        SourceErrorKind::Unreadable => Exit::Unreadable,
-        SourceErrorKind::BadFormat => Exit::BadFormat,
-        SourceErrorKind::NotFound => Exit::NotFound,
-        SourceErrorKind::Resources => Exit::Failure,
-    };
-    CliError::new(exit, e.message)
-}
-
 /// Where the mount goes.
 enum Target {
     Dir(PathBuf),
@@ -273,8 +306,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             loader: LoaderConfig::from_env(),
             extra_fds: threads as u64 + 16,
         },
-    )
-    .map_err(source_error)?;
+    )?;
     let (kind, source_path) = (src.kind, src.path.clone());
     let gpus = if s.gpus.is_empty() {
         gpus::local_gpus(Path::new(gpus::KFD_NODES))
@@ -289,7 +321,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         uid,
         gid,
     };
-    let (fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
+    let (fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
 
     let cfg = MountConfig {
         threads,
@@ -358,17 +390,8 @@ fn serve(
     })?;
     let (mut mounted, mountpoint) = match target {
         Target::Dir(mp) => {
-            let m = fuse::mount(fs, &mp, cfg).map_err(|e| {
-                let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
-                    " (auto_unmount runs fusermount3: is it installed?)"
-                } else {
-                    ""
-                };
-                CliError::new(
-                    Exit::MountFailed,
-                    format!("cannot mount on {}: {e}{hint}", mp.display()),
-                )
-            })?;
+            let m = fuse::mount(fs, &mp, cfg)
+                .map_err(|e| CliError::new(Exit::MountFailed, mount_refused(&mp, &e, cfg)))?;
             (m, Some(mp))
         }
         Target::Fd(fd) => {
@@ -516,18 +539,6 @@ fn fusermount_unmount(path: &Path, lazy: bool, first: io::Error) -> CliResult {
     ))
 }
 
-pub(super) fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// The write end of the self-pipe, for the async-signal-safe handler.
 static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -595,24 +606,5 @@ fn limit_heap_growth() {
     // SAFETY: mallopt only changes allocator tuning; called before any thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256M"), Ok(256 << 20));
-        assert_eq!(parse_size("512k"), Ok(512 << 10));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("0"), Ok(0));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("12T").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("99999999999G").is_err());
     }
 }

@@ -27,3 +27,4 @@ mod split;
 mod split_c;
 mod split_cli;
 mod tsan_check;
+mod unaligned_elf;
