@@ -219,7 +219,7 @@ mod tests {
              [\\fB\\-\\-threads\\fR \\fIN\\fR] [\\fB\\-s\\fR] [\\fB\\-\\-gpu\\fR \\fIISA\\fR]... \
              [\\fB\\-f\\fR|\\fB\\-\\-foreground\\fR] [\\fB\\-\\-allow\\-other\\fR] \
              [\\fB\\-\\-allow\\-root\\fR] [\\fB\\-\\-auto\\-unmount\\fR] [\\fB\\-\\-strict\\fR] \
-             [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
+             [\\fB\\-\\-no\\-pins\\fR] [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
              [\\fB\\-q\\fR|\\fB\\-\\-quiet\\fR] [\\fB\\-o\\fR \\fIOPTIONS\\fR]... \
              [\\fB\\-h\\fR|\\fB\\-\\-help\\fR] \\fISOURCE\\fR \\fIMOUNTPOINT\\fR"
         );
