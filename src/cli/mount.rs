@@ -22,6 +22,7 @@ use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
 use super::{CliError, CliResult, Exit};
+use crate::remote::{self, settings::RemoteArgs};
 
 /// Default `--cache-size`: 256 MiB.
 pub const DEFAULT_CACHE: u64 = 256 << 20;
@@ -78,6 +79,8 @@ pub struct MountArgs {
     /// the standard options mount tools add (see docs/mount.md); rw and unknown options are refused.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -146,6 +149,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         },
         gpus: args.gpus.clone(),
         log_file: args.log_file.clone(),
+        remote: args.remote.clone(),
     };
     for list in &args.options {
         mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
@@ -265,16 +269,38 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
 
-    let src = source::open(
-        &args.source,
-        &SourceOptions {
-            strict: s.strict,
-            gpus: s.gpus.clone(),
-            loader: LoaderConfig::from_env(),
-            extra_fds: threads as u64 + 16,
-        },
-    )
-    .map_err(source_error)?;
+    let (src, remote_session) = match args.source.to_str().filter(|s| remote::is_remote(s)) {
+        Some(url) => {
+            let o = remote::open(url, &s.remote, s.strict, None)
+                .map_err(|e| CliError::new(e.exit, e.message))?;
+            let kind = if o.is_prefix {
+                source::SourceKind::Directory
+            } else {
+                source::SourceKind::Archive
+            };
+            let src = source::Source {
+                kind,
+                path: PathBuf::from(o.url.to_string()),
+                archives: o.archives,
+                kernel_name: None,
+                warnings: o.warnings,
+            };
+            (src, Some(o.session))
+        }
+        None => (
+            source::open(
+                &args.source,
+                &SourceOptions {
+                    strict: s.strict,
+                    gpus: s.gpus.clone(),
+                    loader: LoaderConfig::from_env(),
+                    extra_fds: threads as u64 + 16,
+                },
+            )
+            .map_err(source_error)?,
+            None,
+        ),
+    };
     let (kind, source_path) = (src.kind, src.path.clone());
     let gpus = if s.gpus.is_empty() {
         gpus::local_gpus(Path::new(gpus::KFD_NODES))
@@ -289,7 +315,14 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         uid,
         gid,
     };
-    let (fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
+    let (mut fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
+    if let Some(session) = &remote_session {
+        let stats = session.stats();
+        fs.add_stats(Box::new(move || stats.to_text()));
+        // Its network threads stop here, so that the fork below happens single-threaded; the
+        // daemon starts new ones on its first read.
+        session.suspend();
+    }
 
     let cfg = MountConfig {
         threads,

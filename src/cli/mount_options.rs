@@ -7,7 +7,9 @@
 //!   `log_file=` path may contain commas). Empty items are skipped.
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
 //!   `auto_unmount`, `strict`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
-//!   `log_file=PATH`. A `-` may stand for `_` in their names (`cache-size=1G`).
+//!   `log_file=PATH`, and for remote sources `endpoint_url=URL`, `remote_timeout=SECS`,
+//!   `remote_connect_timeout=SECS`, `remote_retries=N`, `remote_requests=N`. A `-` may stand
+//!   for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
 //!   `mount.fuse` unless `nodev`/`nosuid` were given; accepted, but the mount stays
@@ -30,6 +32,8 @@ pub struct Settings {
     pub threads: Option<u32>,
     pub gpus: Vec<String>,
     pub log_file: Option<PathBuf>,
+    /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.
@@ -130,7 +134,10 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
             s.log_file = Some(PathBuf::from(needs("PATH")?));
             Ok(())
         }
-        _ => Err(format!("unknown mount option {raw_name:?}")),
+        other => s
+            .remote
+            .apply_option(other, value)
+            .unwrap_or_else(|| Err(format!("unknown mount option {raw_name:?}"))),
     }
 }
 

@@ -152,7 +152,13 @@ pub struct KpackFs {
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
     dir_time: SystemTime,
+    /// More `name value` lines for `user.kpack.stats` from the program (remote sources' request
+    /// counters): the library knows nothing of where the archives' bytes come from.
+    extra_stats: Vec<StatsLines>,
 }
+
+/// A producer of `name value` lines for `user.kpack.stats`.
+pub type StatsLines = Box<dyn Fn() -> String + Send + Sync>;
 
 impl KpackFs {
     /// Builds the tree over `archives` (merged in order; the first to provide a (key, arch)
@@ -192,8 +198,14 @@ impl KpackFs {
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
+            extra_stats: Vec::new(),
         };
         Ok((fs, duplicates))
+    }
+
+    /// Appends `lines()` to every `user.kpack.stats` answer.
+    pub fn add_stats(&mut self, lines: StatsLines) {
+        self.extra_stats.push(lines);
     }
 
     pub fn tree(&self) -> &Tree {
@@ -446,14 +458,19 @@ impl KpackFs {
         Ok(())
     }
 
-    /// The `user.kpack.stats` text: the cache's counters, then the lookup counters.
+    /// The `user.kpack.stats` text: the cache's counters, the lookup counters, then the
+    /// program's (see [`KpackFs::add_stats`]).
     pub fn stats_text(&self) -> String {
-        format!(
+        let mut text = format!(
             "{}lookups {}\nlookups_missing {}\n",
             self.cache.stats().to_text(),
             self.lookups.load(Ordering::Relaxed),
             self.lookups_missing.load(Ordering::Relaxed)
-        )
+        );
+        for lines in &self.extra_stats {
+            text.push_str(&lines());
+        }
+        text
     }
 
     /// The extended attributes of an inode, in listing order.
