@@ -24,6 +24,8 @@ pub struct Args {
     /// With --split: the root the original (fat) binaries are under.
     #[arg(long, value_name = "ROOT", requires = "split")]
     pub original: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -36,8 +38,9 @@ pub fn run(args: Args) -> CliResult {
     let mut problems = Vec::new();
     let mut total = 0usize;
     for path in &args.archives {
-        let archive = Archive::open(path)?;
-        total += check(&archive, &mut problems);
+        for archive in crate::remote::open_for_command(path, &args.remote, true)? {
+            total += check(&archive, &mut problems);
+        }
     }
     for p in &problems {
         eprintln!("BAD {p}");

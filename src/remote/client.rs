@@ -428,16 +428,12 @@ fn classify(e: &object_store::Error) -> Class {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => return Class::Denied,
         _ => {}
     }
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(x) = cur {
-        if let Some(h) = x.downcast_ref::<object_store::client::HttpError>() {
-            use object_store::client::HttpErrorKind as K;
-            return match h.kind() {
-                K::Connect | K::Request | K::Timeout | K::Interrupted => Class::Retry,
-                _ => Class::Fatal,
-            };
-        }
-        cur = x.source();
+    if let Some(r) = transport_error(e) {
+        return if r.is_timeout() || r.is_connect() || r.is_request() || r.is_body() {
+            Class::Retry
+        } else {
+            Class::Fatal
+        };
     }
     match status_in(&e.to_string()) {
         Some(404) => Class::NotFound,
@@ -448,6 +444,20 @@ fn classify(e: &object_store::Error) -> Class {
     }
 }
 
+/// The HTTP client's error in `e`'s chain: a request that got no (complete) answer.
+fn transport_error<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a reqwest::Error> {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if let Some(r) = x.downcast_ref::<reqwest::Error>() {
+            return Some(r);
+        }
+        cur = x.source();
+    }
+    None
+}
+
 /// The HTTP status in an object_store error text ("... status code: 503 Service ...").
 fn status_in(text: &str) -> Option<u16> {
     let at = text.find("status code: ")? + "status code: ".len();
@@ -455,8 +465,9 @@ fn status_in(text: &str) -> Option<u16> {
 }
 
 /// The server's reason in a short form: S3's `<Code>` and `<Message>` when the body has them,
-/// else the error text (object_store's texts carry the URL and status, never credentials).
-pub fn reason(e: &dyn std::error::Error) -> String {
+/// else the HTTP status line, else the transport's deepest cause (object_store's texts carry
+/// the URL and status, never credentials).
+pub fn reason(e: &(dyn std::error::Error + 'static)) -> String {
     let text = e.to_string();
     let tag = |name: &str| {
         let open = format!("<{name}>");
@@ -465,10 +476,36 @@ pub fn reason(e: &dyn std::error::Error) -> String {
         let len = text[start..].find(&close)?;
         Some(text[start..start + len].to_owned())
     };
-    match (tag("Code"), tag("Message"), status_in(&text)) {
-        (Some(code), Some(msg), Some(status)) => format!("HTTP {status} {code}: {msg}"),
-        (Some(code), Some(msg), None) => format!("{code}: {msg}"),
-        (Some(code), None, Some(status)) => format!("HTTP {status} {code}"),
+    let status_line = || {
+        let at = text.find("status code: ")? + "status code: ".len();
+        let rest = &text[at..];
+        Some(rest[..rest.find(':').unwrap_or(rest.len())].trim().to_owned())
+    };
+    if let Some(line) = status_line() {
+        return match (tag("Code"), tag("Message")) {
+            (Some(code), Some(msg)) => format!("HTTP {line}: {code}: {msg}"),
+            (Some(code), None) => format!("HTTP {line}: {code}"),
+            _ => format!("HTTP {line}"),
+        };
+    }
+    let kind = transport_error(e).map(|r| {
+        if r.is_timeout() {
+            "timed out"
+        } else if r.is_connect() {
+            "cannot connect"
+        } else {
+            "request failed"
+        }
+    });
+    let mut deepest = None;
+    let mut cur = e.source();
+    while let Some(x) = cur {
+        deepest = Some(x.to_string());
+        cur = x.source();
+    }
+    match (kind, deepest) {
+        (Some(k), Some(d)) => format!("{k}: {d}"),
+        (None, Some(d)) if !d.is_empty() => d,
         _ => text,
     }
 }
@@ -500,8 +537,12 @@ mod tests {
         );
         assert_eq!(
             reason(&s3),
-            "HTTP 403 SignatureDoesNotMatch: The request signature we calculated does not match"
+            "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature we calculated does \
+             not match"
         );
+        let html = T("Error performing GET http://h/x in 1ms - Server returned non-2xx status \
+                      code: 404 Not Found: <html><body>404</body></html>");
+        assert_eq!(reason(&html), "HTTP 404 Not Found");
         assert_eq!(reason(&T("connect error")), "connect error");
     }
 

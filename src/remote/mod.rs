@@ -203,3 +203,32 @@ pub fn open(
         },
     })
 }
+
+/// The archives a command argument names: a local path (one archive), or a URL (one object,
+/// or with `allow_prefix` every archive under an S3 prefix).
+pub fn open_for_command(
+    arg: &Path,
+    args: &RemoteArgs,
+    allow_prefix: bool,
+) -> crate::cli::CliResult<Vec<Arc<Archive>>> {
+    use crate::cli::CliError;
+    let Some(url) = arg.to_str().filter(|s| is_remote(s)) else {
+        return Ok(vec![Arc::new(Archive::open(arg)?)]);
+    };
+    let parsed = RemoteUrl::parse(url).map_err(|m| CliError::new(Exit::Usage, m))?;
+    if !allow_prefix && matches!(parsed, RemoteUrl::S3Prefix { .. }) {
+        return Err(CliError::new(
+            Exit::Usage,
+            format!("{url}: names a prefix; this command reads one archive (s3://BUCKET/KEY)"),
+        ));
+    }
+    // Commands fail on any member that does not open, as they do for a local file.
+    let opened = open(url, args, true, None).map_err(|e| CliError::new(e.exit, e.message))?;
+    Ok(opened.archives)
+}
+
+/// The one archive a command argument names (a local path or a URL of one object).
+pub fn open_one(arg: &Path, args: &RemoteArgs) -> crate::cli::CliResult<Arc<Archive>> {
+    let mut v = open_for_command(arg, args, false)?;
+    Ok(v.remove(0))
+}
