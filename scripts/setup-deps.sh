@@ -17,8 +17,10 @@ APT_PACKAGES=(
   mount            # mount(8)/umount(8): mount -t, mount -T fstab tests
   util-linux       # setpriv: the unprivileged-mount test
   python3-pip
+  nginx            # a real HTTP server with range requests for the http:// source tests
 )
-PIP_PACKAGES=(msgpack zstandard pyyaml)  # pyyaml: Kubernetes manifest checks
+# pyyaml: Kubernetes manifest checks; moto[server]: the S3 server of the s3:// source tests
+PIP_PACKAGES=(msgpack zstandard pyyaml "moto[server]")
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -34,7 +36,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c "import msgpack, zstandard, yaml" 2>/dev/null; then
+if ! python3 -c "import msgpack, zstandard, yaml, boto3, flask_cors, moto.server" 2>/dev/null; then
   echo "setup-deps: installing Python ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"

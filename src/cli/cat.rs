@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]

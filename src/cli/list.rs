@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-
 use super::CliResult;
 
 #[derive(Debug, clap::Args)]

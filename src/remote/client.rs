@@ -445,9 +445,7 @@ fn classify(e: &object_store::Error) -> Class {
 }
 
 /// The HTTP client's error in `e`'s chain: a request that got no (complete) answer.
-fn transport_error<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a reqwest::Error> {
+fn transport_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a reqwest::Error> {
     let mut cur = Some(e);
     while let Some(x) = cur {
         if let Some(r) = x.downcast_ref::<reqwest::Error>() {
@@ -479,7 +477,11 @@ pub fn reason(e: &(dyn std::error::Error + 'static)) -> String {
     let status_line = || {
         let at = text.find("status code: ")? + "status code: ".len();
         let rest = &text[at..];
-        Some(rest[..rest.find(':').unwrap_or(rest.len())].trim().to_owned())
+        Some(
+            rest[..rest.find(':').unwrap_or(rest.len())]
+                .trim()
+                .to_owned(),
+        )
     };
     if let Some(line) = status_line() {
         return match (tag("Code"), tag("Message")) {
@@ -540,8 +542,10 @@ mod tests {
             "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature we calculated does \
              not match"
         );
-        let html = T("Error performing GET http://h/x in 1ms - Server returned non-2xx status \
-                      code: 404 Not Found: <html><body>404</body></html>");
+        let html = T(
+            "Error performing GET http://h/x in 1ms - Server returned non-2xx status \
+                      code: 404 Not Found: <html><body>404</body></html>",
+        );
         assert_eq!(reason(&html), "HTTP 404 Not Found");
         assert_eq!(reason(&T("connect error")), "connect error");
     }

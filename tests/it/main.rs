@@ -20,6 +20,7 @@ mod install;
 mod loader;
 mod mount;
 mod path_safety;
+mod remote;
 mod split;
 mod split_c;
 mod split_cli;
