@@ -26,6 +26,8 @@ pub struct Archive {
     modified: Option<SystemTime>,
     toc_offset: u64,
     toc: Toc,
+    /// BLAKE3 of the TOC's msgpack object.
+    toc_digest: [u8; 32],
     /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs or zstd frames).
     spans: Vec<Span>,
 }
@@ -110,6 +112,7 @@ impl Archive {
             offset: toc_offset + e.offset as u64,
             reason: e.reason,
         })?;
+        let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
         drop(toc_bytes);
 
         let spans = match toc.scheme {
@@ -123,6 +126,7 @@ impl Archive {
             modified,
             toc_offset,
             toc,
+            toc_digest,
             spans,
         })
     }
@@ -148,6 +152,19 @@ impl Archive {
 
     pub fn toc_offset(&self) -> u64 {
         self.toc_offset
+    }
+
+    /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,
+    /// without trailing bytes). The TOC holds every kernel's digest in archives we write, so
+    /// this pins the whole archive; pins and cache keys use it.
+    pub fn toc_digest(&self) -> [u8; 32] {
+        self.toc_digest
+    }
+
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
+        let (b, e) = self.entry_index(key, arch)?;
+        self.toc.binaries[b].arches[e].blake3
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -177,13 +194,18 @@ impl Archive {
         self.toc.gfx_arches.iter().any(|a| a == arch)
     }
 
-    fn entry(&self, key: &str, arch: &str) -> Option<&TocEntry> {
-        let i = self
+    /// The (binary, entry) indices of a kernel in `binaries()`.
+    fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
+        let b = self
             .toc
             .binaries
             .binary_search_by(|b| b.key.as_str().cmp(key))
             .ok()?;
-        self.toc.binaries[i].arches.iter().find(|e| e.arch == arch)
+        let e = self.toc.binaries[b]
+            .arches
+            .iter()
+            .position(|e| e.arch == arch)?;
+        Some((b, e))
     }
 
     fn not_found(&self, key: &str, arch: &str, reason: impl Into<String>) -> Error {
@@ -197,10 +219,29 @@ impl Archive {
 
     /// Finds a kernel and checks that it can be read: the same checks, in the same order, as the
     /// reference's get (missing entry or blob: not found; blob past the end: I/O error).
-    pub fn locate<'a>(&'a self, key: &'a str, arch: &'a str) -> Result<KernelRef<'a>> {
-        let entry = self
-            .entry(key, arch)
+    pub fn locate(&self, key: &str, arch: &str) -> Result<KernelRef<'_>> {
+        let (b, e) = self
+            .entry_index(key, arch)
             .ok_or_else(|| self.not_found(key, arch, "no such entry in the TOC"))?;
+        self.locate_at(b, e)
+    }
+
+    /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
+    /// by name (the mount builds its tree from these indices and reads through them).
+    pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let Some((bin, entry)) = self
+            .toc
+            .binaries
+            .get(binary)
+            .and_then(|b| Some((b, b.arches.get(entry)?)))
+        else {
+            return Err(self.not_found(
+                &format!("#{binary}"),
+                &format!("#{entry}"),
+                "no TOC entry at these indices",
+            ));
+        };
+        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
         let stored = *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
             self.not_found(
                 key,

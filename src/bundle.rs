@@ -187,45 +187,39 @@ fn find_next_magic(data: &[u8], from: usize) -> Option<usize> {
 }
 
 fn read_u64(data: &[u8], at: usize) -> Result<u64, BundleError> {
-    data.get(at..at.saturating_add(8))
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .ok_or_else(|| {
-            BundleError::new(
-                at,
-                format!(
-                    "truncated: needs 8 bytes at {at}, only {} present",
-                    data.len()
-                ),
-            )
-        })
+    crate::bytes::le_u64(data, at).ok_or_else(|| {
+        BundleError::new(
+            at,
+            format!(
+                "truncated: needs 8 bytes at {at}, only {} present",
+                data.len()
+            ),
+        )
+    })
 }
 
 fn read_u32(data: &[u8], at: usize) -> Result<u32, BundleError> {
-    data.get(at..at.saturating_add(4))
-        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .ok_or_else(|| {
-            BundleError::new(
-                at,
-                format!(
-                    "truncated: needs 4 bytes at {at}, only {} present",
-                    data.len()
-                ),
-            )
-        })
+    crate::bytes::le_u32(data, at).ok_or_else(|| {
+        BundleError::new(
+            at,
+            format!(
+                "truncated: needs 4 bytes at {at}, only {} present",
+                data.len()
+            ),
+        )
+    })
 }
 
 fn read_u16(data: &[u8], at: usize) -> Result<u16, BundleError> {
-    data.get(at..at.saturating_add(2))
-        .map(|b| u16::from_le_bytes(b.try_into().expect("2 bytes")))
-        .ok_or_else(|| {
-            BundleError::new(
-                at,
-                format!(
-                    "truncated: needs 2 bytes at {at}, only {} present",
-                    data.len()
-                ),
-            )
-        })
+    crate::bytes::le_u16(data, at).ok_or_else(|| {
+        BundleError::new(
+            at,
+            format!(
+                "truncated: needs 2 bytes at {at}, only {} present",
+                data.len()
+            ),
+        )
+    })
 }
 
 /// Parses the uncompressed bundle at the start of `data` (which may continue past the bundle).

@@ -32,16 +32,7 @@ pub trait ByteSource: Send + Sync + std::fmt::Debug {
 /// Fills `buf` from `offset`, retrying short reads and interruptions; returns how many bytes were
 /// read (fewer than `buf.len()` only at the end of the source).
 pub fn read_full_at(src: &dyn ByteSource, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match src.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
+    crate::bytes::read_full_with(|b, at| src.read_at(b, at), buf, offset)
 }
 
 /// A local file, opened once and read with `pread`.

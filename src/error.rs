@@ -134,6 +134,39 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// What went wrong with a file operation, in the words every command and the mount use: a missing
+/// file is always "no such file" (as [`Error::FileNotFound`] says), and the OS's "(os error N)"
+/// suffix, which means nothing to a reader, is left out.
+pub fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "no such file".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => {
+            let text = e.to_string();
+            match text.rfind(" (os error ") {
+                Some(at) if text.ends_with(')') => text[..at].to_owned(),
+                _ => text,
+            }
+        }
+    }
+}
+
+/// `PATH: <what went wrong>`, for an I/O error on `path` (see [`describe_io`]).
+pub fn io_message(path: &std::path::Path, e: &io::Error) -> String {
+    format!("{}: {}", path.display(), describe_io(e))
+}
+
+/// Four magic bytes for a message: quoted when they are printable ASCII, as hex bytes otherwise
+/// (a lossy UTF-8 rendering would show replacement characters instead of what is in the file).
+fn show_magic(found: &[u8; 4]) -> String {
+    if found.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!("{:?}", String::from_utf8_lossy(found))
+    } else {
+        let hex: Vec<String> = found.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{} (hex)", hex.join(" "))
+    }
+}
+
 impl Error {
     /// The C error code this error maps to.
     pub fn kind(&self) -> ErrorKind {
@@ -160,6 +193,29 @@ impl Error {
         }
     }
 
+    /// The message without the archive, key and arch it names, for a caller that prints those
+    /// once itself (`verify`'s `BAD ARCHIVE: KEY [ARCH]: REASON`). Errors that name no kernel read
+    /// as their full message.
+    pub fn reason(&self) -> String {
+        match self {
+            Error::Io { what, source, .. } => format!("{what}: {}", describe_io(source)),
+            Error::BlobOutOfBounds {
+                offset,
+                size,
+                file_len,
+                ..
+            } => format!(
+                "claims bytes {offset}..{} but the file has {file_len}",
+                offset.saturating_add(*size)
+            ),
+            Error::KernelNotFound { reason, .. } => format!("not found: {reason}"),
+            Error::Decompress { offset, reason, .. } => {
+                format!("frame at byte {offset} failed to decode: {reason}")
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Wraps an I/O error, naming the file and the operation.
     pub fn io(path: impl Into<PathBuf>, what: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
@@ -176,7 +232,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Error::FileNotFound { path } => write!(f, "{}: no such file", path.display()),
             Error::Io { path, what, source } => {
-                write!(f, "{}: {what}: {source}", path.display())
+                write!(f, "{}: {what}: {}", path.display(), describe_io(source))
             }
             Error::EmptyFile { path } => write!(f, "{}: file is empty", path.display()),
             Error::TruncatedHeader { path, len } => write!(
@@ -186,9 +242,9 @@ impl fmt::Display for Error {
             ),
             Error::BadMagic { path, found } => write!(
                 f,
-                "{}: not a kpack archive: magic is {:?}, expected \"KPAK\"",
+                "{}: not a kpack archive: magic is {}, expected \"KPAK\"",
                 path.display(),
-                String::from_utf8_lossy(found)
+                show_magic(found)
             ),
             Error::UnsupportedVersion { path, version } => write!(
                 f,
@@ -284,5 +340,81 @@ impl std::error::Error for Error {
             Error::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_magic_is_quoted_when_printable_and_hex_otherwise() {
+        let bad = |found: [u8; 4]| {
+            Error::BadMagic {
+                path: "/a.kpack".into(),
+                found,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            bad(*b"XPAK"),
+            "/a.kpack: not a kpack archive: magic is \"XPAK\", expected \"KPAK\""
+        );
+        assert_eq!(
+            bad([0xff, 0xfe, 0x00, 0x01]),
+            "/a.kpack: not a kpack archive: magic is ff fe 00 01 (hex), expected \"KPAK\""
+        );
+        assert_eq!(
+            bad(*b"\x7fELF"),
+            "/a.kpack: not a kpack archive: magic is 7f 45 4c 46 (hex), expected \"KPAK\""
+        );
+    }
+
+    #[test]
+    fn reason_leaves_out_what_the_caller_already_names() {
+        let e = Error::Decompress {
+            path: "/a.kpack".into(),
+            key: "k#0".into(),
+            arch: "gfx900".into(),
+            offset: 64,
+            reason: "bad frame".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "/a.kpack: kernel k#0 [gfx900] (frame at byte 64) failed to decode: bad frame"
+        );
+        assert_eq!(e.reason(), "frame at byte 64 failed to decode: bad frame");
+        let e = Error::KernelNotFound {
+            path: "/a.kpack".into(),
+            key: "k#0".into(),
+            arch: "gfx900".into(),
+            reason: "no blob for ordinal 7".into(),
+        };
+        assert_eq!(e.reason(), "not found: no blob for ordinal 7");
+        let e = Error::BlobOutOfBounds {
+            path: "/a.kpack".into(),
+            key: "k#0".into(),
+            arch: "gfx900".into(),
+            offset: 10,
+            size: 5,
+            file_len: 12,
+        };
+        assert_eq!(e.reason(), "claims bytes 10..15 but the file has 12");
+    }
+
+    #[test]
+    fn io_errors_read_the_same_everywhere() {
+        let p = std::path::Path::new("/x");
+        let missing = io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(io_message(p, &missing), "/x: no such file");
+        assert_eq!(
+            Error::io(p, "cannot open", missing).to_string(),
+            "/x: cannot open: no such file"
+        );
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(io_message(p, &denied), "/x: permission denied");
+        let busy = io::Error::from_raw_os_error(libc::EBUSY);
+        assert_eq!(describe_io(&busy), "Device or resource busy");
+        assert_eq!(describe_io(&io::Error::other("custom text")), "custom text");
     }
 }

@@ -19,10 +19,10 @@ use std::path::{Component, Path};
 
 use crate::bundle::{self, BundleError};
 use crate::elf::{self, ElfFile};
+use crate::hipk;
+use crate::names;
 use crate::writer::{ArchiveWriter, Compression};
 
-/// Placeholder the loader replaces with each candidate target ID.
-pub const GFXARCH_PLACEHOLDER: &str = "@GFXARCH@";
 /// Directory, at the install root, that holds the archives.
 pub const KPACK_DIR: &str = ".kpack";
 /// Suffix of the metadata files `--emit-metadata` writes.
@@ -40,7 +40,7 @@ pub enum ImportError {
     /// The section's bundles are malformed.
     Bundle(BundleError),
     /// A bundle names a target that cannot be used in a file name.
-    BadArch { triple: String },
+    BadArch { triple: String, reason: String },
 }
 
 impl fmt::Display for ImportError {
@@ -58,10 +58,10 @@ impl fmt::Display for ImportError {
                 elf::KPACK_REF_SECTION
             ),
             ImportError::Bundle(e) => write!(f, "{}: {e}", elf::HIP_FATBIN_SECTION),
-            ImportError::BadArch { triple } => {
+            ImportError::BadArch { triple, reason } => {
                 write!(
                     f,
-                    "bundle triple {triple:?} names a target that is not a valid arch string"
+                    "bundle triple {triple:?} names a target that cannot be a file name: {reason}"
                 )
             }
         }
@@ -90,26 +90,18 @@ pub struct ImportedHost {
     pub code_objects: Vec<CodeObject>,
 }
 
-/// Target IDs are processor names plus `:feature±` suffixes (`gfx90a:xnack-`,
-/// `gfx9-4-generic`, `gfx1250-strict`). Anything else (in particular `/`) is refused, because
-/// the arch becomes part of an output file name.
-pub fn is_valid_arch(arch: &str) -> bool {
-    !arch.is_empty()
-        && arch != "."
-        && arch != ".."
-        && arch
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'+' | b'-' | b'_' | b'.'))
-}
-
 /// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
 pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
     let bundles = bundle::parse_fatbin(fatbin).map_err(ImportError::Bundle)?;
     let mut counters: Vec<(String, u32)> = Vec::new();
     let mut out = Vec::new();
     for e in bundles.into_iter().flat_map(|b| b.entries) {
-        if !is_valid_arch(&e.arch) {
-            return Err(ImportError::BadArch { triple: e.triple });
+        // The arch names an archive file and a tree's `<arch>.hsaco`: the same rule as `pack`.
+        if let Err(reason) = names::check_arch(&e.arch) {
+            return Err(ImportError::BadArch {
+                triple: e.triple,
+                reason,
+            });
         }
         let index = match counters.iter_mut().find(|(a, _)| *a == e.arch) {
             Some((_, n)) => {
@@ -122,7 +114,7 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
             }
         };
         out.push(CodeObject {
-            key: crate::names::lookup_key(kernel_name, index),
+            key: hipk::lookup_key(kernel_name, index),
             arch: e.arch,
             triple: e.triple,
             index,
@@ -205,11 +197,15 @@ pub fn default_prefix(file_name: &str) -> String {
     }
 }
 
-/// Checks a user-supplied prefix: it becomes part of file names and of the search path.
+/// Checks a user-supplied prefix: it becomes part of file names (a safe path component, see
+/// [`names::check_component`]) and of the search path, where an `@` could form the
+/// `@GFXARCH@` token, so `@` is refused too.
 pub fn validate_prefix(prefix: &str) -> Result<(), String> {
-    if prefix.is_empty() || prefix.contains(['/', '\0', '@']) || prefix == "." || prefix == ".." {
+    names::check_component(prefix).map_err(|why| format!("prefix {prefix:?} {why}"))?;
+    if prefix.contains('@') {
         return Err(format!(
-            "prefix {prefix:?} must be a non-empty file-name part without '/', '@' or NUL"
+            "prefix {prefix:?} contains '@' (it could form the {} token)",
+            hipk::GFXARCH_TOKEN
         ));
     }
     Ok(())
@@ -233,26 +229,10 @@ pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
         if single {
             None
         } else {
-            Some(GFXARCH_PLACEHOLDER)
+            Some(hipk::GFXARCH_TOKEN)
         },
     );
     format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
-}
-
-/// HIPK metadata, encoded as the reference does (Python msgpack, `use_bin_type=True`): a map
-/// with `kpack_search_paths` first, then `kernel_name`, strings as msgpack `str`.
-pub fn hipk_metadata(search_paths: &[String], kernel_name: &str) -> Vec<u8> {
-    use rmp::encode as e;
-    let mut out = Vec::new();
-    e::write_map_len(&mut out, 2).expect("vec write");
-    e::write_str(&mut out, "kpack_search_paths").expect("vec write");
-    e::write_array_len(&mut out, search_paths.len() as u32).expect("vec write");
-    for p in search_paths {
-        e::write_str(&mut out, p).expect("vec write");
-    }
-    e::write_str(&mut out, "kernel_name").expect("vec write");
-    e::write_str(&mut out, kernel_name).expect("vec write");
-    out
 }
 
 /// One archive to write: its file name and a writer holding its kernels.

@@ -1,17 +1,14 @@
-//! Naming rules shared by every face of the tool: the lookup key `kernel_name#index`, the
-//! `<arch>.hsaco` file name, and which TOC keys and arch names can become paths without escaping
-//! a directory (`extract`, the mount, `pack`).
+//! Naming rules shared by every face of the tool: the `<arch>.hsaco` file name, and the one
+//! definition of a *safe path component* ([`check_component`]) that decides which TOC keys, arch
+//! names, archive prefixes and `@GFXARCH@` substitutions can become (parts of) file names
+//! without escaping a directory (`extract`, the mount, `pack`, `pack --from-fatbin`, `split`,
+//! the loader's search paths).
 
 /// Extension of a code-object file in a tree (`<key>/<arch>.hsaco`).
 pub const HSACO_EXT: &str = "hsaco";
 
 /// Longest file-name component Linux accepts.
 pub const NAME_MAX: usize = 255;
-
-/// The TOC key a loader looks up for a wrapper: always indexed, decimal, no padding.
-pub fn lookup_key(kernel_name: &str, co_index: u32) -> String {
-    format!("{kernel_name}#{co_index}")
-}
 
 /// The file name an arch is shown as.
 pub fn hsaco_name(arch: &str) -> String {
@@ -25,12 +22,19 @@ pub fn arch_from_hsaco_name(name: &str) -> Option<&str> {
         .filter(|a| !a.is_empty())
 }
 
-fn check_component(c: &str) -> Result<(), String> {
+/// The one rule for a safe path component: a string that, used as one file name (or as part of
+/// one), names a file inside its directory. Refused: empty, `.` and `..`, `/`, NUL, and more
+/// than [`NAME_MAX`] bytes. Anything else is allowed (spaces, `:`, `+`, `@`, non-ASCII): Linux
+/// accepts it, and refusing more would make one command refuse what another wrote.
+pub fn check_component(c: &str) -> Result<(), String> {
     if c.is_empty() {
         return Err("has an empty path component".into());
     }
     if c == "." || c == ".." {
         return Err(format!("has a '{c}' component"));
+    }
+    if c.contains('/') {
+        return Err("contains '/'".into());
     }
     if c.contains('\0') {
         return Err("contains a NUL byte".into());
@@ -42,6 +46,11 @@ fn check_component(c: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// [`check_component`] as a yes/no answer.
+pub fn is_safe_component(c: &str) -> bool {
+    check_component(c).is_ok()
 }
 
 /// Splits a TOC key into directory names, refusing keys that could escape a directory or cannot
@@ -65,9 +74,6 @@ pub fn check_arch(arch: &str) -> Result<(), String> {
     if arch.is_empty() {
         return Err("arch name is empty".into());
     }
-    if arch.contains('/') {
-        return Err(format!("arch {arch:?} contains '/'"));
-    }
     check_component(arch).map_err(|why| format!("arch {arch:?} {why}"))?;
     check_component(&hsaco_name(arch)).map_err(|why| format!("arch {arch:?} file name {why}"))
 }
@@ -75,12 +81,6 @@ pub fn check_arch(arch: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lookup_keys_are_always_indexed() {
-        assert_eq!(lookup_key("lib/libfoo.so", 0), "lib/libfoo.so#0");
-        assert_eq!(lookup_key("x", 57), "x#57");
-    }
 
     #[test]
     fn hsaco_names_round_trip() {
@@ -113,6 +113,31 @@ mod tests {
             assert!(key_components(bad).is_err(), "{bad:?}");
         }
         assert_eq!(key_components(&"x".repeat(255)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn safe_components() {
+        for good in [
+            "gfx942:sramecc+",
+            "gfx 900",
+            "a@b",
+            "é",
+            "..a",
+            &"x".repeat(255),
+        ] {
+            assert_eq!(check_component(good), Ok(()), "{good:?}");
+        }
+        for (bad, why) in [
+            ("", "has an empty path component"),
+            (".", "has a '.' component"),
+            ("..", "has a '..' component"),
+            ("a/b", "contains '/'"),
+            ("a\0", "contains a NUL byte"),
+        ] {
+            assert_eq!(check_component(bad), Err(why.to_string()), "{bad:?}");
+            assert!(!is_safe_component(bad));
+        }
+        assert!(!is_safe_component(&"x".repeat(256)));
     }
 
     #[test]

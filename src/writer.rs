@@ -1,7 +1,9 @@
 //! Writes `.kpack` archives byte-identical to the reference writer for the same inputs: ordinals
 //! in insertion order, the TOC's keys in the reference's order, minimal msgpack encodings, and
-//! zstd frames made with content size and no checksum. Compression of large inputs runs on all
-//! cores; the output does not depend on the thread count.
+//! zstd frames made with content size and no checksum. Unless asked for the reference layout, each
+//! TOC entry also records its frame position and the BLAKE3 digest of the kernel (see
+//! docs/format.md). Compression and hashing of large inputs run on all cores; the output does not
+//! depend on the thread count.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -53,6 +55,8 @@ pub struct ArchiveWriter {
     /// (key, arch) pairs added so far, so that a duplicate is refused in constant time.
     added: std::collections::HashSet<(String, String)>,
     threads: usize,
+    /// Write exactly what the reference writer writes: no `frame`, no `blake3`.
+    reference_layout: bool,
 }
 
 /// Inputs smaller than this are compressed on the calling thread: starting threads costs more.
@@ -78,7 +82,14 @@ impl ArchiveWriter {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            reference_layout: false,
         })
+    }
+
+    /// With `true`, writes exactly the reference writer's bytes: entries carry no `frame` and no
+    /// `blake3` metadata (readers then validate the frame chain at open and check no digests).
+    pub fn set_reference_layout(&mut self, on: bool) {
+        self.reference_layout = on;
     }
 
     /// Caps the number of compression threads (at least one).
@@ -139,18 +150,19 @@ impl ArchiveWriter {
             name.to_string_lossy(),
             std::process::id()
         ));
+        // Errors name the output the user asked for: the temporary file is our detail.
         let result = (|| {
             let file =
-                std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "cannot create", e))?;
+                std::fs::File::create(&tmp).map_err(|e| Error::io(path, "cannot create", e))?;
             let mut out = io::BufWriter::new(file);
             let n = self
                 .write_to(&mut out, progress)
-                .map_err(|e| relabel(e, &tmp))?;
+                .map_err(|e| relabel(e, path))?;
             let file = out
                 .into_inner()
-                .map_err(|e| Error::io(&tmp, "cannot write", e.into_error()))?;
+                .map_err(|e| Error::io(path, "cannot write", e.into_error()))?;
             file.sync_all()
-                .map_err(|e| Error::io(&tmp, "cannot sync", e))?;
+                .map_err(|e| Error::io(path, "cannot sync", e))?;
             std::fs::rename(&tmp, path)
                 .map_err(|e| Error::io(path, "cannot rename into place", e))?;
             Ok(n)
@@ -180,6 +192,7 @@ impl ArchiveWriter {
     fn build_blob(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<Blob> {
         match self.compression {
             Compression::None => {
+                let encoded = self.encode_all(None, progress)?;
                 let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
                 let mut bytes = Vec::with_capacity(total);
                 let mut spans = Vec::with_capacity(self.kernels.len());
@@ -189,14 +202,27 @@ impl ArchiveWriter {
                         k.data.len() as u64,
                     ));
                     bytes.extend_from_slice(&k.data);
-                    progress(k.data.len() as u64);
                 }
-                Ok(Blob { bytes, spans })
+                let digests = encoded.into_iter().map(|e| e.digest).collect();
+                Ok(Blob {
+                    bytes,
+                    spans,
+                    digests,
+                })
             }
             Compression::Zstd { level } => {
-                let frames = self.compress_all(level, progress)?;
+                let encoded = self.encode_all(Some(level), progress)?;
+                let mut digests = Vec::with_capacity(encoded.len());
+                let frames: Vec<Vec<u8>> = encoded
+                    .into_iter()
+                    .map(|e| {
+                        digests.push(e.digest);
+                        e.frame
+                    })
+                    .collect();
                 let total: usize = frames.iter().map(|f| f.len() + 4).sum::<usize>() + 4;
                 let mut bytes = Vec::with_capacity(total);
+                let mut spans = Vec::with_capacity(frames.len());
                 let count = u32::try_from(frames.len())
                     .ok()
                     .filter(|n| *n <= format::MAX_ZSTD_FRAMES)
@@ -211,6 +237,7 @@ impl ArchiveWriter {
                     let len = u32::try_from(f.len()).map_err(|_| {
                         Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into())
                     })?;
+                    spans.push((format::BLOB_ALIGNMENT + bytes.len() as u64, u64::from(len)));
                     bytes.extend_from_slice(&len.to_le_bytes());
                     bytes.extend_from_slice(f);
                 }
@@ -221,13 +248,20 @@ impl ArchiveWriter {
                 }
                 Ok(Blob {
                     bytes,
-                    spans: Vec::new(),
+                    spans,
+                    digests,
                 })
             }
         }
     }
 
-    fn compress_all(&self, level: i32, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<Vec<u8>>> {
+    /// Compresses (when `level` is given) and hashes (unless writing the reference layout) every
+    /// kernel, in parallel for large inputs; results are in ordinal order.
+    fn encode_all(
+        &self,
+        level: Option<i32>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Vec<Encoded>> {
         let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
         let threads = if total < PARALLEL_THRESHOLD {
             1
@@ -237,16 +271,21 @@ impl ArchiveWriter {
         let slots: Vec<Mutex<Option<FrameResult>>> =
             self.kernels.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
+        let hash = !self.reference_layout;
         let work = || -> std::result::Result<(), String> {
-            let mut enc = FrameEncoder::new(level)?;
+            let mut enc = level.map(FrameEncoder::new).transpose()?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(k) = self.kernels.get(i) else {
                     return Ok(());
                 };
-                let frame = enc.encode(&k.data);
+                let frame = match &mut enc {
+                    Some(enc) => enc.encode(&k.data),
+                    None => Ok(Vec::new()),
+                };
+                let digest = hash.then(|| *blake3::hash(&k.data).as_bytes());
                 progress(k.data.len() as u64);
-                *crate::sync::lock(&slots[i]) = Some(frame);
+                *crate::sync::lock(&slots[i]) = Some(frame.map(|frame| Encoded { frame, digest }));
             }
         };
         if threads == 1 {
@@ -321,19 +360,36 @@ impl ArchiveWriter {
             for &i in idx {
                 let k = &self.kernels[i];
                 e::write_str(w, &k.arch).expect("vec write");
-                e::write_map_len(w, if k.metadata.is_empty() { 3 } else { 4 }).expect("vec write");
+                let frame = match self.compression {
+                    Compression::Zstd { .. } if !self.reference_layout => Some(blob.spans[i]),
+                    _ => None,
+                };
+                let digest = blob.digests[i];
+                let meta_len =
+                    k.metadata.len() + usize::from(frame.is_some()) + usize::from(digest.is_some());
+                e::write_map_len(w, if meta_len == 0 { 3 } else { 4 }).expect("vec write");
                 e::write_str(w, "type").expect("vec write");
                 e::write_str(w, "hsaco").expect("vec write");
                 e::write_str(w, "ordinal").expect("vec write");
                 e::write_uint(w, i as u64).expect("vec write");
                 e::write_str(w, "original_size").expect("vec write");
                 e::write_uint(w, k.data.len() as u64).expect("vec write");
-                if !k.metadata.is_empty() {
+                if meta_len != 0 {
                     e::write_str(w, "metadata").expect("vec write");
-                    e::write_map_len(w, k.metadata.len() as u32).expect("vec write");
+                    e::write_map_len(w, meta_len as u32).expect("vec write");
                     for (mk, mv) in &k.metadata {
                         e::write_str(w, mk).expect("vec write");
                         e::write_str(w, mv).expect("vec write");
+                    }
+                    if let Some((offset, size)) = frame {
+                        e::write_str(w, format::META_FRAME).expect("vec write");
+                        e::write_array_len(w, 2).expect("vec write");
+                        e::write_uint(w, offset).expect("vec write");
+                        e::write_uint(w, size).expect("vec write");
+                    }
+                    if let Some(d) = digest {
+                        e::write_str(w, format::META_BLAKE3).expect("vec write");
+                        e::write_bin(w, &d).expect("vec write");
                     }
                 }
             }
@@ -363,13 +419,21 @@ impl ArchiveWriter {
     }
 }
 
-/// One kernel's compressed frame, or why compressing it failed.
-type FrameResult = std::result::Result<Vec<u8>, String>;
+/// One kernel's compressed frame (empty for `none`) and digest, or why compressing failed.
+type FrameResult = std::result::Result<Encoded, String>;
+
+struct Encoded {
+    frame: Vec<u8>,
+    digest: Option<[u8; 32]>,
+}
 
 struct Blob {
     bytes: Vec<u8>,
-    /// `none` only: absolute (offset, size) per ordinal.
+    /// Absolute (offset, size) per ordinal. `none`: the kernel's bytes; zstd: the frame's size
+    /// word and the size it holds (the `frame` metadata).
     spans: Vec<(u64, u64)>,
+    /// Per ordinal, when hashing.
+    digests: Vec<Option<[u8; 32]>>,
 }
 
 fn relabel(e: Error, path: &Path) -> Error {

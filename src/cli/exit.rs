@@ -47,6 +47,11 @@ impl CliError {
         }
     }
 
+    /// An I/O error on `path`, worded as everywhere else (`PATH: no such file`).
+    pub fn io(exit: Exit, path: impl AsRef<std::path::Path>, e: &std::io::Error) -> CliError {
+        CliError::new(exit, rocm_kpack::error::io_message(path.as_ref(), e))
+    }
+
     pub fn code(&self) -> ExitCode {
         ExitCode::from(self.exit as u8)
     }

@@ -37,8 +37,7 @@ pub fn run(args: Args) -> CliResult {
         names::check_arch(&entry.arch).map_err(refuse)?;
         plan.push((key, entry.arch.as_str(), parts));
     }
-    let out_err =
-        |p: &Path, e: std::io::Error| CliError::new(Exit::Output, format!("{}: {e}", p.display()));
+    let out_err = |p: &Path, e: std::io::Error| CliError::io(Exit::Output, &p, &e);
     fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
     let mut count = 0u64;
     let mut bytes = 0u64;
@@ -92,7 +91,9 @@ pub fn run(args: Args) -> CliResult {
         bytes += data.len() as u64;
     }
     eprintln!(
-        "extracted {count} kernels ({bytes} bytes) into {}",
+        "extracted {} ({}) into {}",
+        super::words::count(count, "kernel", "kernels"),
+        super::words::count(bytes, "byte", "bytes"),
         args.dest.display()
     );
     Ok(())

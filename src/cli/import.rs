@@ -21,6 +21,8 @@ pub struct ImportRequest {
     pub single: bool,
     pub emit_metadata: bool,
     pub compression: Compression,
+    /// Write the reference writer's exact layout (no frame positions, no digests).
+    pub reference_layout: bool,
 }
 
 /// Below this much device code a progress bar would only flicker.
@@ -63,7 +65,10 @@ pub fn run(req: ImportRequest) -> CliResult {
                 ));
             }
             let search = vec![import::search_path(&kernel_name, &prefix, req.single)];
-            metadata.push((name, import::hipk_metadata(&search, &kernel_name)));
+            metadata.push((
+                name,
+                rocm_kpack::hipk::metadata::encode(&search, &kernel_name),
+            ));
         }
         hosts.push(ImportedHost {
             kernel_name,
@@ -83,7 +88,10 @@ pub fn run(req: ImportRequest) -> CliResult {
             "the binaries' .hip_fatbin sections hold no device code objects",
         ));
     }
-    let plans = import::plan_archives(hosts, &prefix, req.single, req.compression)?;
+    let mut plans = import::plan_archives(hosts, &prefix, req.single, req.compression)?;
+    for plan in &mut plans {
+        plan.writer.set_reference_layout(req.reference_layout);
+    }
 
     std::fs::create_dir_all(&req.out_dir).map_err(|e| {
         CliError::new(
@@ -163,8 +171,9 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
     }
     if problems.is_empty() {
         println!(
-            "{checked} code objects from {} binaries match the archives byte for byte",
-            hosts.len()
+            "{} from {} match the archives byte for byte",
+            super::words::count_of(checked, "code object", "code objects"),
+            super::words::count_of(hosts.len(), "binary", "binaries")
         );
         return Ok(());
     }
@@ -174,8 +183,9 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
     Err(CliError::new(
         Exit::Corrupt,
         format!(
-            "{} of {checked} code objects are missing or differ",
-            problems.len()
+            "{} of {} missing or differ",
+            problems.len(),
+            super::words::count_of(checked, "code object is", "code objects are")
         ),
     ))
 }
@@ -237,12 +247,8 @@ fn kernel_names_named(archives: &[Archive], file: &str) -> Vec<String> {
 
 /// Reads a host binary and keys its code objects.
 fn read_host(path: &Path, kernel_name: &str) -> CliResult<Vec<CodeObject>> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        CliError::new(
-            Exit::Unreadable,
-            format!("{}: cannot read: {e}", path.display()),
-        )
-    })?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::new(Exit::Unreadable, rocm_kpack::error::io_message(path, &e)))?;
     // Every import failure means the input is not the fat binary it was given as.
     import::host_code_objects(kernel_name, &bytes).map_err(|e: ImportError| {
         CliError::new(Exit::BadFormat, format!("{}: {e}", path.display()))
@@ -255,9 +261,7 @@ fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<String> {
     let Some(root) = root else {
         return file_name(host);
     };
-    let unreadable = |p: &Path, e: std::io::Error| {
-        CliError::new(Exit::Unreadable, format!("{}: {e}", p.display()))
-    };
+    let unreadable = |p: &Path, e: std::io::Error| CliError::io(Exit::Unreadable, &p, &e);
     let root_abs = std::fs::canonicalize(root).map_err(|e| unreadable(root, e))?;
     let parent = host
         .parent()

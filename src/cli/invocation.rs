@@ -169,8 +169,8 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
     }
     if positional.len() != 2 {
         return Err(usage(format!(
-            "expected SOURCE and MOUNTPOINT, got {} argument(s)",
-            positional.len()
+            "expected SOURCE and MOUNTPOINT, got {}",
+            super::words::count_of(positional.len(), "argument", "arguments")
         )));
     }
     if fake {
@@ -369,7 +369,7 @@ mod tests {
         assert!(err(&["mount.kpack-fuse", "a", "b", "-x"]).starts_with("unknown option -x\n"));
         assert!(
             err(&["mount.kpack-fuse", "a"])
-                .starts_with("expected SOURCE and MOUNTPOINT, got 1 argument(s)\n")
+                .starts_with("expected SOURCE and MOUNTPOINT, got 1 argument\n")
         );
         assert!(
             err(&["mount.kpack-fuse", "a", "b", "-t", "nfs"])

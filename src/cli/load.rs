@@ -45,7 +45,7 @@ pub fn run(args: Args) -> CliResult {
     };
     let loaded = loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, trace)?;
     std::fs::write(&args.output, &loaded.data)
-        .map_err(|e| CliError::new(Exit::Output, format!("{}: {e}", args.output.display())))?;
+        .map_err(|e| CliError::io(Exit::Output, &args.output, &e))?;
     println!(
         "{}: {} bytes ({} from {})",
         args.output.display(),

@@ -45,9 +45,7 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn write_pages(dir: &Path) -> CliResult {
-    let fail = |what: &Path, e: std::io::Error| {
-        CliError::new(Exit::Output, format!("{}: {e}", what.display()))
-    };
+    let fail = |what: &Path, e: std::io::Error| CliError::io(Exit::Output, &what, &e);
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
     for (name, text) in pages() {
         let path = dir.join(&name);

@@ -18,6 +18,7 @@ mod pack;
 mod resolve;
 mod split;
 mod verify;
+mod words;
 
 use std::process::ExitCode;
 

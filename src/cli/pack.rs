@@ -28,6 +28,10 @@ pub struct CompressionArgs {
     #[arg(long, default_value_t = codec::DEFAULT_LEVEL,
           value_parser = clap::value_parser!(i32).range(codec::MIN_LEVEL as i64..=codec::MAX_LEVEL as i64))]
     pub level: i32,
+    /// Write exactly what the reference writer writes: no frame positions and no BLAKE3 digests
+    /// in the TOC entries' metadata.
+    #[arg(long)]
+    pub reference_layout: bool,
 }
 
 impl CompressionArgs {
@@ -95,6 +99,7 @@ pub fn run(args: Args) -> CliResult {
             single: args.single,
             emit_metadata: args.emit_metadata,
             compression: args.compression.compression(),
+            reference_layout: args.compression.reference_layout,
         });
     }
     let dir = args.dir.expect("clap requires DIR without --from-fatbin");
@@ -147,13 +152,13 @@ pub fn run(args: Args) -> CliResult {
     if let Some(t) = args.threads {
         writer.set_threads(t);
     }
+    writer.set_reference_layout(args.compression.reference_layout);
     let mut total = 0u64;
     for (key, by_arch) in &tree {
         for arch in &arches {
             if let Some(path) = by_arch.get(arch) {
-                let data = std::fs::read(path).map_err(|e| {
-                    CliError::new(Exit::Unreadable, format!("{}: {e}", path.display()))
-                })?;
+                let data =
+                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
                 total += data.len() as u64;
                 writer.add_kernel(key, arch, data)?;
             }
@@ -171,12 +176,12 @@ pub fn run(args: Args) -> CliResult {
         b.finish_and_clear();
     }
     eprintln!(
-        "packed {} kernels ({} bytes) from {} into {} ({} bytes)",
-        writer.len(),
-        total,
+        "packed {} ({}) from {} into {} ({})",
+        super::words::count_of(writer.len(), "kernel", "kernels"),
+        super::words::count(total, "byte", "bytes"),
         dir.display(),
         args.output.display(),
-        written
+        super::words::count(written, "byte", "bytes")
     );
     Ok(())
 }
@@ -198,8 +203,7 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
 
 fn scan_tree(root: &Path) -> CliResult<Tree> {
-    let meta = std::fs::metadata(root)
-        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", root.display())))?;
+    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, &root, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(
             Exit::Usage,
@@ -209,15 +213,14 @@ fn scan_tree(root: &Path) -> CliResult<Tree> {
     let mut tree = Tree::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| CliError::io(Exit::Unreadable, &dir, &e))?;
         for entry in entries {
-            let entry = entry
-                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", dir.display())))?;
+            let entry = entry.map_err(|e| CliError::io(Exit::Unreadable, &dir, &e))?;
             let path = entry.path();
             let ft = entry
                 .file_type()
-                .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+                .map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
             if ft.is_symlink() {
                 continue;
             }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::arch;
-use rocm_kpack::loader::host::HipkHost;
+use rocm_kpack::hipk::HipkHost;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};
@@ -38,8 +38,7 @@ pub fn arch_list(args: &[String]) -> Vec<String> {
 
 /// Reads a host binary's HIPK metadata and wrappers.
 pub fn read_host(path: &Path) -> CliResult<HipkHost> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
     HipkHost::read(&bytes)
         .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))
 }
@@ -174,9 +173,13 @@ fn describe(event: &Event) -> Option<String> {
         Event::Disabled => "ROCM_KPACK_DISABLE is set: loading is disabled".into(),
         Event::MetadataInvalid { reason } => format!("bad metadata: {reason}"),
         Event::UsingOverride { paths } => {
-            format!("ROCM_KPACK_PATH is set: only its {paths} paths are tried")
+            let paths = super::words::count_of(*paths, "path is", "paths are");
+            format!("ROCM_KPACK_PATH is set: only its {paths} tried")
         }
-        Event::PrependingPrefix { paths } => format!("ROCM_KPACK_PATH_PREFIX: {paths} paths first"),
+        Event::PrependingPrefix { paths } => format!(
+            "ROCM_KPACK_PATH_PREFIX: {} first",
+            super::words::count_of(*paths, "path", "paths")
+        ),
         Event::ExpandedPattern { pattern, path } => format!("path    {path}   (from {pattern})"),
         Event::UnsafeTarget { pattern, target } => {
             format!("skip    arch {target:?}: not a plain path component (pattern {pattern})")

@@ -45,6 +45,7 @@ pub fn run(args: Args) -> CliResult {
         out_root,
         prefix: args.prefix,
         compression: args.compression.compression(),
+        reference_layout: args.compression.reference_layout,
     };
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {
@@ -55,14 +56,20 @@ pub fn run(args: Args) -> CliResult {
                 size_before,
                 size_after,
             } => println!(
-                "{}: {wrappers} wrappers now HIPK, {code_objects} code objects moved out, {size_before} -> {size_after} bytes",
-                b.output.display()
+                "{}: {} now HIPK, {} moved out, {size_before} -> {size_after} bytes",
+                b.output.display(),
+                super::words::count_of(*wrappers, "wrapper", "wrappers"),
+                super::words::count_of(*code_objects, "code object", "code objects")
             ),
             Outcome::Copied => println!("{}: no device code, copied unchanged", b.output.display()),
         }
     }
     for (path, n) in &report.archives {
-        println!("{}: {n} code objects", path.display());
+        println!(
+            "{}: {}",
+            path.display(),
+            super::words::count_of(*n, "code object", "code objects")
+        );
     }
     Ok(())
 }
@@ -70,7 +77,7 @@ pub fn run(args: Args) -> CliResult {
 /// `verify --split OUTROOT --original ROOT`.
 pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     let check = split::verify_split(out_root, original_root)
-        .map_err(|e| CliError::new(Exit::Unreadable, format!("{}: {e}", out_root.display())))?;
+        .map_err(|e| CliError::io(Exit::Unreadable, &out_root, &e))?;
     if check.binaries == 0 {
         return Err(CliError::new(
             Exit::NotFound,

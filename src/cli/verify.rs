@@ -1,5 +1,5 @@
 //! `kpack-fuse verify`: decode every kernel, check every size and name, and name each bad entry.
-//! With `--against HOST...`, also check that the archives hold every code object of those fat
+//! With `--against HOST` (repeatable), also check that the archives hold every code object of those fat
 //! binaries byte for byte.
 
 use std::path::PathBuf;
@@ -14,8 +14,9 @@ pub struct Args {
     /// The archives to check.
     #[arg(required_unless_present = "split")]
     pub archives: Vec<PathBuf>,
-    /// ROCm host binaries whose .hip_fatbin code objects must all be in the archives.
-    #[arg(long, value_name = "HOST", num_args = 1..)]
+    /// A ROCm host binary whose .hip_fatbin code objects must all be in the archives; repeat the
+    /// option for several binaries (it takes one value, so archives may follow it).
+    #[arg(long, value_name = "HOST")]
     pub against: Vec<PathBuf>,
     /// Check a tree written by `split`: every rewritten binary's code objects must load and match
     /// the original binary's byte for byte.
@@ -50,10 +51,18 @@ pub fn run(args: Args) -> CliResult {
     if !problems.is_empty() {
         return Err(CliError::new(
             Exit::Corrupt,
-            format!("{} of {total} entries are bad", problems.len()),
+            format!(
+                "{} of {} bad",
+                problems.len(),
+                super::words::count_of(total, "entry is", "entries are")
+            ),
         ));
     }
-    eprintln!("ok: {total} kernels in {opened} archive(s) decode to their recorded sizes");
+    eprintln!(
+        "ok: {} in {}, each decoded to its recorded size",
+        super::words::count_of(total, "kernel", "kernels"),
+        super::words::count_of(opened, "archive", "archives")
+    );
     if !args.against.is_empty() {
         import::verify_against(&args.archives, &args.against)?;
     }
@@ -80,7 +89,7 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> usize {
         let kref = match archive.locate(key, arch) {
             Ok(k) => k,
             Err(e) => {
-                bad(e.to_string());
+                bad(e.reason());
                 continue;
             }
         };
@@ -91,8 +100,50 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> usize {
             ));
         }
         if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
-            bad(e.to_string());
+            bad(e.reason());
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> super::Args {
+        let mut argv = vec!["kpack-fuse", "verify"];
+        argv.extend(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Verify(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn against_takes_one_host_per_use() {
+        let a = parse(&["--against", "lib/libfoo.so", "foo_gfx900.kpack"]);
+        assert_eq!(a.against, ["lib/libfoo.so"].map(std::path::PathBuf::from));
+        assert_eq!(
+            a.archives,
+            ["foo_gfx900.kpack"].map(std::path::PathBuf::from)
+        );
+        let a = parse(&[
+            "a.kpack",
+            "--against",
+            "lib/libfoo.so",
+            "b.kpack",
+            "--against",
+            "bin/app",
+        ]);
+        assert_eq!(
+            a.against,
+            ["lib/libfoo.so", "bin/app"].map(std::path::PathBuf::from)
+        );
+        assert_eq!(
+            a.archives,
+            ["a.kpack", "b.kpack"].map(std::path::PathBuf::from)
+        );
+    }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
 use crate::cache::{Bytes, CacheStats, KernelCache, KernelId};
-use tree::{Entry, FileNode, Ino, NodeKind, ROOT, Tree, TreeBuilder, TreeError};
+use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
 
@@ -242,10 +242,10 @@ impl KpackFs {
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
         let (kind, size, perm, nlink, mtime) = match entry {
-            Entry::Dir(d) => (Kind::Dir, 0, 0o555, 2 + d.subdirs, self.dir_time),
+            Entry::Dir(d) => (Kind::Dir, 0, 0o555, 2 + d.subdirs(), self.dir_time),
             Entry::File(f) => (Kind::File, f.size, 0o444, 1, self.file_time(f)),
             Entry::Link(target) => {
-                let name_len = self.tree.node(target).map_or(0, |n| n.name.len() as u64);
+                let name_len = self.tree.name(target).map_or(0, |n| n.len() as u64);
                 (Kind::Symlink, name_len, 0o777, 1, self.dir_time)
             }
         };
@@ -288,7 +288,7 @@ impl KpackFs {
         };
         let ino = if let Some(ino) = self.tree.child(dir, name) {
             ino
-        } else if let (NATIVE, Some(target)) = (name, dir.native) {
+        } else if let (NATIVE, Some(target)) = (name, dir.native()) {
             self.tree.link_to(target)
         } else if let Some(target) = self.tree.fallback(dir, name) {
             self.tree.link_to(target)
@@ -303,9 +303,8 @@ impl KpackFs {
         match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
             Entry::Link(target) => Ok(self
                 .tree
-                .node(target)
+                .name(target)
                 .ok_or(Errno::EIO)?
-                .name
                 .as_bytes()
                 .to_vec()),
             _ => Err(Errno::EINVAL),
@@ -437,17 +436,13 @@ impl KpackFs {
             Entry::Dir(d) => d,
             _ => return Err(Errno::ENOTDIR),
         };
-        let parent = self.tree.node(ino).map_or(ROOT, |n| n.parent);
+        let parent = self.tree.parent(ino).unwrap_or(ROOT);
         let fixed = [(".", ino, Kind::Dir), ("..", parent, Kind::Dir)];
-        let children = dir.children.iter().map(|(name, child)| {
-            let kind = match self.tree.node(*child).map(|n| &n.kind) {
-                Some(NodeKind::Dir(_)) => Kind::Dir,
-                _ => Kind::File,
-            };
-            (name.as_ref(), *child, kind)
+        let children = self.tree.children(dir).map(|(name, child, is_dir)| {
+            (name, child, if is_dir { Kind::Dir } else { Kind::File })
         });
         let native = dir
-            .native
+            .native()
             .map(|t| (NATIVE, self.tree.link_to(t), Kind::Symlink));
         let all = fixed.into_iter().chain(children).chain(native);
         for (i, (name, child, kind)) in all.enumerate().skip(offset as usize) {
@@ -532,12 +527,9 @@ impl KpackFs {
         const BSIZE: u32 = 4096;
         let bytes: u64 = self
             .tree
-            .nodes()
+            .files()
             .iter()
-            .map(|n| match &n.kind {
-                NodeKind::File(f) => f.size.div_ceil(u64::from(BSIZE)),
-                NodeKind::Dir(_) => 0,
-            })
+            .map(|f| f.size.div_ceil(u64::from(BSIZE)))
             .sum();
         StatFs {
             blocks: bytes,

@@ -14,7 +14,6 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,8 +21,8 @@ use std::sync::Arc;
 use crate::arch;
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
-use crate::loader::host::HipkHost;
-use crate::loader::{LoaderConfig, Silent, search};
+use crate::hipk::{self, HipkHost};
+use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
 use super::{Duplicate, FsOptions, KpackFs};
 
@@ -130,7 +129,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let unreadable = |e: std::io::Error| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     };
     let meta = std::fs::metadata(path).map_err(unreadable)?;
@@ -139,15 +138,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     }
     let mut magic = [0u8; 4];
     let mut f = std::fs::File::open(path).map_err(unreadable)?;
-    let mut got = 0;
-    while got < 4 {
-        match f.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(unreadable(e)),
-        }
-    }
+    let got = crate::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
     match &magic[..got] {
         b"KPAK" => Ok(SourceKind::Archive),
         b"\x7fELF" => Ok(SourceKind::HipkBinary),
@@ -167,7 +158,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let abs = std::fs::canonicalize(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", path.display()),
+            crate::error::io_message(&path, &e),
         )
     })?;
     let mut source = Source {
@@ -212,7 +203,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", dir.display()),
+            crate::error::io_message(&dir, &e),
         )
     })?;
     let mut names = Vec::new();
@@ -220,7 +211,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
         let e = e.map_err(|e| {
             SourceError::new(
                 SourceErrorKind::Unreadable,
-                format!("{}: {e}", dir.display()),
+                crate::error::io_message(&dir, &e),
             )
         })?;
         let name = e.file_name();
@@ -319,6 +310,25 @@ fn strip_path(message: &str, path: &Path) -> String {
     message.strip_prefix(&p).unwrap_or(message).to_owned()
 }
 
+/// Collects the archives the loader's open step skipped because they did not open (path, error
+/// code, reason); missing paths are only logged at debug level, as the loader says nothing.
+#[derive(Default)]
+struct OpenFailures(Vec<(String, i32, String)>);
+
+impl Trace for OpenFailures {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn record(&mut self, event: Event) {
+        match event {
+            Event::ArchiveOpenFailed { path, code, reason } => self.0.push((path, code, reason)),
+            Event::ArchiveMissing { path } => log::debug!("{path}: not a regular file, skipped"),
+            _ => {}
+        }
+    }
+}
+
 /// A HIPK binary: its metadata, its search paths resolved as the loader does, the archives that
 /// exist on them, and its kernel name as the key filter.
 fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceError> {
@@ -326,7 +336,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let bytes = std::fs::read(&binary).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            format!("{}: {e}", binary.display()),
+            crate::error::io_message(&binary, &e),
         )
     })?;
     let host = HipkHost::read(&bytes).map_err(|e| {
@@ -336,36 +346,51 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
         )
     })?;
     let meta = &host.metadata;
-    let paths = if opts.gpus.is_empty() {
-        search::existing_search_paths(&opts.loader, &binary, &meta.search_paths)
-    } else {
-        let arches: Vec<String> = opts
-            .gpus
-            .iter()
-            .flat_map(|g| arch::device_arch_list(g))
-            .collect();
-        let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
-        search::build_search_paths(
-            &opts.loader,
-            &binary,
-            &meta.search_paths,
-            &refs,
-            &mut Silent,
-        )
-    };
-    // The loader skips paths that are not regular files without a word; so does the mount.
-    let existing: Vec<PathBuf> = paths
+    let arches: Vec<String> = opts
+        .gpus
         .iter()
-        .filter(|p| {
-            let ok = std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
-            if !ok {
-                log::debug!("{}: not a regular file, skipped", p.display());
-            }
-            ok
-        })
-        .cloned()
+        .flat_map(|g| arch::device_arch_list(g))
         .collect();
-    open_members(source, &existing, opts)?;
+    let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let expansion = if opts.gpus.is_empty() {
+        Expansion::Existing
+    } else {
+        Expansion::Targets(&refs)
+    };
+    // The loader's own step from search paths to opened archives, on a loader of our own: what
+    // is shown is what `kpack_load_code_object` would search.
+    let loader = Loader::new(opts.loader.clone());
+    let paths = loader.search_paths(meta, &binary, expansion, &mut Silent);
+    ensure_open_files(paths.len() as u64 + opts.extra_fds + 16)?;
+    let mut failures = OpenFailures::default();
+    let opened = loader.open_archives(&paths, &mut failures);
+    if let Some((path, code, reason)) = failures.0.first().filter(|_| opts.strict) {
+        let kind = if [ErrorKind::FileNotFound, ErrorKind::IoError]
+            .iter()
+            .any(|k| k.code() == *code)
+        {
+            SourceErrorKind::Unreadable
+        } else {
+            SourceErrorKind::BadFormat
+        };
+        return Err(SourceError::new(
+            kind,
+            format!("{path}: {}", strip_path(reason, Path::new(path))),
+        ));
+    }
+    for (path, _, reason) in &failures.0 {
+        let w = format!("skipping {path}: {}", strip_path(reason, Path::new(path)));
+        log::warn!("{w}");
+        source.warnings.push(w);
+    }
+    // The loader keeps a file reached twice (symlinks, repeated search paths); the mount shows
+    // it once.
+    let mut seen = HashSet::new();
+    for (canonical, archive) in opened {
+        if seen.insert(canonical) {
+            source.archives.push(archive);
+        }
+    }
     if source.archives.is_empty() {
         let patterns: Vec<String> = meta
             .search_paths
@@ -392,13 +417,6 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     Ok(())
 }
 
-/// Whether `key` is code object `#<digits>` of `kernel_name`.
-pub fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
-    key.strip_prefix(kernel_name)
-        .and_then(|rest| rest.strip_prefix('#'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
 /// Builds the filesystem over an opened source. Duplicates are warnings naming both archives,
 /// or with `strict` an error.
 pub fn build_fs(
@@ -416,7 +434,7 @@ pub fn build_fs(
     let keep = |key: &str| {
         kernel_name
             .as_deref()
-            .is_none_or(|k| is_code_object_key(k, key))
+            .is_none_or(|k| hipk::is_code_object_key(k, key))
     };
     let (fs, duplicates) = KpackFs::with_keys(archives, fs_opts, &keep)
         .map_err(|e| SourceError::new(SourceErrorKind::BadFormat, e.to_string()))?;
@@ -453,22 +471,6 @@ fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn code_object_keys() {
-        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#0"));
-        assert!(is_code_object_key("lib/libx.so", "lib/libx.so#14"));
-        for other in [
-            "lib/libx.so",
-            "lib/libx.so#",
-            "lib/libx.so#a",
-            "lib/libx.so.1#0",
-            "lib/libx.so#0/y",
-            "x/lib/libx.so#0",
-        ] {
-            assert!(!is_code_object_key("lib/libx.so", other), "{other}");
-        }
-    }
 
     #[test]
     fn detects_kinds_from_content() {

@@ -8,11 +8,20 @@
 //! `n` is the number of real nodes, so any number of names resolving to the same sibling share
 //! one link inode and lookups allocate nothing.
 //!
+//! A mount may show a million entries, so the tree costs a small fixed number of bytes per node:
+//! every name lives once in one arena (a file name such as `gfx942.hsaco` once per arch, however
+//! many directories hold it), a node is three `u32`s, and a directory's children are one range of
+//! a shared index array, sorted by name: `lookup` is a binary search in that range and `readdir`
+//! walks it. While building, a hash index over (parent, name) finds existing nodes in O(1); it is
+//! dropped when the tree is finished.
+//!
 //! The builder takes archives one at a time so that a mount can merge several of them; the
 //! first archive to provide a (key, arch) wins and later ones are reported as duplicates.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
 use std::fmt;
+use std::hash::BuildHasher;
 
 use crate::arch;
 use crate::archive::Archive;
@@ -30,6 +39,9 @@ pub const NATIVE: &str = "native.hsaco";
 /// Longest file name Linux accepts.
 pub const NAME_MAX: usize = names::NAME_MAX;
 
+/// Most real nodes a tree holds: indices are `u32`s and link inodes (`file + n`) must not wrap.
+const MAX_NODES: usize = (u32::MAX / 2) as usize;
+
 /// One kernel file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileNode {
@@ -46,29 +58,45 @@ pub struct FileNode {
     pub stored_size: u64,
 }
 
+/// One directory: where its children are in the tree's index array, and what it links to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DirNode {
-    /// Children sorted by name (byte order), for binary search and stable readdir.
-    pub children: Vec<(Box<str>, Ino)>,
-    /// The file `native.hsaco` links to, when a GPU resolves here.
-    pub native: Option<Ino>,
+    /// First of this directory's children in `Tree::children`.
+    first: u32,
+    /// Number of children.
+    count: u32,
     /// Number of child directories (for `nlink`).
-    pub subdirs: u32,
+    subdirs: u32,
+    /// Inode of the file `native.hsaco` links to, 0 when no GPU resolves here.
+    native: u32,
     /// Whether any child is a kernel file (only those directories answer fallback names).
-    pub has_files: bool,
+    has_files: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeKind {
-    Dir(DirNode),
-    File(FileNode),
-}
+impl DirNode {
+    /// Number of child directories (for `nlink`).
+    pub fn subdirs(&self) -> u32 {
+        self.subdirs
+    }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub parent: Ino,
-    pub name: Box<str>,
-    pub kind: NodeKind,
+    /// The file `native.hsaco` links to, when a GPU resolves here.
+    pub fn native(&self) -> Option<Ino> {
+        (self.native != 0).then_some(Ino::from(self.native))
+    }
+
+    /// Whether any child is a kernel file.
+    pub fn has_files(&self) -> bool {
+        self.has_files
+    }
+
+    /// Number of real children (without `.`, `..` and `native.hsaco`).
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
 }
 
 /// What an inode number stands for.
@@ -111,16 +139,67 @@ pub struct Duplicate {
     pub dropped: u32,
 }
 
+/// Marks a node's `slot` as an index into `files` rather than `dirs`.
+const FILE: u32 = 1 << 31;
+
+/// One node: 12 bytes whatever its name.
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    /// Index of the parent node (the root is its own parent).
+    parent: u32,
+    /// Offset of the name in the arena.
+    name: u32,
+    /// Index into `dirs`, or into `files` with [`FILE`] set.
+    slot: u32,
+}
+
+impl Rec {
+    fn file(self) -> Option<usize> {
+        (self.slot & FILE != 0).then_some((self.slot & !FILE) as usize)
+    }
+
+    fn dir(self) -> Option<usize> {
+        (self.slot & FILE == 0).then_some(self.slot as usize)
+    }
+}
+
+/// Every name once: a length byte (names are at most [`NAME_MAX`] bytes), then the bytes.
+#[derive(Debug, Default)]
+struct Arena(Vec<u8>);
+
+impl Arena {
+    fn get(&self, at: u32) -> &[u8] {
+        let at = at as usize;
+        let len = usize::from(self.0[at]);
+        &self.0[at + 1..at + 1 + len]
+    }
+
+    fn push(&mut self, name: &str) -> Result<u32, String> {
+        let len = u8::try_from(name.len())
+            .map_err(|_| format!("name of {} bytes (limit {NAME_MAX})", name.len()))?;
+        let at = u32::try_from(self.0.len())
+            .map_err(|_| "the names of the mount exceed 4 GiB".to_owned())?;
+        self.0.push(len);
+        self.0.extend_from_slice(name.as_bytes());
+        Ok(at)
+    }
+}
+
 /// The finished, immutable tree.
 #[derive(Debug)]
 pub struct Tree {
-    nodes: Vec<Node>,
+    recs: Vec<Rec>,
+    names: Arena,
+    dirs: Vec<DirNode>,
+    files: Vec<FileNode>,
+    /// Node indices, one range per directory, each range sorted by name.
+    children: Vec<u32>,
 }
 
 impl Tree {
     /// Number of real nodes (directories and files); link inodes come after them.
     pub fn len(&self) -> u64 {
-        self.nodes.len() as u64
+        self.recs.len() as u64
     }
 
     /// Never: the root directory always exists.
@@ -128,25 +207,33 @@ impl Tree {
         false
     }
 
-    /// The node behind a real inode number.
-    pub fn node(&self, ino: Ino) -> Option<&Node> {
+    fn rec(&self, ino: Ino) -> Option<Rec> {
         let i = usize::try_from(ino.checked_sub(1)?).ok()?;
-        self.nodes.get(i)
+        self.recs.get(i).copied()
     }
 
     /// What `ino` is, or `None` for a number this mount never handed out.
     pub fn entry(&self, ino: Ino) -> Option<Entry<'_>> {
-        if let Some(node) = self.node(ino) {
-            return Some(match &node.kind {
-                NodeKind::Dir(d) => Entry::Dir(d),
-                NodeKind::File(f) => Entry::File(f),
+        if let Some(rec) = self.rec(ino) {
+            return Some(match rec.file() {
+                Some(f) => Entry::File(&self.files[f]),
+                None => Entry::Dir(&self.dirs[rec.slot as usize]),
             });
         }
         let target = ino.checked_sub(self.len())?;
-        match self.node(target)?.kind {
-            NodeKind::File(_) => Some(Entry::Link(target)),
-            NodeKind::Dir(_) => None,
-        }
+        self.rec(target)?.file().map(|_| Entry::Link(target))
+    }
+
+    /// The name of a real node ("" for the root).
+    pub fn name(&self, ino: Ino) -> Option<&str> {
+        let rec = self.rec(ino)?;
+        // Every name was pushed from a `&str`, so this never fails.
+        std::str::from_utf8(self.names.get(rec.name)).ok()
+    }
+
+    /// The directory holding a real node (the root's parent is the root).
+    pub fn parent(&self, ino: Ino) -> Option<Ino> {
+        Some(Ino::from(self.rec(ino)?.parent) + 1)
     }
 
     /// The inode of the link to file `file`.
@@ -154,17 +241,35 @@ impl Tree {
         file + self.len()
     }
 
-    /// A child by exact name.
-    pub fn child(&self, dir: &DirNode, name: &str) -> Option<Ino> {
-        dir.children
-            .binary_search_by(|(n, _)| n.as_ref().cmp(name))
-            .ok()
-            .map(|i| dir.children[i].1)
+    fn range(&self, dir: &DirNode) -> &[u32] {
+        &self.children[dir.first as usize..][..dir.count as usize]
     }
 
-    /// Every real node, in inode order (inode = index + 1).
-    pub fn nodes(&self) -> &[Node] {
-        &self.nodes
+    /// A child by exact name.
+    pub fn child(&self, dir: &DirNode, name: &str) -> Option<Ino> {
+        let range = self.range(dir);
+        range
+            .binary_search_by(|&i| {
+                self.names
+                    .get(self.recs[i as usize].name)
+                    .cmp(name.as_bytes())
+            })
+            .ok()
+            .map(|at| Ino::from(range[at]) + 1)
+    }
+
+    /// The children of `dir` sorted by name: name, inode, and whether it is a directory.
+    pub fn children<'a>(&'a self, dir: &DirNode) -> impl Iterator<Item = (&'a str, Ino, bool)> {
+        self.range(dir).iter().map(move |&i| {
+            let ino = Ino::from(i) + 1;
+            let is_dir = self.recs[i as usize].dir().is_some();
+            (self.name(ino).unwrap_or_default(), ino, is_dir)
+        })
+    }
+
+    /// Every kernel file, in the order they were added.
+    pub fn files(&self) -> &[FileNode] {
+        &self.files
     }
 
     /// Resolves a `<target-id>.hsaco` name that is not an entry of `dir` with the loader's
@@ -176,24 +281,93 @@ impl Tree {
             return None;
         }
         let found = arch::resolve_in(&arch::device_arch_list(target), |candidate| {
-            self.kernel_file(dir, candidate).is_some()
+            self.kernel_file(dir, &names::hsaco_name(candidate))
+                .is_some()
         })?;
-        self.kernel_file(dir, &found)
+        self.kernel_file(dir, &names::hsaco_name(&found))
     }
 
-    /// The kernel file for `arch` in `dir`, if there is one.
-    fn kernel_file(&self, dir: &DirNode, arch: &str) -> Option<Ino> {
-        let ino = self.child(dir, &names::hsaco_name(arch))?;
-        matches!(self.node(ino)?.kind, NodeKind::File(_)).then_some(ino)
+    /// The kernel file named `file_name` in `dir`, if there is one.
+    fn kernel_file(&self, dir: &DirNode, file_name: &str) -> Option<Ino> {
+        let ino = self.child(dir, file_name)?;
+        self.rec(ino)?.file().map(|_| ino)
+    }
+}
+
+/// Finds nodes by (parent, name) while building: open addressing over node indices, with a
+/// per-process random hash key so that crafted names cannot force long probe chains.
+#[derive(Debug)]
+struct Index {
+    /// Node index + 1; 0 marks a free slot. Always a power of two, at most half full.
+    slots: Vec<u32>,
+    used: usize,
+    hasher: RandomState,
+}
+
+impl Index {
+    fn new() -> Index {
+        Index {
+            slots: vec![0; 1024],
+            used: 0,
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn hash(&self, parent: u32, name: &[u8]) -> usize {
+        self.hasher.hash_one((parent, name)) as usize
+    }
+
+    /// The node named `name` under `parent`, or the free slot where it would go.
+    fn find(&self, recs: &[Rec], names: &Arena, parent: u32, name: &[u8]) -> Result<u32, usize> {
+        let mask = self.slots.len() - 1;
+        let mut at = self.hash(parent, name) & mask;
+        loop {
+            match self.slots[at] {
+                0 => return Err(at),
+                n => {
+                    let rec = recs[n as usize - 1];
+                    if rec.parent == parent && names.get(rec.name) == name {
+                        return Ok(n - 1);
+                    }
+                }
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Records node `node` in the free slot `at` that `find` returned.
+    fn insert(&mut self, recs: &[Rec], names: &Arena, at: usize, node: u32) {
+        self.slots[at] = node + 1;
+        self.used += 1;
+        if self.used * 2 > self.slots.len() {
+            let mut grown = Index {
+                slots: vec![0; self.slots.len() * 2],
+                used: 0,
+                hasher: self.hasher.clone(),
+            };
+            for &n in self.slots.iter().filter(|&&n| n != 0) {
+                let rec = recs[n as usize - 1];
+                let free = grown
+                    .find(recs, names, rec.parent, names.get(rec.name))
+                    .expect_err("each node is indexed once");
+                grown.slots[free] = n;
+                grown.used += 1;
+            }
+            *self = grown;
+        }
     }
 }
 
 /// Collects archives into a tree.
 #[derive(Debug)]
 pub struct TreeBuilder {
-    nodes: Vec<Node>,
-    /// Children by name while building (turned into sorted vectors at the end).
-    children: Vec<BTreeMap<Box<str>, Ino>>,
+    recs: Vec<Rec>,
+    names: Arena,
+    dirs: Vec<DirNode>,
+    files: Vec<FileNode>,
+    index: Index,
+    /// Arena offset of each arch's file name, or why the arch cannot be shown.
+    arch_names: HashMap<String, Result<u32, String>>,
 }
 
 impl Default for TreeBuilder {
@@ -204,25 +378,26 @@ impl Default for TreeBuilder {
 
 impl TreeBuilder {
     pub fn new() -> Self {
+        let mut names = Arena::default();
+        let root = names.push("").expect("the empty name fits");
         TreeBuilder {
-            nodes: vec![Node {
-                parent: ROOT,
-                name: "".into(),
-                kind: NodeKind::Dir(DirNode::default()),
+            recs: vec![Rec {
+                parent: 0,
+                name: root,
+                slot: 0,
             }],
-            children: vec![BTreeMap::new()],
+            names,
+            dirs: vec![DirNode::default()],
+            files: Vec::new(),
+            index: Index::new(),
+            arch_names: HashMap::new(),
         }
     }
 
-    /// Adds every entry of `archive` (index `id` in the mount's archive list). Returns the
-    /// entries an earlier archive already provided; fails, naming the key, on a name that
-    /// cannot be shown safely or that collides with a directory.
-    pub fn add_archive(&mut self, id: u32, archive: &Archive) -> Result<Vec<Duplicate>, TreeError> {
-        self.add_archive_keys(id, archive, &|_| true)
-    }
-
-    /// Like [`TreeBuilder::add_archive`], with only the keys for which `keep` is true (a HIPK
-    /// binary's mount shows that binary's keys only). Skipped keys are not checked.
+    /// Adds the entries of `archive` (index `id` in the mount's archive list) whose keys `keep`
+    /// accepts (a HIPK binary's mount shows that binary's keys only; skipped keys are not
+    /// checked). Returns the entries an earlier archive already provided; fails, naming the key,
+    /// on a name that cannot be shown safely or that collides with a directory.
     pub fn add_archive_keys(
         &mut self,
         id: u32,
@@ -235,38 +410,54 @@ impl TreeBuilder {
             key: key.to_owned(),
             reason,
         };
+        // The directories of the previous key: TOC keys are sorted, so neighbours share most of
+        // their path and only the components that differ need the index.
+        let mut path: Vec<(&str, u32)> = Vec::new();
         for (bi, binary) in archive.binaries().iter().enumerate() {
             let key = binary.key.as_str();
             if !keep(key) {
                 continue;
             }
             let components = names::key_components(key).map_err(|r| err(key, r))?;
-            let mut dir = ROOT;
-            for comp in components {
-                dir = self.subdir(dir, comp).map_err(|r| err(key, r))?;
+            let shared = path
+                .iter()
+                .zip(&components)
+                .take_while(|((have, _), want)| have == *want)
+                .count();
+            path.truncate(shared);
+            for comp in &components[shared..] {
+                let parent = path.last().map_or(0, |&(_, d)| d);
+                let dir = self.subdir(parent, comp).map_err(|r| err(key, r))?;
+                path.push((comp, dir));
             }
+            let dir = path.last().map_or(0, |&(_, d)| d);
             for (ei, entry) in binary.arches.iter().enumerate() {
-                let name = validate_arch(&entry.arch).map_err(|r| err(key, r))?;
-                if let Some(&existing) = self.children[dir as usize - 1].get(name.as_str()) {
-                    match &self.nodes[existing as usize - 1].kind {
-                        NodeKind::File(f) => {
+                let name = self.arch_name(&entry.arch).map_err(|r| err(key, r))?;
+                let found = self
+                    .index
+                    .find(&self.recs, &self.names, dir, self.names.get(name));
+                let free = match found {
+                    Err(free) => free,
+                    Ok(existing) => match self.recs[existing as usize].file() {
+                        Some(f) => {
                             duplicates.push(Duplicate {
                                 key: key.to_owned(),
                                 arch: entry.arch.clone(),
-                                kept: f.archive,
+                                kept: self.files[f].archive,
                                 dropped: id,
                             });
                             continue;
                         }
-                        NodeKind::Dir(_) => {
+                        None => {
+                            let shown = String::from_utf8_lossy(self.names.get(name)).into_owned();
                             return Err(err(
                                 key,
-                                format!("file {name} would replace a directory of the same name"),
+                                format!("file {shown} would replace a directory of the same name"),
                             ));
                         }
-                    }
-                }
-                let (size, stored_size) = match archive.locate(key, &entry.arch) {
+                    },
+                };
+                let (size, stored_size) = match archive.locate_at(bi, ei) {
                     Ok(k) => (k.size, k.stored.size),
                     // The entry points at nothing usable. Show it with the size it claims (the
                     // blob's for `none`, else the TOC's); reading it gives EIO, with the reason
@@ -274,93 +465,151 @@ impl TreeBuilder {
                     Err(Error::BlobOutOfBounds { size, .. }) => (size, size),
                     Err(_) => (entry.original_size, 0),
                 };
-                let file = FileNode {
+                let slot = u32::try_from(self.files.len())
+                    .ok()
+                    .filter(|&s| s < FILE)
+                    .ok_or_else(|| err(key, "too many files in one mount".into()))?;
+                self.files.push(FileNode {
                     archive: id,
                     binary: bi as u32,
                     entry: ei as u32,
                     ordinal: entry.ordinal,
                     size,
                     stored_size,
-                };
-                let ino = self.push(dir, name.into(), NodeKind::File(file));
-                self.children[dir as usize - 1]
-                    .insert(self.nodes[ino as usize - 1].name.clone(), ino);
-                if let NodeKind::Dir(d) = &mut self.nodes[dir as usize - 1].kind {
-                    d.has_files = true;
-                }
+                });
+                self.push(dir, name, slot | FILE, free)
+                    .map_err(|r| err(key, r))?;
+                self.dirs[self.recs[dir as usize].slot as usize].has_files = true;
             }
         }
         Ok(duplicates)
     }
 
-    fn push(&mut self, parent: Ino, name: Box<str>, kind: NodeKind) -> Ino {
-        self.nodes.push(Node { parent, name, kind });
-        self.children.push(BTreeMap::new());
-        self.nodes.len() as Ino
+    /// The arena offset of the file name for `arch`, checked and stored once per arch.
+    fn arch_name(&mut self, arch: &str) -> Result<u32, String> {
+        if let Some(known) = self.arch_names.get(arch) {
+            return known.clone();
+        }
+        let named =
+            names::check_arch(arch).and_then(|()| self.names.push(&names::hsaco_name(arch)));
+        self.arch_names.insert(arch.to_owned(), named.clone());
+        named
+    }
+
+    /// Appends a node under `parent` into the free index slot `free`.
+    fn push(&mut self, parent: u32, name: u32, slot: u32, free: usize) -> Result<u32, String> {
+        if self.recs.len() >= MAX_NODES {
+            return Err(format!(
+                "the mount would hold more than {MAX_NODES} entries"
+            ));
+        }
+        let node = self.recs.len() as u32;
+        self.recs.push(Rec { parent, name, slot });
+        self.index.insert(&self.recs, &self.names, free, node);
+        Ok(node)
     }
 
     /// The directory `name` under `parent`, created if missing.
-    fn subdir(&mut self, parent: Ino, name: &str) -> Result<Ino, String> {
-        if let Some(&ino) = self.children[parent as usize - 1].get(name) {
-            return match self.nodes[ino as usize - 1].kind {
-                NodeKind::Dir(_) => Ok(ino),
-                NodeKind::File(_) => Err(format!(
-                    "directory {name} would replace a kernel file of the same name"
-                )),
-            };
+    fn subdir(&mut self, parent: u32, name: &str) -> Result<u32, String> {
+        match self
+            .index
+            .find(&self.recs, &self.names, parent, name.as_bytes())
+        {
+            Ok(node) if self.recs[node as usize].dir().is_some() => Ok(node),
+            Ok(_) => Err(format!(
+                "directory {name} would replace a kernel file of the same name"
+            )),
+            Err(free) => {
+                let at = self.names.push(name)?;
+                let slot = u32::try_from(self.dirs.len())
+                    .map_err(|_| "too many directories".to_owned())?;
+                let node = self.push(parent, at, slot, free)?;
+                self.dirs.push(DirNode::default());
+                self.dirs[self.recs[parent as usize].slot as usize].subdirs += 1;
+                Ok(node)
+            }
         }
-        let ino = self.push(parent, name.into(), NodeKind::Dir(DirNode::default()));
-        self.children[parent as usize - 1].insert(name.into(), ino);
-        if let NodeKind::Dir(d) = &mut self.nodes[parent as usize - 1].kind {
-            d.subdirs += 1;
-        }
-        Ok(ino)
     }
 
     /// Freezes the tree. `gpus` are the local device ISAs in order: each directory holding
     /// kernels gets a `native.hsaco` link to what the first GPU that resolves there would load.
-    pub fn finish(mut self, gpus: &[String]) -> Tree {
-        for (i, map) in std::mem::take(&mut self.children).into_iter().enumerate() {
-            if let NodeKind::Dir(d) = &mut self.nodes[i].kind {
-                d.children = map.into_iter().collect();
-            }
+    pub fn finish(self, gpus: &[String]) -> Tree {
+        let TreeBuilder {
+            recs,
+            names,
+            mut dirs,
+            files,
+            index,
+            ..
+        } = self;
+        drop(index);
+        // Group the children by parent (a counting sort), then sort each group by name.
+        for rec in &recs[1..] {
+            dirs[recs[rec.parent as usize].slot as usize].count += 1;
         }
-        let mut tree = Tree { nodes: self.nodes };
-        let natives: Vec<(usize, Ino)> = tree
-            .nodes
+        let mut next = 0u32;
+        for d in &mut dirs {
+            d.first = next;
+            next += d.count;
+        }
+        let mut fill: Vec<u32> = dirs.iter().map(|d| d.first).collect();
+        let mut children = vec![0u32; recs.len() - 1];
+        for (i, rec) in recs.iter().enumerate().skip(1) {
+            let at = &mut fill[recs[rec.parent as usize].slot as usize];
+            children[*at as usize] = i as u32;
+            *at += 1;
+        }
+        drop(fill);
+        for d in &dirs {
+            children[d.first as usize..][..d.count as usize].sort_unstable_by(|&a, &b| {
+                names
+                    .get(recs[a as usize].name)
+                    .cmp(names.get(recs[b as usize].name))
+            });
+        }
+        let mut tree = Tree {
+            recs,
+            names,
+            dirs,
+            files,
+            children,
+        };
+        // Each GPU's candidate file names, most preferred first, worked out once for all
+        // directories with the loader's resolution order.
+        let candidates: Vec<Vec<String>> = gpus
+            .iter()
+            .map(|gpu| {
+                let mut order = Vec::new();
+                arch::resolve_in(&arch::device_arch_list(gpu), |c| {
+                    order.push(names::hsaco_name(c));
+                    false
+                });
+                order
+            })
+            .collect();
+        if candidates.is_empty() {
+            return tree;
+        }
+        let natives: Vec<(usize, u32)> = tree
+            .dirs
             .iter()
             .enumerate()
-            .filter_map(|(i, node)| {
-                let NodeKind::Dir(d) = &node.kind else {
-                    return None;
-                };
+            .filter_map(|(i, d)| {
                 // A real entry of that name wins over the link.
                 if !d.has_files || tree.child(d, NATIVE).is_some() {
                     return None;
                 }
-                let target = gpus.iter().find_map(|gpu| {
-                    let found = arch::resolve_in(&arch::device_arch_list(gpu), |c| {
-                        tree.kernel_file(d, c).is_some()
-                    })?;
-                    tree.kernel_file(d, &found)
-                })?;
-                Some((i, target))
+                let target = candidates
+                    .iter()
+                    .find_map(|order| order.iter().find_map(|n| tree.kernel_file(d, n)))?;
+                Some((i, target as u32))
             })
             .collect();
         for (i, target) in natives {
-            if let NodeKind::Dir(d) = &mut tree.nodes[i].kind {
-                d.native = Some(target);
-            }
+            tree.dirs[i].native = target;
         }
         tree
     }
-}
-
-/// Splits a key into its directory names (the shared naming rules of `names`).
-/// The file name for an arch, refusing arch names that cannot be one.
-fn validate_arch(arch: &str) -> Result<String, String> {
-    names::check_arch(arch)?;
-    Ok(names::hsaco_name(arch))
 }
 
 #[cfg(test)]
@@ -368,14 +617,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rejects_unsafe_arches() {
-        assert_eq!(
-            validate_arch("gfx942:sramecc+:xnack-").unwrap(),
-            "gfx942:sramecc+:xnack-.hsaco"
-        );
+    fn arch_names_are_checked_and_stored_once() {
+        let mut b = TreeBuilder::new();
+        let at = b.arch_name("gfx942:sramecc+:xnack-").unwrap();
+        assert_eq!(b.names.get(at), b"gfx942:sramecc+:xnack-.hsaco");
+        let len = b.names.0.len();
+        assert_eq!(b.arch_name("gfx942:sramecc+:xnack-").unwrap(), at);
+        assert_eq!(b.names.0.len(), len, "a second use adds no bytes");
         for bad in ["", ".", "..", "gfx/900", "gfx\0", &"g".repeat(250)] {
-            assert!(validate_arch(bad).is_err(), "{bad:?} must be refused");
+            assert!(b.arch_name(bad).is_err(), "{bad:?} must be refused");
+            assert!(b.arch_name(bad).is_err(), "{bad:?} must stay refused");
         }
-        assert!(validate_arch(&"g".repeat(249)).is_ok());
+        assert!(b.arch_name(&"g".repeat(249)).is_ok());
+    }
+
+    #[test]
+    fn the_index_finds_every_node_after_growing() {
+        let mut b = TreeBuilder::new();
+        let mut made = Vec::new();
+        // Seven directories in the root, seven in each of those, and so on.
+        let parent = |made: &[u32], i: usize| if i < 7 { 0 } else { made[i / 7 - 1] };
+        for i in 0..5000 {
+            let p = parent(&made, i);
+            made.push(b.subdir(p, &format!("d{i}")).unwrap());
+        }
+        assert!(b.index.slots.len() > 1024, "the index grew");
+        for (i, &node) in made.iter().enumerate() {
+            let p = parent(&made, i);
+            assert_eq!(b.subdir(p, &format!("d{i}")), Ok(node));
+        }
+        assert_eq!(b.recs.len(), 5001, "finding adds nothing");
+        let tree = b.finish(&[]);
+        let root = match tree.entry(ROOT) {
+            Some(Entry::Dir(d)) => d.clone(),
+            other => panic!("root is {other:?}"),
+        };
+        assert_eq!(root.len(), 7);
+        assert_eq!(root.subdirs(), 7);
+        assert_eq!(
+            tree.children(&root).map(|c| c.0).collect::<Vec<_>>(),
+            ["d0", "d1", "d2", "d3", "d4", "d5", "d6"]
+        );
+        let d3 = tree.child(&root, "d3").unwrap();
+        assert_eq!(tree.name(d3), Some("d3"));
+        assert_eq!(tree.parent(d3), Some(ROOT));
+        assert_eq!(tree.parent(ROOT), Some(ROOT));
+        assert_eq!(tree.child(&root, "d7"), None);
     }
 }

@@ -13,7 +13,11 @@
 //!   hostile arch list gives one) is not substituted: no expanded path leaves the pattern's
 //!   directory. The reference substitutes any string; real target IDs never differ.
 //!
-//! Nothing here opens archives; the mount and the CLI call [`build_search_paths`] on its own.
+//! - Without a device (the mount with no `--gpu`), a `@GFXARCH@` path stands instead for every
+//!   existing file that fits it ([`Expansion::Existing`]).
+//!
+//! Nothing here opens archives: [`super::Loader::open_archives`] does, for the loader and the
+//! mount alike.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -21,17 +25,26 @@ use std::path::{Component, Path, PathBuf};
 
 use super::config::LoaderConfig;
 use super::trace::{Event, Trace, emit};
-use crate::arch;
+use crate::hipk::GFXARCH_TOKEN;
+use crate::{arch, names};
 
-/// The placeholder replaced by a target name in embedded search paths.
-pub const GFXARCH_TOKEN: &str = "@GFXARCH@";
+/// What `@GFXARCH@` in an embedded search path stands for.
+#[derive(Debug, Clone, Copy)]
+pub enum Expansion<'a> {
+    /// Each compatible target of each arch in the caller's list, most specific first (what the
+    /// loader does for a device); `None` entries are skipped.
+    Targets(&'a [Option<&'a str>]),
+    /// Every existing file that fits the pattern ([`existing_matches`]): the archives a binary
+    /// could load on *some* device (the mount without `--gpu`).
+    Existing,
+}
 
 /// The ordered list of archive paths to try.
 pub fn build_search_paths(
     config: &LoaderConfig,
     binary_path: &Path,
     embedded: &[OsString],
-    arch_list: &[Option<&str>],
+    expansion: Expansion<'_>,
     trace: &mut dyn Trace,
 ) -> Vec<PathBuf> {
     if !config.path_override.is_empty() {
@@ -49,57 +62,56 @@ pub fn build_search_paths(
     }
     for raw in embedded {
         let resolved = resolve_path(binary_path, Path::new(raw));
-        if find_token(resolved.as_os_str()).is_some() {
-            for a in arch_list.iter().flatten() {
-                for target in arch::compatible_targets(a) {
-                    if !is_plain_component(&target) {
-                        emit(trace, || Event::UnsafeTarget {
-                            pattern: resolved.display().to_string(),
-                            target: target.clone(),
-                        });
-                        continue;
-                    }
-                    let expanded = replace_first_token(&resolved, &target);
-                    emit(trace, || Event::ExpandedPattern {
-                        pattern: resolved.display().to_string(),
-                        path: expanded.display().to_string(),
-                    });
-                    paths.push(expanded);
-                }
-            }
-        } else {
+        if find_token(resolved.as_os_str()).is_none() {
             emit(trace, || Event::DirectPath {
                 original: Path::new(raw).display().to_string(),
                 resolved: resolved.display().to_string(),
             });
             paths.push(resolved);
+            continue;
+        }
+        let mut add = |path: PathBuf, trace: &mut dyn Trace| {
+            emit(trace, || Event::ExpandedPattern {
+                pattern: resolved.display().to_string(),
+                path: path.display().to_string(),
+            });
+            paths.push(path);
+        };
+        match expansion {
+            Expansion::Targets(arch_list) => {
+                expand_for_targets(&resolved, arch_list, trace, &mut add)
+            }
+            Expansion::Existing => {
+                for path in existing_matches(&resolved) {
+                    add(path, trace);
+                }
+            }
         }
     }
     paths
 }
 
-/// The archive paths a binary could load on *some* device: the same rules as
-/// [`build_search_paths`] (override exclusive, prefix first, embedded paths resolved against the
-/// binary's directory), except that a path with `@GFXARCH@` stands for every existing file that
-/// fits it ([`existing_matches`]) instead of one path per target of a known arch list.
-pub fn existing_search_paths(
-    config: &LoaderConfig,
-    binary_path: &Path,
-    embedded: &[OsString],
-) -> Vec<PathBuf> {
-    if !config.path_override.is_empty() {
-        return config.path_override.clone();
-    }
-    let mut paths = config.path_prefix.clone();
-    for raw in embedded {
-        let resolved = resolve_path(binary_path, Path::new(raw));
-        if find_token(resolved.as_os_str()).is_some() {
-            paths.extend(existing_matches(&resolved));
-        } else {
-            paths.push(resolved);
+/// One path per compatible target of each arch, skipping targets that are not safe path
+/// components (the arch list comes from the caller: a hostile or broken one must not turn
+/// `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`).
+fn expand_for_targets(
+    resolved: &Path,
+    arch_list: &[Option<&str>],
+    trace: &mut dyn Trace,
+    add: &mut dyn FnMut(PathBuf, &mut dyn Trace),
+) {
+    for a in arch_list.iter().flatten() {
+        for target in arch::compatible_targets(a) {
+            if names::is_safe_component(&target) {
+                add(replace_first_token(resolved, &target), trace);
+            } else {
+                emit(trace, || Event::UnsafeTarget {
+                    pattern: resolved.display().to_string(),
+                    target: target.clone(),
+                });
+            }
         }
     }
-    paths
 }
 
 /// Resolves an embedded search path against the binary's directory. Absolute paths are returned
@@ -158,14 +170,6 @@ pub fn lexically_normal(path: &Path) -> PathBuf {
         return PathBuf::from(".");
     }
     parts.iter().map(|c| c.as_os_str()).collect()
-}
-
-/// Whether `target` can replace `@GFXARCH@` without changing which directory the path names:
-/// not empty, not `.` or `..`, no `/` and no NUL. Real target IDs (`gfx942:sramecc+`) always
-/// are; the arch list comes from the caller, so a hostile or broken one must not turn
-/// `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`.
-fn is_plain_component(target: &str) -> bool {
-    !target.is_empty() && target != "." && target != ".." && !target.contains(['/', '\0'])
 }
 
 fn find_token(s: &OsStr) -> Option<usize> {
@@ -275,7 +279,7 @@ mod tests {
             &LoaderConfig::default(),
             &binary,
             &os(&["../.kpack/foo_@GFXARCH@.kpack"]),
-            &list,
+            Expansion::Targets(&list),
             &mut Silent,
         );
         let k = root.join(".kpack");
@@ -314,7 +318,7 @@ mod tests {
             &LoaderConfig::default(),
             &root.join("lib/libfoo.so"),
             &os(&["../.kpack/@GFXARCH@/foo.kpack"]),
-            &list,
+            Expansion::Targets(&list),
             &mut rec,
         );
         let k = root.join(".kpack");
@@ -373,7 +377,7 @@ mod tests {
             &cfg,
             Path::new("/b/x.so"),
             &os(&["/e.kpack"]),
-            &[Some("gfx900")],
+            Expansion::Targets(&[Some("gfx900")]),
             &mut rec,
         );
         assert_eq!(paths, [PathBuf::from("/o/@GFXARCH@.kpack")]);
@@ -388,7 +392,7 @@ mod tests {
             &cfg,
             Path::new("/nonexistent-dir/x.so"),
             &os(&["/e.kpack", "y/../z.kpack"]),
-            &[Some("gfx900")],
+            Expansion::Targets(&[Some("gfx900")]),
             &mut rec,
         );
         assert_eq!(
@@ -450,7 +454,7 @@ mod tests {
             &LoaderConfig::default(),
             Path::new("/nonexistent-dir/x.so"),
             &os(&["f_@GFXARCH@.kpack"]),
-            &[Some(""), Some("amdgcn-amd-amdhsa--")],
+            Expansion::Targets(&[Some(""), Some("amdgcn-amd-amdhsa--")]),
             &mut Silent,
         );
         assert_eq!(

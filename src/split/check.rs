@@ -13,8 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::rewrite::{HIPK_MAGIC, WRAPPER_SIZE};
 use crate::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+use crate::hipk::wrapper::{HIPK_MAGIC, parse_wrappers};
 use crate::import::{self, KPACK_DIR};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
 
@@ -27,13 +27,6 @@ pub struct SplitCheck {
     pub code_objects: usize,
     /// One line per problem, naming the binary.
     pub problems: Vec<String>,
-}
-
-/// One wrapper of a rewritten binary, as stored in the file.
-struct FileWrapper {
-    magic: u32,
-    pointer: u64,
-    co_index: u32,
 }
 
 /// Checks every split binary below `out_root` against the binary at the same relative path
@@ -101,7 +94,7 @@ fn verify_binary(
         problems.push(format!("has a marker but no {FATBIN_SEGMENT_SECTION}"));
         return 0;
     };
-    let wrappers = read_wrappers(seg.data);
+    let wrappers = parse_wrappers(seg.data, true);
     for (i, w) in wrappers.iter().enumerate() {
         if w.magic != HIPK_MAGIC {
             problems.push(format!("wrapper {i} has magic {:#010x}, not HIPK", w.magic));
@@ -114,7 +107,7 @@ fn verify_binary(
         }
     }
     let originals = match std::fs::read(original)
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error::describe_io(&e))
         .and_then(|b| {
             import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string())
         }) {
@@ -179,16 +172,6 @@ fn verify_binary(
         }
     }
     compared
-}
-
-fn read_wrappers(data: &[u8]) -> Vec<FileWrapper> {
-    data.chunks_exact(WRAPPER_SIZE)
-        .map(|w| FileWrapper {
-            magic: u32::from_le_bytes(w[0..4].try_into().expect("4 bytes")),
-            pointer: u64::from_le_bytes(w[8..16].try_into().expect("8 bytes")),
-            co_index: u32::from_le_bytes(w[16..20].try_into().expect("4 bytes")),
-        })
-        .collect()
 }
 
 /// Regular files below `root` (relative paths, sorted), skipping the archive folder.

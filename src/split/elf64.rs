@@ -3,6 +3,7 @@
 //! and never panics; writing produces the exact on-disk encoding.
 
 use super::SplitError;
+use crate::bytes;
 
 pub const EHDR_SIZE: usize = 64;
 pub const PHDR_SIZE: usize = 56;
@@ -31,37 +32,22 @@ pub const R_X86_64_RELATIVE: u32 = 8;
 /// section count uses extended numbering, which we do not rewrite.
 pub const SHN_LORESERVE: u16 = 0xff00;
 
+fn truncated(n: usize, at: usize) -> SplitError {
+    SplitError::Malformed(format!(
+        "truncated: {n} bytes at offset {at} are past the end"
+    ))
+}
+
 pub fn u16_at(b: &[u8], at: usize) -> Result<u16, SplitError> {
-    b.get(at..at.wrapping_add(2))
-        .filter(|_| at <= usize::MAX - 2)
-        .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| {
-            SplitError::Malformed(format!(
-                "truncated: 2 bytes at offset {at} are past the end"
-            ))
-        })
+    bytes::le_u16(b, at).ok_or_else(|| truncated(2, at))
 }
 
 pub fn u32_at(b: &[u8], at: usize) -> Result<u32, SplitError> {
-    b.get(at..at.wrapping_add(4))
-        .filter(|_| at <= usize::MAX - 4)
-        .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
-        .ok_or_else(|| {
-            SplitError::Malformed(format!(
-                "truncated: 4 bytes at offset {at} are past the end"
-            ))
-        })
+    bytes::le_u32(b, at).ok_or_else(|| truncated(4, at))
 }
 
 pub fn u64_at(b: &[u8], at: usize) -> Result<u64, SplitError> {
-    b.get(at..at.wrapping_add(8))
-        .filter(|_| at <= usize::MAX - 8)
-        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-        .ok_or_else(|| {
-            SplitError::Malformed(format!(
-                "truncated: 8 bytes at offset {at} are past the end"
-            ))
-        })
+    bytes::le_u64(b, at).ok_or_else(|| truncated(8, at))
 }
 
 pub fn put_u16(b: &mut [u8], at: usize, v: u16) {

@@ -7,6 +7,7 @@
 
 mod check;
 mod elf64;
+mod emit;
 mod relocs;
 mod rewrite;
 mod stage;
@@ -15,11 +16,13 @@ mod tree;
 use std::fmt;
 
 pub use check::{SplitCheck, verify_split};
-pub use rewrite::{HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE, is_split, split_elf};
+pub use emit::Rewrite;
+pub use rewrite::{Prepared, is_split, prepare, split_elf};
 pub use tree::{
     BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
 };
 
+use crate::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};
 use crate::import::{self, CodeObject, ImportError};
 
 /// Why a binary cannot be split.
@@ -116,7 +119,7 @@ pub fn split_binary(
         ImportError::AlreadySplit => SplitError::AlreadySplit,
         other => SplitError::Import(other),
     })?;
-    let metadata = import::hipk_metadata(
+    let metadata = hipk::metadata::encode(
         &[import::search_path(kernel_name, prefix, false)],
         kernel_name,
     );

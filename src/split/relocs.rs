@@ -66,7 +66,7 @@ pub fn collect(b: &[u8], shdrs: &[Shdr]) -> Result<DynRelocs, SplitError> {
 fn decode_relr(data: &[u8], out: &mut Vec<u64>) -> Result<(), SplitError> {
     let mut next: u64 = 0;
     for chunk in data.chunks_exact(8) {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let word = crate::bytes::le_u64(chunk, 0).expect("8-byte chunk");
         if word & 1 == 0 {
             out.push(word);
             next = word.wrapping_add(8);

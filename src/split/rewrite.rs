@@ -23,14 +23,10 @@
 //!    the marker, and the section-name table is rewritten at the end with its name added.
 
 use super::elf64::*;
+use super::emit::Rewrite;
 use super::{SplitError, SplitResult, relocs};
 use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
-
-/// `HIPF` and `HIPK` wrapper magics as stored (little-endian u32).
-pub const HIPF_MAGIC: u32 = 0x4849_5046;
-pub const HIPK_MAGIC: u32 = 0x4B50_4948;
-/// Size of one `__CudaFatBinaryWrapper`.
-pub const WRAPPER_SIZE: usize = 24;
+use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a
@@ -121,11 +117,82 @@ pub fn is_split(bytes: &[u8]) -> Result<bool, SplitError> {
     Ok(input.section(KPACK_REF_SECTION).is_some())
 }
 
+/// Splits a binary held in memory: [`prepare`], then [`Prepared::finish`], then the output
+/// assembled from `bytes`.
 pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError> {
+    let rewrite = prepare(bytes)?.finish(marker);
+    let out = rewrite.to_vec(bytes);
+    Ok(rewrite.into_result(out))
+}
+
+/// A binary checked and planned for splitting; only the marker's bytes are still open (their
+/// address is fixed, so the wrappers can already point at them).
+pub struct Prepared {
+    header: [u8; EHDR_SIZE],
+    ehdr: Ehdr,
+    phdrs: Vec<Phdr>,
+    shdrs: Vec<Shdr>,
+    shstrtab: Vec<u8>,
+    layout: Layout,
+    edits: Edits,
+}
+
+/// Phases 1 and 2: the layout and the in-place edits. Every refusal happens here, and only
+/// the headers, the wrappers, the relocation and symbol tables and the words relocations point
+/// at are read: the bytes of `.hip_fatbin` are not, so `bytes` may hold zeros there.
+pub fn prepare(bytes: &[u8]) -> Result<Prepared, SplitError> {
     let inp = Input::parse(bytes)?;
     if inp.section(KPACK_REF_SECTION).is_some() {
         return Err(SplitError::AlreadySplit);
     }
+    let layout = plan_layout(bytes, &inp)?;
+    let edits = plan_edits(bytes, &inp, &layout)?;
+    let mut header = [0u8; EHDR_SIZE];
+    header.copy_from_slice(&bytes[..EHDR_SIZE]);
+    Ok(Prepared {
+        header,
+        ehdr: inp.ehdr,
+        phdrs: inp.phdrs,
+        shdrs: inp.shdrs,
+        shstrtab: inp.shstrtab.to_vec(),
+        layout,
+        edits,
+    })
+}
+
+/// Phase 1: the page-aligned hole `[cut_lo, cut_hi)` and the new segment at the end.
+struct Layout {
+    fb_idx: usize,
+    fb: Shdr,
+    page: u64,
+    seg_idx: usize,
+    cut_lo: u64,
+    cut_hi: u64,
+    /// Input bytes past this (an old section header table ending the file) are dropped.
+    keep_end: u64,
+    new_seg_off: u64,
+    new_seg_vaddr: u64,
+    /// What the segment holding the device code becomes: the parts before and after the hole.
+    split_parts: Vec<Phdr>,
+    phnum: usize,
+}
+
+impl Layout {
+    fn delta(&self) -> u64 {
+        self.cut_hi - self.cut_lo
+    }
+
+    /// Where input offset `off` (outside the hole) lands in the output.
+    fn shift(&self, off: u64) -> u64 {
+        if off >= self.cut_hi {
+            off - self.delta()
+        } else {
+            off
+        }
+    }
+}
+
+fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
     let fb_idx = inp
         .section(HIP_FATBIN_SECTION)
         .ok_or(SplitError::NoDeviceCode)?;
@@ -136,10 +203,7 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
         )));
     }
     range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?;
-    let (fb_lo, fb_hi) = (fb.sh_addr, fb.sh_addr + fb.sh_size);
-    let points_into_fatbin = |a: u64| a >= fb_lo && a < fb_hi;
-
-    // --- Layout: the page-aligned hole [cut_lo, cut_hi) and the new segment at the end. ---
+    let file_len = bytes.len() as u64;
     let loads: Vec<&Phdr> = inp.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
     let page = loads.iter().map(|p| p.p_align).max().unwrap_or(0).max(4096);
     if !page.is_power_of_two() {
@@ -187,13 +251,12 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
         .max()
         .unwrap_or(0);
     let old_sht_end = inp.ehdr.e_shoff + inp.ehdr.e_shnum as u64 * SHDR_SIZE as u64;
-    let keep_end = if inp.ehdr.e_shoff >= data_end && old_sht_end == bytes.len() as u64 {
+    let keep_end = if inp.ehdr.e_shoff >= data_end && old_sht_end == file_len {
         inp.ehdr.e_shoff
     } else {
-        bytes.len() as u64
+        file_len
     };
-    let body_len = keep_end - delta;
-    let new_seg_off = round_up(body_len, page);
+    let new_seg_off = round_up(keep_end - delta, page);
     let new_seg_vaddr = round_up(
         loads
             .iter()
@@ -202,49 +265,64 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
             .unwrap_or(0),
         page,
     );
-
-    let split_parts: Vec<Phdr> = {
-        let mut v = Vec::new();
-        if delta == 0 {
-            v.push(seg);
-        } else {
-            if cut_lo > seg.p_offset {
-                let len = cut_lo - seg.p_offset;
-                v.push(Phdr {
-                    p_filesz: len,
-                    p_memsz: len,
-                    ..seg
-                });
-            }
-            let skip = cut_hi - seg.p_offset;
-            if seg.p_memsz > skip {
-                v.push(Phdr {
-                    p_offset: cut_hi - delta,
-                    p_vaddr: seg.p_vaddr + skip,
-                    p_paddr: seg.p_paddr + skip,
-                    p_filesz: seg.p_filesz.saturating_sub(skip),
-                    p_memsz: seg.p_memsz - skip,
-                    ..seg
-                });
-            }
+    let mut split_parts = Vec::new();
+    if delta == 0 {
+        split_parts.push(seg);
+    } else {
+        if cut_lo > seg.p_offset {
+            let len = cut_lo - seg.p_offset;
+            split_parts.push(Phdr {
+                p_filesz: len,
+                p_memsz: len,
+                ..seg
+            });
         }
-        v
-    };
+        let skip = cut_hi - seg.p_offset;
+        if seg.p_memsz > skip {
+            split_parts.push(Phdr {
+                p_offset: cut_hi - delta,
+                p_vaddr: seg.p_vaddr + skip,
+                p_paddr: seg.p_paddr + skip,
+                p_filesz: seg.p_filesz.saturating_sub(skip),
+                p_memsz: seg.p_memsz - skip,
+                ..seg
+            });
+        }
+    }
     let phnum = inp.phdrs.len() - 1 + split_parts.len() + 1;
     if phnum > u16::MAX as usize {
         return Err(SplitError::Unsupported("too many program headers".into()));
     }
-    // The marker opens the new segment and the program header table follows it: tools that
-    // re-lay out files (objcopy, strip) expect a segment to start with its first section.
-    let table_len = (phnum * PHDR_SIZE) as u64;
-    let marker_off = new_seg_off;
-    let marker_vaddr = new_seg_vaddr;
-    let table_off = new_seg_off + round_up(marker.len() as u64, 8);
-    let table_vaddr = new_seg_vaddr + (table_off - new_seg_off);
-    let new_seg_len = table_off + table_len - new_seg_off;
+    Ok(Layout {
+        fb_idx,
+        fb,
+        page,
+        seg_idx,
+        cut_lo,
+        cut_hi,
+        keep_end,
+        new_seg_off,
+        new_seg_vaddr,
+        split_parts,
+        phnum,
+    })
+}
 
-    // --- Edits on a copy with the original offsets. ---
-    let mut work = bytes.to_vec();
+/// Phase 2 result: byte edits at input offsets, and what they changed.
+struct Edits {
+    patches: Vec<(u64, Vec<u8>)>,
+    wrappers: usize,
+    rewritten: usize,
+}
+
+/// Phase 2: wrappers become HIPK and point at the marker (the marker opens the new segment, so
+/// its address is known now); the relocations that set their pointers follow; any other
+/// pointer into the device code refuses the binary.
+fn plan_edits(bytes: &[u8], inp: &Input<'_>, layout: &Layout) -> Result<Edits, SplitError> {
+    let marker_vaddr = layout.new_seg_vaddr;
+    let (fb_lo, fb_hi) = (layout.fb.sh_addr, layout.fb.sh_addr + layout.fb.sh_size);
+    let points_into_fatbin = |a: u64| a >= fb_lo && a < fb_hi;
+    let mut patches = Vec::new();
     let wr_idx = inp
         .section(FATBIN_SEGMENT_SECTION)
         .ok_or(SplitError::NoWrappers)?;
@@ -260,14 +338,13 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
     let mut slots = Vec::with_capacity(count);
     for i in 0..count {
         let at = wr_range.start + i * WRAPPER_SIZE;
-        let magic = u32_at(bytes, at)?;
+        let mut record = [0u8; WRAPPER_SIZE];
+        record.copy_from_slice(&bytes[at..at + WRAPPER_SIZE]);
+        let magic = wrapper::make_hipk(&mut record, marker_vaddr, i as u32);
         if magic != HIPF_MAGIC && magic != HIPK_MAGIC {
             return Err(SplitError::BadWrapper { index: i, magic });
         }
-        put_u32(&mut work, at, HIPK_MAGIC);
-        put_u64(&mut work, at + 8, marker_vaddr);
-        let reserved = u64_at(bytes, at + 16)?;
-        put_u64(&mut work, at + 16, (reserved & !0xffff_ffff) | i as u64);
+        patches.push((at as u64, record.to_vec()));
         slots.push(wr.sh_addr + (i * WRAPPER_SIZE) as u64 + 8);
     }
 
@@ -287,7 +364,9 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
                 r_info: R_X86_64_RELATIVE as u64,
                 r_addend: marker_vaddr as i64,
             };
-            new.store(&mut work, r.file_offset);
+            let mut record = vec![0u8; RELA_SIZE];
+            new.store(&mut record, 0);
+            patches.push((r.file_offset as u64, record));
             rewritten += 1;
         } else if let Some(target) = relocs::static_target(bytes, &inp.shdrs, r, *symtab)? {
             if points_into_fatbin(target) {
@@ -309,123 +388,169 @@ pub fn split_elf(bytes: &[u8], marker: &[u8]) -> Result<SplitResult, SplitError>
             }
         }
     }
-    work[range(bytes, fb.sh_offset, fb.sh_size, HIP_FATBIN_SECTION)?].fill(0);
-
-    // --- Assemble: body without the hole, new segment, names, section headers. ---
-    let mut out = Vec::with_capacity(
-        (new_seg_off + new_seg_len) as usize + inp.shstrtab.len() + 64 * (inp.shdrs.len() + 1) + 64,
-    );
-    out.extend_from_slice(&work[..cut_lo as usize]);
-    out.extend_from_slice(&work[cut_hi as usize..keep_end as usize]);
-    out.resize(new_seg_off as usize, 0);
-
-    let shift = |off: u64| if off >= cut_hi { off - delta } else { off };
-    let mut phdrs = Vec::with_capacity(phnum);
-    let last_load = inp
-        .phdrs
-        .iter()
-        .rposition(|p| p.p_type == PT_LOAD)
-        .expect("the fatbin segment is a load");
-    let new_seg = Phdr {
-        p_type: PT_LOAD,
-        p_flags: PF_R,
-        p_offset: new_seg_off,
-        p_vaddr: new_seg_vaddr,
-        p_paddr: new_seg_vaddr,
-        p_filesz: new_seg_len,
-        p_memsz: new_seg_len,
-        p_align: page,
-    };
-    for (i, p) in inp.phdrs.iter().enumerate() {
-        if i == seg_idx {
-            phdrs.extend_from_slice(&split_parts);
-        } else if p.p_type == PT_PHDR {
-            phdrs.push(Phdr {
-                p_offset: table_off,
-                p_vaddr: table_vaddr,
-                p_paddr: table_vaddr,
-                p_filesz: table_len,
-                p_memsz: table_len,
-                ..*p
-            });
-        } else {
-            phdrs.push(Phdr {
-                p_offset: shift(p.p_offset),
-                ..*p
-            });
-        }
-        if i == last_load {
-            phdrs.push(new_seg);
-        }
-    }
-    debug_assert_eq!(phdrs.len(), phnum);
-    out.extend_from_slice(marker);
-    out.resize(table_off as usize, 0);
-    for p in &phdrs {
-        out.extend_from_slice(&p.encode());
-    }
-
-    let mut names = inp.shstrtab.to_vec();
-    let marker_name = names.len() as u32;
-    names.extend_from_slice(KPACK_REF_SECTION.as_bytes());
-    names.push(0);
-    let names_off = out.len() as u64;
-    out.extend_from_slice(&names);
-    out.resize(round_up(out.len() as u64, 8) as usize, 0);
-    let shoff = out.len() as u64;
-    for (i, s) in inp.shdrs.iter().enumerate() {
-        let s = if i == fb_idx {
-            Shdr {
-                sh_type: SHT_NOBITS,
-                sh_offset: cut_lo.min(shift(s.sh_offset)),
-                ..*s
-            }
-        } else if i == inp.ehdr.e_shstrndx as usize {
-            Shdr {
-                sh_offset: names_off,
-                sh_size: names.len() as u64,
-                ..*s
-            }
-        } else if i == 0 {
-            *s
-        } else {
-            Shdr {
-                sh_offset: shift(s.sh_offset),
-                ..*s
-            }
-        };
-        out.extend_from_slice(&s.encode());
-    }
-    let marker_shdr = Shdr {
-        sh_name: marker_name,
-        sh_type: SHT_PROGBITS,
-        sh_flags: SHF_ALLOC,
-        sh_addr: marker_vaddr,
-        sh_offset: marker_off,
-        sh_size: marker.len() as u64,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-    };
-    out.extend_from_slice(&marker_shdr.encode());
-
-    let ehdr = Ehdr {
-        e_phoff: table_off,
-        e_phnum: phnum as u16,
-        e_shoff: shoff,
-        e_shnum: inp.ehdr.e_shnum + 1,
-        ..inp.ehdr
-    };
-    ehdr.store(&mut out);
-    Ok(SplitResult {
-        bytes: out,
+    Ok(Edits {
+        patches,
         wrappers: count,
-        relocations_rewritten: rewritten,
-        removed: delta,
-        device_code: fb.sh_size,
-        marker_vaddr,
+        rewritten,
     })
+}
+
+impl Prepared {
+    /// Where the marker will be loaded (before relocation by the load bias).
+    pub fn marker_vaddr(&self) -> u64 {
+        self.layout.new_seg_vaddr
+    }
+
+    /// Size of the original `.hip_fatbin` section.
+    pub fn device_code(&self) -> u64 {
+        self.layout.fb.sh_size
+    }
+
+    /// Phase 3: the output, as kept input ranges plus edits plus a new tail holding the marker,
+    /// the program header table, the section names and the section header table.
+    pub fn finish(&self, marker: &[u8]) -> Rewrite {
+        let l = &self.layout;
+        let delta = l.delta();
+        // The marker opens the new segment and the program header table follows it: tools
+        // that re-lay out files (objcopy, strip) expect a segment to start with its first
+        // section.
+        let table_len = (l.phnum * PHDR_SIZE) as u64;
+        let marker_off = l.new_seg_off;
+        let table_off = l.new_seg_off + round_up(marker.len() as u64, 8);
+        let table_vaddr = l.new_seg_vaddr + (table_off - l.new_seg_off);
+        let new_seg_len = table_off + table_len - l.new_seg_off;
+
+        let copies = vec![
+            (0, l.cut_lo, 0),
+            (l.cut_hi, l.keep_end - l.cut_hi, l.cut_lo),
+        ];
+        let body_len = l.keep_end - delta;
+        // The partial device code pages left at either end of the hole.
+        let fb_end = l.fb.sh_offset + l.fb.sh_size;
+        let mut zeros = Vec::new();
+        if l.fb.sh_offset < l.cut_lo.min(fb_end) {
+            zeros.push((l.fb.sh_offset, l.cut_lo.min(fb_end) - l.fb.sh_offset));
+        }
+        let hi_from = l.cut_hi.max(l.fb.sh_offset);
+        if hi_from < fb_end {
+            zeros.push((l.shift(hi_from), fb_end - hi_from));
+        }
+
+        let mut phdrs = Vec::with_capacity(l.phnum);
+        let last_load = self
+            .phdrs
+            .iter()
+            .rposition(|p| p.p_type == PT_LOAD)
+            .expect("the fatbin segment is a load");
+        let new_seg = Phdr {
+            p_type: PT_LOAD,
+            p_flags: PF_R,
+            p_offset: l.new_seg_off,
+            p_vaddr: l.new_seg_vaddr,
+            p_paddr: l.new_seg_vaddr,
+            p_filesz: new_seg_len,
+            p_memsz: new_seg_len,
+            p_align: l.page,
+        };
+        for (i, p) in self.phdrs.iter().enumerate() {
+            if i == l.seg_idx {
+                phdrs.extend_from_slice(&l.split_parts);
+            } else if p.p_type == PT_PHDR {
+                phdrs.push(Phdr {
+                    p_offset: table_off,
+                    p_vaddr: table_vaddr,
+                    p_paddr: table_vaddr,
+                    p_filesz: table_len,
+                    p_memsz: table_len,
+                    ..*p
+                });
+            } else {
+                phdrs.push(Phdr {
+                    p_offset: l.shift(p.p_offset),
+                    ..*p
+                });
+            }
+            if i == last_load {
+                phdrs.push(new_seg);
+            }
+        }
+        debug_assert_eq!(phdrs.len(), l.phnum);
+
+        // The tail starts where the kept body ends; `at` tracks output offsets.
+        let mut tail = vec![0u8; (l.new_seg_off - body_len) as usize];
+        tail.extend_from_slice(marker);
+        tail.resize((table_off - body_len) as usize, 0);
+        for p in &phdrs {
+            tail.extend_from_slice(&p.encode());
+        }
+        let mut names = self.shstrtab.clone();
+        let marker_name = names.len() as u32;
+        names.extend_from_slice(KPACK_REF_SECTION.as_bytes());
+        names.push(0);
+        let names_off = body_len + tail.len() as u64;
+        tail.extend_from_slice(&names);
+        let shoff = round_up(body_len + tail.len() as u64, 8);
+        tail.resize((shoff - body_len) as usize, 0);
+        for (i, s) in self.shdrs.iter().enumerate() {
+            let s = if i == l.fb_idx {
+                Shdr {
+                    sh_type: SHT_NOBITS,
+                    sh_offset: l.cut_lo.min(l.shift(s.sh_offset)),
+                    ..*s
+                }
+            } else if i == self.ehdr.e_shstrndx as usize {
+                Shdr {
+                    sh_offset: names_off,
+                    sh_size: names.len() as u64,
+                    ..*s
+                }
+            } else if i == 0 {
+                *s
+            } else {
+                Shdr {
+                    sh_offset: l.shift(s.sh_offset),
+                    ..*s
+                }
+            };
+            tail.extend_from_slice(&s.encode());
+        }
+        let marker_shdr = Shdr {
+            sh_name: marker_name,
+            sh_type: SHT_PROGBITS,
+            sh_flags: SHF_ALLOC,
+            sh_addr: l.new_seg_vaddr,
+            sh_offset: marker_off,
+            sh_size: marker.len() as u64,
+            sh_link: 0,
+            sh_info: 0,
+            sh_addralign: 1,
+            sh_entsize: 0,
+        };
+        tail.extend_from_slice(&marker_shdr.encode());
+
+        let mut header = self.header;
+        Ehdr {
+            e_phoff: table_off,
+            e_phnum: l.phnum as u16,
+            e_shoff: shoff,
+            e_shnum: self.ehdr.e_shnum + 1,
+            ..self.ehdr
+        }
+        .store(&mut header);
+        Rewrite {
+            copies,
+            patches: self.edits.patches.clone(),
+            zeros,
+            tail_at: body_len,
+            tail,
+            header,
+            wrappers: self.edits.wrappers,
+            relocations_rewritten: self.edits.rewritten,
+            removed: delta,
+            device_code: l.fb.sh_size,
+            marker_vaddr: l.new_seg_vaddr,
+        }
+    }
 }
 
 /// A header table of `count` entries of `size` bytes at `offset`, checked to lie in the file.

@@ -234,7 +234,7 @@ fn fatbin_per_arch_archives_round_trip() {
     }
 
     // The metadata the binary will carry: one level up from lib/ to the .kpack folder.
-    let meta = import::hipk_metadata(
+    let meta = rocm_kpack::hipk::metadata::encode(
         &[import::search_path("lib/libsynth.so", "synth", false)],
         "lib/libsynth.so",
     );
@@ -552,7 +552,7 @@ fn fatbin_cli_pack_and_verify_against() {
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(
+        rocm_kpack::hipk::metadata::encode(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/libsynth.so"
         )
@@ -574,7 +574,7 @@ fn fatbin_cli_pack_and_verify_against() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
-        "8 code objects from 1 binaries match the archives byte for byte\n"
+        "8 code objects from 1 binary match the archives byte for byte\n"
     );
 
     // Without the gfx1030 archive, its two code objects are named and the exit status is 6.

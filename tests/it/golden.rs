@@ -20,6 +20,7 @@ fn writer_reproduces_golden_noop() {
         Compression::None,
     )
     .unwrap();
+    w.set_reference_layout(true);
     for (key, arch, data) in golden_noop_kernels() {
         w.add_kernel(key, arch, data).unwrap();
     }
@@ -38,6 +39,7 @@ fn writer_reproduces_golden_zstd() {
         Compression::Zstd { level: 3 },
     )
     .unwrap();
+    w.set_reference_layout(true);
     for (key, arch, data) in golden_zstd_kernels() {
         w.add_kernel(key, arch, data).unwrap();
     }
@@ -84,5 +86,18 @@ fn reader_returns_golden_kernels() {
             );
             assert_eq!(a.locate(key, arch).unwrap().size, data.len() as u64);
         }
+        // Locating by index finds the same kernel as locating by name, and past the end refuses.
+        for (b, binary) in a.binaries().iter().enumerate() {
+            for (e, entry) in binary.arches.iter().enumerate() {
+                assert_eq!(
+                    a.locate_at(b, e).unwrap(),
+                    a.locate(&binary.key, &entry.arch).unwrap()
+                );
+            }
+            let past = a.locate_at(b, binary.arches.len()).unwrap_err();
+            assert_eq!(past.kind(), rocm_kpack::ErrorKind::KernelNotFound, "{past}");
+        }
+        let past = a.locate_at(a.binaries().len(), 0).unwrap_err();
+        assert_eq!(past.kind(), rocm_kpack::ErrorKind::KernelNotFound, "{past}");
     }
 }

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rocm_kpack::bundle::build_uncompressed;
-use rocm_kpack::split::{self, HIPK_MAGIC, SplitError};
+use rocm_kpack::hipk::HIPK_MAGIC;
+use rocm_kpack::split::{self, SplitError};
 
 pub(crate) const HIPF: u32 = 0x4849_5046;
 
@@ -222,7 +223,7 @@ fn split_library(kind: Kind) {
     assert_eq!(s.result.relocations_rewritten, if relr { 1 } else { 3 });
     assert_eq!(
         s.metadata,
-        rocm_kpack::import::hipk_metadata(
+        rocm_kpack::hipk::metadata::encode(
             &["../.kpack/splt_@GFXARCH@.kpack".into()],
             "lib/libsplit.so"
         )
@@ -498,6 +499,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         out_root: out.clone(),
         prefix: Some("splt".into()),
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     };
     let report = split_tree(&req).unwrap();
     let outcomes: Vec<(&str, bool)> = report
@@ -556,7 +558,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         assert_readelf_clean(&out.join(p));
     }
     let meta =
-        rocm_kpack::import::hipk_metadata(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
+        rocm_kpack::hipk::metadata::encode(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
     let o = Command::new(out.join("bin/app"))
         .arg(meta.len().to_string())
         .output()

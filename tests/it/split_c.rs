@@ -34,6 +34,7 @@ fn split_one(host: &Path, root: &Path, out_root: &Path, prefix: &str) {
         out_root: out_root.to_path_buf(),
         prefix: Some(prefix.into()),
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     })
     .unwrap();
     assert!(matches!(report.binaries[0].outcome, Outcome::Split { .. }));

@@ -68,6 +68,7 @@ fn request(hosts: Vec<PathBuf>, out_dir: PathBuf) -> ImportRequest {
         single: false,
         emit_metadata: false,
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     }
 }
 
@@ -127,14 +128,14 @@ fn import_with_root_writes_archives_and_metadata() {
 
     assert_eq!(
         std::fs::read(kpack.join("libother.so.2.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(
+        rocm_kpack::hipk::metadata::encode(
             &["../../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/hip/libother.so.2"
         )
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(
+        rocm_kpack::hipk::metadata::encode(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/libsynth.so"
         )
@@ -174,7 +175,7 @@ fn import_single_default_prefix_and_names() {
     // No root: kernel_name is the file name and the archives sit in .kpack/ beside it.
     assert_eq!(
         std::fs::read(out.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
-        import::hipk_metadata(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
+        rocm_kpack::hipk::metadata::encode(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
     );
     verify_against(&[out.join("rocfoo.kpack")], &[lib]).unwrap();
 }

@@ -258,8 +258,10 @@ fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
 /// targets (xnack variants included). Another binary's keys share the archives; a file that
 /// does not fit the pattern sits beside them. Returns (binary, kernels by (key, arch)).
 fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
-    let meta =
-        rocm_kpack::import::hipk_metadata(&["../.kpack/hk_@GFXARCH@.kpack".into()], "lib/libhk.so");
+    let meta = rocm_kpack::hipk::metadata::encode(
+        &["../.kpack/hk_@GFXARCH@.kpack".into()],
+        "lib/libhk.so",
+    );
     let binary = hipk_library(&root.join("lib/libhk.so"), Some(&meta));
     let kp = root.join(".kpack");
     std::fs::create_dir_all(&kp).unwrap();
@@ -475,4 +477,51 @@ fn split_binary_mounts_with_the_original_code_objects() {
     let want = expect_dir(&d.path().join("want-gpu"), &only);
     m.check("tree", want.to_str().unwrap());
     m.stop();
+}
+
+/// The mount opens a HIPK binary's archives through the loader's own step: a corrupt archive on
+/// the search path is skipped with a warning naming it (refused with `--strict`), a file reached
+/// twice is shown once, and what remains is exactly what the loader would search.
+#[test]
+fn hipk_binary_source_uses_the_loaders_open_step() {
+    use rocm_kpack::fs::source::{self, SourceErrorKind, SourceOptions};
+    let d = tmp();
+    let root = d.path().join("root");
+    let (binary, _) = hipk_layout(&root);
+    let corrupt = root.join(".kpack/hk_gfx1100.kpack");
+    std::fs::write(&corrupt, b"KPAK\x01\x00\x00\x00garbage").unwrap();
+    // The gfx900 archive again under a second name that also fits the pattern.
+    std::os::unix::fs::symlink("hk_gfx900.kpack", root.join(".kpack/hk_gfx900x.kpack")).unwrap();
+    let canonical = std::fs::canonicalize(&corrupt).unwrap();
+
+    let opened = source::open(&binary, &SourceOptions::default()).unwrap();
+    assert_eq!(opened.archives.len(), 4, "{:?}", opened.archives);
+    assert_eq!(opened.warnings.len(), 1, "{:?}", opened.warnings);
+    assert!(
+        opened.warnings[0].starts_with(&format!("skipping {}: ", canonical.display())),
+        "{:?}",
+        opened.warnings
+    );
+
+    let strict = SourceOptions {
+        strict: true,
+        ..Default::default()
+    };
+    let err = source::open(&binary, &strict).unwrap_err();
+    assert_eq!(err.kind, SourceErrorKind::BadFormat);
+    assert!(
+        err.message
+            .starts_with(&format!("{}: ", canonical.display())),
+        "{err}"
+    );
+
+    // With a GPU, only that device's candidates are opened: the corrupt gfx1100 file is not one.
+    let gfx900 = SourceOptions {
+        gpus: vec!["gfx900".into()],
+        strict: true,
+        ..Default::default()
+    };
+    let opened = source::open(&binary, &gfx900).unwrap();
+    assert_eq!(opened.archives.len(), 1);
+    assert!(opened.warnings.is_empty());
 }

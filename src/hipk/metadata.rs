@@ -11,10 +11,15 @@
 
 use std::ffi::OsString;
 use std::marker::PhantomData;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::error::{Error, Result};
 use crate::msgpack::{self, Input, Value};
+
+/// Key of the binary's name in the archives' TOC (a msgpack `str`).
+pub const KEY_KERNEL_NAME: &str = "kernel_name";
+/// Key of the array of archive paths or `@GFXARCH@` patterns.
+pub const KEY_SEARCH_PATHS: &str = "kpack_search_paths";
 
 /// The most metadata bytes ever examined from a length-less pointer.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
@@ -59,7 +64,7 @@ impl HipkMetadata {
                 value.type_name()
             )));
         }
-        let kernel_name = match value.get("kernel_name") {
+        let kernel_name = match value.get(KEY_KERNEL_NAME) {
             None => return Err(Error::InvalidMetadata("no \"kernel_name\" key".into())),
             Some(Value::Str(bytes)) => std::str::from_utf8(bytes)
                 .map_err(|_| Error::InvalidMetadata("\"kernel_name\" is not valid UTF-8".into()))?
@@ -71,7 +76,7 @@ impl HipkMetadata {
                 )));
             }
         };
-        let search_paths: Vec<OsString> = match value.get("kpack_search_paths") {
+        let search_paths: Vec<OsString> = match value.get(KEY_SEARCH_PATHS) {
             None => {
                 return Err(Error::InvalidMetadata(
                     "no \"kpack_search_paths\" key".into(),
@@ -104,8 +109,42 @@ impl HipkMetadata {
 
     /// The TOC key of code object `co_index`: `kernel_name#co_index`, always suffixed.
     pub fn lookup_key(&self, co_index: u32) -> String {
-        format!("{}#{co_index}", self.kernel_name)
+        super::lookup_key(&self.kernel_name, co_index)
     }
+
+    /// The metadata's bytes as the reference tooling writes them (see [`encode`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let paths: Vec<&[u8]> = self.search_paths.iter().map(|p| p.as_bytes()).collect();
+        encode_raw(&paths, self.kernel_name.as_bytes())
+    }
+}
+
+/// HIPK metadata encoded as the reference tooling writes it (Python msgpack with
+/// `use_bin_type=True`): a map with `kpack_search_paths` first, then `kernel_name`, every string
+/// a msgpack `str` in its shortest form. [`HipkMetadata::parse`] reads it back.
+pub fn encode(search_paths: &[String], kernel_name: &str) -> Vec<u8> {
+    let paths: Vec<&[u8]> = search_paths.iter().map(|p| p.as_bytes()).collect();
+    encode_raw(&paths, kernel_name.as_bytes())
+}
+
+fn encode_raw(search_paths: &[&[u8]], kernel_name: &[u8]) -> Vec<u8> {
+    use rmp::encode as e;
+    let mut out = Vec::new();
+    e::write_map_len(&mut out, 2).expect("vec write");
+    write_str(&mut out, KEY_SEARCH_PATHS.as_bytes());
+    e::write_array_len(&mut out, search_paths.len() as u32).expect("vec write");
+    for p in search_paths {
+        write_str(&mut out, p);
+    }
+    write_str(&mut out, KEY_KERNEL_NAME.as_bytes());
+    write_str(&mut out, kernel_name);
+    out
+}
+
+/// A msgpack `str` header and the bytes (paths need not be UTF-8; the loader reads them raw).
+fn write_str(out: &mut Vec<u8>, s: &[u8]) {
+    rmp::encode::write_str_len(out, s.len() as u32).expect("vec write");
+    out.extend_from_slice(s);
 }
 
 /// Bytes behind a raw pointer, served on demand and capped at `cap`.
@@ -144,14 +183,14 @@ impl<'a> Input<'a> for PointerInput<'a> {
 mod tests {
     use super::*;
 
-    fn encode(build: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    fn build(body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
         let mut buf = Vec::new();
-        build(&mut buf);
+        body(&mut buf);
         buf
     }
 
     fn meta(name: &str, paths: &[&str]) -> Vec<u8> {
-        encode(|b| {
+        build(|b| {
             rmp::encode::write_map_len(b, 2).unwrap();
             rmp::encode::write_str(b, "kpack_search_paths").unwrap();
             rmp::encode::write_array_len(b, paths.len() as u32).unwrap();
@@ -182,8 +221,40 @@ mod tests {
     }
 
     #[test]
+    fn encoder_matches_the_reference_bytes_and_the_decoder() {
+        let bytes = encode(&["../.kpack/foo_@GFXARCH@.kpack".into()], "lib/libfoo.so");
+        assert_eq!(
+            bytes,
+            meta("lib/libfoo.so", &["../.kpack/foo_@GFXARCH@.kpack"])
+        );
+        let m = HipkMetadata::parse(&bytes).unwrap();
+        assert_eq!(m.encode(), bytes);
+        // Fixed bytes: map of 2, fixstr keys, array of 1.
+        assert_eq!(
+            encode(&["a".into()], "k"),
+            b"\x82\xb2kpack_search_paths\x91\xa1a\xabkernel_name\xa1k"
+        );
+    }
+
+    #[test]
+    fn metadata_bytes_match_python_msgpack() {
+        // Expected bytes produced by Python: msgpack.packb({"kpack_search_paths":
+        // ["../.kpack/rocrand_@GFXARCH@.kpack"], "kernel_name": "lib/librocrand.so.1.1"},
+        // use_bin_type=True).hex()
+        let expected = "82b26b7061636b5f7365617263685f706174687391d9212e2e2f2e6b7061636b2f726f6372616e645f4047\
+                        465841524348402e6b7061636bab6b65726e656c5f6e616d65b56c69622f6c6962726f6372616e642e73\
+                        6f2e312e31";
+        let got = encode(
+            &["../.kpack/rocrand_@GFXARCH@.kpack".into()],
+            "lib/librocrand.so.1.1",
+        );
+        let hex: String = got.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, expected);
+    }
+
+    #[test]
     fn skips_non_string_paths_and_extra_keys() {
-        let bytes = encode(|b| {
+        let bytes = build(|b| {
             rmp::encode::write_map_len(b, 3).unwrap();
             rmp::encode::write_str(b, "extra").unwrap();
             rmp::encode::write_u32(b, 7).unwrap();
@@ -206,20 +277,20 @@ mod tests {
         assert_eq!(kind(&[0x92, 0x01, 0x02]), Bad);
         assert_eq!(kind(&[]), Bad);
         assert_eq!(kind(&meta("k", &[])), Bad);
-        let missing_name = encode(|b| {
+        let missing_name = build(|b| {
             rmp::encode::write_map_len(b, 1).unwrap();
             rmp::encode::write_str(b, "kpack_search_paths").unwrap();
             rmp::encode::write_array_len(b, 1).unwrap();
             rmp::encode::write_str(b, "x").unwrap();
         });
         assert_eq!(kind(&missing_name), Bad);
-        let missing_paths = encode(|b| {
+        let missing_paths = build(|b| {
             rmp::encode::write_map_len(b, 1).unwrap();
             rmp::encode::write_str(b, "kernel_name").unwrap();
             rmp::encode::write_str(b, "k").unwrap();
         });
         assert_eq!(kind(&missing_paths), Bad);
-        let int_name = encode(|b| {
+        let int_name = build(|b| {
             rmp::encode::write_map_len(b, 2).unwrap();
             rmp::encode::write_str(b, "kernel_name").unwrap();
             rmp::encode::write_u32(b, 12345).unwrap();
@@ -228,7 +299,7 @@ mod tests {
             rmp::encode::write_str(b, "x").unwrap();
         });
         assert_eq!(kind(&int_name), Bad);
-        let bin_name = encode(|b| {
+        let bin_name = build(|b| {
             rmp::encode::write_map_len(b, 2).unwrap();
             rmp::encode::write_str(b, "kernel_name").unwrap();
             rmp::encode::write_bin(b, b"k").unwrap();
@@ -237,7 +308,7 @@ mod tests {
             rmp::encode::write_str(b, "x").unwrap();
         });
         assert_eq!(kind(&bin_name), Bad);
-        let str_paths = encode(|b| {
+        let str_paths = build(|b| {
             rmp::encode::write_map_len(b, 2).unwrap();
             rmp::encode::write_str(b, "kernel_name").unwrap();
             rmp::encode::write_str(b, "k").unwrap();
@@ -245,7 +316,7 @@ mod tests {
             rmp::encode::write_str(b, "x").unwrap();
         });
         assert_eq!(kind(&str_paths), Bad);
-        let bin_keys = encode(|b| {
+        let bin_keys = build(|b| {
             rmp::encode::write_map_len(b, 2).unwrap();
             rmp::encode::write_bin(b, b"kernel_name").unwrap();
             rmp::encode::write_str(b, "k").unwrap();
