@@ -299,7 +299,10 @@ fn installed_binaries_have_no_debug_info_which_stays_next_to_the_build() {
                 .any(|n| n.starts_with(".debug_") && n != ".debug_gdb_scripts"),
             "{installed}: {names:?}"
         );
-        assert!(!names.iter().any(|n| n == ".symtab"), "{installed}: {names:?}");
+        assert!(
+            !names.iter().any(|n| n == ".symtab"),
+            "{installed}: {names:?}"
+        );
         // The installed file names its debug file, which holds what was removed.
         let link = sh(Command::new("readelf")
             .args(["-p", ".gnu_debuglink"])
@@ -320,7 +323,10 @@ fn installed_binaries_have_no_debug_info_which_stays_next_to_the_build() {
     assert!(ar.contains(".symtab"));
     // Still a working program.
     let version = sh(Command::new(prefix.join("bin/kpack-fuse")).arg("--version"));
-    assert_eq!(version, concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n"));
+    assert_eq!(
+        version,
+        concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n")
+    );
 }
 
 /// Debian's base-files ships /usr/local/include and /usr/local/share/man empty: the install uses
@@ -427,5 +433,8 @@ fn default_prefix_and_sbindir_under_destdir() {
         .env("DESTDIR", &root));
     // Only the prefix (never removed) and what is above it stay; the sbin directory, which the
     // install created under DESTDIR, is gone.
-    assert_eq!(files_under(&root), [root.join("usr"), root.join("usr/local")]);
+    assert_eq!(
+        files_under(&root),
+        [root.join("usr"), root.join("usr/local")]
+    );
 }
