@@ -417,7 +417,7 @@ impl ArchSet {
 /// Walks the frame table at the start of a zstd blob: `u32 count`, then `count` times
 /// `u32 size` + `size` bytes. `read` fills a buffer from a blob-relative offset and returns how
 /// many bytes it got. Returns blob-relative spans of the frames.
-pub fn index_zstd_frames<R>(blob_size: u64, mut read: R) -> Result<Vec<Span>, String>
+pub fn index_zstd_frames<R>(blob_size: u64, base: u64, mut read: R) -> Result<Vec<Span>, String>
 where
     R: FnMut(u64, &mut [u8]) -> std::io::Result<usize>,
 {
@@ -426,20 +426,27 @@ where
             "blob of {blob_size} bytes is too small for a frame count"
         ));
     }
-    // Frame headers are read through a window so that small frames cost no extra syscalls and
-    // large ones are skipped without reading their bodies.
-    const WINDOW: usize = 64 * 1024;
-    let mut window = vec![0u8; WINDOW.min(blob_size as usize)];
+    // Size words are read a page at a time, pages aligned in the file (`base` is the blob's
+    // absolute offset): small frames share a read, a large frame's body is never read, and
+    // each read touches exactly the pages that hold the word, so walking the chain leaves at
+    // most one page per frame in the page cache instead of pulling the blob in.
+    const PAGE: u64 = 4096;
+    let mut window = [0u8; 2 * PAGE as usize];
     let mut window_start = 0u64;
     let mut window_len = 0usize;
     let mut read_u32 = |at: u64| -> Result<u32, String> {
         if at + 4 > window_start + window_len as u64 || at < window_start {
-            let want = (blob_size - at).min(window.len() as u64) as usize;
-            let got = crate::bytes::read_full_with(|b, pos| read(pos, b), &mut window[..want], at)
-                .map_err(|e| format!("read failed at blob byte {at}: {e}"))?;
-            window_start = at;
+            let abs = base.saturating_add(at);
+            let start = (abs - abs % PAGE).saturating_sub(base).min(at);
+            let end_abs = abs.saturating_add(4).div_ceil(PAGE).saturating_mul(PAGE);
+            let end = end_abs.saturating_sub(base).min(blob_size).max(at + 4);
+            let want = ((end - start) as usize).min(window.len());
+            let got =
+                crate::bytes::read_full_with(|b, pos| read(pos, b), &mut window[..want], start)
+                    .map_err(|e| format!("read failed at blob byte {at}: {e}"))?;
+            window_start = start;
             window_len = got;
-            if got < 4 {
+            if (got as u64) < at - start + 4 {
                 return Err(format!(
                     "blob ends inside the frame header at blob byte {at}"
                 ));
@@ -481,7 +488,7 @@ mod tests {
     use super::*;
 
     fn index(blob: &[u8]) -> Result<Vec<Span>, String> {
-        index_zstd_frames(blob.len() as u64, |at, buf| {
+        index_zstd_frames(blob.len() as u64, 64, |at, buf| {
             let at = at as usize;
             let n = buf.len().min(blob.len().saturating_sub(at));
             buf[..n].copy_from_slice(&blob[at..at + n]);

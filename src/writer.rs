@@ -321,102 +321,152 @@ impl ArchiveWriter {
 
     /// The TOC, in the reference writer's key order.
     fn encode_toc(&self, blob: &Blob) -> Vec<u8> {
-        use rmp::encode as e;
-        let mut t = Vec::new();
-        let w = &mut t;
-        let scheme_fields = match self.compression {
-            Compression::None => 1,
-            Compression::Zstd { .. } => 2,
+        let head = TocHead {
+            group_name: &self.group_name,
+            gfx_arch_family: &self.gfx_arch_family,
+            gfx_arches: &self.gfx_arches,
+            compression: self.compression,
+            reference_layout: self.reference_layout,
         };
-        e::write_map_len(w, 6 + scheme_fields).expect("vec write");
-        e::write_str(w, "format_version").expect("vec write");
-        e::write_uint(w, u64::from(format::VERSION)).expect("vec write");
-        e::write_str(w, "group_name").expect("vec write");
-        e::write_str(w, &self.group_name).expect("vec write");
-        e::write_str(w, "gfx_arch_family").expect("vec write");
-        e::write_str(w, &self.gfx_arch_family).expect("vec write");
-        e::write_str(w, "gfx_arches").expect("vec write");
-        e::write_array_len(w, self.gfx_arches.len() as u32).expect("vec write");
-        for a in &self.gfx_arches {
-            e::write_str(w, a).expect("vec write");
-        }
-        // Keys in first-insertion order, arches in insertion order within each key.
-        let mut keys: Vec<&str> = Vec::new();
-        let mut by_key: std::collections::HashMap<&str, Vec<usize>> =
-            std::collections::HashMap::new();
-        for (i, k) in self.kernels.iter().enumerate() {
-            by_key.entry(&k.key).or_insert_with(|| {
-                keys.push(&k.key);
-                Vec::new()
-            });
-            by_key.get_mut(k.key.as_str()).expect("inserted").push(i);
-        }
-        e::write_str(w, "toc").expect("vec write");
-        e::write_map_len(w, keys.len() as u32).expect("vec write");
-        for key in keys {
-            e::write_str(w, key).expect("vec write");
-            let idx = &by_key[key];
-            e::write_map_len(w, idx.len() as u32).expect("vec write");
-            for &i in idx {
-                let k = &self.kernels[i];
-                e::write_str(w, &k.arch).expect("vec write");
-                let frame = match self.compression {
-                    Compression::Zstd { .. } if !self.reference_layout => Some(blob.spans[i]),
-                    _ => None,
-                };
-                let digest = blob.digests[i];
-                let meta_len =
-                    k.metadata.len() + usize::from(frame.is_some()) + usize::from(digest.is_some());
-                e::write_map_len(w, if meta_len == 0 { 3 } else { 4 }).expect("vec write");
-                e::write_str(w, "type").expect("vec write");
-                e::write_str(w, "hsaco").expect("vec write");
-                e::write_str(w, "ordinal").expect("vec write");
-                e::write_uint(w, i as u64).expect("vec write");
-                e::write_str(w, "original_size").expect("vec write");
-                e::write_uint(w, k.data.len() as u64).expect("vec write");
-                if meta_len != 0 {
-                    e::write_str(w, "metadata").expect("vec write");
-                    e::write_map_len(w, meta_len as u32).expect("vec write");
-                    for (mk, mv) in &k.metadata {
-                        e::write_str(w, mk).expect("vec write");
-                        e::write_str(w, mv).expect("vec write");
-                    }
-                    if let Some((offset, size)) = frame {
-                        e::write_str(w, format::META_FRAME).expect("vec write");
-                        e::write_array_len(w, 2).expect("vec write");
-                        e::write_uint(w, offset).expect("vec write");
-                        e::write_uint(w, size).expect("vec write");
-                    }
-                    if let Some(d) = digest {
-                        e::write_str(w, format::META_BLAKE3).expect("vec write");
-                        e::write_bin(w, &d).expect("vec write");
-                    }
-                }
-            }
-        }
-        e::write_str(w, "compression_scheme").expect("vec write");
-        e::write_str(w, self.compression.scheme().name()).expect("vec write");
-        match self.compression {
-            Compression::None => {
-                e::write_str(w, "blobs").expect("vec write");
-                e::write_array_len(w, blob.spans.len() as u32).expect("vec write");
-                for (offset, size) in &blob.spans {
-                    e::write_map_len(w, 2).expect("vec write");
-                    e::write_str(w, "offset").expect("vec write");
-                    e::write_uint(w, *offset).expect("vec write");
-                    e::write_str(w, "size").expect("vec write");
-                    e::write_uint(w, *size).expect("vec write");
-                }
-            }
-            Compression::Zstd { .. } => {
-                e::write_str(w, "zstd_offset").expect("vec write");
-                e::write_uint(w, format::BLOB_ALIGNMENT).expect("vec write");
-                e::write_str(w, "zstd_size").expect("vec write");
-                e::write_uint(w, blob.bytes.len() as u64).expect("vec write");
-            }
-        }
-        t
+        let entries: Vec<TocEntry<'_>> = self
+            .kernels
+            .iter()
+            .zip(&blob.digests)
+            .map(|(k, digest)| TocEntry {
+                key: &k.key,
+                arch: &k.arch,
+                original_size: k.data.len() as u64,
+                metadata: &k.metadata,
+                digest: *digest,
+            })
+            .collect();
+        encode_toc(&head, &entries, &blob.spans, blob.bytes.len() as u64)
     }
+}
+
+/// The archive-wide fields of a TOC.
+pub struct TocHead<'a> {
+    pub group_name: &'a str,
+    pub gfx_arch_family: &'a str,
+    pub gfx_arches: &'a [String],
+    pub compression: Compression,
+    /// No `frame` metadata (digests are left out by passing none).
+    pub reference_layout: bool,
+}
+
+/// One kernel as the TOC records it; its ordinal is its position.
+pub struct TocEntry<'a> {
+    pub key: &'a str,
+    pub arch: &'a str,
+    pub original_size: u64,
+    pub metadata: &'a [(String, String)],
+    pub digest: Option<[u8; 32]>,
+}
+
+/// The TOC, in the reference writer's key order, for kernels in ordinal order. `spans` holds,
+/// per ordinal, the kernel's absolute (offset, size) for `none`, or its frame's size word
+/// position and the size it holds for zstd; `blob_len` is the zstd blob's length. Shared by
+/// [`ArchiveWriter`] and the streaming writer of `split` and `pack --from-fatbin`.
+pub fn encode_toc(
+    head: &TocHead<'_>,
+    entries: &[TocEntry<'_>],
+    spans: &[(u64, u64)],
+    blob_len: u64,
+) -> Vec<u8> {
+    use rmp::encode as e;
+    let mut t = Vec::new();
+    let w = &mut t;
+    let scheme_fields = match head.compression {
+        Compression::None => 1,
+        Compression::Zstd { .. } => 2,
+    };
+    e::write_map_len(w, 6 + scheme_fields).expect("vec write");
+    e::write_str(w, "format_version").expect("vec write");
+    e::write_uint(w, u64::from(format::VERSION)).expect("vec write");
+    e::write_str(w, "group_name").expect("vec write");
+    e::write_str(w, head.group_name).expect("vec write");
+    e::write_str(w, "gfx_arch_family").expect("vec write");
+    e::write_str(w, head.gfx_arch_family).expect("vec write");
+    e::write_str(w, "gfx_arches").expect("vec write");
+    e::write_array_len(w, head.gfx_arches.len() as u32).expect("vec write");
+    for a in head.gfx_arches {
+        e::write_str(w, a).expect("vec write");
+    }
+    // Keys in first-insertion order, arches in insertion order within each key.
+    let mut keys: Vec<&str> = Vec::new();
+    let mut by_key: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    for (i, k) in entries.iter().enumerate() {
+        by_key.entry(k.key).or_insert_with(|| {
+            keys.push(k.key);
+            Vec::new()
+        });
+        by_key.get_mut(k.key).expect("inserted").push(i);
+    }
+    e::write_str(w, "toc").expect("vec write");
+    e::write_map_len(w, keys.len() as u32).expect("vec write");
+    for key in keys {
+        e::write_str(w, key).expect("vec write");
+        let idx = &by_key[key];
+        e::write_map_len(w, idx.len() as u32).expect("vec write");
+        for &i in idx {
+            let k = &entries[i];
+            e::write_str(w, k.arch).expect("vec write");
+            let frame = match head.compression {
+                Compression::Zstd { .. } if !head.reference_layout => Some(spans[i]),
+                _ => None,
+            };
+            let digest = k.digest;
+            let meta_len =
+                k.metadata.len() + usize::from(frame.is_some()) + usize::from(digest.is_some());
+            e::write_map_len(w, if meta_len == 0 { 3 } else { 4 }).expect("vec write");
+            e::write_str(w, "type").expect("vec write");
+            e::write_str(w, "hsaco").expect("vec write");
+            e::write_str(w, "ordinal").expect("vec write");
+            e::write_uint(w, i as u64).expect("vec write");
+            e::write_str(w, "original_size").expect("vec write");
+            e::write_uint(w, k.original_size).expect("vec write");
+            if meta_len != 0 {
+                e::write_str(w, "metadata").expect("vec write");
+                e::write_map_len(w, meta_len as u32).expect("vec write");
+                for (mk, mv) in k.metadata {
+                    e::write_str(w, mk).expect("vec write");
+                    e::write_str(w, mv).expect("vec write");
+                }
+                if let Some((offset, size)) = frame {
+                    e::write_str(w, format::META_FRAME).expect("vec write");
+                    e::write_array_len(w, 2).expect("vec write");
+                    e::write_uint(w, offset).expect("vec write");
+                    e::write_uint(w, size).expect("vec write");
+                }
+                if let Some(d) = digest {
+                    e::write_str(w, format::META_BLAKE3).expect("vec write");
+                    e::write_bin(w, &d).expect("vec write");
+                }
+            }
+        }
+    }
+    e::write_str(w, "compression_scheme").expect("vec write");
+    e::write_str(w, head.compression.scheme().name()).expect("vec write");
+    match head.compression {
+        Compression::None => {
+            e::write_str(w, "blobs").expect("vec write");
+            e::write_array_len(w, spans.len() as u32).expect("vec write");
+            for (offset, size) in spans {
+                e::write_map_len(w, 2).expect("vec write");
+                e::write_str(w, "offset").expect("vec write");
+                e::write_uint(w, *offset).expect("vec write");
+                e::write_str(w, "size").expect("vec write");
+                e::write_uint(w, *size).expect("vec write");
+            }
+        }
+        Compression::Zstd { .. } => {
+            e::write_str(w, "zstd_offset").expect("vec write");
+            e::write_uint(w, format::BLOB_ALIGNMENT).expect("vec write");
+            e::write_str(w, "zstd_size").expect("vec write");
+            e::write_uint(w, blob_len).expect("vec write");
+        }
+    }
+    t
 }
 
 /// One kernel's compressed frame (empty for `none`) and digest, or why compressing failed.

@@ -115,12 +115,17 @@ fn expand_for_targets(
 }
 
 /// Resolves an embedded search path against the binary's directory. Absolute paths are returned
-/// unchanged.
+/// unchanged. A binary path ending in `/` is its own directory (the parent of an empty last
+/// component, as the reference takes it): `../x` from `/opt/rocm/lib/` is `/opt/rocm/x`.
 pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         return path.to_path_buf();
     }
-    let dir = binary_path.parent().unwrap_or(Path::new(""));
+    let dir = if binary_path.as_os_str().as_bytes().ends_with(b"/") {
+        binary_path
+    } else {
+        binary_path.parent().unwrap_or(Path::new(""))
+    };
     weakly_canonical(&dir.join(path))
 }
 
@@ -431,6 +436,26 @@ mod tests {
         assert_eq!(
             resolve_path(Path::new("b.so"), Path::new("no-such-dir-xyz/../a.kpack")),
             PathBuf::from("a.kpack")
+        );
+    }
+
+    #[test]
+    fn a_binary_path_ending_in_a_slash_is_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("opt/rocm/lib")).unwrap();
+        let lib = format!("{}/opt/rocm/lib/", root.display());
+        assert_eq!(
+            resolve_path(Path::new(&lib), Path::new("../.kpack/x.kpack")),
+            root.join("opt/rocm/.kpack/x.kpack")
+        );
+        assert_eq!(
+            resolve_path(Path::new("/nonexistent-dir/lib/"), Path::new("a.kpack")),
+            Path::new("/nonexistent-dir/lib/a.kpack")
+        );
+        assert_eq!(
+            resolve_path(Path::new("/nonexistent-dir/lib"), Path::new("a.kpack")),
+            Path::new("/nonexistent-dir/a.kpack")
         );
     }
 

@@ -60,6 +60,29 @@ fn run_split_load(mode: &str, binary: &Path, expect: &Path, arches: &[String], n
     );
 }
 
+/// Runs `split_load.c` over a split binary: `dlopen` mode for a library (its wrappers in memory
+/// too), `file` mode for anything (wrappers read from the file).
+pub(crate) fn run_split_load_for(binary: &Path, originals: &[CodeObject], mode: &str) {
+    let expect = binary.with_file_name(format!(
+        "{}.expect",
+        binary.file_name().unwrap().to_string_lossy()
+    ));
+    let arches = write_expected(&expect, originals);
+    let names: &[&str] = if mode == "dlopen" {
+        &[
+            "SplitFile.WrappersInFile",
+            "SplitFile.LoadCodeObjects",
+            "SplitLoad.WrappersInMemory",
+            "SplitLoad.DiscoverBinaryPath",
+            "SplitLoad.LoadCodeObjects",
+            "SplitLoad.MissingArchAndIndex",
+        ]
+    } else {
+        &["SplitFile.WrappersInFile", "SplitFile.LoadCodeObjects"]
+    };
+    run_split_load(mode, binary, &expect, &arches, names);
+}
+
 #[test]
 fn split_c_dlopened_library_loads_original_code_objects() {
     let tmp = tempfile::tempdir().unwrap();
