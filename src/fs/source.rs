@@ -441,30 +441,35 @@ pub fn build_fs(
     for d in &duplicates {
         let text = duplicate_message(d, &paths);
         if strict {
+            // Nothing is shown at all, so the message does not say which copy would be.
             return Err(SourceError::new(
                 SourceErrorKind::BadFormat,
                 format!("conflict (--strict): {text}"),
             ));
         }
+        let text = format!(
+            "{text}; showing the one from {}",
+            archive_name(d.kept, &paths)
+        );
         log::warn!("{text}");
         warnings.push(text);
     }
     Ok((fs, warnings))
 }
 
+fn archive_name(i: u32, paths: &[PathBuf]) -> String {
+    paths
+        .get(i as usize)
+        .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
+}
+
 fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
-    let name = |i: u32| {
-        paths
-            .get(i as usize)
-            .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
-    };
     format!(
-        "{} [{}] is in both {} and {}; showing the one from {}",
+        "{} [{}] is in both {} and {}",
         d.key,
         d.arch,
-        name(d.kept),
-        name(d.dropped),
-        name(d.kept)
+        archive_name(d.kept, paths),
+        archive_name(d.dropped, paths)
     )
 }
 
