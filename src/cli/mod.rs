@@ -17,6 +17,7 @@ mod mount_options;
 mod pack;
 mod resolve;
 mod split;
+mod umount;
 mod verify;
 mod words;
 
