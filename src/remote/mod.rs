@@ -232,3 +232,27 @@ pub fn open_one(arg: &Path, args: &RemoteArgs) -> crate::cli::CliResult<Arc<Arch
     let mut v = open_for_command(arg, args, false)?;
     Ok(v.remove(0))
 }
+
+/// A remote mount source, opened as the mount's [`Source`](rocm_kpack::fs::source::Source)
+/// (shown by its URL), and its session (counters; threads to stop before the fork).
+pub fn mount_source(
+    url: &str,
+    args: &RemoteArgs,
+    strict: bool,
+) -> crate::cli::CliResult<(rocm_kpack::fs::source::Source, Session)> {
+    use rocm_kpack::fs::source::{Source, SourceKind};
+    let o =
+        open(url, args, strict, None).map_err(|e| crate::cli::CliError::new(e.exit, e.message))?;
+    let src = Source {
+        kind: if o.is_prefix {
+            SourceKind::Directory
+        } else {
+            SourceKind::Archive
+        },
+        path: PathBuf::from(o.url.to_string()),
+        archives: o.archives,
+        kernel_name: None,
+        warnings: o.warnings,
+    };
+    Ok((src, o.session))
+}
