@@ -7,6 +7,8 @@
 #       kpack-fuse ls -R /opt/rocm/lib/kpack
 #
 # On hosts with AppArmor, add --security-opt apparmor:unconfined if the mount is denied.
+# scripts/install.sh strips what it installs: the image gets no debug information (it stays in
+# target/release/*.debug in the build stage).
 
 ARG RUST_VERSION=1.85
 ARG DEBIAN_RELEASE=bookworm

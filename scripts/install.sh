@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Installs kpack-fuse into a prefix: the kpack-fuse program and its manual pages, librocm_kpack
 # (shared + static library, headers, pkg-config file, CMake package), and the mount(8) helper link
-# mount.kpack-fuse in a separate sbin directory. Every installed path is recorded in
-# PREFIX/share/rocm-kpack/install-manifest.txt (relative to the prefix, or absolute for the sbin
-# link) so that --uninstall removes exactly what was installed.
+# mount.kpack-fuse in a separate sbin directory. Every installed path, and every directory the
+# install had to create, is recorded in PREFIX/share/rocm-kpack/install-manifest.txt (relative to
+# the prefix, or absolute outside it; directories end in /) so that --uninstall removes exactly
+# what the install wrote: its files, then the directories it created, when empty. A directory that
+# was there before (Debian ships an empty /usr/local/include and /usr/local/share/man) stays.
+#
+# The program and the libraries are installed without debug information (a release build keeps
+# line tables for profiling, which would triple their size). It is kept in kpack-fuse.debug and
+# librocm_kpack.so.debug next to the build output, and each installed file names its .debug file
+# (.gnu_debuglink) so gdb and perf find it there, or under /usr/lib/debug/PREFIX/... if copied.
 #
 #   scripts/install.sh                                    # /usr/local and /sbin, cargo --release first
 #   scripts/install.sh --prefix /opt/x --from target/debug --sbindir none
@@ -16,7 +23,8 @@
 #                   mount.kpack-fuse link
 #   --from DIR      directory holding an already built kpack-fuse, librocm_kpack.so and .a
 #   --profile NAME  cargo profile to build when --from is not given (default: release)
-#   --uninstall     remove the files listed in the prefix's manifest, then empty directories
+#   --uninstall     remove the files listed in the prefix's manifest, then the directories the
+#                   install created, each only if empty
 # DESTDIR, when set, is prepended to every written path (for packaging); the installed files still
 # refer to PREFIX.
 #
@@ -47,7 +55,8 @@ while [ $# -gt 0 ]; do
     --profile) profile="${2:?--profile needs a name}"; shift 2 ;;
     --profile=*) profile="${1#*=}"; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    # The comment block at the top of this file, up to its first line of code.
+    -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
     *) die "unknown option: $1" ;;
   esac
 done
@@ -63,33 +72,30 @@ dest="${DESTDIR:-}${prefix}"
 manifest_rel="share/rocm-kpack/install-manifest.txt"
 manifest="${dest}/${manifest_rel}"
 
+# where ENTRY: the written path of a manifest entry (absolute entries are outside the prefix).
+where() {
+  case "$1" in /*) echo "${DESTDIR:-}$1" ;; *) echo "${dest}/$1" ;; esac
+}
+
 # ---- uninstall ------------------------------------------------------------------------------
 if [ "$uninstall" = 1 ]; then
   [ -f "$manifest" ] || die "no manifest at $manifest: nothing was installed there by this script"
-  dirs=()
-  while IFS= read -r rel; do
-    [ -n "$rel" ] || continue
-    case "$rel" in
-      # Outside the prefix (the sbin link): remove the link (not a file put there since), never
-      # its directory.
-      /*) if [ -L "${DESTDIR:-}${rel}" ]; then rm -f -- "${DESTDIR:-}${rel}"; fi ;;
-      *) rm -f -- "${dest}/${rel}"; dirs+=("$(dirname -- "$rel")") ;;
+  while IFS= read -r entry; do
+    case "$entry" in
+      ""|*/) ;;
+      # Outside the prefix (the sbin link): remove the link, not a file put there since.
+      /*) if [ -L "$(where "$entry")" ]; then rm -f -- "$(where "$entry")"; fi ;;
+      *) rm -f -- "$(where "$entry")" ;;
     esac
   done < "$manifest"
+  # The directories the install created, deepest first (most slashes), each only if it is empty
+  # now: rmdir refuses a directory that holds anything the install did not write.
+  mapfile -t dirs < <(grep '/$' -- "$manifest" | awk -F/ '{ print NF "\t" $0 }' |
+    sort -t "$(printf '\t')" -k1,1nr | cut -f2-)
   rm -f -- "$manifest"
-  dirs+=("$(dirname -- "$manifest_rel")")
-  # Remove directories that are now empty, deepest first, never the prefix itself.
-  ancestors=()
-  for d in "${dirs[@]}"; do
-    while [ -n "$d" ] && [ "$d" != "." ] && [ "$d" != "/" ]; do
-      ancestors+=("$d")
-      d="$(dirname -- "$d")"
-    done
+  for entry in "${dirs[@]}"; do
+    rmdir -- "$(where "${entry%/}")" 2>/dev/null || true
   done
-  printf '%s\n' "${ancestors[@]}" | awk -F/ '{ print NF "\t" $0 }' | sort -u | sort -t "$(printf '\t')" -k1,1nr |
-    cut -f2- | while IFS= read -r d; do
-      rmdir -- "${dest}/${d}" 2>/dev/null || true
-    done
   echo "removed kpack-fuse and librocm_kpack from ${prefix}"
   exit 0
 fi
@@ -112,20 +118,61 @@ fi
 [ -f "$from/librocm_kpack.so" ] || die "$from/librocm_kpack.so not found"
 [ -f "$from/librocm_kpack.a" ] || die "$from/librocm_kpack.a not found"
 [ -x "$from/kpack-fuse" ] || die "$from/kpack-fuse not found"
+command -v objcopy >/dev/null || die "objcopy not found (package binutils): it strips the installed files"
 
 installed=()
 
+# make_dir DIR: mkdir -p of a written path (under DESTDIR), recording each directory it creates,
+# up to but not including the prefix (or DESTDIR for a path outside the prefix), which are never
+# removed.
+make_dir() {
+  local d="$1" stop="${DESTDIR:-}"
+  case "$1" in "$dest"/*) stop="$dest" ;; esac
+  local missing=()
+  while [ ! -e "$d" ] && [ ! -L "$d" ] && [ "$d" != "$stop" ] && [ "$d" != / ]; do
+    missing+=("$d")
+    d="$(dirname -- "$d")"
+  done
+  mkdir -p -- "$1"
+  for d in "${missing[@]}"; do
+    case "$d" in
+      "$dest"/*) installed+=("${d#"$dest"/}/") ;;
+      *) installed+=("${d#"${DESTDIR:-}"}/") ;;
+    esac
+  done
+}
+
 # put SRC REL MODE: copies SRC to PREFIX/REL.
 put() {
-  install -D -m "$3" -- "$1" "${dest}/$2"
+  make_dir "$(dirname -- "${dest}/$2")"
+  install -m "$3" -- "$1" "${dest}/$2"
   installed+=("$2")
 }
 
 # link TARGET REL: a symlink PREFIX/REL -> TARGET.
 link() {
-  mkdir -p -- "$(dirname -- "${dest}/$2")"
+  make_dir "$(dirname -- "${dest}/$2")"
   ln -sfn -- "$1" "${dest}/$2"
   installed+=("$2")
+}
+
+# put_stripped SRC REL MODE HOW: installs SRC without its debug information (HOW: --strip-all
+# for programs and shared libraries, --strip-debug for a static archive, which must keep its
+# symbols). For an ELF executable or shared library the debug information is first saved as
+# SRC.debug (written through a temporary name: parallel installs from one build may race) and the
+# installed copy links to it.
+put_stripped() {
+  local tmp
+  tmp="$(mktemp)"
+  if [ "$4" = --strip-all ]; then
+    objcopy --only-keep-debug -- "$1" "$1.debug.tmp$$"
+    mv -f -- "$1.debug.tmp$$" "$1.debug"
+    objcopy --strip-all --add-gnu-debuglink="$1.debug" -- "$1" "$tmp"
+  else
+    objcopy --strip-debug -- "$1" "$tmp"
+  fi
+  put "$tmp" "$2" "$3"
+  rm -f -- "$tmp"
 }
 
 # fill TEMPLATE REL: copies a template with its @NAME@ placeholders filled in.
@@ -155,10 +202,10 @@ fill() {
 }
 
 install_library() {
-  put "$from/librocm_kpack.so" "${libdir}/librocm_kpack.so.${version}" 0755
+  put_stripped "$from/librocm_kpack.so" "${libdir}/librocm_kpack.so.${version}" 0755 --strip-all
   link "librocm_kpack.so.${version}" "${libdir}/librocm_kpack.so.${soversion}"
   link "librocm_kpack.so.${soversion}" "${libdir}/librocm_kpack.so"
-  put "$from/librocm_kpack.a" "${libdir}/librocm_kpack.a" 0644
+  put_stripped "$from/librocm_kpack.a" "${libdir}/librocm_kpack.a" 0644 --strip-debug
   for h in kpack.h kpack_types.h kpack_export.h; do
     put "$root/include/rocm_kpack/$h" "include/rocm_kpack/$h" 0644
   done
@@ -170,7 +217,7 @@ install_library() {
 # The program, its manual pages (written by the program itself from its command-line definition)
 # and the mount(8) helper link, which must live where mount(8) looks: /sbin, not the prefix.
 install_program() {
-  put "$from/kpack-fuse" "bin/kpack-fuse" 0755
+  put_stripped "$from/kpack-fuse" "bin/kpack-fuse" 0755 --strip-all
   local pages
   pages="$(mktemp -d)"
   "$from/kpack-fuse" man "$pages" || { rm -rf -- "$pages"; die "kpack-fuse man failed"; }
@@ -180,7 +227,7 @@ install_program() {
   done
   rm -rf -- "$pages"
   if [ "$sbindir" != none ]; then
-    mkdir -p -- "${DESTDIR:-}${sbindir}"
+    make_dir "${DESTDIR:-}${sbindir}"
     ln -sfn -- "${prefix}/bin/kpack-fuse" "${DESTDIR:-}${sbindir}/mount.kpack-fuse"
     installed+=("${sbindir}/mount.kpack-fuse")
   fi
@@ -190,7 +237,7 @@ main() {
   install_library
   install_program
   # Merge with an earlier manifest so a re-install (or another component) keeps its entries.
-  mkdir -p -- "$(dirname -- "$manifest")"
+  make_dir "$(dirname -- "$manifest")"
   { [ -f "$manifest" ] && cat -- "$manifest"; printf '%s\n' "${installed[@]}"; } | sort -u > "$manifest.new"
   mv -- "$manifest.new" "$manifest"
   echo "installed kpack-fuse and librocm_kpack ${version} into ${prefix}" \

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the tests and benchmarks need on a fresh Debian machine, and nothing when it is
-# already there. Run as root (CI and our dev machines are root); otherwise it uses sudo.
+# Installs what the tests and benchmarks need on a fresh Debian or Ubuntu machine, and nothing
+# when it is already there (the list is in README.md): the apt packages below, the Python
+# packages below (from apt; pip only for what the release does not package), and rust-src for the
+# nightly toolchain (ThreadSanitizer). It never upgrades or replaces a Rust toolchain: an existing
+# nightly only gets the rust-src component; nightly is installed only when there is none.
+# Needs Rust >= 1.85 (rustup) and root, or sudo.
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -14,11 +18,15 @@ APT_PACKAGES=(
   gcc g++          # C ABI tests, built as C and C++
   valgrind         # memcheck of the C tests
   attr             # getfattr for looking at mount xattrs by hand
+  binutils         # objcopy: scripts/install.sh strips what it installs
   mount            # mount(8)/umount(8): mount -t, mount -T fstab tests
   util-linux       # setpriv: the unprivileged-mount test
-  python3-pip
+  python3-msgpack python3-zstandard  # the Python reference reader in tests/python
+  python3-yaml     # Kubernetes manifest checks
+  python3-pip      # only for what Debian does not package (PIP_PACKAGES)
 )
-PIP_PACKAGES=(msgpack zstandard pyyaml)  # pyyaml: Kubernetes manifest checks
+# Installed with pip only if still missing after apt (an older release without the packages).
+PIP_PACKAGES=(msgpack zstandard pyyaml)
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -43,8 +51,26 @@ fi
 # FUSE needs its kernel module; on our machines it is built in, elsewhere load it.
 grep -qw fuse /proc/filesystems || sudo_if_needed modprobe fuse || true
 
-# ThreadSanitizer (scripts/sanitizers.sh) rebuilds std, which needs nightly with rust-src.
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-  echo "setup-deps: installing nightly Rust with rust-src (for ThreadSanitizer)"
-  rustup toolchain install nightly --profile minimal --component rust-src
+# The stable toolchain is the caller's: it is checked, never changed.
+rust_version="$(rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9]*\)\.\([0-9]*\)\..*/\1 \2/p')"
+read -r rust_major rust_minor <<< "${rust_version:-0 0}"
+if [ "$rust_major" -lt 1 ] || { [ "$rust_major" -eq 1 ] && [ "$rust_minor" -lt 85 ]; }; then
+  echo "setup-deps: needs Rust 1.85 or newer (found: $(rustc --version 2>/dev/null || echo none));" \
+    "install it with rustup (https://rustup.rs), then run this again" >&2
+  exit 1
+fi
+
+# ThreadSanitizer (scripts/sanitizers.sh) rebuilds std, which needs nightly with rust-src. A
+# nightly that is there is used as it is (adding a component does not update the toolchain);
+# RUSTUP_AUTO_INSTALL=0 keeps rustup from installing one behind our back while we ask.
+host="$(rustc -vV | sed -n 's/^host: //p')"
+if ! RUSTUP_AUTO_INSTALL=0 rustup component list --toolchain nightly --installed 2>/dev/null |
+    grep -q '^rust-src'; then
+  if rustup toolchain list | grep -q "^nightly-${host}\b"; then
+    echo "setup-deps: adding rust-src to the installed nightly toolchain (for ThreadSanitizer)"
+    RUSTUP_AUTO_INSTALL=0 rustup component add --toolchain nightly rust-src
+  else
+    echo "setup-deps: installing nightly Rust with rust-src (for ThreadSanitizer): there is none"
+    rustup toolchain install nightly --profile minimal --component rust-src
+  fi
 fi

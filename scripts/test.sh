@@ -1,18 +1,58 @@
 #!/usr/bin/env bash
-# The project's test command: installs what the tests need, then runs every test (unit,
-# integration, C ABI under ASan/UBSan, real FUSE mounts; valgrind memcheck and ThreadSanitizer
-# runs) and a short smoke run of each benchmark
-# so they cannot rot. Long benchmarks and fuzzing run by hand (docs/benchmarks.md,
+# The project's test command: installs what the tests need (scripts/setup-deps.sh; README.md
+# lists what that is), then runs every test (unit, integration, C ABI under ASan/UBSan, real FUSE
+# mounts; valgrind memcheck and ThreadSanitizer runs), a short smoke run of each benchmark so they
+# cannot rot (smoke runs print no verdicts: they are not measurements), and checks the size of a
+# stripped release install. Long benchmarks and fuzzing run by hand (docs/benchmarks.md,
 # docs/reliability.md).
+#
+# Every step runs even when an earlier one failed; the last line counts them
+# ("test.sh: N passed, N failed") and the exit status is non-zero when any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup-deps.sh
 
-cargo build --all-targets
-cargo test --no-fail-fast
-scripts/sanitizers.sh
-cargo bench --bench core -- --quick
-cargo bench --bench capi -- --quick
-cargo bench --bench split -- --quick
-cargo bench --bench suite -- --quick
+passed=()
+failed=()
+
+# step NAME COMMAND...: runs one step and records how it went.
+step() {
+  local name="$1"
+  shift
+  echo "==> test.sh: $name"
+  if "$@"; then passed+=("$name"); else failed+=("$name"); fi
+}
+
+# The installed program and library of a release build, stripped by scripts/install.sh, stay
+# within the sizes users were promised (issue 17: about 4.6 MB and 0.9 MB when it was written).
+release_install_sizes() {
+  local tmp status=0
+  tmp="$(mktemp -d)"
+  scripts/install.sh --profile release --prefix "$tmp/prefix" --sbindir none >/dev/null || status=1
+  if [ "$status" = 0 ]; then
+    local program lib
+    program="$(stat -c %s "$tmp/prefix/bin/kpack-fuse")"
+    lib="$(stat -c %s "$tmp/prefix/lib/librocm_kpack.so.0."*)"
+    echo "installed kpack-fuse: $program bytes (limit 12 MiB); librocm_kpack.so: $lib bytes (limit 8 MiB)"
+    [ "$program" -lt $((12 << 20)) ] || { echo "kpack-fuse is too large" >&2; status=1; }
+    [ "$lib" -lt $((8 << 20)) ] || { echo "librocm_kpack.so is too large" >&2; status=1; }
+  fi
+  rm -rf -- "$tmp"
+  return "$status"
+}
+
+step "build" cargo build --all-targets
+step "cargo test" cargo test --no-fail-fast
+step "sanitizers" scripts/sanitizers.sh
+step "bench core --quick" cargo bench --bench core -- --quick
+step "bench capi --quick" cargo bench --bench capi -- --quick
+step "bench split --quick" cargo bench --bench split -- --quick
+step "bench suite --quick" cargo bench --bench suite -- --quick
+step "release install sizes" release_install_sizes
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  printf 'test.sh: failed: %s\n' "$(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"
+fi
+echo "test.sh: ${#passed[@]} passed, ${#failed[@]} failed"
+[ "${#failed[@]}" -eq 0 ]

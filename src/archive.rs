@@ -26,8 +26,14 @@ pub struct Archive {
     modified: Option<SystemTime>,
     toc_offset: u64,
     toc: Toc,
-    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs or zstd frames).
+    /// BLAKE3 of the TOC's msgpack object.
+    toc_digest: [u8; 32],
+    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
+    /// by walking the chain at open). Empty when frames are located from the TOC.
     spans: Vec<Span>,
+    /// zstd archives whose every entry records its frame position: the blob and its frame
+    /// count, read at open; each frame is checked against them when it is read.
+    lazy_frames: Option<(Span, u32)>,
 }
 
 /// Where one kernel is and how big it comes out.
@@ -40,6 +46,11 @@ pub struct KernelRef<'a> {
     pub stored: Span,
     /// Bytes `get_kernel` returns: the blob size for `none`, `original_size` for zstd.
     pub size: u64,
+    /// The frame was located from the TOC: its size word (the 4 bytes before `stored`) is
+    /// checked when it is read.
+    pub size_word_unchecked: bool,
+    /// The entry's `blake3` digest of the decoded bytes, when the archive records one.
+    pub digest: Option<[u8; 32]>,
 }
 
 impl Archive {
@@ -110,11 +121,22 @@ impl Archive {
             offset: toc_offset + e.offset as u64,
             reason: e.reason,
         })?;
+        let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
         drop(toc_bytes);
 
-        let spans = match toc.scheme {
-            Scheme::None => toc.blobs.clone(),
-            Scheme::ZstdPerKernel => index_zstd(&path, &*source, file_len, toc.zstd_blob)?,
+        let (spans, lazy_frames) = match toc.scheme {
+            Scheme::None => (toc.blobs.clone(), None),
+            Scheme::ZstdPerKernel => {
+                let blob = toc.zstd_blob;
+                let count = zstd_frame_count(&path, &*source, file_len, blob)?;
+                let mut entries = toc.binaries.iter().flat_map(|b| &b.arches).peekable();
+                let positioned = entries.peek().is_some() && entries.all(|e| e.frame.is_some());
+                if positioned {
+                    (Vec::new(), Some((blob, count)))
+                } else {
+                    (index_zstd(&path, &*source, blob)?, None)
+                }
+            }
         };
         Ok(Archive {
             path,
@@ -123,7 +145,9 @@ impl Archive {
             modified,
             toc_offset,
             toc,
+            toc_digest,
             spans,
+            lazy_frames,
         })
     }
 
@@ -148,6 +172,19 @@ impl Archive {
 
     pub fn toc_offset(&self) -> u64 {
         self.toc_offset
+    }
+
+    /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,
+    /// without trailing bytes). The TOC holds every kernel's digest in archives we write, so
+    /// this pins the whole archive; pins and cache keys use it.
+    pub fn toc_digest(&self) -> [u8; 32] {
+        self.toc_digest
+    }
+
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
+        let (b, e) = self.entry_index(key, arch)?;
+        self.toc.binaries[b].arches[e].blake3
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -225,17 +262,20 @@ impl Archive {
             ));
         };
         let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
-        let stored = *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
-            self.not_found(
-                key,
-                arch,
-                format!(
-                    "ordinal {} has no stored blob ({} present)",
-                    entry.ordinal,
-                    self.spans.len()
-                ),
-            )
-        })?;
+        let stored = match self.lazy_frames {
+            Some((blob, count)) => self.positioned_frame(key, arch, entry, blob, count)?,
+            None => *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
+                self.not_found(
+                    key,
+                    arch,
+                    format!(
+                        "ordinal {} has no stored blob ({} present)",
+                        entry.ordinal,
+                        self.spans.len()
+                    ),
+                )
+            })?,
+        };
         let size = match self.toc.scheme {
             Scheme::None => {
                 if stored
@@ -261,6 +301,55 @@ impl Archive {
             arch,
             ordinal: entry.ordinal,
             stored,
+            size,
+            size_word_unchecked: self.lazy_frames.is_some(),
+            digest: entry.blake3,
+        })
+    }
+
+    /// Whether frames are located from the TOC's `frame` metadata (open read no frame table).
+    pub fn frames_positioned(&self) -> bool {
+        self.lazy_frames.is_some()
+    }
+
+    /// The frame of an entry from its `frame` metadata, checked against the blob as the walk at
+    /// open would check it: an ordinal past the frame count is not found, a frame outside the
+    /// blob is invalid format. Its size word is checked when the frame is read.
+    fn positioned_frame(
+        &self,
+        key: &str,
+        arch: &str,
+        entry: &TocEntry,
+        blob: Span,
+        count: u32,
+    ) -> Result<Span> {
+        if entry.ordinal >= count {
+            return Err(self.not_found(
+                key,
+                arch,
+                format!(
+                    "ordinal {} has no stored blob ({count} present)",
+                    entry.ordinal
+                ),
+            ));
+        }
+        let pos = entry.frame.expect("every entry has a frame in this mode");
+        let first = blob.offset + 4;
+        let end = blob.offset + blob.size;
+        let size = u64::from(pos.size);
+        if pos.offset < first || pos.offset > end || end - pos.offset < 4 + size {
+            return Err(Error::ZstdIndex {
+                path: self.path.clone(),
+                offset: blob.offset,
+                reason: format!(
+                    "frame of {key} [{arch}] at byte {} of {size} bytes lies outside the blob \
+                     [{first}, {end})",
+                    pos.offset
+                ),
+            });
+        }
+        Ok(Span {
+            offset: pos.offset + 4,
             size,
         })
     }
@@ -307,30 +396,51 @@ impl Archive {
                 }
                 Ok(buf)
             }
-            Scheme::ZstdPerKernel => with_frame_buffer(kref.stored.size as usize, |frame| {
-                let got = read_full_at(&*self.source, frame, kref.stored.offset).map_err(|e| {
-                    Error::io(
-                        &self.path,
-                        format!("cannot read frame of {} [{}]", kref.key, kref.arch),
-                        e,
-                    )
-                })?;
-                if got < frame.len() {
-                    return Err(self.decode_error(
-                        kref,
-                        format!(
-                            "frame is truncated: {got} of {} bytes (file changed since open?)",
-                            frame.len()
-                        ),
-                    ));
-                }
-                codec::check_decoded_size(frame, kref.size)
-                    .map_err(|reason| self.decode_error(kref, reason))?;
-                let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                codec::decode_frame_into(frame, buf.as_mut())
-                    .map_err(|reason| self.decode_error(kref, reason))?;
-                Ok(buf)
-            }),
+            Scheme::ZstdPerKernel => {
+                // A frame located from the TOC is read with its size word, which must agree.
+                let word = if kref.size_word_unchecked { 4 } else { 0 };
+                with_frame_buffer(kref.stored.size as usize + word, |buf| {
+                    let start = kref.stored.offset - word as u64;
+                    let got = read_full_at(&*self.source, buf, start).map_err(|e| {
+                        Error::io(
+                            &self.path,
+                            format!("cannot read frame of {} [{}]", kref.key, kref.arch),
+                            e,
+                        )
+                    })?;
+                    if got < buf.len() {
+                        return Err(self.decode_error(
+                            kref,
+                            format!(
+                                "frame is truncated: {got} of {} bytes (file changed since open?)",
+                                buf.len()
+                            ),
+                        ));
+                    }
+                    let (head, frame) = buf.split_at_mut(word);
+                    if word != 0 {
+                        let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
+                        if u64::from(found) != kref.stored.size {
+                            return Err(Error::ZstdIndex {
+                                path: self.path.clone(),
+                                offset: start,
+                                reason: format!(
+                                    "frame of {} [{}] at byte {start}: the size word holds \
+                                     {found}, the TOC says {}",
+                                    kref.key, kref.arch, kref.stored.size
+                                ),
+                            });
+                        }
+                    }
+                    let frame = &*frame;
+                    codec::check_decoded_size(frame, kref.size)
+                        .map_err(|reason| self.decode_error(kref, reason))?;
+                    let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
+                    codec::decode_frame_into(frame, out.as_mut())
+                        .map_err(|reason| self.decode_error(kref, reason))?;
+                    Ok(out)
+                })
+            }
         }
     }
 
@@ -382,12 +492,14 @@ impl Archive {
     }
 }
 
-fn index_zstd(
+/// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not
+/// need the frame chain.
+fn zstd_frame_count(
     path: &Path,
     source: &dyn ByteSource,
     file_len: u64,
     blob: Span,
-) -> Result<Vec<Span>> {
+) -> Result<u32> {
     let bad = |reason: String| Error::ZstdIndex {
         path: path.to_path_buf(),
         offset: blob.offset,
@@ -413,9 +525,39 @@ fn index_zstd(
             ),
         ));
     }
-    let frames =
-        format::index_zstd_frames(blob.size, |at, buf| source.read_at(buf, blob.offset + at))
-            .map_err(bad)?;
+    if blob.size < 4 {
+        return Err(bad(format!(
+            "blob of {} bytes is too small for a frame count",
+            blob.size
+        )));
+    }
+    let mut word = [0u8; 4];
+    let got = read_full_at(source, &mut word, blob.offset)
+        .map_err(|e| bad(format!("read failed at blob byte 0: {e}")))?;
+    if got < 4 {
+        return Err(bad("blob ends inside the frame count".into()));
+    }
+    let count = u32::from_le_bytes(word);
+    if count > format::MAX_ZSTD_FRAMES {
+        return Err(bad(format!(
+            "frame count {count} exceeds the limit of {}",
+            format::MAX_ZSTD_FRAMES
+        )));
+    }
+    Ok(count)
+}
+
+/// Walks the frame chain of a blob already checked by [`zstd_frame_count`], reading only the
+/// size words.
+fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Span>> {
+    let frames = format::index_zstd_frames(blob.size, blob.offset, |at, buf| {
+        source.read_at(buf, blob.offset + at)
+    })
+    .map_err(|reason| Error::ZstdIndex {
+        path: path.to_path_buf(),
+        offset: blob.offset,
+        reason,
+    })?;
     Ok(frames
         .into_iter()
         .map(|s| Span {

@@ -18,6 +18,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::io::Read;
 
+mod walk;
+pub use walk::{BundleHead, Event, FileRange, Source, WalkError, walk_fatbin};
+
 /// The first bytes of an uncompressed bundle.
 pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 /// The first bytes of a compressed bundle.
@@ -56,9 +59,9 @@ impl BundleError {
     }
 
     /// The same error, with `base` added to the offset (for errors inside a nested buffer).
-    fn shifted(self, base: usize, context: &str) -> BundleError {
+    fn shifted(self, base: u64, context: &str) -> BundleError {
         BundleError {
-            offset: self.offset + base as u64,
+            offset: self.offset + base,
             reason: format!("{context}: {}", self.reason),
         }
     }
@@ -126,57 +129,33 @@ pub fn arch_of_triple(triple: &str) -> Option<&str> {
 ///
 /// Scanning starts at byte 0; after each bundle it resumes right after the bundle's last byte
 /// and looks for the next magic of either kind (what lies between is padding). A section with no
-/// magic at all (for example one zeroed by a kpack split) has no bundles.
+/// magic at all (for example one zeroed by a kpack split) has no bundles. This is
+/// [`walk_fatbin`] over bytes in memory, collecting what it visits.
 pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
     let mut bundles = Vec::new();
-    let mut pos = 0usize;
-    while let Some(start) = find_next_magic(section, pos) {
-        let rest = &section[start..];
-        let bundle = if rest.starts_with(BUNDLE_MAGIC) {
-            let (entries, len) =
-                parse_uncompressed(rest).map_err(|e| e.shifted(start, "uncompressed bundle"))?;
-            Bundle {
-                offset: start as u64,
-                len: len as u64,
-                layout: Layout::Uncompressed,
-                entries,
-            }
-        } else {
-            let ccob = decompress_ccob(rest).map_err(|e| e.shifted(start, "CCOB bundle"))?;
-            let (entries, _) = parse_uncompressed(&ccob.bundle).map_err(|e| {
-                e.shifted(
-                    start,
-                    "inside decompressed CCOB bundle (offset relative to its start)",
-                )
-            })?;
-            let entries = entries.into_iter().map(into_owned).collect();
-            Bundle {
-                offset: start as u64,
-                len: ccob.total_size as u64,
-                layout: Layout::Compressed {
-                    version: ccob.version,
-                },
-                entries,
-            }
-        };
-        // Both parsers guarantee len >= their header size, so the scan always moves forward.
-        pos = start + bundle.len as usize;
-        bundles.push(bundle);
-    }
+    let mut entries = Vec::new();
+    walk_fatbin(section, |event| {
+        match event {
+            Event::Entry(e) => entries.push(e),
+            Event::End(head) => bundles.push(Bundle {
+                offset: head.offset,
+                len: head.len,
+                layout: head.layout,
+                entries: std::mem::take(&mut entries),
+            }),
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map_err(|e| match e {
+        WalkError::Bundle(e) => e,
+        WalkError::Read(e) => BundleError::new(0, e.to_string()),
+        WalkError::Visit(never) => match never {},
+    })?;
     Ok(bundles)
 }
 
-fn into_owned(e: Entry<'_>) -> Entry<'static> {
-    Entry {
-        triple: e.triple,
-        arch: e.arch,
-        offset: e.offset,
-        data: Cow::Owned(e.data.into_owned()),
-    }
-}
-
 /// The first position at or after `from` where either magic starts.
-fn find_next_magic(data: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn find_next_magic(data: &[u8], from: usize) -> Option<usize> {
     let hay = data.get(from..)?;
     hay.iter()
         .enumerate()
@@ -226,80 +205,128 @@ fn read_u16(data: &[u8], at: usize) -> Result<u16, BundleError> {
 /// Returns its device entries and its length: the end of the furthest entry or of the entry
 /// table, whichever is later.
 pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), BundleError> {
+    let (table, len) = parse_table(data, data.len() as u64).map_err(|e| match e {
+        TableError::Bundle(e) => e,
+        TableError::NeedMore => BundleError::new(0, "truncated"),
+    })?;
+    let entries = table
+        .into_iter()
+        .map(|t| Entry {
+            data: Cow::Borrowed(&data[t.offset as usize..(t.offset + t.size) as usize]),
+            triple: t.triple,
+            arch: t.arch,
+            offset: t.offset,
+        })
+        .collect();
+    Ok((entries, len as usize))
+}
+
+/// One device entry of an uncompressed bundle's table: where its code object lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEntry {
+    pub triple: String,
+    pub arch: String,
+    /// From the start of the bundle.
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// Why an entry table could not be read from the bytes given.
+#[derive(Debug)]
+pub enum TableError {
+    Bundle(BundleError),
+    /// The table goes on past the bytes given, but not past the bytes available: read more.
+    NeedMore,
+}
+
+/// Parses the entry table of the uncompressed bundle at the start of `data`, where the bundle
+/// may extend over `avail >= data.len()` bytes (the rest of the section) of which only `data`
+/// was read. Returns the device entries and the bundle's length (the end of the furthest
+/// entry or of the table). Errors describe the `avail` bytes, so they do not depend on how
+/// much was read.
+pub fn parse_table(data: &[u8], avail: u64) -> Result<(Vec<TableEntry>, u64), TableError> {
+    let bad = |at: usize, why: String| TableError::Bundle(BundleError::new(at, why));
+    // A field past `data` but inside `avail` means the caller should read more.
+    let field = |at: usize| -> Result<u64, TableError> {
+        match crate::bytes::le_u64(data, at) {
+            Some(v) => Ok(v),
+            None if (at as u64).saturating_add(8) <= avail => Err(TableError::NeedMore),
+            None => Err(bad(
+                at,
+                format!("truncated: needs 8 bytes at {at}, only {avail} present"),
+            )),
+        }
+    };
     if !data.starts_with(BUNDLE_MAGIC) {
-        return Err(BundleError::new(
-            0,
-            "missing __CLANG_OFFLOAD_BUNDLE__ magic",
-        ));
+        return Err(bad(0, "missing __CLANG_OFFLOAD_BUNDLE__ magic".into()));
     }
-    let count = read_u64(data, 24)?;
+    let count = field(24)?;
     // Each record takes at least MIN_ENTRY bytes, which bounds the count by the input before we
     // reserve anything for it.
-    let room = (data.len() - BUNDLE_HEADER.min(data.len())) / MIN_ENTRY;
-    if count > room as u64 {
-        return Err(BundleError::new(
+    let room = avail.saturating_sub(BUNDLE_HEADER as u64) / MIN_ENTRY as u64;
+    if count > room {
+        return Err(bad(
             24,
-            format!(
-                "entry count {count} cannot fit in the {} bytes present",
-                data.len()
-            ),
+            format!("entry count {count} cannot fit in the {avail} bytes present"),
         ));
     }
-    let mut entries = Vec::with_capacity(count as usize);
+    let mut entries = Vec::with_capacity((count as usize).min(data.len() / MIN_ENTRY));
     let mut at = BUNDLE_HEADER;
-    let mut end = 0usize;
+    let mut end = 0u64;
     for n in 0..count {
-        let offset = read_u64(data, at)?;
-        let size = read_u64(data, at + 8)?;
-        let triple_len = read_u64(data, at + 16)?;
+        let offset = field(at)?;
+        let size = field(at + 8)?;
+        let triple_len = field(at + 16)?;
         if triple_len > MAX_TRIPLE_LEN {
-            return Err(BundleError::new(
+            return Err(bad(
                 at + 16,
                 format!("entry {n}: triple length {triple_len} is implausible"),
             ));
         }
         let triple_at = at + 24;
-        let triple = data
-            .get(triple_at..triple_at + triple_len as usize)
-            .ok_or_else(|| {
-                BundleError::new(
+        let triple_end = triple_at + triple_len as usize;
+        let Some(triple) = data.get(triple_at..triple_end) else {
+            return Err(if triple_end as u64 <= avail {
+                TableError::NeedMore
+            } else {
+                bad(
                     triple_at,
                     format!("entry {n}: triple runs past the end of the input"),
                 )
-            })?;
+            });
+        };
         let triple = std::str::from_utf8(triple)
-            .map_err(|_| BundleError::new(triple_at, format!("entry {n}: triple is not UTF-8")))?;
+            .map_err(|_| bad(triple_at, format!("entry {n}: triple is not UTF-8")))?;
         let code_end = offset
             .checked_add(size)
-            .filter(|e| *e <= data.len() as u64)
+            .filter(|e| *e <= avail)
             .ok_or_else(|| {
-                BundleError::new(
+                bad(
                     at,
                     format!(
-                        "entry {n} ({triple}): bytes {offset}+{size} run past the {} bytes present",
-                        data.len()
+                        "entry {n} ({triple}): bytes {offset}+{size} run past the {avail} bytes present"
                     ),
                 )
             })?;
-        at = triple_at + triple_len as usize;
-        end = end.max(code_end as usize);
+        at = triple_end;
+        end = end.max(code_end);
         if is_host_triple(triple) {
             continue;
         }
         let arch = arch_of_triple(triple).ok_or_else(|| {
-            BundleError::new(
+            bad(
                 triple_at,
                 format!("entry {n}: triple {triple:?} has no target ID after \"--\""),
             )
         })?;
-        entries.push(Entry {
+        entries.push(TableEntry {
             triple: triple.to_owned(),
             arch: arch.to_owned(),
             offset,
-            data: Cow::Borrowed(&data[offset as usize..code_end as usize]),
+            size,
         });
     }
-    Ok((entries, end.max(at)))
+    Ok((entries, end.max(at as u64)))
 }
 
 /// A decompressed CCOB bundle.
@@ -314,6 +341,37 @@ pub struct Decompressed {
 
 /// Decompresses the CCOB bundle at the start of `data` (which may continue past it).
 pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
+    let h = ccob_header(data, data.len() as u64)?;
+    let payload = &data[h.header_len..h.total as usize];
+    Ok(Decompressed {
+        version: h.version,
+        total_size: h.total as usize,
+        bundle: h.decode(payload)?,
+    })
+}
+
+/// The fields of a CCOB header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcobHeader {
+    pub version: u16,
+    pub header_len: usize,
+    /// Bytes the compressed bundle occupies, header included.
+    pub total: u64,
+    /// Size of the uncompressed bundle.
+    pub declared: u64,
+}
+
+impl CcobHeader {
+    /// Decodes the payload (the `total - header_len` bytes after the header).
+    pub fn decode(&self, payload: &[u8]) -> Result<Vec<u8>, BundleError> {
+        decode_bounded(payload, self.declared).map_err(|r| BundleError::new(self.header_len, r))
+    }
+}
+
+/// Reads and checks the CCOB header at the start of `data` (at least the first
+/// [`CCOB_V3_HEADER`] bytes of the bundle, or all of them if fewer), where `avail` bytes of
+/// section are present from the bundle's start.
+pub fn ccob_header(data: &[u8], avail: u64) -> Result<CcobHeader, BundleError> {
     if !data.starts_with(CCOB_MAGIC) {
         return Err(BundleError::new(0, "missing CCOB magic"));
     }
@@ -333,13 +391,10 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
             ));
         }
     };
-    if header > data.len() {
+    if header as u64 > avail {
         return Err(BundleError::new(
             0,
-            format!(
-                "truncated: the v{version} header needs {header} bytes, {} present",
-                data.len()
-            ),
+            format!("truncated: the v{version} header needs {header} bytes, {avail} present"),
         ));
     }
     if method != CCOB_METHOD_ZSTD {
@@ -348,12 +403,11 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
             format!("unsupported compression method {method} (only 1 = zstd is read)"),
         ));
     }
-    if total < header as u64 || total > data.len() as u64 {
+    if total < header as u64 || total > avail {
         return Err(BundleError::new(
             8,
             format!(
-                "total size {total} is not between the {header}-byte header and the {} bytes present",
-                data.len()
+                "total size {total} is not between the {header}-byte header and the {avail} bytes present"
             ),
         ));
     }
@@ -363,12 +417,11 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
             format!("uncompressed size {declared} exceeds the {MAX_DECOMPRESSED}-byte limit"),
         ));
     }
-    let payload = &data[header..total as usize];
-    let bundle = decode_bounded(payload, declared).map_err(|r| BundleError::new(header, r))?;
-    Ok(Decompressed {
+    Ok(CcobHeader {
         version,
-        total_size: total as usize,
-        bundle,
+        header_len: header,
+        total,
+        declared,
     })
 }
 

@@ -15,6 +15,10 @@ pub const MAX_ZSTD_BLOB: u64 = 4 << 30;
 /// Largest frame count the reference accepts in a zstd blob.
 pub const MAX_ZSTD_FRAMES: u32 = 1 << 20;
 
+/// Keys of an entry's `metadata` map that our writer adds (the reference ignores the map).
+pub const META_FRAME: &str = "frame";
+pub const META_BLAKE3: &str = "blake3";
+
 pub const SCHEME_NONE: &str = "none";
 pub const SCHEME_ZSTD: &str = "zstd-per-kernel";
 
@@ -70,6 +74,18 @@ pub struct TocEntry {
     pub arch: String,
     pub ordinal: u32,
     pub original_size: u64,
+    /// `metadata.frame`: where the frame's size word lies and the size it holds.
+    pub frame: Option<FramePos>,
+    /// `metadata.blake3`: BLAKE3 of the decoded kernel.
+    pub blake3: Option<[u8; 32]>,
+}
+
+/// A zstd frame's position as our writer records it: `offset` is the absolute file offset of the
+/// frame's 4-byte size word, `size` the value of that word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FramePos {
+    pub offset: u64,
+    pub size: u32,
 }
 
 /// One binary key with its arch entries, in file order.
@@ -101,6 +117,8 @@ pub struct Toc {
     pub blobs: Vec<Span>,
     /// `zstd-per-kernel`: where the blob lies (0 when a field is absent).
     pub zstd_blob: Span,
+    /// Bytes of the TOC's msgpack object (what follows it is ignored).
+    pub byte_len: usize,
 }
 
 /// A TOC problem: what is wrong and at which byte of the TOC.
@@ -171,6 +189,7 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
         scheme: Scheme::None,
         blobs: Vec::new(),
         zstd_blob: Span { offset: 0, size: 0 },
+        byte_len: 0,
     };
     // Scheme-specific fields are interpreted once the scheme is known (it may come later).
     let mut blobs: Option<Result<Vec<Span>, TocError>> = None;
@@ -215,6 +234,7 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
             _ => {}
         }
     }
+    toc.byte_len = r.position();
     match toc.scheme {
         Scheme::None => toc.blobs = blobs.transpose()?.unwrap_or_default(),
         Scheme::ZstdPerKernel => {
@@ -278,12 +298,14 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
             };
             let mut ordinal = None;
             let mut original_size = None;
+            let mut metadata = None;
             for _ in 0..entry_fields {
                 let field = r.value(4)?;
                 let value = r.value(4)?;
                 match field.as_str() {
                     Some("ordinal") => ordinal = Some(value),
                     Some("original_size") => original_size = Some(value),
+                    Some("metadata") => metadata = Some(value),
                     _ => {}
                 }
             }
@@ -304,10 +326,13 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
             let ordinal = u32::try_from(ordinal)
                 .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
             let original_size = number("original_size", original_size)?;
+            let (frame, blake3) = metadata.as_ref().map_or((None, None), entry_metadata);
             let entry = TocEntry {
                 arch: arch.to_owned(),
                 ordinal,
                 original_size,
+                frame,
+                blake3,
             };
             arch_set.insert(&mut arches, entry);
         }
@@ -326,6 +351,29 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
         binaries.dedup_by(|later, earlier| later.key == earlier.key);
     }
     Ok(binaries)
+}
+
+/// Our keys in an entry's `metadata` map. A value of the wrong shape is ignored, as the whole map
+/// is by the reference: the entry then reads as one without that key (the frame chain is walked
+/// at open, no digest is checked).
+fn entry_metadata(metadata: &Value<'_>) -> (Option<FramePos>, Option<[u8; 32]>) {
+    let frame = match metadata.get(META_FRAME) {
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::Uint(offset), Value::Uint(size)] => {
+                u32::try_from(*size).ok().map(|size| FramePos {
+                    offset: *offset,
+                    size,
+                })
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let blake3 = match metadata.get(META_BLAKE3) {
+        Some(Value::Bin(b)) => <[u8; 32]>::try_from(*b).ok(),
+        _ => None,
+    };
+    (frame, blake3)
 }
 
 /// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a
@@ -369,7 +417,7 @@ impl ArchSet {
 /// Walks the frame table at the start of a zstd blob: `u32 count`, then `count` times
 /// `u32 size` + `size` bytes. `read` fills a buffer from a blob-relative offset and returns how
 /// many bytes it got. Returns blob-relative spans of the frames.
-pub fn index_zstd_frames<R>(blob_size: u64, mut read: R) -> Result<Vec<Span>, String>
+pub fn index_zstd_frames<R>(blob_size: u64, base: u64, mut read: R) -> Result<Vec<Span>, String>
 where
     R: FnMut(u64, &mut [u8]) -> std::io::Result<usize>,
 {
@@ -378,20 +426,27 @@ where
             "blob of {blob_size} bytes is too small for a frame count"
         ));
     }
-    // Frame headers are read through a window so that small frames cost no extra syscalls and
-    // large ones are skipped without reading their bodies.
-    const WINDOW: usize = 64 * 1024;
-    let mut window = vec![0u8; WINDOW.min(blob_size as usize)];
+    // Size words are read a page at a time, pages aligned in the file (`base` is the blob's
+    // absolute offset): small frames share a read, a large frame's body is never read, and
+    // each read touches exactly the pages that hold the word, so walking the chain leaves at
+    // most one page per frame in the page cache instead of pulling the blob in.
+    const PAGE: u64 = 4096;
+    let mut window = [0u8; 2 * PAGE as usize];
     let mut window_start = 0u64;
     let mut window_len = 0usize;
     let mut read_u32 = |at: u64| -> Result<u32, String> {
         if at + 4 > window_start + window_len as u64 || at < window_start {
-            let want = (blob_size - at).min(window.len() as u64) as usize;
-            let got = crate::bytes::read_full_with(|b, pos| read(pos, b), &mut window[..want], at)
-                .map_err(|e| format!("read failed at blob byte {at}: {e}"))?;
-            window_start = at;
+            let abs = base.saturating_add(at);
+            let start = (abs - abs % PAGE).saturating_sub(base).min(at);
+            let end_abs = abs.saturating_add(4).div_ceil(PAGE).saturating_mul(PAGE);
+            let end = end_abs.saturating_sub(base).min(blob_size).max(at + 4);
+            let want = ((end - start) as usize).min(window.len());
+            let got =
+                crate::bytes::read_full_with(|b, pos| read(pos, b), &mut window[..want], start)
+                    .map_err(|e| format!("read failed at blob byte {at}: {e}"))?;
+            window_start = start;
             window_len = got;
-            if got < 4 {
+            if (got as u64) < at - start + 4 {
                 return Err(format!(
                     "blob ends inside the frame header at blob byte {at}"
                 ));
@@ -433,7 +488,7 @@ mod tests {
     use super::*;
 
     fn index(blob: &[u8]) -> Result<Vec<Span>, String> {
-        index_zstd_frames(blob.len() as u64, |at, buf| {
+        index_zstd_frames(blob.len() as u64, 64, |at, buf| {
             let at = at as usize;
             let n = buf.len().min(blob.len().saturating_sub(at));
             buf[..n].copy_from_slice(&blob[at..at + n]);

@@ -21,6 +21,7 @@ pub mod import;
 pub mod loader;
 pub mod msgpack;
 pub mod names;
+pub mod pack_pipeline;
 pub mod split;
 mod sync;
 pub mod writer;

@@ -61,12 +61,11 @@ impl<'a> Value<'a> {
     }
 
     /// Looks up `key` in a map, matching only `str` keys (as the reference does). With duplicate
-    /// keys the last one wins, like a map built by inserting in order.
+    /// keys the first one wins, as in the reference's parser (TOC, TOC entries, HIPK metadata).
     pub fn get(&self, key: &str) -> Option<&Value<'a>> {
         match self {
             Value::Map(pairs) => pairs
                 .iter()
-                .rev()
                 .find(|(k, _)| matches!(k, Value::Str(b) if *b == key.as_bytes()))
                 .map(|(_, v)| v),
             _ => None,

@@ -1,7 +1,9 @@
 //! Writes `.kpack` archives byte-identical to the reference writer for the same inputs: ordinals
 //! in insertion order, the TOC's keys in the reference's order, minimal msgpack encodings, and
-//! zstd frames made with content size and no checksum. Compression of large inputs runs on all
-//! cores; the output does not depend on the thread count.
+//! zstd frames made with content size and no checksum. Unless asked for the reference layout, each
+//! TOC entry also records its frame position and the BLAKE3 digest of the kernel (see
+//! docs/format.md). Compression and hashing of large inputs run on all cores; the output does not
+//! depend on the thread count.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -53,6 +55,8 @@ pub struct ArchiveWriter {
     /// (key, arch) pairs added so far, so that a duplicate is refused in constant time.
     added: std::collections::HashSet<(String, String)>,
     threads: usize,
+    /// Write exactly what the reference writer writes: no `frame`, no `blake3`.
+    reference_layout: bool,
 }
 
 /// Inputs smaller than this are compressed on the calling thread: starting threads costs more.
@@ -78,7 +82,14 @@ impl ArchiveWriter {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            reference_layout: false,
         })
+    }
+
+    /// With `true`, writes exactly the reference writer's bytes: entries carry no `frame` and no
+    /// `blake3` metadata (readers then validate the frame chain at open and check no digests).
+    pub fn set_reference_layout(&mut self, on: bool) {
+        self.reference_layout = on;
     }
 
     /// Caps the number of compression threads (at least one).
@@ -181,6 +192,7 @@ impl ArchiveWriter {
     fn build_blob(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<Blob> {
         match self.compression {
             Compression::None => {
+                let encoded = self.encode_all(None, progress)?;
                 let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
                 let mut bytes = Vec::with_capacity(total);
                 let mut spans = Vec::with_capacity(self.kernels.len());
@@ -190,14 +202,27 @@ impl ArchiveWriter {
                         k.data.len() as u64,
                     ));
                     bytes.extend_from_slice(&k.data);
-                    progress(k.data.len() as u64);
                 }
-                Ok(Blob { bytes, spans })
+                let digests = encoded.into_iter().map(|e| e.digest).collect();
+                Ok(Blob {
+                    bytes,
+                    spans,
+                    digests,
+                })
             }
             Compression::Zstd { level } => {
-                let frames = self.compress_all(level, progress)?;
+                let encoded = self.encode_all(Some(level), progress)?;
+                let mut digests = Vec::with_capacity(encoded.len());
+                let frames: Vec<Vec<u8>> = encoded
+                    .into_iter()
+                    .map(|e| {
+                        digests.push(e.digest);
+                        e.frame
+                    })
+                    .collect();
                 let total: usize = frames.iter().map(|f| f.len() + 4).sum::<usize>() + 4;
                 let mut bytes = Vec::with_capacity(total);
+                let mut spans = Vec::with_capacity(frames.len());
                 let count = u32::try_from(frames.len())
                     .ok()
                     .filter(|n| *n <= format::MAX_ZSTD_FRAMES)
@@ -212,6 +237,7 @@ impl ArchiveWriter {
                     let len = u32::try_from(f.len()).map_err(|_| {
                         Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into())
                     })?;
+                    spans.push((format::BLOB_ALIGNMENT + bytes.len() as u64, u64::from(len)));
                     bytes.extend_from_slice(&len.to_le_bytes());
                     bytes.extend_from_slice(f);
                 }
@@ -222,13 +248,20 @@ impl ArchiveWriter {
                 }
                 Ok(Blob {
                     bytes,
-                    spans: Vec::new(),
+                    spans,
+                    digests,
                 })
             }
         }
     }
 
-    fn compress_all(&self, level: i32, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<Vec<u8>>> {
+    /// Compresses (when `level` is given) and hashes (unless writing the reference layout) every
+    /// kernel, in parallel for large inputs; results are in ordinal order.
+    fn encode_all(
+        &self,
+        level: Option<i32>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Vec<Encoded>> {
         let total: usize = self.kernels.iter().map(|k| k.data.len()).sum();
         let threads = if total < PARALLEL_THRESHOLD {
             1
@@ -238,16 +271,21 @@ impl ArchiveWriter {
         let slots: Vec<Mutex<Option<FrameResult>>> =
             self.kernels.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
+        let hash = !self.reference_layout;
         let work = || -> std::result::Result<(), String> {
-            let mut enc = FrameEncoder::new(level)?;
+            let mut enc = level.map(FrameEncoder::new).transpose()?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(k) = self.kernels.get(i) else {
                     return Ok(());
                 };
-                let frame = enc.encode(&k.data);
+                let frame = match &mut enc {
+                    Some(enc) => enc.encode(&k.data),
+                    None => Ok(Vec::new()),
+                };
+                let digest = hash.then(|| *blake3::hash(&k.data).as_bytes());
                 progress(k.data.len() as u64);
-                *crate::sync::lock(&slots[i]) = Some(frame);
+                *crate::sync::lock(&slots[i]) = Some(frame.map(|frame| Encoded { frame, digest }));
             }
         };
         if threads == 1 {
@@ -283,94 +321,169 @@ impl ArchiveWriter {
 
     /// The TOC, in the reference writer's key order.
     fn encode_toc(&self, blob: &Blob) -> Vec<u8> {
-        use rmp::encode as e;
-        let mut t = Vec::new();
-        let w = &mut t;
-        let scheme_fields = match self.compression {
-            Compression::None => 1,
-            Compression::Zstd { .. } => 2,
+        let head = TocHead {
+            group_name: &self.group_name,
+            gfx_arch_family: &self.gfx_arch_family,
+            gfx_arches: &self.gfx_arches,
+            compression: self.compression,
+            reference_layout: self.reference_layout,
         };
-        e::write_map_len(w, 6 + scheme_fields).expect("vec write");
-        e::write_str(w, "format_version").expect("vec write");
-        e::write_uint(w, u64::from(format::VERSION)).expect("vec write");
-        e::write_str(w, "group_name").expect("vec write");
-        e::write_str(w, &self.group_name).expect("vec write");
-        e::write_str(w, "gfx_arch_family").expect("vec write");
-        e::write_str(w, &self.gfx_arch_family).expect("vec write");
-        e::write_str(w, "gfx_arches").expect("vec write");
-        e::write_array_len(w, self.gfx_arches.len() as u32).expect("vec write");
-        for a in &self.gfx_arches {
-            e::write_str(w, a).expect("vec write");
-        }
-        // Keys in first-insertion order, arches in insertion order within each key.
-        let mut keys: Vec<&str> = Vec::new();
-        let mut by_key: std::collections::HashMap<&str, Vec<usize>> =
-            std::collections::HashMap::new();
-        for (i, k) in self.kernels.iter().enumerate() {
-            by_key.entry(&k.key).or_insert_with(|| {
-                keys.push(&k.key);
-                Vec::new()
-            });
-            by_key.get_mut(k.key.as_str()).expect("inserted").push(i);
-        }
-        e::write_str(w, "toc").expect("vec write");
-        e::write_map_len(w, keys.len() as u32).expect("vec write");
-        for key in keys {
-            e::write_str(w, key).expect("vec write");
-            let idx = &by_key[key];
-            e::write_map_len(w, idx.len() as u32).expect("vec write");
-            for &i in idx {
-                let k = &self.kernels[i];
-                e::write_str(w, &k.arch).expect("vec write");
-                e::write_map_len(w, if k.metadata.is_empty() { 3 } else { 4 }).expect("vec write");
-                e::write_str(w, "type").expect("vec write");
-                e::write_str(w, "hsaco").expect("vec write");
-                e::write_str(w, "ordinal").expect("vec write");
-                e::write_uint(w, i as u64).expect("vec write");
-                e::write_str(w, "original_size").expect("vec write");
-                e::write_uint(w, k.data.len() as u64).expect("vec write");
-                if !k.metadata.is_empty() {
-                    e::write_str(w, "metadata").expect("vec write");
-                    e::write_map_len(w, k.metadata.len() as u32).expect("vec write");
-                    for (mk, mv) in &k.metadata {
-                        e::write_str(w, mk).expect("vec write");
-                        e::write_str(w, mv).expect("vec write");
-                    }
-                }
-            }
-        }
-        e::write_str(w, "compression_scheme").expect("vec write");
-        e::write_str(w, self.compression.scheme().name()).expect("vec write");
-        match self.compression {
-            Compression::None => {
-                e::write_str(w, "blobs").expect("vec write");
-                e::write_array_len(w, blob.spans.len() as u32).expect("vec write");
-                for (offset, size) in &blob.spans {
-                    e::write_map_len(w, 2).expect("vec write");
-                    e::write_str(w, "offset").expect("vec write");
-                    e::write_uint(w, *offset).expect("vec write");
-                    e::write_str(w, "size").expect("vec write");
-                    e::write_uint(w, *size).expect("vec write");
-                }
-            }
-            Compression::Zstd { .. } => {
-                e::write_str(w, "zstd_offset").expect("vec write");
-                e::write_uint(w, format::BLOB_ALIGNMENT).expect("vec write");
-                e::write_str(w, "zstd_size").expect("vec write");
-                e::write_uint(w, blob.bytes.len() as u64).expect("vec write");
-            }
-        }
-        t
+        let entries: Vec<TocEntry<'_>> = self
+            .kernels
+            .iter()
+            .zip(&blob.digests)
+            .map(|(k, digest)| TocEntry {
+                key: &k.key,
+                arch: &k.arch,
+                original_size: k.data.len() as u64,
+                metadata: &k.metadata,
+                digest: *digest,
+            })
+            .collect();
+        encode_toc(&head, &entries, &blob.spans, blob.bytes.len() as u64)
     }
 }
 
-/// One kernel's compressed frame, or why compressing it failed.
-type FrameResult = std::result::Result<Vec<u8>, String>;
+/// The archive-wide fields of a TOC.
+pub struct TocHead<'a> {
+    pub group_name: &'a str,
+    pub gfx_arch_family: &'a str,
+    pub gfx_arches: &'a [String],
+    pub compression: Compression,
+    /// No `frame` metadata (digests are left out by passing none).
+    pub reference_layout: bool,
+}
+
+/// One kernel as the TOC records it; its ordinal is its position.
+pub struct TocEntry<'a> {
+    pub key: &'a str,
+    pub arch: &'a str,
+    pub original_size: u64,
+    pub metadata: &'a [(String, String)],
+    pub digest: Option<[u8; 32]>,
+}
+
+/// The TOC, in the reference writer's key order, for kernels in ordinal order. `spans` holds,
+/// per ordinal, the kernel's absolute (offset, size) for `none`, or its frame's size word
+/// position and the size it holds for zstd; `blob_len` is the zstd blob's length. Shared by
+/// [`ArchiveWriter`] and the streaming writer of `split` and `pack --from-fatbin`.
+pub fn encode_toc(
+    head: &TocHead<'_>,
+    entries: &[TocEntry<'_>],
+    spans: &[(u64, u64)],
+    blob_len: u64,
+) -> Vec<u8> {
+    use rmp::encode as e;
+    let mut t = Vec::new();
+    let w = &mut t;
+    let scheme_fields = match head.compression {
+        Compression::None => 1,
+        Compression::Zstd { .. } => 2,
+    };
+    e::write_map_len(w, 6 + scheme_fields).expect("vec write");
+    e::write_str(w, "format_version").expect("vec write");
+    e::write_uint(w, u64::from(format::VERSION)).expect("vec write");
+    e::write_str(w, "group_name").expect("vec write");
+    e::write_str(w, head.group_name).expect("vec write");
+    e::write_str(w, "gfx_arch_family").expect("vec write");
+    e::write_str(w, head.gfx_arch_family).expect("vec write");
+    e::write_str(w, "gfx_arches").expect("vec write");
+    e::write_array_len(w, head.gfx_arches.len() as u32).expect("vec write");
+    for a in head.gfx_arches {
+        e::write_str(w, a).expect("vec write");
+    }
+    // Keys in first-insertion order, arches in insertion order within each key.
+    let mut keys: Vec<&str> = Vec::new();
+    let mut by_key: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    for (i, k) in entries.iter().enumerate() {
+        by_key.entry(k.key).or_insert_with(|| {
+            keys.push(k.key);
+            Vec::new()
+        });
+        by_key.get_mut(k.key).expect("inserted").push(i);
+    }
+    e::write_str(w, "toc").expect("vec write");
+    e::write_map_len(w, keys.len() as u32).expect("vec write");
+    for key in keys {
+        e::write_str(w, key).expect("vec write");
+        let idx = &by_key[key];
+        e::write_map_len(w, idx.len() as u32).expect("vec write");
+        for &i in idx {
+            let k = &entries[i];
+            e::write_str(w, k.arch).expect("vec write");
+            let frame = match head.compression {
+                Compression::Zstd { .. } if !head.reference_layout => Some(spans[i]),
+                _ => None,
+            };
+            let digest = k.digest;
+            let meta_len =
+                k.metadata.len() + usize::from(frame.is_some()) + usize::from(digest.is_some());
+            e::write_map_len(w, if meta_len == 0 { 3 } else { 4 }).expect("vec write");
+            e::write_str(w, "type").expect("vec write");
+            e::write_str(w, "hsaco").expect("vec write");
+            e::write_str(w, "ordinal").expect("vec write");
+            e::write_uint(w, i as u64).expect("vec write");
+            e::write_str(w, "original_size").expect("vec write");
+            e::write_uint(w, k.original_size).expect("vec write");
+            if meta_len != 0 {
+                e::write_str(w, "metadata").expect("vec write");
+                e::write_map_len(w, meta_len as u32).expect("vec write");
+                for (mk, mv) in k.metadata {
+                    e::write_str(w, mk).expect("vec write");
+                    e::write_str(w, mv).expect("vec write");
+                }
+                if let Some((offset, size)) = frame {
+                    e::write_str(w, format::META_FRAME).expect("vec write");
+                    e::write_array_len(w, 2).expect("vec write");
+                    e::write_uint(w, offset).expect("vec write");
+                    e::write_uint(w, size).expect("vec write");
+                }
+                if let Some(d) = digest {
+                    e::write_str(w, format::META_BLAKE3).expect("vec write");
+                    e::write_bin(w, &d).expect("vec write");
+                }
+            }
+        }
+    }
+    e::write_str(w, "compression_scheme").expect("vec write");
+    e::write_str(w, head.compression.scheme().name()).expect("vec write");
+    match head.compression {
+        Compression::None => {
+            e::write_str(w, "blobs").expect("vec write");
+            e::write_array_len(w, spans.len() as u32).expect("vec write");
+            for (offset, size) in spans {
+                e::write_map_len(w, 2).expect("vec write");
+                e::write_str(w, "offset").expect("vec write");
+                e::write_uint(w, *offset).expect("vec write");
+                e::write_str(w, "size").expect("vec write");
+                e::write_uint(w, *size).expect("vec write");
+            }
+        }
+        Compression::Zstd { .. } => {
+            e::write_str(w, "zstd_offset").expect("vec write");
+            e::write_uint(w, format::BLOB_ALIGNMENT).expect("vec write");
+            e::write_str(w, "zstd_size").expect("vec write");
+            e::write_uint(w, blob_len).expect("vec write");
+        }
+    }
+    t
+}
+
+/// One kernel's compressed frame (empty for `none`) and digest, or why compressing failed.
+type FrameResult = std::result::Result<Encoded, String>;
+
+struct Encoded {
+    frame: Vec<u8>,
+    digest: Option<[u8; 32]>,
+}
 
 struct Blob {
     bytes: Vec<u8>,
-    /// `none` only: absolute (offset, size) per ordinal.
+    /// Absolute (offset, size) per ordinal. `none`: the kernel's bytes; zstd: the frame's size
+    /// word and the size it holds (the `frame` metadata).
     spans: Vec<(u64, u64)>,
+    /// Per ordinal, when hashing.
+    digests: Vec<Option<[u8; 32]>>,
 }
 
 fn relabel(e: Error, path: &Path) -> Error {

@@ -8,6 +8,11 @@
 #ifndef ROCM_KPACK_KPACK_TYPES_H
 #define ROCM_KPACK_KPACK_TYPES_H
 
+/* Self-contained, as the ROCm header is: a file that includes only this one can use size_t and
+ * the fixed-width integer types. */
+#include <stddef.h>
+#include <stdint.h>
+
 /* Opaque handle to an open .kpack archive (kpack_open / kpack_close). */
 typedef struct kpack_archive* kpack_archive_t;
 

@@ -408,3 +408,63 @@ fn random_mutations_never_panic() {
         let _ = parse_fatbin(&m[..cut]);
     }
 }
+
+/// The walk over a file reads windows and grows table reads; it must find exactly what the
+/// in-memory parse finds: a magic across the first 1 MiB scan window's end, an entry table
+/// longer than the first 64 KiB table read, and a CCOB bundle.
+#[test]
+fn walking_a_file_finds_what_parsing_memory_finds() {
+    let code: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 5000 + i as usize]).collect();
+    let long_triple = format!("hipv4-amdgcn-amd-amdhsa--gfx90a:{}", "x".repeat(900));
+    let mut entries: Vec<(String, &[u8])> = vec![("host-x86_64-unknown-linux".into(), &[])];
+    for i in 0..80 {
+        entries.push((format!("{long_triple}{i}"), &code[i % 3]));
+    }
+    let refs: Vec<(&str, &[u8])> = entries.iter().map(|(t, d)| (t.as_str(), *d)).collect();
+    let big = build_uncompressed(&refs, 4096);
+    let small = build_uncompressed(&[("hipv4-amdgcn-amd-amdhsa--gfx942", &code[2])], 4096);
+    let ccob = build_ccob(3, &small, 3).unwrap();
+    let mut section = vec![0u8; (1 << 20) - 10];
+    section.extend_from_slice(&small);
+    section.resize(section.len() + 333, 0);
+    section.extend_from_slice(&big);
+    section.extend_from_slice(&ccob);
+    section.resize(section.len() + 77, 0);
+
+    let mut file = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut file, b"prefix").unwrap();
+    std::io::Write::write_all(&mut file, &section).unwrap();
+    let src = FileRange {
+        file: &file,
+        offset: 6,
+        len: section.len() as u64,
+    };
+    let mut walked = Vec::new();
+    walk_fatbin(&src, |e| {
+        walked.push(match e {
+            Event::Entry(e) => format!("{} {} {}", e.arch, e.offset, e.data.len()),
+            Event::End(h) => format!("end {} {} {:?}", h.offset, h.len, h.layout),
+        });
+        Ok::<(), ()>(())
+    })
+    .unwrap();
+    let mut parsed = Vec::new();
+    for b in parse_fatbin(&section).unwrap() {
+        for e in b.entries {
+            parsed.push(format!("{} {} {}", e.arch, e.offset, e.data.len()));
+        }
+        parsed.push(format!("end {} {} {:?}", b.offset, b.len, b.layout));
+    }
+    assert_eq!(walked, parsed);
+    assert_eq!(walked.len(), 1 + 1 + 80 + 1 + 1 + 1);
+    assert_eq!(
+        walked[1],
+        format!("end {} {} Uncompressed", (1 << 20) - 10, small.len())
+    );
+    // Truncating the file under the walk is a read error, not a short code object.
+    file.set_len(6 + (1 << 20)).unwrap();
+    assert!(matches!(
+        walk_fatbin(&src, |_| Ok::<(), ()>(())),
+        Err(WalkError::Read(_))
+    ));
+}

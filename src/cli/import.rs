@@ -21,6 +21,8 @@ pub struct ImportRequest {
     pub single: bool,
     pub emit_metadata: bool,
     pub compression: Compression,
+    /// Write the reference writer's exact layout (no frame positions, no digests).
+    pub reference_layout: bool,
 }
 
 /// Below this much device code a progress bar would only flicker.
@@ -86,7 +88,10 @@ pub fn run(req: ImportRequest) -> CliResult {
             "the binaries' .hip_fatbin sections hold no device code objects",
         ));
     }
-    let plans = import::plan_archives(hosts, &prefix, req.single, req.compression)?;
+    let mut plans = import::plan_archives(hosts, &prefix, req.single, req.compression)?;
+    for plan in &mut plans {
+        plan.writer.set_reference_layout(req.reference_layout);
+    }
 
     std::fs::create_dir_all(&req.out_dir).map_err(|e| {
         CliError::new(

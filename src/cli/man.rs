@@ -2,6 +2,10 @@
 //! definition with `clap_mangen`, so they can never disagree with `--help`. `scripts/install.sh`
 //! runs it and installs the pages under `share/man/man1`. A subcommand rather than a build
 //! step: the pages come from the binary that gets installed, and building needs no extra tool.
+//!
+//! The SYNOPSIS is ours (`synopsis`): clap_mangen's leaves out option values (`[--cache-size]`
+//! for `[--cache-size SIZE]`). Subcommand pages carry the version for their footer only: the
+//! subcommands have no `-V`, so their synopsis must not offer it.
 
 use std::path::{Path, PathBuf};
 
@@ -26,18 +30,136 @@ pub fn pages() -> Vec<(String, Vec<u8>)> {
             .clone()
             .display_name(name.clone())
             .bin_name(format!("kpack-fuse {}", sub.get_name()))
-            .version(version);
+            .version(version)
+            .disable_version_flag(true);
         out.push((format!("{name}.1"), render(cmd)));
     }
     out
 }
 
-fn render(cmd: clap::Command) -> Vec<u8> {
+/// clap_mangen's page with our SYNOPSIS section in place of its own.
+fn render(mut cmd: clap::Command) -> Vec<u8> {
+    cmd.build();
+    let synopsis = synopsis(&cmd);
+    let man = clap_mangen::Man::new(cmd.clone());
     let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .render(&mut buf)
-        .expect("rendering into memory cannot fail");
+    let parts: [&dyn Fn(&mut Vec<u8>) -> std::io::Result<()>; 8] = [
+        &|w| man.render_title(w),
+        &|w| man.render_name_section(w),
+        &|w| {
+            w.extend_from_slice(synopsis.as_bytes());
+            Ok(())
+        },
+        &|w| man.render_description_section(w),
+        &|w| {
+            if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+                man.render_options_section(w)?;
+            }
+            Ok(())
+        },
+        &|w| {
+            if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+                man.render_subcommands_section(w)?;
+            }
+            Ok(())
+        },
+        &|w| {
+            if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+                man.render_extra_section(w)?;
+            }
+            Ok(())
+        },
+        &|w| {
+            if cmd.get_version().is_some() {
+                man.render_version_section(w)?;
+            }
+            Ok(())
+        },
+    ];
+    for (i, part) in parts.iter().enumerate() {
+        let mut piece = Vec::new();
+        part(&mut piece).expect("rendering into memory cannot fail");
+        if i > 0 {
+            // Each clap_mangen call starts with the same preamble; the page needs it once.
+            let text = String::from_utf8_lossy(&piece).into_owned();
+            piece = text
+                .lines()
+                .filter(|l| !l.starts_with(".ie \\n(.g .ds Aq") && !l.starts_with(".el .ds Aq"))
+                .flat_map(|l| [l, "\n"])
+                .collect::<String>()
+                .into_bytes();
+        }
+        buf.extend_from_slice(&piece);
+    }
     buf
+}
+
+/// Text for roff: a backslash and a hyphen-minus are escaped (`-` alone may be typeset as a
+/// hyphen, which cannot be copied into a shell).
+fn roff_escape(s: &str) -> String {
+    s.replace('\\', "\\e").replace('-', "\\-")
+}
+
+/// `.SH SYNOPSIS` and one line: the command, each visible option with its value placeholder
+/// (`[--cache-size SIZE]`, `...` when repeatable, no brackets when required), the positionals,
+/// and the subcommand slot.
+fn synopsis(cmd: &clap::Command) -> String {
+    use clap::ArgAction;
+    let bold = |s: &str| format!("\\fB{}\\fR", roff_escape(s));
+    let italic = |s: &str| format!("\\fI{}\\fR", roff_escape(s));
+    let value_names = |a: &clap::Arg| -> String {
+        match a.get_value_names() {
+            Some(names) => names
+                .iter()
+                .map(|n| italic(n.as_str()))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => italic(&a.get_id().as_str().to_uppercase()),
+        }
+    };
+    let repeated = |a: &clap::Arg| {
+        matches!(a.get_action(), ArgAction::Append | ArgAction::Count)
+            || a.get_num_args().is_some_and(|r| r.max_values() > 1)
+    };
+    let mut words = vec![bold(cmd.get_bin_name().unwrap_or(cmd.get_name()))];
+    for a in cmd
+        .get_arguments()
+        .filter(|a| !a.is_positional() && !a.is_hide_set())
+    {
+        let mut flag = match (a.get_short(), a.get_long()) {
+            (Some(s), Some(l)) => format!("{}|{}", bold(&format!("-{s}")), bold(&format!("--{l}"))),
+            (Some(s), None) => bold(&format!("-{s}")),
+            (None, Some(l)) => bold(&format!("--{l}")),
+            (None, None) => continue,
+        };
+        if a.get_action().takes_values() {
+            flag = format!("{flag} {}", value_names(a));
+        }
+        let mut word = if a.is_required_set() {
+            flag
+        } else {
+            format!("[{flag}]")
+        };
+        if repeated(a) {
+            word.push_str("...");
+        }
+        words.push(word);
+    }
+    for a in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        let mut word = value_names(a);
+        if repeated(a) {
+            word.push_str("...");
+        }
+        words.push(if a.is_required_set() {
+            word
+        } else {
+            format!("[{word}]")
+        });
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        words.push(italic("COMMAND"));
+    }
+    format!(".SH SYNOPSIS\n{}\n", words.join(" "))
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -76,5 +198,37 @@ mod tests {
         assert!(text.contains("\n.TH kpack-fuse-mount 1 "), "{text}");
         assert!(text.contains("\n\\fBkpack\\-fuse mount\\fR "), "{text}");
         assert!(text.contains("\\-\\-cache\\-size"), "{text}");
+        assert_eq!(text.matches(".ds Aq").count(), 2, "one preamble:\n{text}");
+    }
+
+    /// The synopsis shows each option's value and repetition, and no -V (subcommands have none).
+    #[test]
+    fn synopsis_shows_values_and_no_version_flag() {
+        let page = |name: &str| {
+            let (_, text) = super::pages().into_iter().find(|(n, _)| n == name).unwrap();
+            let text = String::from_utf8(text).unwrap();
+            let at = text.find(".SH SYNOPSIS\n").unwrap() + ".SH SYNOPSIS\n".len();
+            text[at..].lines().next().unwrap().to_owned()
+        };
+        assert_eq!(
+            page("kpack-fuse-mount.1"),
+            "\\fBkpack\\-fuse mount\\fR [\\fB\\-\\-cache\\-size\\fR \\fISIZE\\fR] \
+             [\\fB\\-\\-threads\\fR \\fIN\\fR] [\\fB\\-s\\fR] [\\fB\\-\\-gpu\\fR \\fIISA\\fR]... \
+             [\\fB\\-f\\fR|\\fB\\-\\-foreground\\fR] [\\fB\\-\\-allow\\-other\\fR] \
+             [\\fB\\-\\-allow\\-root\\fR] [\\fB\\-\\-auto\\-unmount\\fR] [\\fB\\-\\-strict\\fR] \
+             [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
+             [\\fB\\-q\\fR|\\fB\\-\\-quiet\\fR] [\\fB\\-o\\fR \\fIOPTIONS\\fR]... \
+             [\\fB\\-h\\fR|\\fB\\-\\-help\\fR] \\fISOURCE\\fR \\fIMOUNTPOINT\\fR"
+        );
+        for (name, text) in super::pages() {
+            let text = String::from_utf8(text).unwrap();
+            let version_flag = text.contains("\\fB\\-V\\fR");
+            assert_eq!(version_flag, name == "kpack-fuse.1", "{name}");
+        }
+        assert!(
+            page("kpack-fuse-verify.1").starts_with(
+                "\\fBkpack\\-fuse verify\\fR [\\fB\\-\\-against\\fR \\fIHOST\\fR]... "
+            )
+        );
     }
 }

@@ -113,7 +113,16 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => bad("mount point does not exist".into()),
-        _ => bad(format!("cannot use as mount point: {e}")),
+        // What a FUSE mount whose daemon died (SIGKILL, crash) leaves behind.
+        _ if e.raw_os_error() == Some(libc::ENOTCONN) => bad(format!(
+            "a mount whose daemon is gone is still there (transport endpoint is not connected); \
+             remove it with `{}`",
+            stale_mount_fix(path)
+        )),
+        _ => bad(format!(
+            "cannot use as mount point: {}",
+            rocm_kpack::error::describe_io(&e)
+        )),
     })?;
     if !meta.is_dir() {
         return Err(bad("mount point is not a directory".into()));
@@ -127,7 +136,59 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
             m.fs_type
         )));
     }
+    // Allowed (as by mount(8)), but what is there is hidden until the unmount.
+    if let Ok(mut entries) = std::fs::read_dir(&canonical) {
+        if entries.next().is_some() {
+            log::warn!(
+                "{} is not empty: its contents are hidden while kpack-fuse is mounted there",
+                canonical.display()
+            );
+        }
+    }
     Ok(canonical)
+}
+
+/// The command that clears a dead mount at `path`: ours for a kpack-fuse mount, the FUSE
+/// helper's for any other.
+fn stale_mount_fix(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match mountinfo::mount_at(&abs) {
+        Ok(Some(m)) if m.fs_type != format!("fuse.{}", fuse::SUBTYPE) => {
+            format!("fusermount3 -uz {}", abs.display())
+        }
+        _ => format!("kpack-fuse unmount --lazy {}", abs.display()),
+    }
+}
+
+/// Why the kernel refused a mount, with the fix when it is a known one: a user who may not open
+/// /dev/fuse gets "Permission denied" from the mount, which does not say that /dev/fuse is what
+/// is denied.
+fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
+    let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
+        " (auto_unmount runs fusermount3: is it installed?)".to_owned()
+    } else if e.kind() == io::ErrorKind::PermissionDenied && !fuse_device_usable() {
+        format!(
+            " (this user cannot open {FUSE_DEVICE} for reading and writing: mount as root, or \
+             make {FUSE_DEVICE} usable by all (mode 0666, as the fuse3 package sets it), or, in a \
+             container, pass --device {FUSE_DEVICE})"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "cannot mount on {}: {}{hint}",
+        mp.display(),
+        rocm_kpack::error::describe_io(e)
+    )
+}
+
+const FUSE_DEVICE: &str = "/dev/fuse";
+
+/// Whether this process (its real user, as for a non-setuid program) may open /dev/fuse.
+fn fuse_device_usable() -> bool {
+    let c = c"/dev/fuse";
+    // SAFETY: `c` is a valid NUL-terminated path; access(2) only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
 }
 
 /// The settings of the flags, then of each `-o` list in order.
@@ -358,17 +419,8 @@ fn serve(
     })?;
     let (mut mounted, mountpoint) = match target {
         Target::Dir(mp) => {
-            let m = fuse::mount(fs, &mp, cfg).map_err(|e| {
-                let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
-                    " (auto_unmount runs fusermount3: is it installed?)"
-                } else {
-                    ""
-                };
-                CliError::new(
-                    Exit::MountFailed,
-                    format!("cannot mount on {}: {e}{hint}", mp.display()),
-                )
-            })?;
+            let m = fuse::mount(fs, &mp, cfg)
+                .map_err(|e| CliError::new(Exit::MountFailed, mount_refused(&mp, &e, cfg)))?;
             (m, Some(mp))
         }
         Target::Fd(fd) => {

@@ -28,6 +28,10 @@ pub struct CompressionArgs {
     #[arg(long, default_value_t = codec::DEFAULT_LEVEL,
           value_parser = clap::value_parser!(i32).range(codec::MIN_LEVEL as i64..=codec::MAX_LEVEL as i64))]
     pub level: i32,
+    /// Write exactly what the reference writer writes: no frame positions and no BLAKE3 digests
+    /// in the TOC entries' metadata.
+    #[arg(long)]
+    pub reference_layout: bool,
 }
 
 impl CompressionArgs {
@@ -95,6 +99,7 @@ pub fn run(args: Args) -> CliResult {
             single: args.single,
             emit_metadata: args.emit_metadata,
             compression: args.compression.compression(),
+            reference_layout: args.compression.reference_layout,
         });
     }
     let dir = args.dir.expect("clap requires DIR without --from-fatbin");
@@ -147,6 +152,7 @@ pub fn run(args: Args) -> CliResult {
     if let Some(t) = args.threads {
         writer.set_threads(t);
     }
+    writer.set_reference_layout(args.compression.reference_layout);
     let mut total = 0u64;
     for (key, by_arch) in &tree {
         for arch in &arches {

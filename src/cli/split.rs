@@ -45,6 +45,7 @@ pub fn run(args: Args) -> CliResult {
         out_root,
         prefix: args.prefix,
         compression: args.compression.compression(),
+        reference_layout: args.compression.reference_layout,
     };
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {
@@ -77,7 +78,8 @@ pub fn run(args: Args) -> CliResult {
 pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     let check = split::verify_split(out_root, original_root)
         .map_err(|e| CliError::io(Exit::Unreadable, &out_root, &e))?;
-    if check.binaries == 0 {
+    // A binary that does not parse is a problem to report, not a reason to say "none found".
+    if check.binaries == 0 && check.problems.is_empty() {
         return Err(CliError::new(
             Exit::NotFound,
             format!("{}: no split binaries found", out_root.display()),

@@ -22,7 +22,7 @@ use crate::arch;
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
 use crate::hipk::{self, HipkHost};
-use crate::loader::{LoaderConfig, Silent, search};
+use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
 use super::{Duplicate, FsOptions, KpackFs};
 
@@ -310,6 +310,25 @@ fn strip_path(message: &str, path: &Path) -> String {
     message.strip_prefix(&p).unwrap_or(message).to_owned()
 }
 
+/// Collects the archives the loader's open step skipped because they did not open (path, error
+/// code, reason); missing paths are only logged at debug level, as the loader says nothing.
+#[derive(Default)]
+struct OpenFailures(Vec<(String, i32, String)>);
+
+impl Trace for OpenFailures {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn record(&mut self, event: Event) {
+        match event {
+            Event::ArchiveOpenFailed { path, code, reason } => self.0.push((path, code, reason)),
+            Event::ArchiveMissing { path } => log::debug!("{path}: not a regular file, skipped"),
+            _ => {}
+        }
+    }
+}
+
 /// A HIPK binary: its metadata, its search paths resolved as the loader does, the archives that
 /// exist on them, and its kernel name as the key filter.
 fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceError> {
@@ -327,36 +346,51 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
         )
     })?;
     let meta = &host.metadata;
-    let paths = if opts.gpus.is_empty() {
-        search::existing_search_paths(&opts.loader, &binary, &meta.search_paths)
-    } else {
-        let arches: Vec<String> = opts
-            .gpus
-            .iter()
-            .flat_map(|g| arch::device_arch_list(g))
-            .collect();
-        let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
-        search::build_search_paths(
-            &opts.loader,
-            &binary,
-            &meta.search_paths,
-            &refs,
-            &mut Silent,
-        )
-    };
-    // The loader skips paths that are not regular files without a word; so does the mount.
-    let existing: Vec<PathBuf> = paths
+    let arches: Vec<String> = opts
+        .gpus
         .iter()
-        .filter(|p| {
-            let ok = std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
-            if !ok {
-                log::debug!("{}: not a regular file, skipped", p.display());
-            }
-            ok
-        })
-        .cloned()
+        .flat_map(|g| arch::device_arch_list(g))
         .collect();
-    open_members(source, &existing, opts)?;
+    let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let expansion = if opts.gpus.is_empty() {
+        Expansion::Existing
+    } else {
+        Expansion::Targets(&refs)
+    };
+    // The loader's own step from search paths to opened archives, on a loader of our own: what
+    // is shown is what `kpack_load_code_object` would search.
+    let loader = Loader::new(opts.loader.clone());
+    let paths = loader.search_paths(meta, &binary, expansion, &mut Silent);
+    ensure_open_files(paths.len() as u64 + opts.extra_fds + 16)?;
+    let mut failures = OpenFailures::default();
+    let opened = loader.open_archives(&paths, &mut failures);
+    if let Some((path, code, reason)) = failures.0.first().filter(|_| opts.strict) {
+        let kind = if [ErrorKind::FileNotFound, ErrorKind::IoError]
+            .iter()
+            .any(|k| k.code() == *code)
+        {
+            SourceErrorKind::Unreadable
+        } else {
+            SourceErrorKind::BadFormat
+        };
+        return Err(SourceError::new(
+            kind,
+            format!("{path}: {}", strip_path(reason, Path::new(path))),
+        ));
+    }
+    for (path, _, reason) in &failures.0 {
+        let w = format!("skipping {path}: {}", strip_path(reason, Path::new(path)));
+        log::warn!("{w}");
+        source.warnings.push(w);
+    }
+    // The loader keeps a file reached twice (symlinks, repeated search paths); the mount shows
+    // it once.
+    let mut seen = HashSet::new();
+    for (canonical, archive) in opened {
+        if seen.insert(canonical) {
+            source.archives.push(archive);
+        }
+    }
     if source.archives.is_empty() {
         let patterns: Vec<String> = meta
             .search_paths
@@ -407,30 +441,35 @@ pub fn build_fs(
     for d in &duplicates {
         let text = duplicate_message(d, &paths);
         if strict {
+            // Nothing is shown at all, so the message does not say which copy would be.
             return Err(SourceError::new(
                 SourceErrorKind::BadFormat,
                 format!("conflict (--strict): {text}"),
             ));
         }
+        let text = format!(
+            "{text}; showing the one from {}",
+            archive_name(d.kept, &paths)
+        );
         log::warn!("{text}");
         warnings.push(text);
     }
     Ok((fs, warnings))
 }
 
+fn archive_name(i: u32, paths: &[PathBuf]) -> String {
+    paths
+        .get(i as usize)
+        .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
+}
+
 fn duplicate_message(d: &Duplicate, paths: &[PathBuf]) -> String {
-    let name = |i: u32| {
-        paths
-            .get(i as usize)
-            .map_or_else(|| format!("#{i}"), |p| p.display().to_string())
-    };
     format!(
-        "{} [{}] is in both {} and {}; showing the one from {}",
+        "{} [{}] is in both {} and {}",
         d.key,
         d.arch,
-        name(d.kept),
-        name(d.dropped),
-        name(d.kept)
+        archive_name(d.kept, paths),
+        archive_name(d.dropped, paths)
     )
 }
 

@@ -252,6 +252,41 @@ mod tests {
         assert_eq!(hex, expected);
     }
 
+    /// The reference's parser keeps the first occurrence of a repeated key; so do we.
+    #[test]
+    fn repeated_keys_first_wins() {
+        let bytes = build(|b| {
+            rmp::encode::write_map_len(b, 4).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "first").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "a.kpack").unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "second").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_u32(b, 7).unwrap();
+        });
+        let m = HipkMetadata::parse(&bytes).unwrap();
+        assert_eq!(m.kernel_name, "first");
+        assert_eq!(m.search_paths, [OsString::from("a.kpack")]);
+        // A bad first occurrence is not rescued by a good later one.
+        let bytes = build(|b| {
+            rmp::encode::write_map_len(b, 3).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_u32(b, 1).unwrap();
+            rmp::encode::write_str(b, "kernel_name").unwrap();
+            rmp::encode::write_str(b, "k").unwrap();
+            rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+            rmp::encode::write_array_len(b, 1).unwrap();
+            rmp::encode::write_str(b, "a.kpack").unwrap();
+        });
+        assert_eq!(
+            HipkMetadata::parse(&bytes).unwrap_err().to_string(),
+            "invalid HIPK metadata: \"kernel_name\" is a unsigned integer, expected a string"
+        );
+    }
+
     #[test]
     fn skips_non_string_paths_and_extra_keys() {
         let bytes = build(|b| {

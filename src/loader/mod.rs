@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 pub use crate::hipk::HipkMetadata;
 pub use cache::ArchiveCache;
 pub use config::LoaderConfig;
+pub use search::Expansion;
 pub use trace::{Event, Recorder, Silent, StderrLog, Trace};
 
 use trace::emit;
@@ -119,29 +120,58 @@ impl Loader {
     }
 
     /// Step 3 of the load: the archives on the search path that open, in search order
-    /// (duplicates kept, as the reference keeps them). Callable on its own, e.g. by the mount.
+    /// (duplicates kept, as the reference keeps them); none is `Error::ArchiveNotFound`.
     pub fn resolve_archives(
         &self,
         meta: &HipkMetadata,
         request: &LoadRequest<'_>,
         trace: &mut dyn Trace,
     ) -> Result<Vec<(PathBuf, Arc<Archive>)>> {
-        let paths = search::build_search_paths(
-            &self.config,
+        let paths = self.search_paths(
+            meta,
             request.binary_path,
-            &meta.search_paths,
-            request.arch_list,
+            Expansion::Targets(request.arch_list),
             trace,
         );
-        let archives: Vec<_> = paths
-            .iter()
-            .filter_map(|p| self.cache.get_or_open(p, trace))
-            .collect();
+        let archives = self.open_archives(&paths, trace);
         if archives.is_empty() {
             emit(trace, || Event::NoValidArchives { paths: paths.len() });
             return Err(Error::ArchiveNotFound { tried: paths });
         }
         Ok(archives)
+    }
+
+    /// The archive paths to try for a binary, under this loader's configuration
+    /// (`ROCM_KPACK_PATH`, `ROCM_KPACK_PATH_PREFIX`); see [`search`].
+    pub fn search_paths(
+        &self,
+        meta: &HipkMetadata,
+        binary_path: &Path,
+        expansion: Expansion<'_>,
+        trace: &mut dyn Trace,
+    ) -> Vec<PathBuf> {
+        search::build_search_paths(
+            &self.config,
+            binary_path,
+            &meta.search_paths,
+            expansion,
+            trace,
+        )
+    }
+
+    /// Opens, through this loader's archive cache, the paths that are regular files and valid
+    /// archives, in order, with their canonical paths. Paths that are missing or do not open are
+    /// skipped and reported to `trace` (`ArchiveMissing`, `ArchiveOpenFailed`). This is the one
+    /// "search paths to opened archives" step, shared by the loader and the mount.
+    pub fn open_archives(
+        &self,
+        paths: &[PathBuf],
+        trace: &mut dyn Trace,
+    ) -> Vec<(PathBuf, Arc<Archive>)> {
+        paths
+            .iter()
+            .filter_map(|p| self.cache.get_or_open(p, trace))
+            .collect()
     }
 }
 

@@ -13,7 +13,11 @@
 //!   hostile arch list gives one) is not substituted: no expanded path leaves the pattern's
 //!   directory. The reference substitutes any string; real target IDs never differ.
 //!
-//! Nothing here opens archives; the mount and the CLI call [`build_search_paths`] on its own.
+//! - Without a device (the mount with no `--gpu`), a `@GFXARCH@` path stands instead for every
+//!   existing file that fits it ([`Expansion::Existing`]).
+//!
+//! Nothing here opens archives: [`super::Loader::open_archives`] does, for the loader and the
+//! mount alike.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -24,12 +28,23 @@ use super::trace::{Event, Trace, emit};
 use crate::hipk::GFXARCH_TOKEN;
 use crate::{arch, names};
 
+/// What `@GFXARCH@` in an embedded search path stands for.
+#[derive(Debug, Clone, Copy)]
+pub enum Expansion<'a> {
+    /// Each compatible target of each arch in the caller's list, most specific first (what the
+    /// loader does for a device); `None` entries are skipped.
+    Targets(&'a [Option<&'a str>]),
+    /// Every existing file that fits the pattern ([`existing_matches`]): the archives a binary
+    /// could load on *some* device (the mount without `--gpu`).
+    Existing,
+}
+
 /// The ordered list of archive paths to try.
 pub fn build_search_paths(
     config: &LoaderConfig,
     binary_path: &Path,
     embedded: &[OsString],
-    arch_list: &[Option<&str>],
+    expansion: Expansion<'_>,
     trace: &mut dyn Trace,
 ) -> Vec<PathBuf> {
     if !config.path_override.is_empty() {
@@ -47,68 +62,70 @@ pub fn build_search_paths(
     }
     for raw in embedded {
         let resolved = resolve_path(binary_path, Path::new(raw));
-        if find_token(resolved.as_os_str()).is_some() {
-            for a in arch_list.iter().flatten() {
-                for target in arch::compatible_targets(a) {
-                    // The arch list comes from the caller: a hostile or broken one must not
-                    // turn `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`.
-                    if !names::is_safe_component(&target) {
-                        emit(trace, || Event::UnsafeTarget {
-                            pattern: resolved.display().to_string(),
-                            target: target.clone(),
-                        });
-                        continue;
-                    }
-                    let expanded = replace_first_token(&resolved, &target);
-                    emit(trace, || Event::ExpandedPattern {
-                        pattern: resolved.display().to_string(),
-                        path: expanded.display().to_string(),
-                    });
-                    paths.push(expanded);
-                }
-            }
-        } else {
+        if find_token(resolved.as_os_str()).is_none() {
             emit(trace, || Event::DirectPath {
                 original: Path::new(raw).display().to_string(),
                 resolved: resolved.display().to_string(),
             });
             paths.push(resolved);
+            continue;
+        }
+        let mut add = |path: PathBuf, trace: &mut dyn Trace| {
+            emit(trace, || Event::ExpandedPattern {
+                pattern: resolved.display().to_string(),
+                path: path.display().to_string(),
+            });
+            paths.push(path);
+        };
+        match expansion {
+            Expansion::Targets(arch_list) => {
+                expand_for_targets(&resolved, arch_list, trace, &mut add)
+            }
+            Expansion::Existing => {
+                for path in existing_matches(&resolved) {
+                    add(path, trace);
+                }
+            }
         }
     }
     paths
 }
 
-/// The archive paths a binary could load on *some* device: the same rules as
-/// [`build_search_paths`] (override exclusive, prefix first, embedded paths resolved against the
-/// binary's directory), except that a path with `@GFXARCH@` stands for every existing file that
-/// fits it ([`existing_matches`]) instead of one path per target of a known arch list.
-pub fn existing_search_paths(
-    config: &LoaderConfig,
-    binary_path: &Path,
-    embedded: &[OsString],
-) -> Vec<PathBuf> {
-    if !config.path_override.is_empty() {
-        return config.path_override.clone();
-    }
-    let mut paths = config.path_prefix.clone();
-    for raw in embedded {
-        let resolved = resolve_path(binary_path, Path::new(raw));
-        if find_token(resolved.as_os_str()).is_some() {
-            paths.extend(existing_matches(&resolved));
-        } else {
-            paths.push(resolved);
+/// One path per compatible target of each arch, skipping targets that are not safe path
+/// components (the arch list comes from the caller: a hostile or broken one must not turn
+/// `.kpack/@GFXARCH@/foo.kpack` into a path outside `.kpack`).
+fn expand_for_targets(
+    resolved: &Path,
+    arch_list: &[Option<&str>],
+    trace: &mut dyn Trace,
+    add: &mut dyn FnMut(PathBuf, &mut dyn Trace),
+) {
+    for a in arch_list.iter().flatten() {
+        for target in arch::compatible_targets(a) {
+            if names::is_safe_component(&target) {
+                add(replace_first_token(resolved, &target), trace);
+            } else {
+                emit(trace, || Event::UnsafeTarget {
+                    pattern: resolved.display().to_string(),
+                    target: target.clone(),
+                });
+            }
         }
     }
-    paths
 }
 
 /// Resolves an embedded search path against the binary's directory. Absolute paths are returned
-/// unchanged.
+/// unchanged. A binary path ending in `/` is its own directory (the parent of an empty last
+/// component, as the reference takes it): `../x` from `/opt/rocm/lib/` is `/opt/rocm/x`.
 pub fn resolve_path(binary_path: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         return path.to_path_buf();
     }
-    let dir = binary_path.parent().unwrap_or(Path::new(""));
+    let dir = if binary_path.as_os_str().as_bytes().ends_with(b"/") {
+        binary_path
+    } else {
+        binary_path.parent().unwrap_or(Path::new(""))
+    };
     weakly_canonical(&dir.join(path))
 }
 
@@ -267,7 +284,7 @@ mod tests {
             &LoaderConfig::default(),
             &binary,
             &os(&["../.kpack/foo_@GFXARCH@.kpack"]),
-            &list,
+            Expansion::Targets(&list),
             &mut Silent,
         );
         let k = root.join(".kpack");
@@ -306,7 +323,7 @@ mod tests {
             &LoaderConfig::default(),
             &root.join("lib/libfoo.so"),
             &os(&["../.kpack/@GFXARCH@/foo.kpack"]),
-            &list,
+            Expansion::Targets(&list),
             &mut rec,
         );
         let k = root.join(".kpack");
@@ -365,7 +382,7 @@ mod tests {
             &cfg,
             Path::new("/b/x.so"),
             &os(&["/e.kpack"]),
-            &[Some("gfx900")],
+            Expansion::Targets(&[Some("gfx900")]),
             &mut rec,
         );
         assert_eq!(paths, [PathBuf::from("/o/@GFXARCH@.kpack")]);
@@ -380,7 +397,7 @@ mod tests {
             &cfg,
             Path::new("/nonexistent-dir/x.so"),
             &os(&["/e.kpack", "y/../z.kpack"]),
-            &[Some("gfx900")],
+            Expansion::Targets(&[Some("gfx900")]),
             &mut rec,
         );
         assert_eq!(
@@ -423,6 +440,26 @@ mod tests {
     }
 
     #[test]
+    fn a_binary_path_ending_in_a_slash_is_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("opt/rocm/lib")).unwrap();
+        let lib = format!("{}/opt/rocm/lib/", root.display());
+        assert_eq!(
+            resolve_path(Path::new(&lib), Path::new("../.kpack/x.kpack")),
+            root.join("opt/rocm/.kpack/x.kpack")
+        );
+        assert_eq!(
+            resolve_path(Path::new("/nonexistent-dir/lib/"), Path::new("a.kpack")),
+            Path::new("/nonexistent-dir/lib/a.kpack")
+        );
+        assert_eq!(
+            resolve_path(Path::new("/nonexistent-dir/lib"), Path::new("a.kpack")),
+            Path::new("/nonexistent-dir/a.kpack")
+        );
+    }
+
+    #[test]
     fn lexical_normalisation() {
         assert_eq!(
             lexically_normal(Path::new("/a/./b/../c")),
@@ -442,7 +479,7 @@ mod tests {
             &LoaderConfig::default(),
             Path::new("/nonexistent-dir/x.so"),
             &os(&["f_@GFXARCH@.kpack"]),
-            &[Some(""), Some("amdgcn-amd-amdhsa--")],
+            Expansion::Targets(&[Some(""), Some("amdgcn-amd-amdhsa--")]),
             &mut Silent,
         );
         assert_eq!(

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+use crate::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
 use crate::hipk::wrapper::{HIPK_MAGIC, parse_wrappers};
 use crate::import::{self, KPACK_DIR};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
@@ -47,8 +47,17 @@ pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<Sp
                 continue;
             }
         };
-        let Ok(elf) = ElfFile::parse(&bytes) else {
+        // Files that are not ELF (data, scripts) are not binaries; an ELF file that does not
+        // parse is a problem, never silently "not split".
+        if !bytes.starts_with(ELF_MAGIC) {
             continue;
+        }
+        let elf = match ElfFile::parse(&bytes) {
+            Ok(elf) => elf,
+            Err(e) => {
+                check.problems.push(format!("{}: {e}", path.display()));
+                continue;
+            }
         };
         let Some(marker) = elf.section(KPACK_REF_SECTION) else {
             continue;

@@ -30,6 +30,9 @@ pub struct SplitRequest {
     /// [`import::default_prefix`]).
     pub prefix: Option<String>,
     pub compression: Compression,
+    /// Write the archives in the reference writer's exact layout (no frame positions, no
+    /// digests).
+    pub reference_layout: bool,
 }
 
 /// What happened to one binary.
@@ -205,6 +208,8 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
         for plan in import::plan_archives(hosts, &prefix, false, req.compression)
             .map_err(TreeError::Archive)?
         {
+            let mut plan = plan;
+            plan.writer.set_reference_layout(req.reference_layout);
             let mut bytes = Vec::new();
             plan.writer
                 .write_to(&mut bytes, &|_| {})

@@ -297,6 +297,23 @@ static void LoaderAPITest_LoadCodeObject_FallsThroughToNextArchiveOnKernelNotFou
   kpack_cache_destroy(c);
 }
 
+/* A binary path ending in '/' names a directory: relative search paths start at that directory
+ * itself (the parent of its empty last component), as in the reference, so "../x.kpack" from
+ * "<dir>/sub/" is "<dir>/x.kpack". */
+static void CApi_BinaryPathEndingInSlash(void) {
+  kpack_cache_t c = plain_cache();
+  mp_buf m = meta_for("lib/libtest.so", "test_noop.kpack");
+  mp_buf up = meta_for("lib/libtest.so", "../test_noop.kpack");
+  expect_load(c, m.data, kt_join(assets, ""), 0, GFX900, 1, KPACK_SUCCESS, "KERNEL1_GFX900_DATA",
+              0, 119);
+  expect_load(c, up.data, kt_join(assets, "sub/"), 0, GFX900, 1, KPACK_SUCCESS,
+              "KERNEL1_GFX900_DATA", 0, 119);
+  /* Without the slash the last component is the binary's name, as before. */
+  expect_load(c, up.data, kt_join(assets, "sub"), 0, GFX900, 1, KPACK_ERROR_ARCHIVE_NOT_FOUND,
+              NULL, 0, 0);
+  kpack_cache_destroy(c);
+}
+
 static void LoaderAPITest_LoadCodeObject_ArchiveFileNotFound(void) {
   kpack_cache_t c = plain_cache();
   mp_buf m = meta_for("lib/libtest.so", "/nonexistent/dir/archive.kpack");
@@ -675,6 +692,7 @@ int main(int argc, char** argv) {
   RUN(LoaderAPITest, LoadCodeObject_ArchNotInArchive);
   RUN(LoaderAPITest, LoadCodeObject_KernelNotFound);
   RUN(LoaderAPITest, LoadCodeObject_FallsThroughToNextArchiveOnKernelNotFound);
+  RUN(CApi, BinaryPathEndingInSlash);
   RUN(LoaderAPITest, LoadCodeObject_ArchiveFileNotFound);
   RUN(LoaderAPITest, LoadCodeObject_MissingKernelName);
   RUN(LoaderAPITest, LoadCodeObject_MissingSearchPaths);

@@ -68,22 +68,30 @@ static unsigned char* read_file(const char* path, size_t* size) {
   return data;
 }
 
-/* A section header by name, bounds-checked against the file. */
+/* A section header by name, bounds-checked against the file. Headers are copied out, not
+ * pointed at: the reference rewriter appends the table at whatever offset the file ended, so in
+ * memory it may be misaligned. Up to four results stay valid at once. */
 static const Elf64_Shdr* find_section(const char* name) {
-  const Elf64_Ehdr* eh = (const Elf64_Ehdr*)file_bytes;
-  const Elf64_Shdr* sh;
-  const Elf64_Shdr* names;
+  static Elf64_Shdr found[4];
+  static size_t next;
+  Elf64_Ehdr eh;
+  Elf64_Shdr names, sh;
   size_t i;
-  if (file_size < sizeof *eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0) return NULL;
-  if (eh->e_shoff > file_size || eh->e_shnum > (file_size - eh->e_shoff) / sizeof *sh) return NULL;
-  sh = (const Elf64_Shdr*)(file_bytes + eh->e_shoff);
-  if (eh->e_shstrndx >= eh->e_shnum) return NULL;
-  names = &sh[eh->e_shstrndx];
-  for (i = 0; i < eh->e_shnum; i++) {
-    size_t at = names->sh_offset + sh[i].sh_name;
+  if (file_size < sizeof eh) return NULL;
+  memcpy(&eh, file_bytes, sizeof eh);
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return NULL;
+  if (eh.e_shoff > file_size || eh.e_shnum > (file_size - eh.e_shoff) / sizeof sh) return NULL;
+  if (eh.e_shstrndx >= eh.e_shnum) return NULL;
+  memcpy(&names, file_bytes + eh.e_shoff + eh.e_shstrndx * sizeof sh, sizeof names);
+  for (i = 0; i < eh.e_shnum; i++) {
+    size_t at;
+    memcpy(&sh, file_bytes + eh.e_shoff + i * sizeof sh, sizeof sh);
+    at = names.sh_offset + sh.sh_name;
     if (at < file_size && strncmp((const char*)file_bytes + at, name, file_size - at) == 0 &&
-        sh[i].sh_offset <= file_size && sh[i].sh_size <= file_size - sh[i].sh_offset)
-      return &sh[i];
+        sh.sh_offset <= file_size && sh.sh_size <= file_size - sh.sh_offset) {
+      found[next % 4] = sh;
+      return &found[next++ % 4];
+    }
   }
   return NULL;
 }

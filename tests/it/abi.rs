@@ -166,3 +166,24 @@ fn header_constants_match_the_format() {
         assert!(export.contains(needle), "{needle}");
     }
 }
+
+/// `kpack_types.h` is self-contained like the ROCm header: a C and a C++ file that include only
+/// it can use `size_t` and `uint32_t` (and compile with -Wall -Wextra -Werror).
+#[test]
+fn types_header_alone_brings_size_t_and_uint32_t() {
+    let dir = tempfile::tempdir().unwrap();
+    for lang in [cc::Lang::C, cc::Lang::Cxx] {
+        let exe = cc::compile(
+            "types_only.c",
+            &dir.path().join(format!("types_only_{lang:?}")),
+            lang,
+        );
+        let out = cc::run(&exe, Vec::<&str>::new(), &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{lang:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

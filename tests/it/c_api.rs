@@ -146,6 +146,7 @@ const LOADER_TESTS: &[&str] = &[
     "LoaderMatrix.MetadataVariants",
     "LoaderMatrix.OnlyFirstTokenReplaced",
     "LoaderMatrix.EmptyAndBarePrefixArch",
+    "CApi.BinaryPathEndingInSlash",
 ];
 
 fn run_loader(lang: Lang) {

@@ -20,6 +20,7 @@ fn writer_reproduces_golden_noop() {
         Compression::None,
     )
     .unwrap();
+    w.set_reference_layout(true);
     for (key, arch, data) in golden_noop_kernels() {
         w.add_kernel(key, arch, data).unwrap();
     }
@@ -38,6 +39,7 @@ fn writer_reproduces_golden_zstd() {
         Compression::Zstd { level: 3 },
     )
     .unwrap();
+    w.set_reference_layout(true);
     for (key, arch, data) in golden_zstd_kernels() {
         w.add_kernel(key, arch, data).unwrap();
     }

@@ -2,7 +2,10 @@
 //! directory), then: the program and its man pages, C consumers built the documented ways
 //! (`pkg-config --cflags --libs rocm_kpack` against the shared library, `pkg-config --static`
 //! against the static one, CMake's `find_package(rocm-kpack)` with `rocm::rocm_kpack` and
-//! `rocm::rocm_kpack_static`). Finally `--uninstall` must leave nothing behind.
+//! `rocm::rocm_kpack_static`). Finally `--uninstall` must leave nothing behind, except the
+//! directories that were there before the install. Installed binaries carry no debug information;
+//! it is kept next to the build output. (The size limits of a release install are checked by
+//! scripts/test.sh, which builds one; this crate's tests run from a debug build.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -249,7 +252,7 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
     assert!(!refused.status.success());
 
     // Re-installing is idempotent; uninstalling removes every file and the directories it made,
-    // but not files it did not install.
+    // but not files it did not install (nor the directory holding them).
     std::fs::create_dir_all(prefix.join("lib/other")).unwrap();
     std::fs::write(prefix.join("lib/other/keep.txt"), b"not ours").unwrap();
     install(&prefix, &[]);
@@ -262,8 +265,120 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
             prefix.join("lib/other/keep.txt")
         ]
     );
-    // The helper link is gone; its directory, outside the prefix, stays.
-    assert_eq!(files_under(&sbin), Vec::<PathBuf>::new());
+    // The helper link is gone, and so is its directory, which the install created.
+    assert!(!sbin.exists());
+}
+
+/// Section names of an ELF file, from `readelf -SW`.
+fn sections(path: &Path) -> Vec<String> {
+    let out = sh(Command::new("readelf").arg("-SW").arg(path));
+    out.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let rest = l.strip_prefix('[')?;
+            let (_, rest) = rest.split_once(']')?;
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn installed_binaries_have_no_debug_info_which_stays_next_to_the_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = tmp.path().join("prefix");
+    install(&prefix, &["--sbindir", "none"]);
+    for (installed, built) in [
+        ("bin/kpack-fuse", "kpack-fuse"),
+        ("lib/librocm_kpack.so.0.1.0", "librocm_kpack.so"),
+    ] {
+        let names = sections(&prefix.join(installed));
+        // (.debug_gdb_scripts is loaded data, gdb's pretty-printer list, not debug info.)
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with(".debug_") && n != ".debug_gdb_scripts"),
+            "{installed}: {names:?}"
+        );
+        assert!(
+            !names.iter().any(|n| n == ".symtab"),
+            "{installed}: {names:?}"
+        );
+        // The installed file names its debug file, which holds what was removed.
+        let link = sh(Command::new("readelf")
+            .args(["-p", ".gnu_debuglink"])
+            .arg(prefix.join(installed)));
+        assert!(link.contains(&format!("  {built}.debug\n")), "{link}");
+        let debug = build_dir().join(format!("{built}.debug"));
+        assert!(
+            sections(&debug).iter().any(|n| n == ".debug_info"),
+            "{}",
+            debug.display()
+        );
+    }
+    // The static archive keeps its symbols (consumers link against them) but not debug info.
+    let ar = sh(Command::new("readelf")
+        .arg("-SW")
+        .arg(prefix.join("lib/librocm_kpack.a")));
+    assert!(!ar.contains(".debug_info"));
+    assert!(ar.contains(".symtab"));
+    // Still a working program.
+    let version = sh(Command::new(prefix.join("bin/kpack-fuse")).arg("--version"));
+    assert_eq!(
+        version,
+        concat!("kpack-fuse ", env!("CARGO_PKG_VERSION"), "\n")
+    );
+}
+
+/// Debian's base-files ships /usr/local/include and /usr/local/share/man empty: the install uses
+/// them, and the uninstall must leave them (and only them) as they were.
+#[test]
+fn uninstall_keeps_directories_that_were_there_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = tmp.path().join("usr/local");
+    for d in ["include", "share/man", "lib/x86_64-linux-gnu"] {
+        std::fs::create_dir_all(prefix.join(d)).unwrap();
+    }
+    let before = files_under(&prefix);
+    install(&prefix, &["--sbindir", "none"]);
+    let manifest =
+        std::fs::read_to_string(prefix.join("share/rocm-kpack/install-manifest.txt")).unwrap();
+    let dirs: Vec<&str> = manifest.lines().filter(|l| l.ends_with('/')).collect();
+    assert_eq!(
+        dirs,
+        [
+            "bin/",
+            "include/rocm_kpack/",
+            "lib/cmake/",
+            "lib/cmake/rocm-kpack/",
+            "lib/pkgconfig/",
+            "share/man/man1/",
+            "share/rocm-kpack/",
+        ]
+    );
+    install(&prefix, &["--uninstall"]);
+    assert_eq!(files_under(&prefix), before);
+    assert_eq!(
+        before,
+        [
+            prefix.join("include"),
+            prefix.join("lib"),
+            prefix.join("lib/x86_64-linux-gnu"),
+            prefix.join("share"),
+            prefix.join("share/man"),
+        ]
+    );
+}
+
+#[test]
+fn help_prints_the_header_comment_only() {
+    let out = sh(Command::new(cc::manifest_dir().join("scripts/install.sh")).arg("--help"));
+    assert!(
+        out.starts_with("Installs kpack-fuse into a prefix: the kpack-fuse program"),
+        "{out}"
+    );
+    assert!(out.contains("\nOptions:\n"), "{out}");
+    assert!(!out.contains("set -euo"), "{out}");
+    assert!(out.ends_with("the\nmanifest covers them all.\n"), "{out}");
 }
 
 #[test]
@@ -316,10 +431,10 @@ fn default_prefix_and_sbindir_under_destdir() {
     sh(Command::new(&script)
         .arg("--uninstall")
         .env("DESTDIR", &root));
-    // Only the directories outside the prefix that the install had to create stay: sbin and
-    // the prefix itself (never removed).
+    // Only the prefix (never removed) and what is above it stay; the sbin directory, which the
+    // install created under DESTDIR, is gone.
     assert_eq!(
         files_under(&root),
-        [root.join("sbin"), root.join("usr"), root.join("usr/local")]
+        [root.join("usr"), root.join("usr/local")]
     );
 }

@@ -499,6 +499,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         out_root: out.clone(),
         prefix: Some("splt".into()),
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     };
     let report = split_tree(&req).unwrap();
     let outcomes: Vec<(&str, bool)> = report

@@ -34,6 +34,7 @@ fn split_one(host: &Path, root: &Path, out_root: &Path, prefix: &str) {
         out_root: out_root.to_path_buf(),
         prefix: Some(prefix.into()),
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     })
     .unwrap();
     assert!(matches!(report.binaries[0].outcome, Outcome::Split { .. }));
@@ -57,6 +58,29 @@ fn run_split_load(mode: &str, binary: &Path, expect: &Path, arches: &[String], n
         names.len(),
         "{stdout}"
     );
+}
+
+/// Runs `split_load.c` over a split binary: `dlopen` mode for a library (its wrappers in memory
+/// too), `file` mode for anything (wrappers read from the file).
+pub(crate) fn run_split_load_for(binary: &Path, originals: &[CodeObject], mode: &str) {
+    let expect = binary.with_file_name(format!(
+        "{}.expect",
+        binary.file_name().unwrap().to_string_lossy()
+    ));
+    let arches = write_expected(&expect, originals);
+    let names: &[&str] = if mode == "dlopen" {
+        &[
+            "SplitFile.WrappersInFile",
+            "SplitFile.LoadCodeObjects",
+            "SplitLoad.WrappersInMemory",
+            "SplitLoad.DiscoverBinaryPath",
+            "SplitLoad.LoadCodeObjects",
+            "SplitLoad.MissingArchAndIndex",
+        ]
+    } else {
+        &["SplitFile.WrappersInFile", "SplitFile.LoadCodeObjects"]
+    };
+    run_split_load(mode, binary, &expect, &arches, names);
 }
 
 #[test]

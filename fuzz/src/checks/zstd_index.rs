@@ -2,7 +2,8 @@
 //!
 //! The first input byte chooses how the reader behaves (short reads of a few bytes, an
 //! `Interrupted` error before each read, or whole reads), so the windowed header reader's retry
-//! paths are covered; the rest is the blob. Invariants on success: at most `MAX_ZSTD_FRAMES`
+//! paths are covered, and at which file offset the blob starts (the reader aligns its reads to
+//! pages of the file); the rest is the blob. Invariants on success: at most `MAX_ZSTD_FRAMES`
 //! frames, in order, each right after its 4-byte size, all inside the blob. Each indexed frame
 //! then goes through the codec's pre-allocation size check and, when that passes with a modest
 //! size, through a real decode into a buffer of exactly that size.
@@ -23,7 +24,9 @@ pub fn run(data: &[u8]) -> Result<Vec<Span>, String> {
     let chunk = usize::from(mode & 0x0f) + 1;
     let interrupt = mode & 0x10 != 0;
     let mut interrupted = false;
-    let result = format::index_zstd_frames(blob.len() as u64, |at, buf| {
+    // The top bits place the blob at different page alignments in the file.
+    let base = 64 + u64::from(mode >> 6) * 1021;
+    let result = format::index_zstd_frames(blob.len() as u64, base, |at, buf| {
         if interrupt && !interrupted {
             interrupted = true;
             return Err(io::Error::from(io::ErrorKind::Interrupted));

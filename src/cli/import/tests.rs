@@ -68,6 +68,7 @@ fn request(hosts: Vec<PathBuf>, out_dir: PathBuf) -> ImportRequest {
         single: false,
         emit_metadata: false,
         compression: Compression::Zstd { level: 3 },
+        reference_layout: false,
     }
 }
 

@@ -7,6 +7,7 @@ mod fault_io;
 mod faults;
 mod scenarios;
 mod sources;
+mod user_errors;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -112,9 +112,10 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
     let src = src.canonicalize().unwrap();
     let log = m.daemon_log();
     let conflict = format!(
-        "lib/x.so#0 [gfx900] is in both {} and {}",
+        "lib/x.so#0 [gfx900] is in both {} and {}; showing the one from {}\n",
         src.join("a.kpack").display(),
-        src.join("b.kpack").display()
+        src.join("b.kpack").display(),
+        src.join("a.kpack").display()
     );
     assert!(
         log.contains(&conflict),
@@ -186,8 +187,13 @@ fn strict_directory_source_refuses_conflicts_and_corrupt_members() {
     let src = src.canonicalize().unwrap();
     let (code, err) = refused(&src, &["--strict"], &[]);
     assert_eq!(code, Some(4), "{err}");
+    // Nothing is mounted, so nothing is "shown": the error names the two archives only.
     assert!(
-        err.contains("conflict (--strict): lib/x.so#0 [gfx900] is in both"),
+        err.ends_with(&format!(
+            "conflict (--strict): lib/x.so#0 [gfx900] is in both {} and {}\n",
+            src.join("a.kpack").display(),
+            src.join("b.kpack").display()
+        )),
         "{err}"
     );
     // The same through -o.
@@ -477,4 +483,51 @@ fn split_binary_mounts_with_the_original_code_objects() {
     let want = expect_dir(&d.path().join("want-gpu"), &only);
     m.check("tree", want.to_str().unwrap());
     m.stop();
+}
+
+/// The mount opens a HIPK binary's archives through the loader's own step: a corrupt archive on
+/// the search path is skipped with a warning naming it (refused with `--strict`), a file reached
+/// twice is shown once, and what remains is exactly what the loader would search.
+#[test]
+fn hipk_binary_source_uses_the_loaders_open_step() {
+    use rocm_kpack::fs::source::{self, SourceErrorKind, SourceOptions};
+    let d = tmp();
+    let root = d.path().join("root");
+    let (binary, _) = hipk_layout(&root);
+    let corrupt = root.join(".kpack/hk_gfx1100.kpack");
+    std::fs::write(&corrupt, b"KPAK\x01\x00\x00\x00garbage").unwrap();
+    // The gfx900 archive again under a second name that also fits the pattern.
+    std::os::unix::fs::symlink("hk_gfx900.kpack", root.join(".kpack/hk_gfx900x.kpack")).unwrap();
+    let canonical = std::fs::canonicalize(&corrupt).unwrap();
+
+    let opened = source::open(&binary, &SourceOptions::default()).unwrap();
+    assert_eq!(opened.archives.len(), 4, "{:?}", opened.archives);
+    assert_eq!(opened.warnings.len(), 1, "{:?}", opened.warnings);
+    assert!(
+        opened.warnings[0].starts_with(&format!("skipping {}: ", canonical.display())),
+        "{:?}",
+        opened.warnings
+    );
+
+    let strict = SourceOptions {
+        strict: true,
+        ..Default::default()
+    };
+    let err = source::open(&binary, &strict).unwrap_err();
+    assert_eq!(err.kind, SourceErrorKind::BadFormat);
+    assert!(
+        err.message
+            .starts_with(&format!("{}: ", canonical.display())),
+        "{err}"
+    );
+
+    // With a GPU, only that device's candidates are opened: the corrupt gfx1100 file is not one.
+    let gfx900 = SourceOptions {
+        gpus: vec!["gfx900".into()],
+        strict: true,
+        ..Default::default()
+    };
+    let opened = source::open(&binary, &gfx900).unwrap();
+    assert_eq!(opened.archives.len(), 1);
+    assert!(opened.warnings.is_empty());
 }

@@ -1,0 +1,228 @@
+//! Walking the bundles of a `.hip_fatbin` section through positioned reads, so that a section
+//! of gigabytes is never held in memory: the scan for the next magic reads fixed-size windows,
+//! an uncompressed bundle's entry table is read (growing the read only while the table goes on)
+//! and then each code object on its own, and a CCOB bundle is read and decompressed one at a
+//! time. In memory ([`Source`] for `[u8]`) the same walk borrows instead of copying, and
+//! [`super::parse_fatbin`] is this walk collected.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use super::{
+    BUNDLE_MAGIC, BundleError, CCOB_V3_HEADER, Entry, Layout, TableError, ccob_header,
+    find_next_magic, parse_table, parse_uncompressed,
+};
+
+/// Where the bytes of a section come from.
+pub trait Source {
+    fn len(&self) -> u64;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `len` bytes at `at`; callers stay within [`len`](Self::len).
+    fn read(&self, at: u64, len: usize) -> io::Result<Cow<'_, [u8]>>;
+}
+
+impl Source for [u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+
+    fn read(&self, at: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        let at = at as usize;
+        Ok(Cow::Borrowed(&self[at..at + len]))
+    }
+}
+
+/// `len` bytes of a file from `offset` (a section of a host binary).
+#[derive(Debug, Clone, Copy)]
+pub struct FileRange<'f> {
+    pub file: &'f File,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Source for FileRange<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, at: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf, self.offset + at)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(
+                    e.kind(),
+                    "the file ended inside its .hip_fatbin section (it changed while being read)",
+                ),
+                _ => e,
+            })?;
+        Ok(Cow::Owned(buf))
+    }
+}
+
+/// Where a bundle is in the section, as [`super::Bundle`] without its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BundleHead {
+    pub offset: u64,
+    pub len: u64,
+    pub layout: Layout,
+}
+
+/// What the walk reports, in section order: each device entry of a bundle, then the bundle's
+/// end.
+#[derive(Debug)]
+pub enum Event<'a> {
+    Entry(Entry<'a>),
+    End(BundleHead),
+}
+
+#[derive(Debug)]
+pub enum WalkError<E> {
+    Bundle(BundleError),
+    Read(io::Error),
+    Visit(E),
+}
+
+/// The magic scan reads this much at a time.
+const SCAN_WINDOW: u64 = 1 << 20;
+/// The first read of an entry table; real tables are a few hundred bytes.
+const FIRST_TABLE_READ: u64 = 64 << 10;
+
+/// Visits every device code object of the section, in order, then each bundle's end. Memory
+/// held at once: one code object (uncompressed bundles) or one decompressed bundle (CCOB).
+pub fn walk_fatbin<'a, S, E>(
+    src: &'a S,
+    mut visit: impl FnMut(Event<'a>) -> Result<(), E>,
+) -> Result<(), WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let len = src.len();
+    let mut pos = 0u64;
+    while let Some(start) = next_magic(src, pos).map_err(WalkError::Read)? {
+        let avail = len - start;
+        let head = src
+            .read(start, avail.min(BUNDLE_MAGIC.len() as u64) as usize)
+            .map_err(WalkError::Read)?;
+        let bundle = if head.starts_with(BUNDLE_MAGIC) {
+            uncompressed(src, start, avail, &mut visit)?
+        } else {
+            compressed(src, start, avail, &mut visit)?
+        };
+        visit(Event::End(bundle)).map_err(WalkError::Visit)?;
+        // Both parsers guarantee len >= their header size, so the scan always moves forward.
+        pos = start + bundle.len;
+    }
+    Ok(())
+}
+
+fn uncompressed<'a, S, E>(
+    src: &'a S,
+    start: u64,
+    avail: u64,
+    visit: &mut impl FnMut(Event<'a>) -> Result<(), E>,
+) -> Result<BundleHead, WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let mut window = avail.min(FIRST_TABLE_READ);
+    let (table, len) = loop {
+        let data = src.read(start, window as usize).map_err(WalkError::Read)?;
+        match parse_table(&data, avail) {
+            Ok(t) => break t,
+            // NeedMore only comes with window < avail, so the window grows.
+            Err(TableError::NeedMore) => window = avail.min(window.saturating_mul(4)),
+            Err(TableError::Bundle(e)) => {
+                return Err(WalkError::Bundle(e.shifted(start, "uncompressed bundle")));
+            }
+        }
+    };
+    for t in table {
+        let data = src
+            .read(start + t.offset, t.size as usize)
+            .map_err(WalkError::Read)?;
+        visit(Event::Entry(Entry {
+            triple: t.triple,
+            arch: t.arch,
+            offset: t.offset,
+            data,
+        }))
+        .map_err(WalkError::Visit)?;
+    }
+    Ok(BundleHead {
+        offset: start,
+        len,
+        layout: Layout::Uncompressed,
+    })
+}
+
+fn compressed<'a, S, E>(
+    src: &'a S,
+    start: u64,
+    avail: u64,
+    visit: &mut impl FnMut(Event<'a>) -> Result<(), E>,
+) -> Result<BundleHead, WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let shift = |e: BundleError| WalkError::Bundle(e.shifted(start, "CCOB bundle"));
+    let head = src
+        .read(start, avail.min(CCOB_V3_HEADER as u64) as usize)
+        .map_err(WalkError::Read)?;
+    let h = ccob_header(&head, avail).map_err(shift)?;
+    let payload = src
+        .read(
+            start + h.header_len as u64,
+            (h.total as usize) - h.header_len,
+        )
+        .map_err(WalkError::Read)?;
+    let bundle = h.decode(&payload).map_err(shift)?;
+    drop(payload);
+    let (entries, _) = parse_uncompressed(&bundle).map_err(|e| {
+        WalkError::Bundle(e.shifted(
+            start,
+            "inside decompressed CCOB bundle (offset relative to its start)",
+        ))
+    })?;
+    for e in entries {
+        visit(Event::Entry(into_owned(e))).map_err(WalkError::Visit)?;
+    }
+    Ok(BundleHead {
+        offset: start,
+        len: h.total,
+        layout: Layout::Compressed { version: h.version },
+    })
+}
+
+fn into_owned(e: Entry<'_>) -> Entry<'static> {
+    Entry {
+        data: Cow::Owned(e.data.into_owned()),
+        ..e
+    }
+}
+
+/// The first position at or after `from` where either magic starts, reading windows that
+/// overlap by a magic's length less one, so a magic across a window boundary is found.
+fn next_magic<S: Source + ?Sized>(src: &S, from: u64) -> io::Result<Option<u64>> {
+    let len = src.len();
+    let overlap = BUNDLE_MAGIC.len() as u64 - 1;
+    let mut at = from;
+    while at < len {
+        let n = (len - at).min(SCAN_WINDOW);
+        let window = src.read(at, n as usize)?;
+        if let Some(i) = find_next_magic(&window, 0) {
+            return Ok(Some(at + i as u64));
+        }
+        if at + n == len {
+            break;
+        }
+        at += n - overlap;
+    }
+    Ok(None)
+}

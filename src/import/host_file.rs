@@ -1,0 +1,150 @@
+//! A host binary opened for import or split without reading its device code into memory.
+//!
+//! The section headers are read first (small positioned reads) to find `.hip_fatbin`; then the
+//! rest of the file is read into an image as long as the file, in which the device code's range
+//! is left as it was allocated: zero pages that were never written, which the kernel does not
+//! back with memory. Everything that parses ELF structures (the `object` crate for import, the
+//! split's own reader for the rewrite) works on that image unchanged, since none of them reads
+//! inside `.hip_fatbin`; the device code itself is read through [`HostFile::fatbin`] one bundle
+//! or code object at a time. Memory held is the host part of the binary, whatever the size of
+//! its device code.
+//!
+//! A file whose headers cannot be read this way (not little-endian ELF64, tables outside the
+//! file) is read whole: the parsers then refuse it with their precise message.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::bundle::FileRange;
+use crate::elf::HIP_FATBIN_SECTION;
+
+/// Reads go through pieces of this size, so a short read is retried close to where it stopped.
+const READ_CHUNK: usize = 8 << 20;
+
+pub struct HostFile {
+    file: File,
+    /// The file's bytes, except that the device code range reads as zeros.
+    image: Vec<u8>,
+    /// `(offset, size)` of `.hip_fatbin` in the file, when there is one with contents.
+    fatbin: Option<(u64, u64)>,
+}
+
+impl HostFile {
+    pub fn open(path: &Path) -> io::Result<HostFile> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let len_usize = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+        let mut image = vec![0u8; len_usize];
+        let fatbin = locate_fatbin(&file, &mut image)?;
+        let (skip_lo, skip_hi) = fatbin.map_or((len, len), |(o, n)| (o, o + n));
+        fill(&file, &mut image, 0, skip_lo)?;
+        fill(&file, &mut image, skip_hi, len)?;
+        Ok(HostFile {
+            file,
+            image,
+            fatbin,
+        })
+    }
+
+    /// The whole file as bytes, with the device code range zeroed.
+    pub fn image(&self) -> &[u8] {
+        &self.image
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn len(&self) -> u64 {
+        self.image.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.image.is_empty()
+    }
+
+    /// The `.hip_fatbin` section, to be read with positioned reads.
+    pub fn fatbin(&self) -> Option<FileRange<'_>> {
+        self.fatbin.map(|(offset, len)| FileRange {
+            file: &self.file,
+            offset,
+            len,
+        })
+    }
+}
+
+/// Reads `[from, to)` of the file into the same range of `image`.
+fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
+    let mut at = from as usize;
+    while at < to as usize {
+        let end = (to as usize).min(at + READ_CHUNK);
+        file.read_exact_at(&mut image[at..end], at as u64)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(
+                    e.kind(),
+                    "the file became shorter while being read",
+                ),
+                _ => e,
+            })?;
+        at = end;
+    }
+    Ok(())
+}
+
+/// Finds `.hip_fatbin` from the ELF64 section headers, reading them (and the section name
+/// table) into `image`. `None` when the file is not little-endian ELF64 with in-bounds tables
+/// or has no such section with file contents.
+fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>> {
+    let len = image.len() as u64;
+    let read = |image: &mut [u8], at: u64, n: u64| -> io::Result<bool> {
+        match at.checked_add(n).filter(|end| *end <= len) {
+            Some(end) => fill(file, image, at, end).map(|_| true),
+            None => Ok(false),
+        }
+    };
+    if !read(image, 0, 64)? || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
+        return Ok(None);
+    }
+    let le16 = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+    let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+    let (shoff, shentsize, shnum, shstrndx) = (
+        le64(image, 40),
+        u64::from(le16(image, 58)),
+        u64::from(le16(image, 60)),
+        u64::from(le16(image, 62)),
+    );
+    if shentsize != 64 || shnum == 0 || shstrndx >= shnum || !read(image, shoff, shnum * 64)? {
+        return Ok(None);
+    }
+    let shdr = |image: &[u8], i: u64| -> (u32, u32, u64, u64) {
+        let at = (shoff + i * 64) as usize;
+        (
+            le32(image, at),
+            le32(image, at + 4),
+            le64(image, at + 24),
+            le64(image, at + 32),
+        )
+    };
+    const SHT_NOBITS: u32 = 8;
+    let (_, names_type, names_off, names_len) = shdr(image, shstrndx);
+    if names_type == SHT_NOBITS || !read(image, names_off, names_len)? {
+        return Ok(None);
+    }
+    let names = &image[names_off as usize..(names_off + names_len) as usize];
+    let wanted = HIP_FATBIN_SECTION.as_bytes();
+    for i in 0..shnum {
+        let (name, kind, offset, size) = shdr(image, i);
+        let named = names
+            .get(name as usize..)
+            .is_some_and(|n| n.starts_with(wanted) && n.get(wanted.len()) == Some(&0));
+        if named {
+            let inside = offset.checked_add(size).is_some_and(|end| end <= len);
+            return Ok((kind != SHT_NOBITS && inside && size > 0).then_some((offset, size)));
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,141 @@
+//! What a user sees when a mount goes wrong in a common way: a user who may not open /dev/fuse, a
+//! mount point left behind by a killed daemon, a mount over a directory that has files in it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use rocm_kpack::fs::mountinfo;
+
+use crate::support::fixture;
+use crate::support::mount::{Mount, fuse_available};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kpack-fuse");
+
+/// A non-root user for whom /dev/fuse is root-only (done in a private mount namespace, by binding
+/// a mode-0600 copy of the device node over /dev/fuse, so the machine's /dev/fuse is untouched):
+/// the refusal names /dev/fuse and the fixes.
+#[test]
+fn non_root_without_dev_fuse_access_is_told_so() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The binary and the archive where user nobody can reach them.
+    let bin = d.path().join("kpack-fuse");
+    std::fs::copy(BIN, &bin).unwrap();
+    let archive = d.path().join("a.kpack");
+    std::fs::copy(fixture("test_noop.kpack"), &archive).unwrap();
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    std::os::unix::fs::chown(&mnt, Some(65534), Some(65534)).unwrap();
+    let node = d.path().join("fuse");
+    let script = format!(
+        "mknod {node} c 10 229 && chmod 600 {node} && mount --bind {node} /dev/fuse && \
+         exec setpriv --reuid=65534 --regid=65534 --clear-groups -- {bin} mount {archive} {mnt} -f",
+        node = node.display(),
+        bin = bin.display(),
+        archive = archive.display(),
+        mnt = mnt.display(),
+    );
+    let out = Command::new("timeout")
+        .args([
+            "30",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .output()
+        .unwrap();
+    // (In the foreground the daemon's error log goes to stderr too, before the command's line.)
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.ends_with(&format!(
+            "\nkpack-fuse: cannot mount on {}: permission denied (this user cannot open /dev/fuse \
+             for reading and writing: mount as root, or make /dev/fuse usable by all (mode 0666, \
+             as the fuse3 package sets it), or, in a container, pass --device /dev/fuse)\n",
+            mnt.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(9));
+}
+
+/// After SIGKILL the mount point answers ENOTCONN: mounting there again says what is wrong and
+/// which command clears it, and that command works on the dead connection.
+#[test]
+fn dead_mount_point_suggests_unmount_lazy_which_clears_it() {
+    if !fuse_available() {
+        return;
+    }
+    let mut m = Mount::start(&fixture("test_noop.kpack"), &[]);
+    m.kill_daemon();
+    let mp = m.mountpoint.clone();
+    let out = Command::new(BIN)
+        .arg("mount")
+        .arg(fixture("test_noop.kpack"))
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "kpack-fuse: {mp}: a mount whose daemon is gone is still there (transport endpoint \
+             is not connected); remove it with `kpack-fuse unmount --lazy {mp}`\n",
+            mp = mp.display()
+        )
+    );
+    assert_eq!(out.status.code(), Some(8));
+    let out = Command::new(BIN)
+        .args(["unmount", "--lazy"])
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
+    // And the point is usable again.
+    let again = Mount::start_on(&mp, &fixture("test_noop.kpack"), &[]);
+    again.check("walk", "");
+    again.stop();
+}
+
+/// A mount over a directory with files in it works (as mount(8) allows) but warns that they are
+/// hidden; they are back after the unmount.
+#[test]
+fn mount_over_a_non_empty_directory_warns() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mp = d.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(mp.join("mine.txt"), b"still here").unwrap();
+    let m = Mount::start_on(&mp, &fixture("test_noop.kpack"), &[]);
+    // The mount shows the archive only.
+    m.check("walk", "");
+    let log = m.daemon_log();
+    let canonical = mp.canonicalize().unwrap();
+    assert!(
+        log.contains(&format!(
+            "{} is not empty: its contents are hidden while kpack-fuse is mounted there\n",
+            canonical.display()
+        )),
+        "{log}"
+    );
+    m.stop();
+    assert_eq!(
+        std::fs::read(Path::new(&mp).join("mine.txt")).unwrap(),
+        b"still here"
+    );
+}
