@@ -55,7 +55,7 @@ fi
 grep -q "WARNING: ThreadSanitizer: data race" <<<"$out" || { echo "$out" | tail -20; exit 1; }
 echo "self-check: the deliberate race was reported"
 
-tsan --lib -- cache::tests:: loader::cache::tests:: fs::tests::
+tsan --lib -- cache::tests:: loader::archive_cache::tests:: fs::tests::
 mount_tests=(mount::eight_concurrent_readers mount::single_flight_one_decode_for_eight_cold_readers)
 if [[ $mode == --full ]]; then
     mount_tests+=(mount::faults:: mount::kernel_larger_than_cache_decoded_once_in_small_chunks

@@ -21,7 +21,10 @@ use crate::bundle::{self, BundleError};
 use crate::elf::{self, ElfFile};
 use crate::hipk;
 use crate::names;
+
+mod host_file;
 use crate::writer::{ArchiveWriter, Compression};
+pub use host_file::HostFile;
 
 /// Directory, at the install root, that holds the archives.
 pub const KPACK_DIR: &str = ".kpack";
@@ -92,16 +95,50 @@ pub struct ImportedHost {
 
 /// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
 pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
-    let bundles = bundle::parse_fatbin(fatbin).map_err(ImportError::Bundle)?;
-    let mut counters: Vec<(String, u32)> = Vec::new();
     let mut out = Vec::new();
-    for e in bundles.into_iter().flat_map(|b| b.entries) {
+    visit_code_objects(kernel_name, fatbin, |co| {
+        out.push(co);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map_err(|e| match e {
+        StreamError::Import(e) => e,
+        StreamError::Read(e) => ImportError::NotElf(e.to_string()),
+        StreamError::Visit(never) => match never {},
+    })?;
+    Ok(out)
+}
+
+/// Why visiting a binary's code objects stopped.
+#[derive(Debug)]
+pub enum StreamError<E> {
+    Import(ImportError),
+    /// Reading the file failed.
+    Read(std::io::Error),
+    /// The visitor's own error.
+    Visit(E),
+}
+
+/// Visits the code objects of a `.hip_fatbin` section in order, keyed as [`code_objects`] keys
+/// them, holding one code object (or one decompressed CCOB bundle) at a time.
+pub fn visit_code_objects<S, E>(
+    kernel_name: &str,
+    fatbin: &S,
+    mut visit: impl FnMut(CodeObject) -> Result<(), E>,
+) -> Result<(), StreamError<E>>
+where
+    S: bundle::Source + ?Sized,
+{
+    let mut counters: Vec<(String, u32)> = Vec::new();
+    bundle::walk_fatbin(fatbin, |event| {
+        let bundle::Event::Entry(e) = event else {
+            return Ok(());
+        };
         // The arch names an archive file and a tree's `<arch>.hsaco`: the same rule as `pack`.
         if let Err(reason) = names::check_arch(&e.arch) {
-            return Err(ImportError::BadArch {
+            return Err(StreamError::Import(ImportError::BadArch {
                 triple: e.triple,
                 reason,
-            });
+            }));
         }
         let index = match counters.iter_mut().find(|(a, _)| *a == e.arch) {
             Some((_, n)) => {
@@ -113,15 +150,42 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
                 0
             }
         };
-        out.push(CodeObject {
+        visit(CodeObject {
             key: hipk::lookup_key(kernel_name, index),
             arch: e.arch,
             triple: e.triple,
             index,
             data: e.data.into_owned(),
-        });
+        })
+        .map_err(StreamError::Visit)
+    })
+    .map_err(|e| match e {
+        bundle::WalkError::Bundle(e) => StreamError::Import(ImportError::Bundle(e)),
+        bundle::WalkError::Read(e) => StreamError::Read(e),
+        bundle::WalkError::Visit(e) => e,
+    })
+}
+
+/// Visits the code objects of a host binary opened with [`HostFile`], reading its device code
+/// through positioned reads. Binaries already split are refused, as by [`host_code_objects`].
+pub fn visit_host_code_objects<E>(
+    kernel_name: &str,
+    host: &HostFile,
+    visit: impl FnMut(CodeObject) -> Result<(), E>,
+) -> Result<(), StreamError<E>> {
+    let file =
+        ElfFile::parse(host.image()).map_err(|e| StreamError::Import(ImportError::NotElf(e)))?;
+    if file.section(elf::KPACK_REF_SECTION).is_some() {
+        return Err(StreamError::Import(ImportError::AlreadySplit));
     }
-    Ok(out)
+    if file.section(elf::HIP_FATBIN_SECTION).is_none() {
+        return Err(StreamError::Import(ImportError::NoDeviceCode));
+    }
+    match host.fatbin() {
+        Some(range) => visit_code_objects(kernel_name, &range, visit),
+        // A section without file contents holds no bundles.
+        None => Ok(()),
+    }
 }
 
 /// Reads the device code of an ELF host binary. Binaries already split are refused.

@@ -16,6 +16,9 @@ use crate::codec::FrameEncoder;
 use crate::error::Error;
 use crate::writer::Compression;
 
+mod archive_file;
+pub use archive_file::ArchiveFile;
+
 /// One kernel after the workers.
 #[derive(Debug)]
 pub struct Encoded {
@@ -23,6 +26,8 @@ pub struct Encoded {
     pub stored: Vec<u8>,
     /// Size of the kernel's bytes.
     pub original_size: u64,
+    /// BLAKE3 of the kernel's bytes, when [`Options::hash`] is set.
+    pub digest: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +37,8 @@ pub struct Options {
     pub threads: usize,
     /// Bytes of kernels in flight before a submission waits.
     pub budget: u64,
+    /// Compute each kernel's BLAKE3 digest (for the TOC's `blake3` metadata).
+    pub hash: bool,
 }
 
 /// Kernels in flight by default: enough to keep every core busy on real code objects (up to
@@ -46,6 +53,7 @@ impl Options {
                 .map(|n| n.get())
                 .unwrap_or(1),
             budget: DEFAULT_BUDGET,
+            hash: true,
         }
     }
 }
@@ -141,7 +149,8 @@ where
         for _ in 0..threads {
             let done_tx = done_tx.clone();
             let job_rx = &job_rx;
-            s.spawn(move || work(job_rx, done_tx, level));
+            let hash = opts.hash;
+            s.spawn(move || work(job_rx, done_tx, level, hash));
         }
         drop(done_tx);
         let budget = &budget;
@@ -201,6 +210,7 @@ fn work<T>(
     jobs: &Mutex<Receiver<Job<T>>>,
     done: std::sync::mpsc::Sender<Done<T>>,
     level: Option<i32>,
+    hash: bool,
 ) {
     let mut encoder = level.map(FrameEncoder::new);
     loop {
@@ -209,6 +219,7 @@ fn work<T>(
             return;
         };
         let original_size = data.len() as u64;
+        let digest = hash.then(|| *blake3::hash(&data).as_bytes());
         let stored = match &mut encoder {
             None => Ok(data),
             Some(Ok(enc)) => enc.encode(&data).map(|mut frame| {
@@ -221,6 +232,7 @@ fn work<T>(
         let result = stored.map(|stored| Encoded {
             stored,
             original_size,
+            digest,
         });
         if done.send((seq, tag, result)).is_err() {
             return;
@@ -254,6 +266,7 @@ mod tests {
                 compression: Compression::Zstd { level: 3 },
                 threads,
                 budget,
+                hash: true,
             };
             run(
                 opts,
@@ -265,6 +278,7 @@ mod tests {
                 },
                 |i, e| {
                     assert_eq!(e.original_size, input[i].len() as u64);
+                    assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
                     got.push((i, e.stored));
                     Ok(())
                 },
@@ -283,6 +297,7 @@ mod tests {
             compression: Compression::None,
             threads: 2,
             budget: 10,
+            hash: false,
         };
         let mut submitted = 0;
         let r: Result<(), Error> = run(

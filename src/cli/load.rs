@@ -6,16 +6,13 @@ use std::path::PathBuf;
 
 use rocm_kpack::loader::{LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace};
 
-use super::resolve::{alloc, arch_list, read_host, runtime_path};
+use super::resolve::{HostArgs, alloc};
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The HIPK host binary (executable or shared library).
-    pub binary: PathBuf,
-    /// Device ISA; once means [ISA, its generic ISA], repeated means an exact list.
-    #[arg(long = "arch", value_name = "ISA", required = true)]
-    pub arch: Vec<String>,
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Code-object index (the wrapper's index).
     #[arg(long, value_name = "N")]
     pub co: u32,
@@ -25,10 +22,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let host = read_host(&args.binary)?;
-    let binary = runtime_path(&args.binary);
-    let arches = arch_list(&args.arch);
-    let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let opened = args.host.open()?;
+    let arch_refs = opened.arch_refs();
     let loader = Loader::new(LoaderConfig::from_env());
     let mut log = StderrLog;
     let mut silent = Silent;
@@ -39,11 +34,12 @@ pub fn run(args: Args) -> CliResult {
         &mut silent
     };
     let request = LoadRequest {
-        binary_path: &binary,
+        binary_path: &opened.binary,
         co_index: args.co,
         arch_list: &arch_refs,
     };
-    let loaded = loader.load_code_object(|| Ok(host.metadata.clone()), &request, alloc, trace)?;
+    let loaded =
+        loader.load_code_object(|| Ok(opened.host.metadata.clone()), &request, alloc, trace)?;
     std::fs::write(&args.output, &loaded.data)
         .map_err(|e| CliError::io(Exit::Output, &args.output, &e))?;
     println!(

@@ -10,15 +10,46 @@ use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};
 
+/// The arguments `resolve` and `load` share: the host binary and the device's arch list.
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The HIPK host binary (executable or shared library) to resolve.
+pub struct HostArgs {
+    /// The HIPK host binary (executable or shared library).
     pub binary: PathBuf,
     /// Device ISA, e.g. gfx942:sramecc+:xnack- (with or without amdgcn-amd-amdhsa--). Given
     /// once, the list is [ISA, its generic ISA] as the HIP runtime builds it; repeat to pass an
     /// exact list instead.
     #[arg(long = "arch", value_name = "ISA", required = true)]
     pub arch: Vec<String>,
+}
+
+/// A host binary read for loading: its HIPK parts, the path the runtime would report for it, and
+/// the arch list.
+pub struct OpenedHost {
+    pub host: HipkHost,
+    pub binary: PathBuf,
+    pub arches: Vec<String>,
+}
+
+impl OpenedHost {
+    pub fn arch_refs(&self) -> Vec<Option<&str>> {
+        self.arches.iter().map(|a| Some(a.as_str())).collect()
+    }
+}
+
+impl HostArgs {
+    pub fn open(&self) -> CliResult<OpenedHost> {
+        Ok(OpenedHost {
+            host: read_host(&self.binary)?,
+            binary: runtime_path(&self.binary),
+            arches: arch_list(&self.arch),
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Code-object index to resolve (default: every HIPK wrapper's index, or 0 without wrappers).
     #[arg(long, value_name = "N")]
     pub co: Option<u32>,
@@ -49,10 +80,13 @@ pub fn runtime_path(path: &Path) -> PathBuf {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let host = read_host(&args.binary)?;
-    let binary = runtime_path(&args.binary);
-    let arches = arch_list(&args.arch);
-    let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let opened = args.host.open()?;
+    let arch_refs = opened.arch_refs();
+    let OpenedHost {
+        host,
+        binary,
+        arches,
+    } = &opened;
     let cos = match args.co {
         Some(co) => vec![co],
         None => match host.hipk_code_objects() {

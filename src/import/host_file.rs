@@ -83,10 +83,9 @@ fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
         let end = (to as usize).min(at + READ_CHUNK);
         file.read_exact_at(&mut image[at..end], at as u64)
             .map_err(|e| match e.kind() {
-                io::ErrorKind::UnexpectedEof => io::Error::new(
-                    e.kind(),
-                    "the file became shorter while being read",
-                ),
+                io::ErrorKind::UnexpectedEof => {
+                    io::Error::new(e.kind(), "the file became shorter while being read")
+                }
                 _ => e,
             })?;
         at = end;

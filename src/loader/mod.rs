@@ -5,7 +5,7 @@
 //! Order of work (each step reported to a [`Trace`]):
 //! 1. disabled by `ROCM_KPACK_DISABLE` → `Error::Disabled` (metadata is not even read);
 //! 2. metadata parsed → `Error::InvalidMetadata` on any problem;
-//! 3. search paths built ([`search`]) and archives opened through the cache ([`cache`]);
+//! 3. search paths built ([`search`]) and archives opened through the cache ([`archive_cache`]);
 //!    none usable → `Error::ArchiveNotFound`;
 //! 4. for each arch in the list (in order), every (compatible target, archive) pair whose archive
 //!    lists the target in `gfx_arches` — targets most specific first, archives in search order —
@@ -13,7 +13,7 @@
 //!    the next pair and then to the next arch; if all fail, the last failure is returned, and if
 //!    no archive listed any target, `Error::ArchNotFound`.
 
-pub mod cache;
+pub mod archive_cache;
 pub mod config;
 pub mod maps;
 pub mod search;
@@ -28,7 +28,7 @@ use crate::codec::KernelBuf;
 use crate::error::{Error, Result};
 
 pub use crate::hipk::HipkMetadata;
-pub use cache::ArchiveCache;
+pub use archive_cache::ArchiveCache;
 pub use config::LoaderConfig;
 pub use search::Expansion;
 pub use trace::{Event, Recorder, Silent, StderrLog, Trace};

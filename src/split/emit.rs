@@ -119,6 +119,11 @@ impl Rewrite {
     }
 }
 
+/// Copies a whole file of `len` bytes (a binary without device code) to `out`.
+pub fn copy_file(input: &File, out: &File, len: u64) -> io::Result<()> {
+    copy_range(input, 0, out, 0, len, &mut Vec::new())
+}
+
 /// Copies `len` bytes at `src` of `input` to `dst` of `out`: by `copy_file_range` (which may
 /// share extents on file systems that can), else through `buf`. An input that ends early (it
 /// changed under us) is an error, never a short output.

@@ -20,6 +20,7 @@ pub use emit::Rewrite;
 pub use rewrite::{Prepared, is_split, prepare, split_elf};
 pub use tree::{
     BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
+    split_tree_with_progress,
 };
 
 use crate::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};
@@ -104,6 +105,25 @@ pub struct SplitBinary {
     pub code_objects: Vec<CodeObject>,
 }
 
+/// The HIPK metadata a binary split for archives `<prefix>_<arch>.kpack` carries.
+pub fn marker(kernel_name: &str, prefix: &str) -> Vec<u8> {
+    hipk::metadata::encode(
+        &[import::search_path(kernel_name, prefix, false)],
+        kernel_name,
+    )
+}
+
+impl SplitError {
+    /// A failure to read the device code, as a reason not to split.
+    pub fn from_import(e: ImportError) -> SplitError {
+        match e {
+            ImportError::NoDeviceCode => SplitError::NoDeviceCode,
+            ImportError::AlreadySplit => SplitError::AlreadySplit,
+            other => SplitError::Import(other),
+        }
+    }
+}
+
 /// Splits one host binary whose path below the install root is `kernel_name`, for archives
 /// named `<prefix>_<arch>.kpack` in `<root>/.kpack/`.
 pub fn split_binary(
@@ -114,15 +134,9 @@ pub fn split_binary(
     if is_split(bytes)? {
         return Err(SplitError::AlreadySplit);
     }
-    let code_objects = import::host_code_objects(kernel_name, bytes).map_err(|e| match e {
-        ImportError::NoDeviceCode => SplitError::NoDeviceCode,
-        ImportError::AlreadySplit => SplitError::AlreadySplit,
-        other => SplitError::Import(other),
-    })?;
-    let metadata = hipk::metadata::encode(
-        &[import::search_path(kernel_name, prefix, false)],
-        kernel_name,
-    );
+    let code_objects =
+        import::host_code_objects(kernel_name, bytes).map_err(SplitError::from_import)?;
+    let metadata = marker(kernel_name, prefix);
     let result = split_elf(bytes, &metadata)?;
     Ok(SplitBinary {
         result,

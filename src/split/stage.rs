@@ -4,8 +4,8 @@
 //! so the file system is left as it was. A rename never writes into an existing file: it
 //! replaces the directory entry, so a file that shared an inode with an output is not changed.
 
-use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -21,8 +21,9 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Writes `bytes` to a temporary name beside `path`, with permissions `mode`.
-    pub fn stage(&mut self, path: &Path, bytes: &[u8], mode: u32) -> Result<(), TreeError> {
+    /// Creates the temporary file that will become `path`, for the caller to fill; then
+    /// [`seal`](Self::seal) it.
+    pub fn create(&mut self, path: &Path) -> Result<File, TreeError> {
         let fail = |source| TreeError::Write {
             path: path.to_path_buf(),
             source,
@@ -40,17 +41,24 @@ impl Staging {
         // A leftover of a crashed run is removed (a symlink as a link, never its target); the
         // file is then created exclusively, so nothing placed there meanwhile is followed.
         let _ = std::fs::remove_file(&tmp);
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(fail)?;
         // Recorded before writing, so a failed write is cleaned up too.
-        self.files.push((tmp.clone(), path.to_path_buf()));
-        file.write_all(bytes)
-            .and_then(|_| file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)))
+        self.files.push((tmp, path.to_path_buf()));
+        Ok(file)
+    }
+
+    /// Gives a filled temporary its permissions and syncs it.
+    pub fn seal(file: &File, path: &Path, mode: u32) -> Result<(), TreeError> {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
             .and_then(|_| file.sync_all())
-            .map_err(fail)
+            .map_err(|source| TreeError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
     }
 
     /// Renames every staged file into place, in staging order.
@@ -105,6 +113,14 @@ impl Drop for Staging {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+
+    /// What the split does with each output: create, fill, seal.
+    fn stage(s: &mut Staging, path: &Path, bytes: &[u8], mode: u32) -> Result<(), TreeError> {
+        let mut file = s.create(path)?;
+        file.write_all(bytes).unwrap();
+        Staging::seal(&file, path, mode)
+    }
 
     #[test]
     fn a_symlink_at_the_temporary_name_is_not_followed() {
@@ -119,7 +135,7 @@ mod tests {
         )
         .unwrap();
         let mut s = Staging::default();
-        s.stage(&out, b"new", 0o640).unwrap();
+        stage(&mut s, &out, b"new", 0o640).unwrap();
         s.commit().unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         assert_eq!(std::fs::read(&out).unwrap(), b"new");
@@ -135,15 +151,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("blocker"), b"x").unwrap();
         let mut s = Staging::default();
-        s.stage(&dir.path().join("a/b/one"), b"1", 0o644).unwrap();
+        stage(&mut s, &dir.path().join("a/b/one"), b"1", 0o644).unwrap();
         assert!(
             dir.path()
                 .join(format!("a/b/.one.split{}", std::process::id()))
                 .is_file()
         );
-        let e = s
-            .stage(&dir.path().join("blocker/two"), b"2", 0o644)
-            .unwrap_err();
+        let e = stage(&mut s, &dir.path().join("blocker/two"), b"2", 0o644).unwrap_err();
         assert!(
             matches!(&e, TreeError::Write { path, .. } if path.ends_with("blocker/two")),
             "{e}"

@@ -2,11 +2,15 @@
 //! relative path under the output root, and all of them share per-arch archives in
 //! `<out root>/.kpack/<prefix>_<arch>.kpack`. Binaries without device code are copied unchanged.
 //!
-//! Every input is read and split in memory, and the archives encoded, before anything is
-//! written, so a refused binary leaves no trace. No output may replace an input (compared as
-//! directory entries and as resolved files, so symlinked directories do not slip through), and
-//! an output root equal to the input root is refused. Inputs are never opened for writing. The
-//! outputs are then written all-or-nothing through [`Staging`]: temporary names, then renames,
+//! Three phases, each a function: (1) every binary is read without its device code and checked
+//! (all refusals happen here) while its code objects stream through the parallel pipeline into
+//! the per-arch archives, written under temporary names; (2) the archives are finished; (3) the
+//! rewritten binaries are written file to file (kept ranges copied by the kernel where it can).
+//! Memory held does not grow with the size of the binaries' device code. No output may replace
+//! an input (compared as directory entries and as resolved files, so symlinked directories do
+//! not slip through), and an output root equal to the input root is refused. Inputs are never
+//! opened for writing. All outputs go through [`Staging`]: temporary names, removed with the
+//! directories made for them on any failure, so a refused binary leaves no trace; then renames,
 //! archives before the binaries that need them.
 
 use std::fmt;
@@ -15,9 +19,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::stage::Staging;
-use super::{SplitError, split_binary};
-use crate::import::{self, ImportedHost, KPACK_DIR};
+use super::{Prepared, SplitError, prepare};
+use crate::import::{self, HostFile, KPACK_DIR, StreamError};
 use crate::loader::search::weakly_canonical;
+use crate::pack_pipeline::{self, ArchiveFile, Feed, Options};
 use crate::writer::Compression;
 
 /// What `split` was asked to do.
@@ -90,14 +95,6 @@ impl fmt::Display for TreeError {
 
 impl std::error::Error for TreeError {}
 
-struct Pending {
-    output: PathBuf,
-    kernel_name: String,
-    bytes: Vec<u8>,
-    mode: u32,
-    outcome: Outcome,
-}
-
 /// The output root used when none is given: `<ROOT>.split` beside the (canonical) input root.
 pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
     let abs = std::fs::canonicalize(root).map_err(|source| TreeError::Read {
@@ -113,7 +110,71 @@ pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
     }
 }
 
+/// One input binary and where it goes.
+struct Host {
+    path: PathBuf,
+    kernel_name: String,
+    output: PathBuf,
+}
+
+/// What phase 1 decided for a binary.
+enum Plan {
+    Split {
+        prepared: Box<Prepared>,
+        code_objects: usize,
+        size_before: u64,
+    },
+    Copy {
+        size: u64,
+    },
+}
+
+/// A per-arch archive being written.
+struct OpenArchive {
+    arch: String,
+    path: PathBuf,
+    file: ArchiveFile,
+}
+
+/// What a code object carries through the pipeline to its archive.
+struct Tag {
+    key: String,
+    arch: String,
+    triple: String,
+}
+
+impl From<crate::Error> for TreeError {
+    fn from(e: crate::Error) -> TreeError {
+        TreeError::Archive(e)
+    }
+}
+
+/// Splits the binaries of one install tree. `progress` receives byte counts as work is done:
+/// code object bytes as they are stored, then host bytes as binaries are written.
 pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
+    split_tree_with_progress(req, &|_| {})
+}
+
+/// [`split_tree`], reporting progress (see [`SplitRequest`]) in bytes.
+pub fn split_tree_with_progress(
+    req: &SplitRequest,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<SplitReport, TreeError> {
+    let prefix = check_request(req)?;
+    let hosts = name_hosts(req)?;
+    let inputs = input_entries(&hosts);
+    check_outputs(hosts.iter().map(|h| &h.output), &inputs)?;
+    let mut staging = Staging::default();
+    let (plans, archives) = read_and_pack(req, &prefix, &hosts, &mut staging, progress)?;
+    check_outputs(archives.iter().map(|a| &a.0), &inputs)?;
+    let binaries = write_binaries(&hosts, plans, &prefix, &mut staging, progress)?;
+    staging.commit()?;
+    Ok(SplitReport { binaries, archives })
+}
+
+/// The request's own consistency: hosts given, the output root not the input root, a valid
+/// prefix (returned).
+fn check_request(req: &SplitRequest) -> Result<String, TreeError> {
     if req.hosts.is_empty() {
         return Err(TreeError::Usage(
             "split needs at least one host binary".into(),
@@ -139,91 +200,48 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
         ),
     };
     import::validate_prefix(&prefix).map_err(TreeError::Usage)?;
+    Ok(prefix)
+}
 
-    // 1. Read and split everything in memory: a refusal leaves no trace on disk.
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut hosts: Vec<ImportedHost> = Vec::new();
-    let mut inputs: Vec<(PathBuf, &Path)> = Vec::new();
+/// Each host's kernel name (its path below the root) and output path; a binary given twice is
+/// refused.
+fn name_hosts(req: &SplitRequest) -> Result<Vec<Host>, TreeError> {
+    let mut hosts: Vec<Host> = Vec::with_capacity(req.hosts.len());
     for path in &req.hosts {
         let kernel_name = import::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
-        if pending.iter().any(|p| p.kernel_name == kernel_name) {
+        if hosts.iter().any(|h| h.kernel_name == kernel_name) {
             return Err(TreeError::Usage(format!(
                 "{} is given twice",
                 path.display()
             )));
         }
-        let bytes = std::fs::read(path).map_err(|source| TreeError::Read {
+        hosts.push(Host {
             path: path.clone(),
-            source,
-        })?;
-        let mode = std::fs::metadata(path)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0o755);
-        inputs.push((entry(path), path));
-        if let Ok(real) = std::fs::canonicalize(path) {
-            inputs.push((real, path));
-        }
-        let output = req.out_root.join(&kernel_name);
-        match split_binary(&bytes, &kernel_name, &prefix) {
-            Ok(s) => {
-                let outcome = Outcome::Split {
-                    wrappers: s.result.wrappers,
-                    code_objects: s.code_objects.len(),
-                    size_before: bytes.len() as u64,
-                    size_after: s.result.bytes.len() as u64,
-                };
-                hosts.push(ImportedHost {
-                    kernel_name: kernel_name.clone(),
-                    code_objects: s.code_objects,
-                });
-                pending.push(Pending {
-                    output,
-                    kernel_name,
-                    bytes: s.result.bytes,
-                    mode,
-                    outcome,
-                });
-            }
-            Err(SplitError::NoDeviceCode) => {
-                // Only reached for ELF files: split_binary refuses anything else first.
-                pending.push(Pending {
-                    output,
-                    kernel_name,
-                    bytes,
-                    mode,
-                    outcome: Outcome::Copied,
-                });
-            }
-            Err(error) => {
-                return Err(TreeError::Refused {
-                    path: path.clone(),
-                    error,
-                });
-            }
-        }
+            output: req.out_root.join(&kernel_name),
+            kernel_name,
+        });
     }
-    let kpack = req.out_root.join(KPACK_DIR);
-    let mut archives: Vec<(PathBuf, usize, Vec<u8>)> = Vec::new();
-    if !hosts.is_empty() {
-        for plan in import::plan_archives(hosts, &prefix, false, req.compression)
-            .map_err(TreeError::Archive)?
-        {
-            let mut plan = plan;
-            plan.writer.set_reference_layout(req.reference_layout);
-            let mut bytes = Vec::new();
-            plan.writer
-                .write_to(&mut bytes, &|_| {})
-                .map_err(TreeError::Archive)?;
-            archives.push((kpack.join(&plan.file_name), plan.writer.len(), bytes));
-        }
-    }
+    Ok(hosts)
+}
 
-    // 2. No output may replace an input or be a directory.
-    for output in archives
-        .iter()
-        .map(|a| &a.0)
-        .chain(pending.iter().map(|p| &p.output))
-    {
+/// The inputs as directory entries and as resolved files, each with the path given.
+fn input_entries(hosts: &[Host]) -> Vec<(PathBuf, &Path)> {
+    let mut inputs = Vec::new();
+    for h in hosts {
+        inputs.push((entry(&h.path), h.path.as_path()));
+        if let Ok(real) = std::fs::canonicalize(&h.path) {
+            inputs.push((real, h.path.as_path()));
+        }
+    }
+    inputs
+}
+
+/// No output may replace an input or be a directory.
+fn check_outputs<'p>(
+    outputs: impl Iterator<Item = &'p PathBuf>,
+    inputs: &[(PathBuf, &Path)],
+) -> Result<(), TreeError> {
+    for output in outputs {
         let at = entry(output);
         if let Some((_, input)) = inputs.iter().find(|(i, _)| *i == at) {
             return Err(TreeError::Usage(format!(
@@ -239,28 +257,168 @@ pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
             });
         }
     }
+    Ok(())
+}
 
-    // 3. Write everything under temporary names, then rename: archives before the binaries
-    // that need them.
-    let mut staging = Staging::default();
-    for (path, _, bytes) in &archives {
-        staging.stage(path, bytes, 0o644)?;
+/// Phase 1: each binary is read without its device code and planned (every refusal happens
+/// here); its code objects stream through the pipeline into the staged per-arch archives, in
+/// first-seen arch order. Returns the plans and the archives written, with their sizes.
+fn read_and_pack(
+    req: &SplitRequest,
+    prefix: &str,
+    hosts: &[Host],
+    staging: &mut Staging,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(Vec<Plan>, Vec<(PathBuf, usize)>), TreeError> {
+    let kpack = req.out_root.join(KPACK_DIR);
+    let mut open: Vec<OpenArchive> = Vec::new();
+    let mut opts = Options::new(req.compression);
+    opts.hash = !req.reference_layout;
+    let plans = pack_pipeline::run(
+        opts,
+        |feed| {
+            let mut plans = Vec::with_capacity(hosts.len());
+            for h in hosts {
+                plans.push(plan_binary(h, feed)?);
+            }
+            Ok(plans)
+        },
+        |tag: Tag, encoded| {
+            progress(encoded.original_size);
+            let slot = match open.iter().position(|a| a.arch == tag.arch) {
+                Some(i) => i,
+                None => {
+                    let path = kpack.join(import::archive_file_name(prefix, Some(&tag.arch)));
+                    let file = staging.create(&path)?;
+                    open.push(OpenArchive {
+                        arch: tag.arch.clone(),
+                        file: ArchiveFile::new(file, &path, req.compression, req.reference_layout),
+                        path,
+                    });
+                    open.len() - 1
+                }
+            };
+            let meta = vec![("target".to_owned(), tag.triple)];
+            open[slot]
+                .file
+                .append(&tag.key, &tag.arch, meta, encoded)
+                .map_err(TreeError::Archive)
+        },
+    )?;
+    let mut archives = Vec::with_capacity(open.len());
+    for a in open {
+        let count = a.file.len();
+        let (file, _) = a
+            .file
+            .finish(prefix, &a.arch, std::slice::from_ref(&a.arch))?;
+        Staging::seal(&file, &a.path, 0o644)?;
+        archives.push((a.path, count));
     }
-    for p in &pending {
-        staging.stage(&p.output, &p.bytes, p.mode)?;
-    }
-    staging.commit()?;
-    Ok(SplitReport {
-        binaries: pending
-            .into_iter()
-            .map(|p| BinaryReport {
-                output: p.output,
-                kernel_name: p.kernel_name,
-                outcome: p.outcome,
-            })
-            .collect(),
-        archives: archives.into_iter().map(|(path, n, _)| (path, n)).collect(),
+    Ok((plans, archives))
+}
+
+/// Reads one binary: a binary without device code is to be copied; any other is prepared for
+/// the rewrite (or refused), and its code objects submitted.
+fn plan_binary(h: &Host, feed: &Feed<'_, Tag>) -> Result<Plan, TreeError> {
+    let refused = |error| TreeError::Refused {
+        path: h.path.clone(),
+        error,
+    };
+    let read_error = |source| TreeError::Read {
+        path: h.path.clone(),
+        source,
+    };
+    let host = HostFile::open(&h.path).map_err(read_error)?;
+    let prepared = match prepare(host.image()) {
+        Ok(p) => p,
+        // Only reached for ELF files: prepare refuses anything else first.
+        Err(SplitError::NoDeviceCode) => return Ok(Plan::Copy { size: host.len() }),
+        Err(error) => return Err(refused(error)),
+    };
+    let mut code_objects = 0;
+    import::visit_host_code_objects(&h.kernel_name, &host, |co| {
+        code_objects += 1;
+        let tag = Tag {
+            key: co.key,
+            arch: co.arch,
+            triple: co.triple,
+        };
+        feed.submit(tag, co.data)
     })
+    .map_err(|e| match e {
+        StreamError::Import(e) => refused(SplitError::from_import(e)),
+        StreamError::Read(e) => read_error(e),
+        StreamError::Visit(e) => TreeError::Archive(e),
+    })?;
+    Ok(Plan::Split {
+        prepared: Box::new(prepared),
+        code_objects,
+        size_before: host.len(),
+    })
+}
+
+/// Phase 3: each binary is written under its temporary name, file to file: the rewrite with
+/// its marker, or a copy.
+fn write_binaries(
+    hosts: &[Host],
+    plans: Vec<Plan>,
+    prefix: &str,
+    staging: &mut Staging,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<BinaryReport>, TreeError> {
+    let mut reports = Vec::with_capacity(hosts.len());
+    for (h, plan) in hosts.iter().zip(plans) {
+        let read_error = |source| TreeError::Read {
+            path: h.path.clone(),
+            source,
+        };
+        let input = std::fs::File::open(&h.path).map_err(read_error)?;
+        let meta = input.metadata().map_err(read_error)?;
+        let mode = meta.permissions().mode();
+        let expected = match &plan {
+            Plan::Split { size_before, .. } => *size_before,
+            Plan::Copy { size } => *size,
+        };
+        if meta.len() != expected {
+            return Err(read_error(io::Error::other(
+                "the file changed size while being split",
+            )));
+        }
+        let out = staging.create(&h.output)?;
+        let write_error = |source| TreeError::Write {
+            path: h.output.clone(),
+            source,
+        };
+        let outcome = match plan {
+            Plan::Split {
+                prepared,
+                code_objects,
+                size_before,
+            } => {
+                let rewrite = prepared.finish(&super::marker(&h.kernel_name, prefix));
+                rewrite.write_file(&input, &out).map_err(write_error)?;
+                progress(size_before - rewrite.device_code);
+                Outcome::Split {
+                    wrappers: rewrite.wrappers,
+                    code_objects,
+                    size_before,
+                    size_after: rewrite.len(),
+                }
+            }
+            Plan::Copy { size } => {
+                super::emit::copy_file(&input, &out, size).map_err(write_error)?;
+                progress(size);
+                Outcome::Copied
+            }
+        };
+        Staging::seal(&out, &h.output, mode)?;
+        reports.push(BinaryReport {
+            output: h.output.clone(),
+            kernel_name: h.kernel_name.clone(),
+            outcome,
+        });
+    }
+    Ok(reports)
 }
 
 /// The directory entry a path names: its parent resolved through symlinks (as far as it exists),

@@ -1,0 +1,229 @@
+//! Writing an archive to a file as its kernels arrive, in ordinal order: the blob is appended
+//! kernel by kernel, the TOC (encoded by [`crate::writer::encode_toc`], so the bytes are those
+//! [`crate::ArchiveWriter`] writes for the same kernels) goes after it, and the header and the
+//! zstd frame count, which depend on everything before, are written last at their places.
+//! Only the TOC's per-kernel records stay in memory.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::Encoded;
+use crate::error::{Error, Result};
+use crate::format::{self, Header};
+use crate::writer::{Compression, TocEntry, TocHead, encode_toc};
+
+struct Kept {
+    key: String,
+    arch: String,
+    original_size: u64,
+    metadata: Vec<(String, String)>,
+    digest: Option<[u8; 32]>,
+}
+
+pub struct ArchiveFile {
+    file: File,
+    /// Named in errors.
+    path: PathBuf,
+    compression: Compression,
+    reference_layout: bool,
+    /// Where the next kernel goes.
+    at: u64,
+    kernels: Vec<Kept>,
+    /// Per ordinal, as `encode_toc` wants them.
+    spans: Vec<(u64, u64)>,
+    added: HashSet<(String, String)>,
+}
+
+impl ArchiveFile {
+    /// Starts an archive in `file` (empty, opened for writing); `path` names it in errors.
+    pub fn new(
+        file: File,
+        path: &Path,
+        compression: Compression,
+        reference_layout: bool,
+    ) -> ArchiveFile {
+        let blob_start = match compression {
+            Compression::None => format::BLOB_ALIGNMENT,
+            Compression::Zstd { .. } => format::BLOB_ALIGNMENT + 4,
+        };
+        ArchiveFile {
+            file,
+            path: path.to_path_buf(),
+            compression,
+            reference_layout,
+            at: blob_start,
+            kernels: Vec::new(),
+            spans: Vec::new(),
+            added: HashSet::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.kernels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
+    }
+
+    fn write_at(&self, bytes: &[u8], at: u64) -> Result<()> {
+        self.file
+            .write_all_at(bytes, at)
+            .map_err(|e| Error::io(&self.path, "cannot write", e))
+    }
+
+    /// Appends the next kernel. As with [`crate::ArchiveWriter::add_kernel`], backslashes in
+    /// the key become `/` and a (key, arch) pair may come once.
+    pub fn append(
+        &mut self,
+        key: &str,
+        arch: &str,
+        metadata: Vec<(String, String)>,
+        encoded: Encoded,
+    ) -> Result<()> {
+        let key = key.replace('\\', "/");
+        if !self.added.insert((key.clone(), arch.to_owned())) {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {key} [{arch}] was already added"
+            )));
+        }
+        let stored = encoded.stored.len() as u64;
+        match self.compression {
+            Compression::None => {
+                self.spans.push((self.at, stored));
+                self.write_at(&encoded.stored, self.at)?;
+                self.at += stored;
+            }
+            Compression::Zstd { .. } => {
+                if self.kernels.len() as u64 >= u64::from(format::MAX_ZSTD_FRAMES) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} kernels exceed the format's limit",
+                        self.kernels.len() + 1
+                    )));
+                }
+                let len = u32::try_from(stored).map_err(|_| {
+                    Error::InvalidArgument("a compressed kernel exceeds 4 GiB".into())
+                })?;
+                let end = self.at + 4 + stored;
+                if end - format::BLOB_ALIGNMENT > format::MAX_ZSTD_BLOB {
+                    return Err(Error::InvalidArgument(
+                        "the zstd blob would exceed 4 GiB".into(),
+                    ));
+                }
+                self.spans.push((self.at, stored));
+                self.write_at(&len.to_le_bytes(), self.at)?;
+                self.write_at(&encoded.stored, self.at + 4)?;
+                self.at = end;
+            }
+        }
+        self.kernels.push(Kept {
+            key,
+            arch: arch.to_owned(),
+            original_size: encoded.original_size,
+            metadata,
+            digest: encoded.digest,
+        });
+        Ok(())
+    }
+
+    /// Writes the TOC, the frame count and the header; returns the file and its size.
+    pub fn finish(
+        self,
+        group_name: &str,
+        gfx_arch_family: &str,
+        gfx_arches: &[String],
+    ) -> Result<(File, u64)> {
+        let head = TocHead {
+            group_name,
+            gfx_arch_family,
+            gfx_arches,
+            compression: self.compression,
+            reference_layout: self.reference_layout,
+        };
+        let entries: Vec<TocEntry<'_>> = self
+            .kernels
+            .iter()
+            .map(|k| TocEntry {
+                key: &k.key,
+                arch: &k.arch,
+                original_size: k.original_size,
+                metadata: &k.metadata,
+                digest: k.digest,
+            })
+            .collect();
+        let blob_len = self.at - format::BLOB_ALIGNMENT;
+        let toc = encode_toc(&head, &entries, &self.spans, blob_len);
+        self.write_at(&toc, self.at)?;
+        if let Compression::Zstd { .. } = self.compression {
+            let count = self.kernels.len() as u32;
+            self.write_at(&count.to_le_bytes(), format::BLOB_ALIGNMENT)?;
+        }
+        let mut header = [0u8; format::BLOB_ALIGNMENT as usize];
+        header[..format::HEADER_SIZE].copy_from_slice(&Header::encode(self.at));
+        self.write_at(&header, 0)?;
+        let size = self.at + toc.len() as u64;
+        Ok((self.file, size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ArchiveWriter;
+    use crate::codec::FrameEncoder;
+
+    /// Same kernels, same bytes as the in-memory writer, for both schemes and both layouts.
+    #[test]
+    fn writes_what_the_archive_writer_writes() {
+        let kernels: Vec<(String, &str, Vec<u8>)> = (0..9u8)
+            .map(|i| {
+                let key = format!("lib/x.so#{}", i / 3);
+                let arch = ["gfx90a", "gfx942", "gfx1100"][i as usize % 3];
+                (key, arch, vec![i; 100 + i as usize * 37])
+            })
+            .collect();
+        let arches: Vec<String> = ["gfx90a", "gfx942", "gfx1100"].map(String::from).to_vec();
+        for compression in [Compression::None, Compression::Zstd { level: 3 }] {
+            for reference_layout in [false, true] {
+                let mut w = ArchiveWriter::new("g", "fam", arches.clone(), compression).unwrap();
+                w.set_reference_layout(reference_layout);
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("a.kpack");
+                let mut f = ArchiveFile::new(
+                    File::create(&path).unwrap(),
+                    &path,
+                    compression,
+                    reference_layout,
+                );
+                for (key, arch, data) in &kernels {
+                    let meta = vec![("target".to_owned(), format!("t-{arch}"))];
+                    w.add_kernel_with_metadata(key, arch, data.clone(), meta.clone())
+                        .unwrap();
+                    let stored = match compression {
+                        Compression::None => data.clone(),
+                        Compression::Zstd { level } => {
+                            FrameEncoder::new(level).unwrap().encode(data).unwrap()
+                        }
+                    };
+                    let encoded = Encoded {
+                        stored,
+                        original_size: data.len() as u64,
+                        digest: (!reference_layout).then(|| *blake3::hash(data).as_bytes()),
+                    };
+                    f.append(key, arch, meta, encoded).unwrap();
+                }
+                let mut expect = Vec::new();
+                w.write_to(&mut expect, &|_| {}).unwrap();
+                let (_, size) = f.finish("g", "fam", &arches).unwrap();
+                let got = std::fs::read(&path).unwrap();
+                assert_eq!(size, got.len() as u64);
+                assert!(
+                    got == expect,
+                    "{compression:?} reference_layout={reference_layout}"
+                );
+            }
+        }
+    }
+}
