@@ -308,8 +308,11 @@ fn main() {
     for r in rows {
         match r.ratio {
             Some((ratio, against, target)) => println!(
-                "{:<44} {:>12} {:>8.2}x  {against} {target}",
-                r.name, r.value, ratio
+                "{:<44} {:>12} {:>8.2}x  {against} {}",
+                r.name,
+                r.value,
+                ratio,
+                common::against_for_print(target, quick)
             ),
             None => println!("{:<44} {:>12} {:>9}  baseline", r.name, r.value, "1.00x"),
         }

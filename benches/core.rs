@@ -199,7 +199,8 @@ fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
     for r in rows {
         match r.ratio {
             Some((ratio, against, target)) => {
-                let target = if target.is_nan() {
+                // A smoke run is not a measurement: no target, no verdict.
+                let target = if target.is_nan() || quick {
                     String::new()
                 } else {
                     format!(" (>= {target})")

@@ -12,6 +12,8 @@
 //!   cargo bench --bench suite -- --quick      # smoke run for CI: small sets, seconds
 //! Options: --synthetic-mib N, --keep (leave the work directory), --no-rocrand.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -82,19 +84,24 @@ impl Report {
             ratio: Some((ratio, against.into())),
         });
     }
-    fn print(&self) {
+    /// Prints the table; a smoke run (`quick`) shows no targets (it is not a measurement).
+    fn print(&self, quick: bool) {
         for l in &self.lines {
             match &l.ratio {
                 _ if l.value.is_empty() => println!("{}", l.what),
                 Some((r, against)) => println!(
                     "  {:<52} {:>14} {:>8.2}x  vs {}",
-                    l.what, l.value, r, against
+                    l.what,
+                    l.value,
+                    r,
+                    common::against_for_print(against, quick)
                 ),
                 None => println!("  {:<52} {:>14}", l.what, l.value),
             }
         }
     }
 }
+
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kpack-fuse"))
@@ -699,7 +706,7 @@ fn main() {
     bench_set(&mut report, "synthetic", &tree, &base, &o);
     bench_many_entries(&mut report, &base, if o.quick { 5_000 } else { 100_000 });
 
-    report.print();
+    report.print(o.quick);
     if !o.keep {
         let _ = fs::remove_dir_all(&base);
     }

@@ -34,6 +34,29 @@ impl ErrorKind {
         self as i32
     }
 
+    /// The kind whose `kpack_error_t` value is `code`, if any.
+    pub fn from_code(code: i32) -> Option<ErrorKind> {
+        use ErrorKind::*;
+        [
+            InvalidArgument,
+            FileNotFound,
+            InvalidFormat,
+            UnsupportedVersion,
+            KernelNotFound,
+            DecompressionFailed,
+            OutOfMemory,
+            NotImplemented,
+            IoError,
+            MsgpackParseFailed,
+            PathDiscoveryFailed,
+            InvalidMetadata,
+            ArchiveNotFound,
+            ArchNotFound,
+        ]
+        .into_iter()
+        .find(|k| k.code() == code)
+    }
+
     /// The enumerator name used in the C header, for messages and logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -368,6 +391,15 @@ mod tests {
             bad(*b"\x7fELF"),
             "/a.kpack: not a kpack archive: magic is 7f 45 4c 46 (hex), expected \"KPAK\""
         );
+    }
+
+    #[test]
+    fn every_code_maps_back_to_its_kind() {
+        for code in 1..=14 {
+            assert_eq!(ErrorKind::from_code(code).map(ErrorKind::code), Some(code));
+        }
+        assert_eq!(ErrorKind::from_code(0), None);
+        assert_eq!(ErrorKind::from_code(15), None);
     }
 
     #[test]

@@ -31,3 +31,12 @@ pub fn kernel_bytes(seed: u64, len: usize) -> Vec<u8> {
 pub fn best_of<F: FnMut() -> Duration>(runs: usize, mut f: F) -> Duration {
     (0..runs).map(|_| f()).min().expect("at least one run")
 }
+
+/// What a comparison is against, as printed: a smoke run (`--quick`) is not a measurement, so
+/// it states no target and passes no verdict (a trailing "(target ...)" is left out).
+pub fn against_for_print(against: &str, quick: bool) -> String {
+    match against.find("(target") {
+        Some(at) if quick => against[..at].trim_end().to_owned(),
+        _ => against.to_owned(),
+    }
+}

@@ -1,9 +1,12 @@
 //! The exit codes of every command, and the error type commands return. One table for the whole
-//! binary (documented in docs/cli.md), so scripts can tell a missing file from a corrupt one.
+//! binary (documented in docs/cli.md), so scripts can tell a missing file from a corrupt one, and
+//! one place that maps errors to it: core errors by kind (`exit_for`), and the mount's source
+//! errors, whose core errors go through the same `exit_for`.
 
 use std::fmt;
 use std::process::ExitCode;
 
+use rocm_kpack::fs::source::{SourceError, SourceErrorKind};
 use rocm_kpack::{Error, ErrorKind};
 
 /// Why a command failed, as an exit status.
@@ -85,5 +88,40 @@ pub fn exit_for(kind: ErrorKind) -> Exit {
 impl From<Error> for CliError {
     fn from(e: Error) -> CliError {
         CliError::new(exit_for(e.kind()), e.to_string())
+    }
+}
+
+impl From<SourceError> for CliError {
+    fn from(e: SourceError) -> CliError {
+        let exit = match e.kind {
+            SourceErrorKind::Core(kind) => exit_for(kind),
+            SourceErrorKind::Unreadable => Exit::Unreadable,
+            SourceErrorKind::BadFormat => Exit::BadFormat,
+            SourceErrorKind::NotFound => Exit::NotFound,
+            SourceErrorKind::Resources => Exit::Failure,
+        };
+        CliError::new(exit, e.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A core error reaches the same exit code whether a command returns it directly or the
+    /// mount's source reading passes it on.
+    #[test]
+    fn core_errors_classify_once() {
+        for code in 1..=14 {
+            let kind = ErrorKind::from_code(code).unwrap();
+            let via_source = CliError::from(SourceError {
+                kind: SourceErrorKind::Core(kind),
+                message: String::new(),
+            });
+            assert_eq!(via_source.exit, exit_for(kind), "{kind:?}");
+        }
+        assert_eq!(exit_for(ErrorKind::FileNotFound), Exit::Unreadable);
+        assert_eq!(exit_for(ErrorKind::MsgpackParseFailed), Exit::BadFormat);
+        assert_eq!(exit_for(ErrorKind::ArchNotFound), Exit::NotFound);
     }
 }

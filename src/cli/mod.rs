@@ -15,8 +15,10 @@ mod mount_daemon;
 mod mount_log;
 mod mount_options;
 mod pack;
+mod progress;
 mod resolve;
 mod split;
+mod umount;
 mod verify;
 mod words;
 

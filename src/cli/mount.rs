@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
-use rocm_kpack::fs::source::{self, SourceError, SourceErrorKind, SourceOptions};
+use rocm_kpack::fs::source::{self, SourceOptions};
 use rocm_kpack::fs::{FsOptions, gpus, mountinfo};
 use rocm_kpack::loader::LoaderConfig;
 
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
+use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
 
 /// Default `--cache-size`: 256 MiB.
@@ -35,7 +36,7 @@ pub struct MountArgs {
     /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
     /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024) [default: 256M].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
     pub cache_size: Option<u64>,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -87,25 +88,6 @@ pub struct UnmountArgs {
     /// Detach now even if files are open; the filesystem goes away when they are closed.
     #[arg(long, short = 'l')]
     pub lazy: bool,
-}
-
-/// Parses `1048576`, `512K`, `256M`, `1G` (also `KiB`/`MiB`/`GiB`); units are powers of 1024.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 268435456, 512K, 256M, 1G)"))?;
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// The mount point must exist, be a directory, and not already have a mount on it.
@@ -263,16 +245,6 @@ fn fusermount_available() -> bool {
     })
 }
 
-fn source_error(e: SourceError) -> CliError {
-    let exit = match e.kind {
-        SourceErrorKind::Unreadable => Exit::Unreadable,
-        SourceErrorKind::BadFormat => Exit::BadFormat,
-        SourceErrorKind::NotFound => Exit::NotFound,
-        SourceErrorKind::Resources => Exit::Failure,
-    };
-    CliError::new(exit, e.message)
-}
-
 /// Where the mount goes.
 enum Target {
     Dir(PathBuf),
@@ -334,8 +306,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             loader: LoaderConfig::from_env(),
             extra_fds: threads as u64 + 16,
         },
-    )
-    .map_err(source_error)?;
+    )?;
     let (kind, source_path) = (src.kind, src.path.clone());
     let gpus = if s.gpus.is_empty() {
         gpus::local_gpus(Path::new(gpus::KFD_NODES))
@@ -350,7 +321,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         uid,
         gid,
     };
-    let (fs, _warnings) = source::build_fs(src, &opts, s.strict).map_err(source_error)?;
+    let (fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
 
     let cfg = MountConfig {
         threads,
@@ -568,18 +539,6 @@ fn fusermount_unmount(path: &Path, lazy: bool, first: io::Error) -> CliResult {
     ))
 }
 
-pub(super) fn umount2(path: &Path, flags: libc::c_int) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// The write end of the self-pipe, for the async-signal-safe handler.
 static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -647,24 +606,5 @@ fn limit_heap_growth() {
     // SAFETY: mallopt only changes allocator tuning; called before any thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256M"), Ok(256 << 20));
-        assert_eq!(parse_size("512k"), Ok(512 << 10));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("0"), Ok(0));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("12T").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("99999999999G").is_err());
     }
 }

@@ -215,7 +215,7 @@ fn cleanup(mountpoint: Option<&Path>) {
     let Some(mp) = mountpoint else { return };
     if let Ok(Some(m)) = rocm_kpack::fs::mountinfo::mount_at(mp) {
         if m.fs_type == format!("fuse.{}", rocm_kpack::fs::fuse::SUBTYPE) {
-            let _ = super::mount::umount2(mp, libc::MNT_DETACH);
+            let _ = super::umount::umount2(mp, libc::MNT_DETACH);
         }
     }
 }

@@ -105,8 +105,7 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         "cache_size" => {
             s.cache_size = Some(
-                super::mount::parse_size(needs("SIZE")?)
-                    .map_err(|e| format!("mount option {raw_name}: {e}"))?,
+                parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?,
             );
             Ok(())
         }
@@ -132,6 +131,25 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         _ => Err(format!("unknown mount option {raw_name:?}")),
     }
+}
+
+/// Parses `1048576`, `512K`, `256M`, `1G` (also `KiB`/`MiB`/`GiB`); units are powers of 1024.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 268435456, 512K, 256M, 1G)"))?;
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M or G)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[cfg(test)]
@@ -219,5 +237,19 @@ mod tests {
     fn splitting_honours_escapes() {
         assert_eq!(split("a,b\\,c,d\\\\").unwrap(), ["a", "b,c", "d\\"]);
         assert_eq!(split("").unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("12T").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999999G").is_err());
     }
 }

@@ -44,9 +44,13 @@ impl fmt::Display for SourceKind {
     }
 }
 
-/// Why a source cannot be mounted; the class decides the exit code.
+/// Why a source cannot be mounted; the class decides the exit code. An error of the core is
+/// passed on with its own kind, which the caller classifies as it classifies every core error
+/// (the CLI: `exit_for`), rather than being classified a second way here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceErrorKind {
+    /// An archive did not open; the core's reason.
+    Core(ErrorKind),
     /// Missing, unreadable, or an I/O error.
     Unreadable,
     /// Not a kpack archive / ELF / directory, corrupt, or (strict) a conflict.
@@ -71,12 +75,9 @@ impl SourceError {
         }
     }
 
-    /// A core error while opening `path`, classified by its kind.
+    /// A core error while opening `path`, with its kind.
     fn archive(path: &Path, e: &Error) -> SourceError {
-        let kind = match e.kind() {
-            ErrorKind::FileNotFound | ErrorKind::IoError => SourceErrorKind::Unreadable,
-            _ => SourceErrorKind::BadFormat,
-        };
+        let kind = SourceErrorKind::Core(e.kind());
         let text = e.to_string();
         // Core messages usually start with the path already.
         let message = if text.contains(&path.display().to_string()) {
@@ -365,14 +366,8 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let mut failures = OpenFailures::default();
     let opened = loader.open_archives(&paths, &mut failures);
     if let Some((path, code, reason)) = failures.0.first().filter(|_| opts.strict) {
-        let kind = if [ErrorKind::FileNotFound, ErrorKind::IoError]
-            .iter()
-            .any(|k| k.code() == *code)
-        {
-            SourceErrorKind::Unreadable
-        } else {
-            SourceErrorKind::BadFormat
-        };
+        let kind =
+            ErrorKind::from_code(*code).map_or(SourceErrorKind::BadFormat, SourceErrorKind::Core);
         return Err(SourceError::new(
             kind,
             format!("{path}: {}", strip_path(reason, Path::new(path))),

@@ -514,7 +514,11 @@ fn hipk_binary_source_uses_the_loaders_open_step() {
         ..Default::default()
     };
     let err = source::open(&binary, &strict).unwrap_err();
-    assert_eq!(err.kind, SourceErrorKind::BadFormat);
+    // The core's own kind, classified by the caller (exit 4 for the CLI).
+    assert_eq!(
+        err.kind,
+        SourceErrorKind::Core(rocm_kpack::ErrorKind::InvalidFormat)
+    );
     assert!(
         err.message
             .starts_with(&format!("{}: ", canonical.display())),
