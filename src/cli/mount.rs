@@ -64,6 +64,10 @@ pub struct MountArgs {
     /// Refuse (key, arch) conflicts and archives that do not open, instead of warning.
     #[arg(long)]
     pub strict: bool,
+    /// For a HIPK binary with pins: show the entries of archives it does not pin too (by
+    /// default they are hidden, with a warning).
+    #[arg(long)]
+    pub no_pins: bool,
     /// Log to this file (appending) once the source is read; in the background the default is
     /// syslog, in the foreground standard error.
     #[arg(long, value_name = "PATH")]
@@ -180,6 +184,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         allow_root: args.allow_root,
         auto_unmount: args.auto_unmount,
         strict: args.strict,
+        no_pins: args.no_pins,
         noexec: false,
         cache_size: args.cache_size,
         threads: if args.single_thread {
@@ -302,6 +307,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         &args.source,
         &SourceOptions {
             strict: s.strict,
+            no_pins: s.no_pins,
             gpus: s.gpus.clone(),
             loader: LoaderConfig::from_env(),
             extra_fds: threads as u64 + 16,

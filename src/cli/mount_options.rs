@@ -6,7 +6,7 @@
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
 //!   `log_file=` path may contain commas). Empty items are skipped.
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
-//!   `auto_unmount`, `strict`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
+//!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
 //!   `log_file=PATH`. A `-` may stand for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
@@ -25,6 +25,7 @@ pub struct Settings {
     pub allow_root: bool,
     pub auto_unmount: bool,
     pub strict: bool,
+    pub no_pins: bool,
     pub noexec: bool,
     pub cache_size: Option<u64>,
     pub threads: Option<u32>,
@@ -94,6 +95,7 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "allow_root" => flag(s, |s| s.allow_root = true),
         "auto_unmount" => flag(s, |s| s.auto_unmount = true),
         "strict" => flag(s, |s| s.strict = true),
+        "no_pins" => flag(s, |s| s.no_pins = true),
         "noexec" => flag(s, |s| s.noexec = true),
         "exec" => flag(s, |s| s.noexec = false),
         "ro" | "default_permissions" | "dev" | "suid" | "nodev" | "nosuid" => flag(s, |_| {}),

@@ -23,6 +23,7 @@ mod lazy_open;
 mod loader;
 mod mount;
 mod path_safety;
+mod pins;
 mod split;
 mod split_c;
 mod split_cli;

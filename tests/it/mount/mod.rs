@@ -6,7 +6,7 @@ mod daemon;
 mod fault_io;
 mod faults;
 mod scenarios;
-mod sources;
+pub(crate) mod sources;
 mod user_errors;
 
 use std::path::{Path, PathBuf};
