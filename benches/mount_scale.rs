@@ -217,6 +217,7 @@ fn breakdown(archive: &Path) {
     let entries = a.entries().count() as f64;
     let opts = FsOptions {
         cache_size: 1 << 20,
+        backing: rocm_kpack::fs::backing::Placement::Memory,
         gpus: Vec::new(),
         uid: 0,
         gid: 0,
