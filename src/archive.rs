@@ -375,7 +375,8 @@ impl Archive {
     {
         let mut out = self.read_unchecked(kref, alloc)?;
         if let Some(recorded) = kref.digest {
-            let bytes = out.as_mut();
+            // SAFETY: read_unchecked returns a buffer only once every byte has been written.
+            let bytes = unsafe { out.filled_mut() };
             let actual = *blake3::hash(bytes).as_bytes();
             if actual != recorded {
                 bytes.fill(0);
@@ -394,7 +395,7 @@ impl Archive {
     /// [`read_with`](Self::read_with) without the digest check.
     fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let size =

@@ -31,6 +31,11 @@ pub unsafe trait KernelBuf {
     /// The bytes as an initialised slice, for a reader that copies into them (cleared first when
     /// they might not be initialised).
     fn init_mut(&mut self) -> &mut [u8];
+    /// The bytes once they have been filled.
+    ///
+    /// # Safety
+    /// Every one of the `size()` bytes has been written.
+    unsafe fn filled_mut(&mut self) -> &mut [u8];
 }
 
 // SAFETY: the vector's own initialised bytes.
@@ -44,6 +49,9 @@ unsafe impl KernelBuf for Vec<u8> {
     fn init_mut(&mut self) -> &mut [u8] {
         self
     }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        self
+    }
 }
 
 // SAFETY: the slice's own initialised bytes.
@@ -55,6 +63,9 @@ unsafe impl KernelBuf for &mut [u8] {
         <[u8]>::as_mut_ptr(self)
     }
     fn init_mut(&mut self) -> &mut [u8] {
+        self
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
         self
     }
 }

@@ -58,6 +58,10 @@ unsafe impl KernelBuf for MallocBuf {
             std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
         }
     }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes owned by `self`, all written (the caller's promise).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
 }
 
 impl Drop for MallocBuf {
