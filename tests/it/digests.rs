@@ -334,3 +334,30 @@ fn list_json_shows_digests_in_hex() {
         }
     }
 }
+
+#[test]
+fn mount_gives_eio_for_a_flipped_byte_and_logs_it() {
+    use crate::support::mount::{Mount, fuse_available};
+    if !fuse_available() {
+        return;
+    }
+    for compression in SCHEMES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.kpack");
+        let mut kernels = tampered_kernels();
+        kernels.push(("lib/c.so#0", "gfx1100", b"third".repeat(300)));
+        std::fs::write(&path, craft::flipped_archive(compression, &kernels, 0)).unwrap();
+        let m = Mount::start(&path, &[]);
+        // Exactly EIO (twice: never cached), the neighbours byte-exact.
+        m.check("corrupt", "lib/a.so#0/gfx1100.hsaco");
+        let log = m.daemon_log();
+        assert!(
+            log.contains(&format!(
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch",
+                path.display()
+            )),
+            "the mismatch is logged with archive, key and arch:\n{log}"
+        );
+        m.stop();
+    }
+}
