@@ -28,5 +28,6 @@ mod remote;
 mod split;
 mod split_c;
 mod split_cli;
+mod split_memory;
 mod tsan_check;
 mod unaligned_elf;
