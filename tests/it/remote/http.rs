@@ -52,7 +52,6 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
     if !fuse_available() {
         return;
     }
-    let www = tempfile::tempdir().unwrap();
     let kernels: Vec<(String, Vec<u8>)> = (0..200)
         .map(|i| (format!("lib/libbig.so#{i}"), noise(1 << 20, i)))
         .collect();
@@ -60,35 +59,44 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
         .iter()
         .map(|(k, b)| (k.as_str(), "gfx942", b.clone()))
         .collect();
-    let archive = write_archive(&www.path().join("big.kpack"), Compression::None, &list);
-    drop(list);
-    let len = std::fs::metadata(&archive).unwrap().len();
-    assert!(len >= 200 << 20, "{len}");
-    let nginx = Nginx::start(www.path());
-    let m = mount(&nginx.url("big.kpack"), &[], &[]);
-    let one = www.path().join("one");
-    std::fs::write(&one, &kernels[137].1).unwrap();
-    m.check(
-        "remote_same",
-        &format!("lib/libbig.so#137/gfx942.hsaco|{}", one.display()),
-    );
-    let sent = nginx.bytes_sent();
-    let s = stats(&m);
-    m.stop();
-    assert!(
-        sent * 50 < len,
-        "fetched {sent} of {len} bytes (>= 2%):\n{}",
-        nginx.access_log()
-    );
-    assert_eq!(
-        s["remote_bytes_fetched"], sent,
-        "the stats count what nginx sent"
-    );
-    eprintln!(
-        "one 1 MiB kernel of a {len}-byte archive: {sent} bytes fetched ({:.2}%) in {} requests",
-        sent as f64 * 100.0 / len as f64,
-        s["remote_requests"]
-    );
+    // Stored blobs (located by the TOC) and zstd frames located by their TOC frame positions.
+    for compression in [Compression::None, Compression::Zstd { level: 1 }] {
+        let www = tempfile::tempdir().unwrap();
+        let archive = write_archive(&www.path().join("big.kpack"), compression, &list);
+        let len = std::fs::metadata(&archive).unwrap().len();
+        assert!(len >= 200 << 20, "{len}");
+        let nginx = Nginx::start(www.path());
+        let m = mount(&nginx.url("big.kpack"), &[], &[]);
+        let at_mount = stats(&m);
+        let one = www.path().join("one");
+        std::fs::write(&one, &kernels[137].1).unwrap();
+        m.check(
+            "remote_same",
+            &format!("lib/libbig.so#137/gfx942.hsaco|{}", one.display()),
+        );
+        let sent = nginx.bytes_sent();
+        let s = stats(&m);
+        m.stop();
+        assert!(
+            sent * 50 < len,
+            "{compression:?}: fetched {sent} of {len} bytes (>= 2%):\n{}",
+            nginx.access_log()
+        );
+        assert_eq!(s["remote_bytes_fetched"], sent, "the stats count what nginx sent");
+        assert_eq!(
+            s["remote_requests"] - at_mount["remote_requests"],
+            1,
+            "{compression:?}: one request for the kernel:\n{}",
+            nginx.access_log()
+        );
+        eprintln!(
+            "{compression:?}: one 1 MiB kernel of a {len}-byte archive: {sent} bytes fetched \
+             ({:.2}%) in {} requests ({} at mount)",
+            sent as f64 * 100.0 / len as f64,
+            s["remote_requests"],
+            at_mount["remote_requests"]
+        );
+    }
 }
 
 #[test]
@@ -179,4 +187,42 @@ fn http_background_mount_forks_after_the_network_threads_stop() {
     let m = crate::support::mount::Mount::start_background(Path::new(&nginx.url("bg.kpack")), &[]);
     m.check("tree", want.path().to_str().unwrap());
     m.stop();
+}
+
+#[test]
+fn http_remount_with_a_cache_dir_fetches_no_kernel_again() {
+    if !fuse_available() {
+        return;
+    }
+    let www = tempfile::tempdir().unwrap();
+    let archive = write_archive(
+        &www.path().join("c.kpack"),
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/c.so#0", "gfx942", noise(300_000, 31)),
+            ("lib/c.so#0", "gfx90a", noise(200_000, 32)),
+            ("lib/d.so#0", "gfx942", noise(100_000, 33)),
+        ],
+    );
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[archive.as_path()], want.path());
+    let cache = tempfile::tempdir().unwrap();
+    let cache_arg = cache.path().to_str().unwrap();
+    let nginx = Nginx::start(www.path());
+    let url = nginx.url("c.kpack");
+    let first = mount(&url, &["--cache-dir", cache_arg], &[]);
+    first.check("tree", want.path().to_str().unwrap());
+    let s = stats(&first);
+    assert!(s["remote_requests"] >= 4, "{s:?}");
+    first.stop();
+    let second = mount(&url, &["--cache-dir", cache_arg], &[]);
+    let at_mount = stats(&second);
+    second.check("tree", want.path().to_str().unwrap());
+    let s = stats(&second);
+    second.stop();
+    assert_eq!(
+        s["remote_requests"], at_mount["remote_requests"],
+        "no request after the remount's open: {s:?}"
+    );
+    assert_eq!(s["cache_dir_hits"], 3, "{s:?}");
 }
