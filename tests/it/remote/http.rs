@@ -82,7 +82,10 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
             "{compression:?}: fetched {sent} of {len} bytes (>= 2%):\n{}",
             nginx.access_log()
         );
-        assert_eq!(s["remote_bytes_fetched"], sent, "the stats count what nginx sent");
+        assert_eq!(
+            s["remote_bytes_fetched"], sent,
+            "the stats count what nginx sent"
+        );
         assert_eq!(
             s["remote_requests"] - at_mount["remote_requests"],
             1,
