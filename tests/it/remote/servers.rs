@@ -53,6 +53,11 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(root: &Path) -> Nginx {
+        Nginx::start_with(root, true)
+    }
+
+    /// With `etag` false, nginx sends no ETag: versions are told by Last-Modified and length.
+    pub fn start_with(root: &Path, etag: bool) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let d = dir.path().display();
@@ -63,7 +68,8 @@ impl Nginx {
                access_log {d}/access.log ranges;\n  client_body_temp_path {d}/body;\n\
                proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+               etag {};\n  server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+            if etag { "on" } else { "off" },
             root.display()
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
