@@ -275,3 +275,53 @@ fn http_without_etags_tells_a_replaced_object_by_its_modification_time() {
         nginx.access_log()
     );
 }
+
+#[test]
+fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
+    if !fuse_available() {
+        return;
+    }
+    // No frame positions: opening walks the chain of 64 frame size words.
+    let www = tempfile::tempdir().unwrap();
+    let path = www.path().join("ref.kpack");
+    let mut w = rocm_kpack::ArchiveWriter::new(
+        "ref",
+        "gfx9",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 1 },
+    )
+    .unwrap();
+    w.set_reference_layout(true);
+    for i in 0..64u64 {
+        w.add_kernel(&format!("lib/r.so#{i}"), "gfx942", noise(100_000, 40 + i))
+            .unwrap();
+    }
+    w.write(&path, &|_| {}).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[path.as_path()], want.path());
+    let nginx = Nginx::start(www.path());
+    let m = mount(&nginx.url("ref.kpack"), &[], &[]);
+    let at_mount = stats(&m);
+    m.check("tree", want.path().to_str().unwrap());
+    let s = stats(&m);
+    m.stop();
+    // 64 KiB, then windows doubling while the walk moves forward: about log2(len / 64 KiB).
+    assert!(
+        at_mount["remote_requests"] <= 10,
+        "{at_mount:?}\n{}",
+        nginx.access_log()
+    );
+    // Every frame read afterwards lies in ranges already fetched, but a frame straddling two
+    // windows: at most one request per window boundary.
+    assert!(
+        s["remote_requests"] - at_mount["remote_requests"] <= at_mount["remote_requests"],
+        "{s:?}\n{}",
+        nginx.access_log()
+    );
+    assert!(s["remote_bytes_fetched"] < 2 * len, "{s:?} for {len} bytes");
+    eprintln!(
+        "reference layout, 64 frames, {len} bytes: {} requests at mount, {} in all, {} bytes",
+        at_mount["remote_requests"], s["remote_requests"], s["remote_bytes_fetched"]
+    );
+}
