@@ -365,8 +365,34 @@ impl Archive {
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
     /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
     /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
-    /// hostile size never turns into a huge allocation), then decodes into the buffer.
+    /// hostile size never turns into a huge allocation), then decodes into the buffer. When the
+    /// archive records the kernel's BLAKE3 digest, the bytes are checked against it; on a
+    /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
     pub fn read_with<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    where
+        T: AsMut<[u8]>,
+        A: FnOnce(usize) -> Option<T>,
+    {
+        let mut out = self.read_unchecked(kref, alloc)?;
+        if let Some(recorded) = kref.digest {
+            let bytes = out.as_mut();
+            let actual = *blake3::hash(bytes).as_bytes();
+            if actual != recorded {
+                bytes.fill(0);
+                return Err(Error::DigestMismatch {
+                    path: self.path.clone(),
+                    key: kref.key.to_owned(),
+                    arch: kref.arch.to_owned(),
+                    recorded,
+                    actual,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`read_with`](Self::read_with) without the digest check.
+    fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
         T: AsMut<[u8]>,
         A: FnOnce(usize) -> Option<T>,
