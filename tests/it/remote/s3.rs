@@ -382,3 +382,45 @@ fn s3_credentials_from_the_shared_files_and_endpoint_from_the_flag() {
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("AWS_ALLOW_HTTP=true"), "{err}");
 }
+
+#[test]
+fn s3_requests_in_flight_are_bounded() {
+    if !fuse_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let kernels: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|i| (format!("lib/p{i}.so#0"), noise(150_000, 50 + i)))
+        .collect();
+    let list: Vec<(&str, &str, Vec<u8>)> = kernels
+        .iter()
+        .map(|(k, b)| (k.as_str(), "gfx942", b.clone()))
+        .collect();
+    let archive = write_archive(&work.path().join("p.kpack"), Compression::None, &list);
+    let want = work.path().join("want");
+    expected_dir(&[archive.as_path()], &want);
+    let mut moto = Moto::start("kernels");
+    moto.put("p.kpack", &archive);
+    // Slow answers make concurrent readers' requests overlap as much as the bound lets them;
+    // the default bound (8) shows that they do overlap here, so the bound of 1 is what holds.
+    for (bound, most) in [("1", 1), ("8", 2)] {
+        let proxy = SlowProxy::start(moto.port);
+        let m = mount(
+            "s3://kernels/p.kpack",
+            &["--remote-requests", bound, "--threads", "8"],
+            &moto.env(proxy.port, None),
+        );
+        proxy.set_delay(Duration::from_millis(300));
+        m.check("remote_parallel", &format!("8|{}", want.display()));
+        m.stop();
+        if bound == "1" {
+            assert_eq!(proxy.max_in_flight(), most, "--remote-requests 1");
+        } else {
+            assert!(
+                proxy.max_in_flight() >= most,
+                "readers overlap: {}",
+                proxy.max_in_flight()
+            );
+        }
+    }
+}

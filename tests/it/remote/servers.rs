@@ -235,6 +235,8 @@ pub struct SlowProxy {
     /// Requests still to answer with `fail_status` instead of forwarding them.
     fail_next: Arc<AtomicU64>,
     fail_status: Arc<AtomicU64>,
+    /// Requests being forwarded now, and the most seen at once.
+    in_flight: Arc<(AtomicU64, AtomicU64)>,
     stop: Arc<AtomicBool>,
 }
 
@@ -246,11 +248,13 @@ impl SlowProxy {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let fail_next = Arc::new(AtomicU64::new(0));
         let fail_status = Arc::new(AtomicU64::new(503));
+        let in_flight = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
-        let (d, f, st, s) = (
+        let (d, f, st, fl, s) = (
             delay_ms.clone(),
             fail_next.clone(),
             fail_status.clone(),
+            in_flight.clone(),
             stop.clone(),
         );
         std::thread::spawn(move || {
@@ -258,8 +262,13 @@ impl SlowProxy {
                 match listener.accept() {
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();
-                        let (d, f, st) = (d.clone(), f.clone(), st.clone());
-                        std::thread::spawn(move || serve(client, upstream, d, f, st));
+                        let (d, f, st, fl) = (d.clone(), f.clone(), st.clone(), fl.clone());
+                        std::thread::spawn(move || {
+                            let now = fl.0.fetch_add(1, Ordering::SeqCst) + 1;
+                            fl.1.fetch_max(now, Ordering::SeqCst);
+                            serve(client, upstream, d, f, st);
+                            fl.0.fetch_sub(1, Ordering::SeqCst);
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -270,8 +279,14 @@ impl SlowProxy {
             delay_ms,
             fail_next,
             fail_status,
+            in_flight,
             stop,
         }
+    }
+
+    /// The most requests that were in flight at once.
+    pub fn max_in_flight(&self) -> u64 {
+        self.in_flight.1.load(Ordering::SeqCst)
     }
 
     /// Answers the next `n` requests with `status` (and closes their connections).
