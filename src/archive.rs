@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::byte_source::{ByteSource, LocalFile, read_full_at};
-use crate::codec;
+use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 
@@ -370,12 +370,13 @@ impl Archive {
     /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
     pub fn read_with<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let mut out = self.read_unchecked(kref, alloc)?;
         if let Some(recorded) = kref.digest {
-            let bytes = out.as_mut();
+            // SAFETY: read_unchecked returns a buffer only once every byte has been written.
+            let bytes = unsafe { out.filled_mut() };
             let actual = *blake3::hash(bytes).as_bytes();
             if actual != recorded {
                 bytes.fill(0);
@@ -394,7 +395,7 @@ impl Archive {
     /// [`read_with`](Self::read_with) without the digest check.
     fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let size =
@@ -402,7 +403,7 @@ impl Archive {
         match self.toc.scheme {
             Scheme::None => {
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                let dst = buf.as_mut();
+                let dst = buf.init_mut();
                 let got = read_full_at(&*self.source, dst, kref.stored.offset).map_err(|e| {
                     Error::io(
                         &self.path,
@@ -462,7 +463,7 @@ impl Archive {
                     codec::check_decoded_size(frame, kref.size)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                    codec::decode_frame_into(frame, out.as_mut())
+                    codec::decode_frame_into(frame, &mut out)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     Ok(out)
                 })
@@ -505,7 +506,7 @@ impl Archive {
     /// Finds a kernel and returns it in a buffer from `alloc` (see [`read_with`](Self::read_with)).
     pub fn get_kernel_with<T, A>(&self, key: &str, arch: &str, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let kref = self.locate(key, arch)?;

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::arch;
 use crate::archive::Archive;
+use crate::codec::KernelBuf;
 use crate::error::{Error, Result};
 
 pub use crate::hipk::HipkMetadata;
@@ -96,7 +97,7 @@ impl Loader {
         trace: &mut dyn Trace,
     ) -> Result<Loaded<T>>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         M: FnOnce() -> Result<HipkMetadata>,
         A: FnMut(usize) -> Option<T>,
     {
@@ -215,7 +216,7 @@ pub fn find_kernel<T, A>(
     trace: &mut dyn Trace,
 ) -> Result<Loaded<T>>
 where
-    T: AsMut<[u8]>,
+    T: KernelBuf,
     A: FnMut(usize) -> Option<T>,
 {
     let mut last_error: Option<Error> = None;
@@ -230,8 +231,8 @@ where
                     target: target.clone(),
                 });
                 match archive.get_kernel_with(key, &target, &mut *alloc) {
-                    Ok(mut data) => {
-                        let size = data.as_mut().len();
+                    Ok(data) => {
+                        let size = data.size();
                         emit(trace, || Event::KernelFound { size: size as u64 });
                         emit(trace, || Event::Loaded {
                             size,

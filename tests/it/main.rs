@@ -27,5 +27,6 @@ mod pins;
 mod split;
 mod split_c;
 mod split_cli;
+mod split_memory;
 mod tsan_check;
 mod unaligned_elf;
