@@ -52,7 +52,6 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
     if !fuse_available() {
         return;
     }
-    let www = tempfile::tempdir().unwrap();
     let kernels: Vec<(String, Vec<u8>)> = (0..200)
         .map(|i| (format!("lib/libbig.so#{i}"), noise(1 << 20, i)))
         .collect();
@@ -60,35 +59,47 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
         .iter()
         .map(|(k, b)| (k.as_str(), "gfx942", b.clone()))
         .collect();
-    let archive = write_archive(&www.path().join("big.kpack"), Compression::None, &list);
-    drop(list);
-    let len = std::fs::metadata(&archive).unwrap().len();
-    assert!(len >= 200 << 20, "{len}");
-    let nginx = Nginx::start(www.path());
-    let m = mount(&nginx.url("big.kpack"), &[], &[]);
-    let one = www.path().join("one");
-    std::fs::write(&one, &kernels[137].1).unwrap();
-    m.check(
-        "remote_same",
-        &format!("lib/libbig.so#137/gfx942.hsaco|{}", one.display()),
-    );
-    let sent = nginx.bytes_sent();
-    let s = stats(&m);
-    m.stop();
-    assert!(
-        sent * 50 < len,
-        "fetched {sent} of {len} bytes (>= 2%):\n{}",
-        nginx.access_log()
-    );
-    assert_eq!(
-        s["remote_bytes_fetched"], sent,
-        "the stats count what nginx sent"
-    );
-    eprintln!(
-        "one 1 MiB kernel of a {len}-byte archive: {sent} bytes fetched ({:.2}%) in {} requests",
-        sent as f64 * 100.0 / len as f64,
-        s["remote_requests"]
-    );
+    // Stored blobs (located by the TOC) and zstd frames located by their TOC frame positions.
+    for compression in [Compression::None, Compression::Zstd { level: 1 }] {
+        let www = tempfile::tempdir().unwrap();
+        let archive = write_archive(&www.path().join("big.kpack"), compression, &list);
+        let len = std::fs::metadata(&archive).unwrap().len();
+        assert!(len >= 200 << 20, "{len}");
+        let nginx = Nginx::start(www.path());
+        let m = mount(&nginx.url("big.kpack"), &[], &[]);
+        let at_mount = stats(&m);
+        let one = www.path().join("one");
+        std::fs::write(&one, &kernels[137].1).unwrap();
+        m.check(
+            "remote_same",
+            &format!("lib/libbig.so#137/gfx942.hsaco|{}", one.display()),
+        );
+        let sent = nginx.bytes_sent();
+        let s = stats(&m);
+        m.stop();
+        assert!(
+            sent * 50 < len,
+            "{compression:?}: fetched {sent} of {len} bytes (>= 2%):\n{}",
+            nginx.access_log()
+        );
+        assert_eq!(
+            s["remote_bytes_fetched"], sent,
+            "the stats count what nginx sent"
+        );
+        assert_eq!(
+            s["remote_requests"] - at_mount["remote_requests"],
+            1,
+            "{compression:?}: one request for the kernel:\n{}",
+            nginx.access_log()
+        );
+        eprintln!(
+            "{compression:?}: one 1 MiB kernel of a {len}-byte archive: {sent} bytes fetched \
+             ({:.2}%) in {} requests ({} at mount)",
+            sent as f64 * 100.0 / len as f64,
+            s["remote_requests"],
+            at_mount["remote_requests"]
+        );
+    }
 }
 
 #[test]
@@ -179,4 +190,138 @@ fn http_background_mount_forks_after_the_network_threads_stop() {
     let m = crate::support::mount::Mount::start_background(Path::new(&nginx.url("bg.kpack")), &[]);
     m.check("tree", want.path().to_str().unwrap());
     m.stop();
+}
+
+#[test]
+fn http_remount_with_a_cache_dir_fetches_no_kernel_again() {
+    if !fuse_available() {
+        return;
+    }
+    let www = tempfile::tempdir().unwrap();
+    let archive = write_archive(
+        &www.path().join("c.kpack"),
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/c.so#0", "gfx942", noise(300_000, 31)),
+            ("lib/c.so#0", "gfx90a", noise(200_000, 32)),
+            ("lib/d.so#0", "gfx942", noise(100_000, 33)),
+        ],
+    );
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[archive.as_path()], want.path());
+    let cache = tempfile::tempdir().unwrap();
+    let cache_arg = cache.path().to_str().unwrap();
+    let nginx = Nginx::start(www.path());
+    let url = nginx.url("c.kpack");
+    let first = mount(&url, &["--cache-dir", cache_arg], &[]);
+    first.check("tree", want.path().to_str().unwrap());
+    let s = stats(&first);
+    assert!(s["remote_requests"] >= 4, "{s:?}");
+    first.stop();
+    let second = mount(&url, &["--cache-dir", cache_arg], &[]);
+    let at_mount = stats(&second);
+    second.check("tree", want.path().to_str().unwrap());
+    let s = stats(&second);
+    second.stop();
+    assert_eq!(
+        s["remote_requests"], at_mount["remote_requests"],
+        "no request after the remount's open: {s:?}"
+    );
+    assert_eq!(s["cache_dir_hits"], 3, "{s:?}");
+}
+
+#[test]
+fn http_without_etags_tells_a_replaced_object_by_its_modification_time() {
+    if !fuse_available() {
+        return;
+    }
+    let www = tempfile::tempdir().unwrap();
+    let kernels = |seed: u64| -> Vec<(&'static str, &'static str, Vec<u8>)> {
+        vec![
+            ("lib/x.so#0", "gfx942", noise(300_000, seed)),
+            ("lib/x.so#0", "gfx90a", noise(300_000, seed + 1)),
+        ]
+    };
+    let served = write_archive(&www.path().join("x.kpack"), Compression::None, &kernels(1));
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[served.as_path()], want.path());
+    let nginx = Nginx::start_with(www.path(), false);
+    let m = mount(&nginx.url("x.kpack"), &[], &[]);
+    let file = "lib/x.so#0/gfx942.hsaco";
+    m.check(
+        "remote_same",
+        &format!("{file}|{}", want.path().join(file).display()),
+    );
+    // Same length and layout, other bytes, a later modification time; renamed into place.
+    let staged = write_archive(&www.path().join("x.new"), Compression::None, &kernels(10));
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&staged)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    std::fs::rename(&staged, &served).unwrap();
+    m.check("remote_eio", "lib/x.so#0/gfx90a.hsaco");
+    let log = m.daemon_log();
+    assert!(
+        log.contains("changed since it was opened (modified:"),
+        "{log}"
+    );
+    m.stop();
+    assert!(
+        !nginx.access_log().is_empty() && !nginx.access_log().contains(" 200 "),
+        "only range requests:\n{}",
+        nginx.access_log()
+    );
+}
+
+#[test]
+fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
+    if !fuse_available() {
+        return;
+    }
+    // No frame positions: opening walks the chain of 64 frame size words.
+    let www = tempfile::tempdir().unwrap();
+    let path = www.path().join("ref.kpack");
+    let mut w = rocm_kpack::ArchiveWriter::new(
+        "ref",
+        "gfx9",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 1 },
+    )
+    .unwrap();
+    w.set_reference_layout(true);
+    for i in 0..64u64 {
+        w.add_kernel(&format!("lib/r.so#{i}"), "gfx942", noise(100_000, 40 + i))
+            .unwrap();
+    }
+    w.write(&path, &|_| {}).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[path.as_path()], want.path());
+    let nginx = Nginx::start(www.path());
+    let m = mount(&nginx.url("ref.kpack"), &[], &[]);
+    let at_mount = stats(&m);
+    m.check("tree", want.path().to_str().unwrap());
+    let s = stats(&m);
+    m.stop();
+    // 64 KiB, then windows doubling while the walk moves forward: about log2(len / 64 KiB).
+    assert!(
+        at_mount["remote_requests"] <= 10,
+        "{at_mount:?}\n{}",
+        nginx.access_log()
+    );
+    // Every frame read afterwards lies in ranges already fetched, but a frame straddling two
+    // windows: at most one request per window boundary.
+    assert!(
+        s["remote_requests"] - at_mount["remote_requests"] <= at_mount["remote_requests"],
+        "{s:?}\n{}",
+        nginx.access_log()
+    );
+    assert!(s["remote_bytes_fetched"] < 2 * len, "{s:?} for {len} bytes");
+    eprintln!(
+        "reference layout, 64 frames, {len} bytes: {} requests at mount, {} in all, {} bytes",
+        at_mount["remote_requests"], s["remote_requests"], s["remote_bytes_fetched"]
+    );
 }
