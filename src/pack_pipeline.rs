@@ -320,7 +320,7 @@ where
         },
     )
     .and_then(|()| {
-        let (file, size) =
+        let archive_file::Finished { file, size, .. } =
             archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
         file.sync_all()
             .map_err(|e| Error::io(path, "cannot sync", e))?;
