@@ -320,12 +320,12 @@ where
         },
     )
     .and_then(|()| {
-        let (file, size) =
-            archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
-        file.sync_all()
+        let done = archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
+        done.file
+            .sync_all()
             .map_err(|e| Error::io(path, "cannot sync", e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
-        Ok(size)
+        Ok(done.size)
     });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
