@@ -321,11 +321,11 @@ where
     )
     .and_then(|()| {
         let done = archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
-        done.file
-            .sync_all()
+        let (file, size) = (done.file, done.size);
+        file.sync_all()
             .map_err(|e| Error::io(path, "cannot sync", e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
-        Ok(done.size)
+        Ok(size)
     });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
