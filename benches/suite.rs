@@ -102,7 +102,6 @@ impl Report {
     }
 }
 
-
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kpack-fuse"))
 }

@@ -158,7 +158,7 @@ pub fn run(args: Args) -> CliResult {
         for arch in &arches {
             if let Some(path) = by_arch.get(arch) {
                 let data =
-                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
+                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
                 total += data.len() as u64;
                 writer.add_kernel(key, arch, data)?;
             }
@@ -203,7 +203,7 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
 
 fn scan_tree(root: &Path) -> CliResult<Tree> {
-    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, &root, &e))?;
+    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, root, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(
             Exit::Usage,
