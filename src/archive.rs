@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::byte_source::{ByteSource, LocalFile, read_full_at};
-use crate::codec;
+use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 
@@ -365,10 +365,37 @@ impl Archive {
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
     /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
     /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
-    /// hostile size never turns into a huge allocation), then decodes into the buffer.
+    /// hostile size never turns into a huge allocation), then decodes into the buffer. When the
+    /// archive records the kernel's BLAKE3 digest, the bytes are checked against it; on a
+    /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
     pub fn read_with<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
+        A: FnOnce(usize) -> Option<T>,
+    {
+        let mut out = self.read_unchecked(kref, alloc)?;
+        if let Some(recorded) = kref.digest {
+            // SAFETY: read_unchecked returns a buffer only once every byte has been written.
+            let bytes = unsafe { out.filled_mut() };
+            let actual = *blake3::hash(bytes).as_bytes();
+            if actual != recorded {
+                bytes.fill(0);
+                return Err(Error::DigestMismatch {
+                    path: self.path.clone(),
+                    key: kref.key.to_owned(),
+                    arch: kref.arch.to_owned(),
+                    recorded,
+                    actual,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`read_with`](Self::read_with) without the digest check.
+    fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    where
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let size =
@@ -376,7 +403,7 @@ impl Archive {
         match self.toc.scheme {
             Scheme::None => {
                 let mut buf = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                let dst = buf.as_mut();
+                let dst = buf.init_mut();
                 let got = read_full_at(&*self.source, dst, kref.stored.offset).map_err(|e| {
                     Error::io(
                         &self.path,
@@ -436,7 +463,7 @@ impl Archive {
                     codec::check_decoded_size(frame, kref.size)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
-                    codec::decode_frame_into(frame, out.as_mut())
+                    codec::decode_frame_into(frame, &mut out)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     Ok(out)
                 })
@@ -479,7 +506,7 @@ impl Archive {
     /// Finds a kernel and returns it in a buffer from `alloc` (see [`read_with`](Self::read_with)).
     pub fn get_kernel_with<T, A>(&self, key: &str, arch: &str, alloc: A) -> Result<T>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let kref = self.locate(key, arch)?;

@@ -141,6 +141,15 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    /// A kernel decoded to bytes whose BLAKE3 digest is not the one the archive records: the
+    /// archive was altered after it was written. The bytes are never handed out.
+    DigestMismatch {
+        path: PathBuf,
+        key: String,
+        arch: String,
+        recorded: [u8; 32],
+        actual: [u8; 32],
+    },
     /// An allocation the caller asked for failed.
     OutOfMemory { bytes: usize },
     /// The loader was switched off with `ROCM_KPACK_DISABLE`.
@@ -206,7 +215,9 @@ impl Error {
             Error::UnsupportedVersion { .. } => ErrorKind::UnsupportedVersion,
             Error::TocParse { .. } => ErrorKind::MsgpackParseFailed,
             Error::KernelNotFound { .. } => ErrorKind::KernelNotFound,
-            Error::Decompress { .. } => ErrorKind::DecompressionFailed,
+            Error::Decompress { .. } | Error::DigestMismatch { .. } => {
+                ErrorKind::DecompressionFailed
+            }
             Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
             Error::Disabled => ErrorKind::NotImplemented,
             Error::PathDiscovery(_) => ErrorKind::PathDiscoveryFailed,
@@ -235,6 +246,9 @@ impl Error {
             Error::Decompress { offset, reason, .. } => {
                 format!("frame at byte {offset} failed to decode: {reason}")
             }
+            Error::DigestMismatch {
+                recorded, actual, ..
+            } => digest_reason(recorded, actual),
             other => other.to_string(),
         }
     }
@@ -247,6 +261,20 @@ impl Error {
             source,
         }
     }
+}
+
+fn digest_reason(recorded: &[u8; 32], actual: &[u8; 32]) -> String {
+    format!(
+        "BLAKE3 digest mismatch: the decoded bytes hash to {}, the archive records {} \
+         (the archive was modified after it was written)",
+        hex(actual),
+        hex(recorded)
+    )
+}
+
+/// Lower-case hex of a digest, as `list --json` and the mount show it.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl fmt::Display for Error {
@@ -322,6 +350,18 @@ impl fmt::Display for Error {
             } => {
                 write!(f, "{}: no kernel {key} [{arch}]: {reason}", path.display())
             }
+            Error::DigestMismatch {
+                path,
+                key,
+                arch,
+                recorded,
+                actual,
+            } => write!(
+                f,
+                "{}: kernel {key} [{arch}]: {}",
+                path.display(),
+                digest_reason(recorded, actual)
+            ),
             Error::Decompress {
                 path,
                 key,

@@ -96,10 +96,15 @@ pub struct ImportedHost {
 /// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
 pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>, ImportError> {
     let mut out = Vec::new();
-    visit_code_objects(kernel_name, fatbin, |co| {
-        out.push(co);
-        Ok::<(), std::convert::Infallible>(())
-    })
+    visit_code_objects(
+        kernel_name,
+        fatbin,
+        |co| {
+            out.push(co);
+            Ok::<(), std::convert::Infallible>(())
+        },
+        &|_| {},
+    )
     .map_err(|e| match e {
         StreamError::Import(e) => e,
         StreamError::Read(e) => ImportError::NotElf(e.to_string()),
@@ -119,19 +124,25 @@ pub enum StreamError<E> {
 }
 
 /// Visits the code objects of a `.hip_fatbin` section in order, keyed as [`code_objects`] keys
-/// them, holding one code object (or one decompressed CCOB bundle) at a time.
+/// them, holding one code object (or one decompressed CCOB bundle) at a time. `progress`
+/// receives the section bytes of each bundle once its code objects were visited.
 pub fn visit_code_objects<S, E>(
     kernel_name: &str,
     fatbin: &S,
     mut visit: impl FnMut(CodeObject) -> Result<(), E>,
+    progress: &dyn Fn(u64),
 ) -> Result<(), StreamError<E>>
 where
     S: bundle::Source + ?Sized,
 {
     let mut counters: Vec<(String, u32)> = Vec::new();
     bundle::walk_fatbin(fatbin, |event| {
-        let bundle::Event::Entry(e) = event else {
-            return Ok(());
+        let e = match event {
+            bundle::Event::Entry(e) => e,
+            bundle::Event::End(head) => {
+                progress(head.len);
+                return Ok(());
+            }
         };
         // The arch names an archive file and a tree's `<arch>.hsaco`: the same rule as `pack`.
         if let Err(reason) = names::check_arch(&e.arch) {
@@ -168,10 +179,12 @@ where
 
 /// Visits the code objects of a host binary opened with [`HostFile`], reading its device code
 /// through positioned reads. Binaries already split are refused, as by [`host_code_objects`].
+/// `progress` receives section bytes as bundles are read (see [`visit_code_objects`]).
 pub fn visit_host_code_objects<E>(
     kernel_name: &str,
     host: &HostFile,
     visit: impl FnMut(CodeObject) -> Result<(), E>,
+    progress: &dyn Fn(u64),
 ) -> Result<(), StreamError<E>> {
     let file =
         ElfFile::parse(host.image()).map_err(|e| StreamError::Import(ImportError::NotElf(e)))?;
@@ -182,7 +195,7 @@ pub fn visit_host_code_objects<E>(
         return Err(StreamError::Import(ImportError::NoDeviceCode));
     }
     match host.fatbin() {
-        Some(range) => visit_code_objects(kernel_name, &range, visit),
+        Some(range) => visit_code_objects(kernel_name, &range, visit, progress),
         // A section without file contents holds no bundles.
         None => Ok(()),
     }

@@ -41,18 +41,21 @@ pub struct Options {
     pub hash: bool,
 }
 
-/// Kernels in flight by default: enough to keep every core busy on real code objects (up to
-/// tens of megabytes each), small against the memory of any machine that builds ROCm.
-pub const DEFAULT_BUDGET: u64 = 192 << 20;
+/// Kernels in flight by default, per worker: a few real code objects (up to 15 MB each) per
+/// core keep every core busy; the total stays between these bounds.
+pub const BUDGET_PER_THREAD: u64 = 24 << 20;
+pub const MIN_BUDGET: u64 = 64 << 20;
+pub const MAX_BUDGET: u64 = 256 << 20;
 
 impl Options {
     pub fn new(compression: Compression) -> Options {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         Options {
             compression,
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            budget: DEFAULT_BUDGET,
+            threads,
+            budget: (threads as u64 * BUDGET_PER_THREAD).clamp(MIN_BUDGET, MAX_BUDGET),
             hash: true,
         }
     }

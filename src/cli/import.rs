@@ -2,14 +2,14 @@
 //! against them (`verify --against`). The naming rules live in `rocm_kpack::import`; this file
 //! reads the binaries, resolves paths, writes the files and reports.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
-use rocm_kpack::import::{self, CodeObject, ImportError, ImportedHost};
+use rocm_kpack::import::{self, CodeObject, HostFile, ImportError, StreamError};
+use rocm_kpack::pack_pipeline::{self, ArchiveFile, Feed, Options};
+use rocm_kpack::split::{Staging, TreeError};
 use rocm_kpack::{Archive, Compression};
 
-use super::{CliError, CliResult, Exit};
+use super::{CliError, CliResult, Exit, progress};
 
 /// What `pack --from-fatbin` was asked to do.
 #[derive(Debug)]
@@ -25,9 +25,29 @@ pub struct ImportRequest {
     pub reference_layout: bool,
 }
 
-/// Below this much device code a progress bar would only flicker.
-const PROGRESS_THRESHOLD: u64 = 64 << 20;
+/// One binary to import.
+struct Host<'a> {
+    path: &'a Path,
+    kernel_name: String,
+}
 
+/// An archive being written, with the arches it holds in first-seen order.
+struct OpenArchive {
+    path: PathBuf,
+    arches: Vec<String>,
+    file: ArchiveFile,
+}
+
+/// What travels with a code object through the pipeline.
+struct Tag {
+    key: String,
+    arch: String,
+    triple: String,
+}
+
+/// Streams every host's code objects through the parallel pipeline into archives staged in the
+/// output directory (per arch, or one with `--single`), then renames them into place; nothing
+/// is left on any failure. Memory does not grow with the binaries' size.
 pub fn run(req: ImportRequest) -> CliResult {
     if req.hosts.is_empty() {
         return Err(CliError::new(
@@ -40,97 +60,192 @@ pub fn run(req: ImportRequest) -> CliResult {
         None => import::default_prefix(&file_name(&req.hosts[0])?),
     };
     import::validate_prefix(&prefix).map_err(|e| CliError::new(Exit::Usage, e))?;
-
-    let mut hosts: Vec<ImportedHost> = Vec::with_capacity(req.hosts.len());
-    let mut metadata: Vec<(String, Vec<u8>)> = Vec::new();
-    for path in &req.hosts {
-        let kernel_name = kernel_name_for(path, req.root.as_deref())?;
-        if let Some(other) = hosts.iter().position(|h| h.kernel_name == kernel_name) {
-            return Err(CliError::new(
-                Exit::Usage,
-                format!(
-                    "{} and {} would both be named {kernel_name:?}; give --root so their paths below it differ",
-                    req.hosts[other].display(),
-                    path.display()
-                ),
-            ));
-        }
-        let code_objects = read_host(path, &kernel_name)?;
-        if req.emit_metadata {
-            let name = format!("{}{}", file_name(path)?, import::METADATA_SUFFIX);
-            if metadata.iter().any(|(n, _)| *n == name) {
-                return Err(CliError::new(
-                    Exit::Usage,
-                    format!("two binaries would write the same metadata file {name}"),
-                ));
-            }
-            let search = vec![import::search_path(&kernel_name, &prefix, req.single)];
-            metadata.push((
-                name,
-                rocm_kpack::hipk::metadata::encode(&search, &kernel_name),
-            ));
-        }
-        hosts.push(ImportedHost {
-            kernel_name,
-            code_objects,
-        });
-    }
+    let hosts = name_hosts(&req)?;
+    let metadata = if req.emit_metadata {
+        hipk_metadata(&req, &hosts, &prefix)?
+    } else {
+        Vec::new()
+    };
 
     let total: u64 = hosts
         .iter()
-        .flat_map(|h| &h.code_objects)
-        .map(|c| c.data.len() as u64)
+        .filter_map(|h| std::fs::metadata(h.path).ok())
+        .map(|m| m.len())
         .sum();
-    let count: usize = hosts.iter().map(|h| h.code_objects.len()).sum();
+    let bar = progress::bar(total);
+    let tick = |n: u64| {
+        if let Some(b) = &bar {
+            b.inc(n)
+        }
+    };
+    let mut staging = Staging::default();
+    let mut open: Vec<OpenArchive> = Vec::new();
+    let mut opts = Options::new(req.compression);
+    opts.hash = !req.reference_layout;
+    let count: CliResult<usize> = pack_pipeline::run(
+        opts,
+        |feed| {
+            let mut count = 0usize;
+            for h in &hosts {
+                count += stream_host(h, feed, &tick)?;
+            }
+            Ok(count)
+        },
+        |tag: Tag, encoded| {
+            let name = import::archive_file_name(&prefix, (!req.single).then_some(&*tag.arch));
+            let slot = match open
+                .iter()
+                .position(|a| a.path.file_name() == Some(name.as_ref()))
+            {
+                Some(i) => i,
+                None => {
+                    let path = req.out_dir.join(&name);
+                    let file = staging.create(&path).map_err(staging_error)?;
+                    let file = ArchiveFile::new(file, &path, req.compression, req.reference_layout);
+                    open.push(OpenArchive {
+                        path,
+                        arches: Vec::new(),
+                        file,
+                    });
+                    open.len() - 1
+                }
+            };
+            let archive = &mut open[slot];
+            if !archive.arches.contains(&tag.arch) {
+                archive.arches.push(tag.arch.clone());
+            }
+            let meta = vec![("target".to_owned(), tag.triple)];
+            archive.file.append(&tag.key, &tag.arch, meta, encoded)?;
+            Ok(())
+        },
+    );
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let count = count?;
     if count == 0 {
         return Err(CliError::new(
             Exit::NotFound,
             "the binaries' .hip_fatbin sections hold no device code objects",
         ));
     }
-    let mut plans = import::plan_archives(hosts, &prefix, req.single, req.compression)?;
-    for plan in &mut plans {
-        plan.writer.set_reference_layout(req.reference_layout);
+    let mut lines = Vec::with_capacity(open.len());
+    for a in open {
+        let n = a.file.len();
+        let family = a.arches.join(",");
+        let (file, size) = a.file.finish(&prefix, &family, &a.arches)?;
+        Staging::seal(&file, &a.path, 0o644).map_err(staging_error)?;
+        lines.push(format!(
+            "{}: {n} code objects [{}], {size} bytes",
+            a.path.display(),
+            a.arches.join(", ")
+        ));
     }
-
-    std::fs::create_dir_all(&req.out_dir).map_err(|e| {
-        CliError::new(
-            Exit::Output,
-            format!("{}: cannot create directory: {e}", req.out_dir.display()),
-        )
-    })?;
-    let bar = progress_bar(total);
-    let tick = |n: u64| {
-        if let Some(b) = &bar {
-            b.inc(n)
-        }
-    };
-    for plan in &plans {
-        let path = req.out_dir.join(&plan.file_name);
-        let size = plan
-            .writer
-            .write(&path, &tick)
-            .map_err(|e| CliError::new(Exit::Output, e.to_string()))?;
-        let line = format!(
-            "{}: {} code objects [{}], {size} bytes",
-            path.display(),
-            plan.writer.len(),
-            plan.arches.join(", ")
-        );
-        match &bar {
-            Some(b) => b.println(line),
-            None => println!("{line}"),
-        }
-    }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    for (name, bytes) in metadata {
+    for (name, bytes) in &metadata {
         let path = req.out_dir.join(name);
-        write_atomically(&path, &bytes)?;
-        println!("{}: HIPK metadata, {} bytes", path.display(), bytes.len());
+        let mut file = staging.create(&path).map_err(staging_error)?;
+        std::io::Write::write_all(&mut file, bytes).map_err(|e| {
+            CliError::new(
+                Exit::Output,
+                format!("{}: cannot write: {e}", path.display()),
+            )
+        })?;
+        Staging::seal(&file, &path, 0o644).map_err(staging_error)?;
+        lines.push(format!(
+            "{}: HIPK metadata, {} bytes",
+            path.display(),
+            bytes.len()
+        ));
+    }
+    staging.commit().map_err(staging_error)?;
+    for line in lines {
+        println!("{line}");
     }
     Ok(())
+}
+
+/// Each host's kernel name; two hosts with the same name are refused.
+fn name_hosts(req: &ImportRequest) -> CliResult<Vec<Host<'_>>> {
+    let mut hosts: Vec<Host<'_>> = Vec::with_capacity(req.hosts.len());
+    for path in &req.hosts {
+        let kernel_name = kernel_name_for(path, req.root.as_deref())?;
+        if let Some(other) = hosts.iter().find(|h| h.kernel_name == kernel_name) {
+            return Err(CliError::new(
+                Exit::Usage,
+                format!(
+                    "{} and {} would both be named {kernel_name:?}; give --root so their paths below it differ",
+                    other.path.display(),
+                    path.display()
+                ),
+            ));
+        }
+        hosts.push(Host { path, kernel_name });
+    }
+    Ok(hosts)
+}
+
+/// The `<binary>.hipk.msgpack` files `--emit-metadata` writes: (file name, bytes).
+fn hipk_metadata(
+    req: &ImportRequest,
+    hosts: &[Host<'_>],
+    prefix: &str,
+) -> CliResult<Vec<(String, Vec<u8>)>> {
+    let mut metadata: Vec<(String, Vec<u8>)> = Vec::new();
+    for h in hosts {
+        let name = format!("{}{}", file_name(h.path)?, import::METADATA_SUFFIX);
+        if metadata.iter().any(|(n, _)| *n == name) {
+            return Err(CliError::new(
+                Exit::Usage,
+                format!("two binaries would write the same metadata file {name}"),
+            ));
+        }
+        let search = vec![import::search_path(&h.kernel_name, prefix, req.single)];
+        metadata.push((
+            name,
+            rocm_kpack::hipk::metadata::encode(&search, &h.kernel_name),
+        ));
+    }
+    Ok(metadata)
+}
+
+/// Reads one host without its device code and submits its code objects; returns how many.
+fn stream_host(h: &Host<'_>, feed: &Feed<'_, Tag>, tick: &dyn Fn(u64)) -> CliResult<usize> {
+    let unreadable = |e: std::io::Error| {
+        CliError::new(
+            Exit::Unreadable,
+            format!("{}: cannot read: {e}", h.path.display()),
+        )
+    };
+    let host = HostFile::open(h.path).map_err(unreadable)?;
+    let mut count = 0usize;
+    import::visit_host_code_objects(
+        &h.kernel_name,
+        &host,
+        |co| {
+            count += 1;
+            let tag = Tag {
+                key: co.key,
+                arch: co.arch,
+                triple: co.triple,
+            };
+            feed.submit(tag, co.data)
+        },
+        tick,
+    )
+    .map_err(|e| match e {
+        // Every import failure means the input is not the fat binary it was given as.
+        StreamError::Import(e) => {
+            CliError::new(Exit::BadFormat, format!("{}: {e}", h.path.display()))
+        }
+        StreamError::Read(e) => unreadable(e),
+        StreamError::Visit(e) => CliError::from(e),
+    })?;
+    tick(host.len() - host.fatbin().map_or(0, |f| f.len));
+    Ok(count)
+}
+
+fn staging_error(e: TreeError) -> CliError {
+    CliError::new(Exit::Output, e.to_string())
 }
 
 /// `verify ARCHIVE... --against HOST...`: every code object of the hosts' fat binaries must be
@@ -288,36 +403,6 @@ fn file_name(path: &Path) -> CliResult<String> {
                 format!("{}: not a UTF-8 file name", path.display()),
             )
         })
-}
-
-/// Writes a small file through a temporary name, so readers never see half of it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> CliResult {
-    let tmp = path.with_file_name(format!(".{}.tmp{}", file_name(path)?, std::process::id()));
-    let fail = |e: std::io::Error| {
-        CliError::new(
-            Exit::Output,
-            format!("{}: cannot write: {e}", path.display()),
-        )
-    };
-    std::fs::write(&tmp, bytes).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })
-}
-
-/// A byte-count bar on stderr, only for a person watching a large import.
-fn progress_bar(total: u64) -> Option<ProgressBar> {
-    if total < PROGRESS_THRESHOLD || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-    {
-        bar.set_style(style);
-    }
-    Some(bar)
 }
 
 #[cfg(test)]

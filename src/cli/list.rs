@@ -10,7 +10,8 @@ use super::CliResult;
 pub struct Args {
     /// The archive to list.
     pub archive: PathBuf,
-    /// Print JSON (one object with the archive's fields and a "kernels" array) for scripts.
+    /// Print JSON (one object with the archive's fields and a "kernels" array, each kernel with
+    /// its recorded BLAKE3 digest in hex, or null) for scripts.
     #[arg(long)]
     pub json: bool,
 }
@@ -26,6 +27,7 @@ pub fn run(args: Args) -> CliResult {
                 ordinal: entry.ordinal,
                 size: Some(k.size),
                 stored: Some(k.stored.size),
+                blake3: entry.blake3,
                 error: None,
             },
             Err(e) => Row {
@@ -34,6 +36,7 @@ pub fn run(args: Args) -> CliResult {
                 ordinal: entry.ordinal,
                 size: None,
                 stored: None,
+                blake3: entry.blake3,
                 error: Some(e.to_string()),
             },
         };
@@ -45,7 +48,8 @@ pub fn run(args: Args) -> CliResult {
             .map(|r| {
                 serde_json::json!({
                     "binary": r.key, "arch": r.arch, "ordinal": r.ordinal,
-                    "size": r.size, "stored_size": r.stored, "error": r.error,
+                    "size": r.size, "stored_size": r.stored,
+                    "blake3": r.blake3.map(|d| rocm_kpack::error::hex(&d)), "error": r.error,
                 })
             })
             .collect();
@@ -99,5 +103,7 @@ struct Row<'a> {
     ordinal: u32,
     size: Option<u64>,
     stored: Option<u64>,
+    /// The recorded BLAKE3 digest of the decoded kernel (archives we write).
+    blake3: Option<[u8; 32]>,
     error: Option<String>,
 }

@@ -198,10 +198,13 @@ mod tests {
         assert_eq!(
             page("kpack-fuse-mount.1"),
             "\\fBkpack\\-fuse mount\\fR [\\fB\\-\\-cache\\-size\\fR \\fISIZE\\fR] \
+             [\\fB\\-\\-backing\\fR \\fIKIND\\fR] [\\fB\\-\\-scratch\\-dir\\fR \\fIDIR\\fR] \
+             [\\fB\\-\\-cache\\-dir\\fR \\fIDIR\\fR] [\\fB\\-\\-cache\\-dir\\-size\\fR \\fISIZE\\fR] \
+             [\\fB\\-\\-no\\-passthrough\\fR] \
              [\\fB\\-\\-threads\\fR \\fIN\\fR] [\\fB\\-s\\fR] [\\fB\\-\\-gpu\\fR \\fIISA\\fR]... \
              [\\fB\\-f\\fR|\\fB\\-\\-foreground\\fR] [\\fB\\-\\-allow\\-other\\fR] \
              [\\fB\\-\\-allow\\-root\\fR] [\\fB\\-\\-auto\\-unmount\\fR] [\\fB\\-\\-strict\\fR] \
-             [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
+             [\\fB\\-\\-no\\-pins\\fR] [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
              [\\fB\\-q\\fR|\\fB\\-\\-quiet\\fR] [\\fB\\-o\\fR \\fIOPTIONS\\fR]... \
              [\\fB\\-h\\fR|\\fB\\-\\-help\\fR] \\fISOURCE\\fR \\fIMOUNTPOINT\\fR"
         );

@@ -13,6 +13,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use rocm_kpack::fs::backing::{self, Placement};
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
 use rocm_kpack::fs::source::{self, SourceOptions};
 use rocm_kpack::fs::{FsOptions, gpus, mountinfo};
@@ -27,6 +28,9 @@ use super::{CliError, CliResult, Exit};
 /// Default `--cache-size`: 256 MiB.
 pub const DEFAULT_CACHE: u64 = 256 << 20;
 
+/// Default `--cache-dir-size`: 10 GiB.
+pub const DEFAULT_CACHE_DIR_SIZE: u64 = 10 << 30;
+
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
     /// What to show: a .kpack archive, a directory of .kpack archives, or a HIPK host binary
@@ -35,9 +39,30 @@ pub struct MountArgs {
     /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a
     /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
-    /// Bytes of decoded kernels kept in memory (suffixes K, M, G: powers of 1024) [default: 256M].
+    /// With --backing memory: bytes of decoded kernels kept in memory once no file has them
+    /// open (suffixes K, M, G: powers of 1024) [default: 256M].
     #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
     pub cache_size: Option<u64>,
+    /// Where decoded kernels live while the mount uses them: disk (a directory of this mount
+    /// under --scratch-dir, removed at unmount; the kernel can reclaim its pages) or memory
+    /// (memfds, bounded by --cache-size) [default: disk].
+    #[arg(long, value_name = "KIND", value_parser = ["disk", "memory"])]
+    pub backing: Option<String>,
+    /// Where the per-mount directory of --backing disk is made [default: /var/tmp].
+    #[arg(long, value_name = "DIR")]
+    pub scratch_dir: Option<PathBuf>,
+    /// Keep decoded kernels in DIR across mounts and restarts (may be shared by several
+    /// mounts); replaces the per-mount directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "scratch_dir")]
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes of decoded kernels kept on disk (--cache-dir or the per-mount directory); least
+    /// recently used files go first [default: 10G].
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    pub cache_dir_size: Option<u64>,
+    /// Serve every read from the daemon, even where the kernel could read backing files itself
+    /// (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN).
+    #[arg(long)]
+    pub no_passthrough: bool,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
@@ -64,6 +89,10 @@ pub struct MountArgs {
     /// Refuse (key, arch) conflicts and archives that do not open, instead of warning.
     #[arg(long)]
     pub strict: bool,
+    /// For a HIPK binary with pins: show the entries of archives it does not pin too (by
+    /// default they are hidden, with a warning).
+    #[arg(long)]
+    pub no_pins: bool,
     /// Log to this file (appending) once the source is read; in the background the default is
     /// syslog, in the foreground standard error.
     #[arg(long, value_name = "PATH")]
@@ -180,6 +209,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         allow_root: args.allow_root,
         auto_unmount: args.auto_unmount,
         strict: args.strict,
+        no_pins: args.no_pins,
         noexec: false,
         cache_size: args.cache_size,
         threads: if args.single_thread {
@@ -189,6 +219,11 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         },
         gpus: args.gpus.clone(),
         log_file: args.log_file.clone(),
+        memory_backing: args.backing.as_deref() == Some("memory"),
+        scratch_dir: args.scratch_dir.clone(),
+        cache_dir: args.cache_dir.clone(),
+        cache_dir_size: args.cache_dir_size,
+        no_passthrough: args.no_passthrough,
     };
     for list in &args.options {
         mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
@@ -197,6 +232,12 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         return Err(CliError::new(
             Exit::Usage,
             "allow_other and allow_root are mutually exclusive",
+        ));
+    }
+    if s.memory_backing && s.cache_dir.is_some() {
+        return Err(CliError::new(
+            Exit::Usage,
+            "backing=memory and cache_dir are mutually exclusive: a cache directory is on disk",
         ));
     }
     Ok(s)
@@ -227,6 +268,28 @@ fn fuse_fd(path: &Path) -> CliResult<Option<RawFd>> {
         return Err(bad("descriptor is not an open /dev/fuse".into()));
     }
     Ok(Some(fd))
+}
+
+/// A directory backing files go in must exist (a cache directory is created) and be writable.
+fn check_dir(dir: &Path, create: bool) -> CliResult<()> {
+    let bad = |why: String| CliError::new(Exit::Output, format!("{}: {why}", dir.display()));
+    if create {
+        std::fs::create_dir_all(dir).map_err(|e| bad(format!("cannot create: {e}")))?;
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| bad(format!("cannot use: {e}")))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| bad("contains a NUL byte".into()))?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(bad(format!(
+            "cannot write there: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a fusermount helper can be found, as fuser looks for one.
@@ -302,6 +365,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         &args.source,
         &SourceOptions {
             strict: s.strict,
+            no_pins: s.no_pins,
             gpus: s.gpus.clone(),
             loader: LoaderConfig::from_env(),
             extra_fds: threads as u64 + 16,
@@ -315,8 +379,23 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     };
     // SAFETY: plain libc calls without arguments; they cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let disk_bound = s.cache_dir_size.unwrap_or(DEFAULT_CACHE_DIR_SIZE);
+    let (backing, cache_size) = if s.memory_backing {
+        (Placement::Memory, s.cache_size.unwrap_or(DEFAULT_CACHE))
+    } else if let Some(dir) = &s.cache_dir {
+        check_dir(dir, true)?;
+        (Placement::CacheDir(dir.clone()), disk_bound)
+    } else {
+        let base = s
+            .scratch_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(backing::DEFAULT_SCRATCH_BASE));
+        check_dir(&base, false)?;
+        (Placement::Scratch(base), disk_bound)
+    };
     let opts = FsOptions {
-        cache_size: s.cache_size.unwrap_or(DEFAULT_CACHE),
+        cache_size,
+        backing,
         gpus,
         uid,
         gid,
@@ -336,6 +415,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         },
         auto_unmount: s.auto_unmount,
         noexec: s.noexec,
+        passthrough: !s.no_passthrough,
     };
     let mut ready = None;
     if !args.foreground {

@@ -6,8 +6,10 @@
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
 //!   `log_file=` path may contain commas). Empty items are skipped.
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
-//!   `auto_unmount`, `strict`, `cache_size=SIZE`, `threads=N`, `gpu=ISA` (repeatable),
-//!   `log_file=PATH`. A `-` may stand for `_` in their names (`cache-size=1G`).
+//!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
+//!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
+//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default). A `-` may stand
+//!   for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
 //!   `mount.fuse` unless `nodev`/`nosuid` were given; accepted, but the mount stays
@@ -25,11 +27,18 @@ pub struct Settings {
     pub allow_root: bool,
     pub auto_unmount: bool,
     pub strict: bool,
+    pub no_pins: bool,
     pub noexec: bool,
     pub cache_size: Option<u64>,
     pub threads: Option<u32>,
     pub gpus: Vec<String>,
     pub log_file: Option<PathBuf>,
+    /// Backing files in memory (memfd) instead of on disk.
+    pub memory_backing: bool,
+    pub scratch_dir: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_dir_size: Option<u64>,
+    pub no_passthrough: bool,
 }
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.
@@ -94,6 +103,7 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "allow_root" => flag(s, |s| s.allow_root = true),
         "auto_unmount" => flag(s, |s| s.auto_unmount = true),
         "strict" => flag(s, |s| s.strict = true),
+        "no_pins" => flag(s, |s| s.no_pins = true),
         "noexec" => flag(s, |s| s.noexec = true),
         "exec" => flag(s, |s| s.noexec = false),
         "ro" | "default_permissions" | "dev" | "suid" | "nodev" | "nosuid" => flag(s, |_| {}),
@@ -129,6 +139,35 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
             s.log_file = Some(PathBuf::from(needs("PATH")?));
             Ok(())
         }
+        "backing" => match needs("disk|memory")? {
+            "disk" => {
+                s.memory_backing = false;
+                Ok(())
+            }
+            "memory" => {
+                s.memory_backing = true;
+                Ok(())
+            }
+            v => Err(format!(
+                "mount option {raw_name}={v}: expected disk or memory"
+            )),
+        },
+        "scratch_dir" => {
+            s.scratch_dir = Some(PathBuf::from(needs("DIR")?));
+            Ok(())
+        }
+        "cache_dir" => {
+            s.cache_dir = Some(PathBuf::from(needs("DIR")?));
+            Ok(())
+        }
+        "cache_dir_size" => {
+            s.cache_dir_size = Some(
+                parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?,
+            );
+            Ok(())
+        }
+        "no_passthrough" => flag(s, |s| s.no_passthrough = true),
+        "passthrough" => flag(s, |s| s.no_passthrough = false),
         _ => Err(format!("unknown mount option {raw_name:?}")),
     }
 }
@@ -206,6 +245,21 @@ mod tests {
                 with(|s| s.log_file = Some("/var/log/a,b\\c.log".into())),
             ),
             (",,ro,,", none.clone()),
+            ("backing=memory", with(|s| s.memory_backing = true)),
+            ("backing=memory,backing=disk", none.clone()),
+            (
+                "scratch-dir=/srv/s,cache_dir=/var/cache/k\\,p",
+                with(|s| {
+                    s.scratch_dir = Some("/srv/s".into());
+                    s.cache_dir = Some("/var/cache/k,p".into())
+                }),
+            ),
+            (
+                "cache_dir_size=3G",
+                with(|s| s.cache_dir_size = Some(3 << 30)),
+            ),
+            ("no_passthrough", with(|s| s.no_passthrough = true)),
+            ("no-passthrough,passthrough", none.clone()),
         ];
         for (list, want) in ok {
             let mut got = Settings::default();
@@ -224,6 +278,11 @@ mod tests {
             ("threads=0", "from 1 to 256"),
             ("threads=x", "from 1 to 256"),
             ("gpu=", "needs a value"),
+            ("backing=tape", "expected disk or memory"),
+            ("backing", "needs a value"),
+            ("cache_dir=", "needs a value"),
+            ("cache_dir_size=1X", "unknown unit"),
+            ("no_passthrough=1", "takes no value"),
             ("a\\b", "unknown escape"),
             ("ro\\", "lone backslash"),
         ];

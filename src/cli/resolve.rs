@@ -136,6 +136,7 @@ pub fn run(args: Args) -> CliResult {
             "kernel_name": host.metadata.kernel_name,
             "search_paths": host.metadata.search_paths.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>(),
             "arch_list": arches,
+            "pins": pins_hex(host),
             "wrappers": host.wrappers,
             "code_objects": code_objects,
         });
@@ -148,6 +149,14 @@ pub fn run(args: Args) -> CliResult {
         println!("kernel_name:  {}", host.metadata.kernel_name);
         for p in &host.metadata.search_paths {
             println!("search path:  {}", p.to_string_lossy());
+        }
+        match pins_hex(host) {
+            None => println!("pins:         none (any archive on the search path is used)"),
+            Some(pins) => {
+                for p in pins {
+                    println!("pin:          toc blake3 {p}");
+                }
+            }
         }
         if host.wrappers.is_empty() {
             println!(
@@ -192,6 +201,16 @@ pub fn run(args: Args) -> CliResult {
     }
 }
 
+/// The binary's pins (TOC digests) in hex, `None` when it has none.
+fn pins_hex(host: &HipkHost) -> Option<Vec<String>> {
+    let pins = host.metadata.pins.as_ref()?;
+    Some(
+        pins.iter()
+            .map(|p| blake3::Hash::from(*p).to_hex().to_string())
+            .collect(),
+    )
+}
+
 /// A buffer for a decoded code object; `None` when the size cannot be allocated.
 pub fn alloc(n: usize) -> Option<Vec<u8>> {
     let mut v = Vec::new();
@@ -230,6 +249,12 @@ fn describe(event: &Event) -> Option<String> {
             format!("open    {path}   gfx_arches [{}]", architectures.join(", "))
         }
         Event::ArchiveReused { path } => format!("reuse   {path}"),
+        Event::PinMatched { path, .. } => {
+            format!("pinned  {path}: its TOC digest is one of the pins")
+        }
+        Event::ArchiveNotPinned { path, toc_blake3 } => {
+            format!("skip    {path}: not pinned by the binary (toc blake3 {toc_blake3})")
+        }
         Event::NoValidArchives { paths } => {
             format!("none of the {paths} paths is a usable archive")
         }

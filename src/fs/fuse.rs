@@ -1,21 +1,35 @@
 //! The FUSE adapter: the only file that imports `fuser`. It translates kernel requests into
-//! calls on [`KpackFs`] and its answers back into replies, and sets up the mount. No logic
-//! lives here beyond that translation, so upgrading fuser touches only this file.
+//! calls on [`KpackFs`] and its answers back into replies, and sets up the mount. Beyond that
+//! translation it owns the two things that are fuser objects:
+//!
+//! * passthrough: asking for it at init, and the kernel's backing ids. The kernel requires one
+//!   backing id per inode for all its open handles, so ids are shared by inode (weakly) and held
+//!   by handle (strongly); the id is closed when the inode's last handle is released. When the
+//!   kernel does not offer passthrough, or refuses a backing id (no `CAP_SYS_ADMIN`), the mount
+//!   serves reads itself from then on and says so once in the log.
+//! * where a cold open runs: on the decode pool (`pool.rs`), with its reply, so request
+//!   threads are never held by a decode.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, Session, SessionACL, SessionUnmounter, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL,
+    SessionUnmounter, TimeOrNow, WriteFlags,
 };
 
+use super::pool::Pool;
 use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
+use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
 pub const SUBTYPE: &str = "kpack-fuse";
@@ -87,8 +101,89 @@ pub fn escape_fsname(name: &str) -> String {
     out
 }
 
+/// Backing ids: shared per inode, held per handle.
+#[derive(Default)]
+struct BackingIds {
+    by_ino: HashMap<u64, Weak<BackingId>>,
+    by_fh: HashMap<u64, Arc<BackingId>>,
+}
+
+/// What the adapter and the jobs it sends to the decode pool share.
+struct Shared {
+    fs: KpackFs,
+    /// Passthrough is in use (asked for, offered at init, and no backing id refused yet).
+    passthrough: AtomicBool,
+    ids: Mutex<BackingIds>,
+}
+
 /// The adapter handed to fuser.
-struct Adapter(KpackFs);
+struct Adapter {
+    shared: Arc<Shared>,
+    /// Passthrough was asked for (not `--no-passthrough`).
+    want_passthrough: bool,
+    decoders: Pool,
+}
+
+impl Shared {
+    /// Opens `ino` and replies: with the inode's backing id when passthrough is on, else as a
+    /// cached file the daemon reads.
+    fn open(&self, ino: u64, flags: i32, reply: ReplyOpen) {
+        let fh = match self.fs.open(ino, flags) {
+            Ok(fh) => fh,
+            Err(e) => return reply.error(errno(e)),
+        };
+        if self.passthrough.load(Ordering::Relaxed) {
+            match self.backing_id(ino, fh, &reply) {
+                Ok(id) => {
+                    return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                }
+                Err(e) => {
+                    if self.passthrough.swap(false, Ordering::Relaxed) {
+                        log::warn!(
+                            "the kernel refused a passthrough backing file ({e}); \
+                             reads go through the daemon from now on"
+                        );
+                        self.fs.set_passthrough(false);
+                    }
+                }
+            }
+        }
+        // Keep the page cache across opens: the archive does not change while mounted.
+        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+    }
+
+    /// The inode's backing id (registering the handle's file when the inode has none open).
+    fn backing_id(&self, ino: u64, fh: u64, reply: &ReplyOpen) -> io::Result<Arc<BackingId>> {
+        let mut ids = lock(&self.ids);
+        let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => {
+                let file = self
+                    .fs
+                    .backing_of(fh)
+                    .ok_or_else(|| io::Error::other("no handle"))?;
+                let id = Arc::new(reply.open_backing(file.file())?);
+                ids.by_ino.insert(ino, Arc::downgrade(&id));
+                id
+            }
+        };
+        ids.by_fh.insert(fh, id.clone());
+        Ok(id)
+    }
+
+    fn release(&self, ino: u64, fh: u64) {
+        {
+            let mut ids = lock(&self.ids);
+            // Dropping the last strong reference closes the backing id in the kernel.
+            if ids.by_fh.remove(&fh).is_some()
+                && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 0)
+            {
+                ids.by_ino.remove(&ino);
+            }
+        }
+        self.fs.release(fh);
+    }
+}
 
 struct Sink<'a>(&'a mut ReplyDirectory);
 
@@ -98,9 +193,39 @@ impl DirSink for Sink<'_> {
     }
 }
 
+impl std::ops::Deref for Adapter {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let mut on = false;
+        if self.want_passthrough {
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+                // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
+                // containers).
+                Ok(()) => on = config.set_max_stack_depth(2).is_ok(),
+                Err(_) => log::warn!(
+                    "the kernel does not offer FUSE passthrough (Linux 6.9+ with \
+                     CONFIG_FUSE_PASSTHROUGH); reads go through the daemon"
+                ),
+            }
+        }
+        self.passthrough.store(on, Ordering::Relaxed);
+        self.fs.set_passthrough(on);
+        log::info!(
+            "read path: {}; backing files: {}",
+            if on { "passthrough" } else { "daemon" },
+            self.fs.store().kind()
+        );
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.0.lookup(parent.0, name.as_encoded_bytes()) {
+        match self.fs.lookup(parent.0, name.as_encoded_bytes()) {
             Ok(Lookup::Found(a)) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
             Ok(Lookup::Missing) => reply.entry(&TTL, &negative_attr(), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -108,24 +233,26 @@ impl Filesystem for Adapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.0.getattr(ino.0) {
+        match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.0.readlink(ino.0) {
+        match self.fs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.open(ino.0, flags.0) {
-            // Keep the page cache across opens: the archive does not change while mounted.
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(errno(e)),
+        if self.fs.open_needs_decode(ino.0, flags.0) {
+            let shared = self.shared.clone();
+            self.decoders
+                .run(move || shared.open(ino.0, flags.0, reply));
+        } else {
+            self.shared.open(ino.0, flags.0, reply);
         }
     }
 
@@ -140,7 +267,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.0.read(ino.0, fh.0, offset, size) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
             Ok(slice) => reply.data(slice.as_slice()),
             Err(e) => reply.error(errno(e)),
         }
@@ -149,14 +276,14 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.0.release(fh.0);
+        self.shared.release(ino.0, fh.0);
         reply.ok();
     }
 
@@ -175,7 +302,7 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.0.getattr(ino.0) {
+        match self.fs.getattr(ino.0) {
             Ok(a) if a.kind == Kind::Dir => reply.opened(
                 FileHandle(0),
                 FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
@@ -193,27 +320,31 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.0.readdir(ino.0, offset, &mut Sink(&mut reply)) {
+        match self.fs.readdir(ino.0, offset, &mut Sink(&mut reply)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.0.statfs();
+        let s = self.fs.statfs();
         reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.frsize);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_reply(self.0.getxattr(ino.0, name.as_encoded_bytes()), size, reply);
+        xattr_reply(
+            self.fs.getxattr(ino.0, name.as_encoded_bytes()),
+            size,
+            reply,
+        );
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr_reply(self.0.listxattr(ino.0), size, reply);
+        xattr_reply(self.fs.listxattr(ino.0), size, reply);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        match self.0.getattr(ino.0) {
+        match self.fs.getattr(ino.0) {
             Ok(_) if mask.contains(AccessFlags::W_OK) => reply.error(FErrno::EROFS),
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -369,6 +500,8 @@ pub struct MountConfig {
     pub auto_unmount: bool,
     /// Mount `noexec`.
     pub noexec: bool,
+    /// Ask the kernel to read backing files itself (FUSE passthrough) where it can.
+    pub passthrough: bool,
 }
 
 /// A live mount whose requests are not served until [`Mounted::run`].
@@ -417,8 +550,20 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
+fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
+    Adapter {
+        shared: Arc::new(Shared {
+            fs,
+            passthrough: AtomicBool::new(false),
+            ids: Mutex::new(BackingIds::default()),
+        }),
+        want_passthrough: cfg.passthrough,
+        decoders: Pool::per_core("kpack-decode"),
+    }
+}
+
 pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
-    let session = Session::new(Adapter(fs), mountpoint, &fuser_config(cfg))?;
+    let session = Session::new(adapter(fs, cfg), mountpoint, &fuser_config(cfg))?;
     Ok(Mounted { session })
 }
 
@@ -428,7 +573,7 @@ pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mo
 pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mounted> {
     let config = fuser_config(cfg);
     let acl = config.acl;
-    let session = Session::from_fd(Adapter(fs), fd, acl, config)?;
+    let session = Session::from_fd(adapter(fs, cfg), fd, acl, config)?;
     Ok(Mounted { session })
 }
 

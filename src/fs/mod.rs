@@ -5,25 +5,31 @@
 //! behaviour can be unit-tested by calling it directly. `fuse.rs` is the only file that knows
 //! `fuser`; it translates these answers into kernel replies.
 //!
-//! A read goes: kernel READ -> `KpackFs::read` -> the open handle's pinned copy (kernels larger
-//! than the cache) or the shared [`KernelCache`] -> on a miss, one decode of the whole kernel
-//! (`Archive::read_into`, straight into the cache's buffer) -> the requested byte range.
+//! The read path: `open` makes sure the kernel's decoded bytes exist as a backing file
+//! (`backing.rs`: one decode, straight into the file, shared by every handle and thread) and
+//! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
+//! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
+//! (no lookup by name, no cache lookup).
 
+pub mod backing;
+pub mod cache_dir;
 pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
+pub mod pool;
 pub mod source;
 pub mod tree;
 
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
-use crate::cache::{Bytes, CacheStats, KernelCache, KernelId};
+use crate::kernel_cache::{CacheStats, KernelId};
+use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
@@ -51,6 +57,18 @@ impl Errno {
     pub const EROFS: Errno = Errno(libc::EROFS);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
+}
+
+/// The one mapping of core errors to what a reader of the mount sees: an allocation that
+/// failed is ENOMEM; everything else (a corrupt or changed archive, an I/O error, a kernel
+/// that fails its digest) is EIO for that file.
+impl From<&crate::Error> for Errno {
+    fn from(e: &crate::Error) -> Errno {
+        match e.kind() {
+            crate::ErrorKind::OutOfMemory => Errno::ENOMEM,
+            _ => Errno::EIO,
+        }
+    }
 }
 
 /// The kind of an inode.
@@ -101,28 +119,23 @@ pub struct StatFs {
     pub frsize: u32,
 }
 
-/// Part of a decoded kernel, handed to the kernel without copying.
+/// Bytes read from a kernel file.
 #[derive(Debug, Clone)]
-pub struct ReadSlice {
-    bytes: Option<Bytes>,
-    start: usize,
-    end: usize,
-}
+pub struct ReadSlice(Vec<u8>);
 
 impl ReadSlice {
     pub fn as_slice(&self) -> &[u8] {
-        match &self.bytes {
-            Some(b) => &b[self.start..self.end],
-            None => &[],
-        }
+        &self.0
     }
 }
 
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
-    /// Byte bound of the decoded-kernel cache.
+    /// Byte bound of the backing files kept for kernels no handle has open.
     pub cache_size: u64,
+    /// Where backing files live.
+    pub backing: Placement,
     /// Device ISAs, in order, for `native.hsaco`.
     pub gpus: Vec<String>,
     /// Owner of every inode.
@@ -130,24 +143,32 @@ pub struct FsOptions {
     pub gid: u32,
 }
 
-/// One open file.
+/// One open file: the kernel's backing file, held until release (so eviction from the store
+/// never pulls bytes from under a reader).
 struct OpenFile {
-    ino: Ino,
-    /// A kernel too large for the cache, decoded for this handle and dropped on release.
-    pinned: Mutex<Option<Bytes>>,
+    backing: Arc<BackingFile>,
 }
 
 /// The filesystem.
 pub struct KpackFs {
     tree: Tree,
     archives: Vec<Arc<Archive>>,
-    cache: KernelCache<Errno>,
+    /// Per archive: what its cache-directory keys start with (see [`KpackFs::cache_key`]).
+    archive_tokens: Vec<Vec<u8>>,
+    store: BackingStore,
+    /// Whether the kernel serves reads of open files itself (FUSE passthrough).
+    passthrough: AtomicBool,
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
     lookups: AtomicU64,
     lookups_missing: AtomicU64,
+    /// READ requests the daemon served (none while passthrough is on).
+    reads: AtomicU64,
+    /// Kernels decoded from an archive (a backing file found valid in the cache directory is
+    /// not a decode).
+    decodes: AtomicU64,
     uid: u32,
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
@@ -181,14 +202,24 @@ impl KpackFs {
             .filter_map(|a| a.modified())
             .max()
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        let store = BackingStore::new(&opts.backing, opts.cache_size).unwrap_or_else(|e| {
+            log::error!("cannot keep backing files as asked ({e}); keeping them in memory");
+            BackingStore::new(&Placement::Memory, opts.cache_size)
+                .expect("a memory store needs no I/O")
+        });
+        let archive_tokens = archives.iter().map(|a| archive_token(a)).collect();
         let fs = KpackFs {
             tree,
             archives,
-            cache: KernelCache::new(opts.cache_size),
+            archive_tokens,
+            store,
+            passthrough: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            decodes: AtomicU64::new(0),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
@@ -200,8 +231,22 @@ impl KpackFs {
         &self.tree
     }
 
+    /// The backing store's counters, with `decodes` counting kernels decoded from archives.
     pub fn cache_stats(&self) -> CacheStats {
-        self.cache.stats()
+        CacheStats {
+            decodes: self.decodes.load(Ordering::Relaxed),
+            ..self.store.stats()
+        }
+    }
+
+    /// The backing files of this mount.
+    pub fn store(&self) -> &BackingStore {
+        &self.store
+    }
+
+    /// Records which read path serves open files (shown in `user.kpack.stats`).
+    pub fn set_passthrough(&self, on: bool) {
+        self.passthrough.store(on, Ordering::Relaxed);
     }
 
     /// Number of open file handles.
@@ -299,123 +344,133 @@ impl KpackFs {
         }
     }
 
-    /// Opens a file for reading; any write access is EROFS.
-    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+    /// Checks that `ino` may be opened with `flags` (read-only, a regular file) and returns
+    /// the file; no decoding.
+    fn openable(&self, ino: Ino, flags: i32) -> Result<&FileNode, Errno> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(Errno::EROFS);
         }
         match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
-            Entry::File(_) => {}
-            Entry::Dir(_) => return Err(Errno::EISDIR),
-            Entry::Link(_) => return Err(Errno::EINVAL),
+            Entry::File(f) => Ok(f),
+            Entry::Dir(_) => Err(Errno::EISDIR),
+            Entry::Link(_) => Err(Errno::EINVAL),
         }
+    }
+
+    /// Whether opening `ino` now would have to decode (so the caller can do it off the
+    /// request thread). Errors are left for `open` to report.
+    pub fn open_needs_decode(&self, ino: Ino, flags: i32) -> bool {
+        match self.openable(ino, flags) {
+            Ok(f) => f.size > 0 && !self.store.contains(kernel_id(f)),
+            Err(_) => false,
+        }
+    }
+
+    /// Opens a file for reading (any write access is EROFS): makes sure its backing file
+    /// exists, decoding the kernel if needed, and returns the new handle. A kernel that cannot
+    /// be decoded fails here, with EIO.
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        let file = self.openable(ino, flags)?;
+        let backing = self.backing_for(file)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(
-            fh,
-            Arc::new(OpenFile {
-                ino,
-                pinned: Mutex::new(None),
-            }),
-        );
+        lock(&self.handles).insert(fh, Arc::new(OpenFile { backing }));
         Ok(fh)
     }
 
-    /// Drops a handle and anything pinned for it.
+    /// The backing file an open handle reads.
+    pub fn backing_of(&self, fh: u64) -> Option<Arc<BackingFile>> {
+        lock(&self.handles).get(&fh).map(|h| h.backing.clone())
+    }
+
+    /// Drops a handle; its backing file goes when no handle and no store entry holds it.
     pub fn release(&self, fh: u64) {
         lock(&self.handles).remove(&fh);
     }
 
-    /// Reads up to `size` bytes at `offset`; short only at end of file.
-    pub fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-        let handle = lock(&self.handles).get(&fh).cloned();
-        let ino = handle.as_ref().map_or(ino, |h| h.ino);
-        let file = match self.tree.entry(ino).ok_or(Errno::EBADF)? {
-            Entry::File(f) => f,
-            Entry::Dir(_) => return Err(Errno::EISDIR),
-            Entry::Link(_) => return Err(Errno::EINVAL),
-        };
-        let empty = ReadSlice {
-            bytes: None,
-            start: 0,
-            end: 0,
-        };
-        if offset >= file.size || size == 0 {
-            return Ok(empty);
-        }
-        let bytes = self.kernel_bytes(file, handle.as_deref())?;
-        let len = bytes.len() as u64;
-        if offset >= len {
-            return Ok(empty);
-        }
-        let end = offset.saturating_add(u64::from(size)).min(len);
-        Ok(ReadSlice {
-            bytes: Some(bytes),
-            start: offset as usize,
-            end: end as usize,
-        })
+    /// Reads up to `size` bytes at `offset` from the handle's backing file; short only at end
+    /// of file. (The daemon read path: with passthrough the kernel reads the file itself.)
+    pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let backing = self.backing_of(fh).ok_or(Errno::EBADF)?;
+        let want = u64::from(size).min(backing.len().saturating_sub(offset));
+        let mut buf = vec![0u8; want as usize];
+        let n = backing.read_at(&mut buf, offset).map_err(|e| {
+            log::error!("cannot read a backing file: {e}");
+            Errno::EIO
+        })?;
+        buf.truncate(n);
+        Ok(ReadSlice(buf))
     }
 
-    /// The whole decoded kernel: from the handle's pinned copy, else through the shared cache.
-    fn kernel_bytes(&self, file: &FileNode, handle: Option<&OpenFile>) -> Result<Bytes, Errno> {
-        if let Some(h) = handle {
-            if let Some(b) = lock(&h.pinned).as_ref() {
-                return Ok(b.clone());
-            }
-        }
-        let id = KernelId {
-            archive: file.archive,
-            ordinal: file.ordinal,
+    /// The backing file of a kernel, from the store or decoded into a new one.
+    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
+        let spec = KernelSpec {
+            id: kernel_id(file),
+            len: file.size,
+            cache_key: self.cache_key(file),
+            digest: self.digest_of(file),
         };
-        let fetched = self.cache.get_or_load(id, || self.decode(file))?;
+        let fetched = self.store.get(&spec, |dst| self.decode_into(file, dst))?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
-        // the cached bytes then belong to the other entry and must not be served for this one.
-        if fetched.bytes.len() as u64 != file.size {
+        // the stored file then belongs to the other entry and must not be served for this one.
+        if fetched.value.len() != file.size {
             let (key, arch) = self.names_of(file);
             log::error!(
                 "{}: {key} [{arch}]: ordinal {} decodes to {} bytes, the TOC says {}",
                 self.archive_of(file).path().display(),
                 file.ordinal,
-                fetched.bytes.len(),
+                fetched.value.len(),
                 file.size
             );
             return Err(Errno::EIO);
         }
-        if !fetched.cached {
-            if let Some(h) = handle {
-                *lock(&h.pinned) = Some(fetched.bytes.clone());
-            }
-        }
-        Ok(fetched.bytes)
+        Ok(fetched.value)
     }
 
-    /// Decodes one kernel. Failures are logged with archive, key and arch, and become EIO.
-    fn decode(&self, file: &FileNode) -> Result<Vec<u8>, Errno> {
+    /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
+    fn digest_of(&self, f: &FileNode) -> Option<[u8; 32]> {
+        self.archive_of(f).binaries()[f.binary as usize].arches[f.entry as usize].blake3
+    }
+
+    /// The key of a kernel in a persistent cache directory: BLAKE3 of what identifies its
+    /// archive, then key, NUL, arch. A replaced or rewritten archive gets new keys.
+    pub fn cache_key(&self, file: &FileNode) -> [u8; 32] {
+        let (key, arch) = self.names_of(file);
+        let mut h = blake3::Hasher::new();
+        h.update(&self.archive_tokens[file.archive as usize]);
+        h.update(key.as_bytes());
+        h.update(&[0]);
+        h.update(arch.as_bytes());
+        *h.finalize().as_bytes()
+    }
+
+    /// Decodes one kernel into `dst` (exactly its size). Failures are logged with archive, key
+    /// and arch.
+    fn decode_into(&self, file: &FileNode, dst: &mut [u8]) -> Result<(), Errno> {
+        self.decodes.fetch_add(1, Ordering::Relaxed);
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
-        let fail = |e: &dyn std::fmt::Display| {
+        let fail = |e: &dyn std::fmt::Display, errno: Errno| {
             log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
-            Errno::EIO
+            errno
         };
-        let kref = archive.locate(key, arch).map_err(|e| fail(&e))?;
+        let kref = archive
+            .locate_at(file.binary as usize, file.entry as usize)
+            .map_err(|e| fail(&e, Errno::from(&e)))?;
         if kref.size != file.size {
-            return Err(fail(&format!(
-                "size changed from {} to {}",
-                file.size, kref.size
-            )));
+            return Err(fail(
+                &format!("size changed from {} to {}", file.size, kref.size),
+                Errno::EIO,
+            ));
         }
-        // read_with checks that a frame can produce the TOC's size before allocating it.
-        let buf = archive
-            .read_with(&kref, crate::archive::zeroed_vec)
-            .map_err(|e| match e.kind() {
-                crate::ErrorKind::OutOfMemory => {
-                    log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
-                    Errno::ENOMEM
-                }
-                _ => fail(&e),
-            })?;
+        // read_into checks that a frame can produce the TOC's size before writing.
+        archive
+            .read_into(&kref, dst)
+            .map_err(|e| fail(&e, Errno::from(&e)))?;
         // Bytes decoded from a file rewritten in place may be wrong without any decode error.
-        archive.check_unchanged().map_err(|e| fail(&e))?;
-        Ok(buf)
+        archive
+            .check_unchanged()
+            .map_err(|e| fail(&e, Errno::from(&e)))
     }
 
     /// Lists a directory from `offset` (0 = start; each entry carries the offset of the next).
@@ -441,13 +496,29 @@ impl KpackFs {
         Ok(())
     }
 
-    /// The `user.kpack.stats` text: the cache's counters, then the lookup counters.
+    /// The `user.kpack.stats` text, one `name value` per line: the backing store's counters
+    /// (`decodes` counts kernels actually decoded), the lookup counters, then the read path
+    /// (`passthrough 1` when the kernel reads backing files itself; `daemon_reads` counts the
+    /// READ requests the daemon served), where backing files live
+    /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
+    /// counters.
     pub fn stats_text(&self) -> String {
+        let d = self.store.dir_stats();
         format!(
-            "{}lookups {}\nlookups_missing {}\n",
-            self.cache.stats().to_text(),
+            "{}lookups {}\nlookups_missing {}\npassthrough {}\ndaemon_reads {}\nbacking_in_memory {}\n\
+             backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
+             cache_dir_rejected {}\ncache_dir_evictions {}\n",
+            self.cache_stats().to_text(),
             self.lookups.load(Ordering::Relaxed),
-            self.lookups_missing.load(Ordering::Relaxed)
+            self.lookups_missing.load(Ordering::Relaxed),
+            u8::from(self.passthrough.load(Ordering::Relaxed)),
+            self.reads.load(Ordering::Relaxed),
+            u8::from(self.store.kind() == "memory"),
+            self.store.live_bytes(),
+            d.hits,
+            d.misses,
+            d.rejected,
+            d.evictions,
         )
     }
 
@@ -460,7 +531,7 @@ impl KpackFs {
             Some(Entry::File(f)) => {
                 let archive = self.archive_of(f);
                 let (key, arch) = self.names_of(f);
-                vec![
+                let mut attrs = vec![
                     (
                         "user.kpack.archive",
                         archive.path().as_os_str().as_encoded_bytes().to_vec(),
@@ -476,7 +547,12 @@ impl KpackFs {
                         "user.kpack.stored_size",
                         f.stored_size.to_string().into_bytes(),
                     ),
-                ]
+                ];
+                // Archives we write record each kernel's digest; reference archives do not.
+                if let Some(d) = self.digest_of(f) {
+                    attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
+                }
+                attrs
             }
             _ => Vec::new(),
         }
@@ -527,6 +603,24 @@ impl KpackFs {
     pub fn archive_paths(&self) -> impl Iterator<Item = &Path> {
         self.archives.iter().map(|a| a.path())
     }
+}
+
+fn kernel_id(f: &FileNode) -> KernelId {
+    KernelId {
+        archive: f.archive,
+        ordinal: f.ordinal,
+    }
+}
+
+/// What identifies an archive for cache-directory keys: the digest of its TOC (which holds
+/// every kernel's digest in archives we write) and its source's identity (a local file's
+/// device, inode, length and modification time), so a replaced or rewritten archive gets new
+/// keys.
+fn archive_token(a: &Archive) -> Vec<u8> {
+    let mut t = a.toc_digest().to_vec();
+    t.extend_from_slice(a.source().identity().as_bytes());
+    t.push(0);
+    t
 }
 
 #[cfg(test)]

@@ -100,8 +100,11 @@ impl std::error::Error for SourceError {}
 /// How to read a source.
 #[derive(Debug, Clone, Default)]
 pub struct SourceOptions {
-    /// Refuse duplicates and archives that do not open, instead of warning.
+    /// Refuse duplicates and archives that do not open (or, for a HIPK binary with pins, that
+    /// it does not pin), instead of warning.
     pub strict: bool,
+    /// Show a HIPK binary's unpinned archives too (`--no-pins`).
+    pub no_pins: bool,
     /// Device ISAs given on the command line (`--gpu`): a HIPK binary's `@GFXARCH@` patterns
     /// expand for these as the loader expands them. Empty: every existing file that fits.
     pub gpus: Vec<String>,
@@ -311,10 +314,11 @@ fn strip_path(message: &str, path: &Path) -> String {
     message.strip_prefix(&p).unwrap_or(message).to_owned()
 }
 
-/// Collects the archives the loader's open step skipped because they did not open (path, error
-/// code, reason); missing paths are only logged at debug level, as the loader says nothing.
+/// Collects the archives the loader's open step skipped: those that did not open (path, error
+/// code, reason), then those the binary does not pin (path, TOC digest); missing paths are only
+/// logged at debug level, as the loader says nothing.
 #[derive(Default)]
-struct OpenFailures(Vec<(String, i32, String)>);
+struct OpenFailures(Vec<(String, i32, String)>, Vec<(String, String)>);
 
 impl Trace for OpenFailures {
     fn enabled(&self) -> bool {
@@ -325,6 +329,7 @@ impl Trace for OpenFailures {
         match event {
             Event::ArchiveOpenFailed { path, code, reason } => self.0.push((path, code, reason)),
             Event::ArchiveMissing { path } => log::debug!("{path}: not a regular file, skipped"),
+            Event::ArchiveNotPinned { path, toc_blake3 } => self.1.push((path, toc_blake3)),
             _ => {}
         }
     }
@@ -364,7 +369,8 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let paths = loader.search_paths(meta, &binary, expansion, &mut Silent);
     ensure_open_files(paths.len() as u64 + opts.extra_fds + 16)?;
     let mut failures = OpenFailures::default();
-    let opened = loader.open_archives(&paths, &mut failures);
+    let pins = meta.pins.as_deref().filter(|_| !opts.no_pins);
+    let opened = loader.open_archives(&paths, pins, &mut failures);
     if let Some((path, code, reason)) = failures.0.first().filter(|_| opts.strict) {
         let kind =
             ErrorKind::from_code(*code).map_or(SourceErrorKind::BadFormat, SourceErrorKind::Core);
@@ -375,6 +381,17 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     }
     for (path, _, reason) in &failures.0 {
         let w = format!("skipping {path}: {}", strip_path(reason, Path::new(path)));
+        log::warn!("{w}");
+        source.warnings.push(w);
+    }
+    for (path, digest) in &failures.1 {
+        let w = format!(
+            "hiding {path}: {} does not pin it (toc blake3 {digest}; --no-pins shows it)",
+            binary.display()
+        );
+        if opts.strict {
+            return Err(SourceError::new(SourceErrorKind::BadFormat, w));
+        }
         log::warn!("{w}");
         source.warnings.push(w);
     }

@@ -44,6 +44,7 @@ fn sample() -> Kernels {
 fn options(cache: u64, gpus: &[&str]) -> FsOptions {
     FsOptions {
         cache_size: cache,
+        backing: Placement::Memory,
         gpus: gpus.iter().map(|s| s.to_string()).collect(),
         uid: 1234,
         gid: 5678,
@@ -364,14 +365,26 @@ fn xattrs_describe_the_entry() {
     );
     assert_eq!(
         fs.listxattr(f).unwrap(),
-        b"user.kpack.archive\0user.kpack.arch\0user.kpack.key\0user.kpack.scheme\0user.kpack.ordinal\0user.kpack.stored_size\0"
+        b"user.kpack.archive\0user.kpack.arch\0user.kpack.key\0user.kpack.scheme\0user.kpack.ordinal\0user.kpack.stored_size\0user.kpack.blake3\0"
+    );
+    let data = &sample()
+        .into_iter()
+        .find(|k| k.0 == "lib/libb.so#1" && k.1 == "gfx1100")
+        .unwrap()
+        .2;
+    assert_eq!(
+        get("user.kpack.blake3"),
+        blake3::hash(data).to_hex().as_str(),
+        "the archive's digest of the decoded bytes, in hex"
     );
     assert_eq!(fs.listxattr(ROOT).unwrap(), b"user.kpack.stats\0");
     read_all(&fs, f, 4096);
     read_all(&fs, f, 4096);
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
-        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n"
+        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
+         passthrough 0\ndaemon_reads 4\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
+         cache_dir_rejected 0\ncache_dir_evictions 0\n"
     );
 }
 
@@ -424,8 +437,11 @@ fn corrupt_frame_is_eio_and_neighbours_read() {
     .unwrap();
     let bad = attr(&fs, "lib/libb.so#1/gfx1100.hsaco");
     assert_eq!(bad.size, 180, "the size comes from the TOC");
-    let fh = fs.open(bad.ino, libc::O_RDONLY).unwrap();
-    assert_eq!(fs.read(bad.ino, fh, 0, 10).unwrap_err(), Errno::EIO);
+    // The kernel is decoded at open, so the open fails, and nothing is kept for it.
+    assert_eq!(fs.open(bad.ino, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.open(bad.ino, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.cache_stats().decodes, 2, "a failed decode is not cached");
+    assert_eq!((fs.open_handles(), fs.store().live_bytes()), (0, 0));
     assert_eq!(
         read_all(&fs, attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino, 64),
         b"A-900".repeat(100)
@@ -454,13 +470,11 @@ fn archive_rewritten_in_place_gives_eio() {
     std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
     file.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
         .unwrap();
-    let fh = fs.open(f, libc::O_RDONLY).unwrap();
-    assert_eq!(fs.read(f, fh, 0, 10).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.open(f, libc::O_RDONLY).unwrap_err(), Errno::EIO);
     // Truncated: EIO too.
     file.set_len(stored.offset).unwrap();
     let g = attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino;
-    let fh = fs.open(g, libc::O_RDONLY).unwrap();
-    assert_eq!(fs.read(g, fh, 0, 10).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.open(g, libc::O_RDONLY).unwrap_err(), Errno::EIO);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! HIPK metadata: the msgpack map a HIPK host binary carries in `.rocm_kpack_ref`.
 //!
 //! Shape: `{"kernel_name": str, "kpack_search_paths": [str, ...]}` in any key order, extra keys
-//! allowed. `kernel_name` must be a msgpack `str` (a `bin` is rejected); the search-path array
+//! allowed. Ours may add `"kpack_toc_pins": [bin32, ...]`, the TOC digests of the archives the
+//! binary was split into ([`KEY_PINS`]; the reference loader ignores unknown keys). `kernel_name` must be a msgpack `str` (a `bin` is rejected); the search-path array
 //! must hold at least one `str` entry after non-`str` entries are skipped. Only the first msgpack
 //! object is read; bytes after it are ignored.
 //!
@@ -21,6 +22,14 @@ pub const KEY_KERNEL_NAME: &str = "kernel_name";
 /// Key of the array of archive paths or `@GFXARCH@` patterns.
 pub const KEY_SEARCH_PATHS: &str = "kpack_search_paths";
 
+/// Key of the pins: an array of 32-byte msgpack `bin`s, each the BLAKE3 digest of one archive's
+/// TOC (`Archive::toc_digest`). Written by `split` and `pack --from-fatbin --emit-metadata`
+/// unless told not to; a binary with pins only takes code objects from those archives.
+pub const KEY_PINS: &str = "kpack_toc_pins";
+
+/// A TOC digest.
+pub type Pin = [u8; 32];
+
 /// The most metadata bytes ever examined from a length-less pointer.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 
@@ -32,6 +41,9 @@ pub struct HipkMetadata {
     /// Archive paths or patterns (with `@GFXARCH@`), relative to the binary's directory unless
     /// absolute; in metadata order, non-string entries dropped. Never empty.
     pub search_paths: Vec<OsString>,
+    /// The TOC digests this binary's code objects may come from; `None` (no pins key, as in
+    /// everything the reference tooling writes): any archive.
+    pub pins: Option<Vec<Pin>>,
 }
 
 impl HipkMetadata {
@@ -101,9 +113,14 @@ impl HipkMetadata {
                 "\"kpack_search_paths\" holds no string".into(),
             ));
         }
+        let pins = match value.get(KEY_PINS) {
+            None => None,
+            Some(v) => Some(parse_pins(v)?),
+        };
         Ok(HipkMetadata {
             kernel_name,
             search_paths,
+            pins,
         })
     }
 
@@ -112,11 +129,44 @@ impl HipkMetadata {
         super::lookup_key(&self.kernel_name, co_index)
     }
 
-    /// The metadata's bytes as the reference tooling writes them (see [`encode`]).
+    /// The metadata's bytes (see [`encode_pinned`]); without pins, exactly the reference's.
     pub fn encode(&self) -> Vec<u8> {
         let paths: Vec<&[u8]> = self.search_paths.iter().map(|p| p.as_bytes()).collect();
-        encode_raw(&paths, self.kernel_name.as_bytes())
+        encode_raw(&paths, self.kernel_name.as_bytes(), self.pins.as_deref())
     }
+
+    /// Whether an archive with this TOC digest may be used: always without pins.
+    pub fn allows(&self, toc_digest: &Pin) -> bool {
+        self.pins.as_ref().is_none_or(|p| p.contains(toc_digest))
+    }
+}
+
+/// A pins value must be a non-empty array of 32-byte `bin`s: a binary that carries the key but
+/// not a usable set is refused rather than loaded unpinned (the key is only ever written by us,
+/// so a bad one means the binary was altered).
+fn parse_pins(value: &Value<'_>) -> Result<Vec<Pin>> {
+    let bad = |why: String| Error::InvalidMetadata(format!("\"{KEY_PINS}\" {why}"));
+    let Value::Array(items) = value else {
+        return Err(bad(format!(
+            "is a {}, expected an array",
+            value.type_name()
+        )));
+    };
+    if items.is_empty() {
+        return Err(bad("is empty".into()));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::Bin(b) => <Pin>::try_from(&b[..])
+                .map_err(|_| bad(format!("entry {i} holds {} bytes, expected 32", b.len()))),
+            other => Err(bad(format!(
+                "entry {i} is a {}, expected 32 bytes",
+                other.type_name()
+            ))),
+        })
+        .collect()
 }
 
 /// HIPK metadata encoded as the reference tooling writes it (Python msgpack with
@@ -124,13 +174,20 @@ impl HipkMetadata {
 /// a msgpack `str` in its shortest form. [`HipkMetadata::parse`] reads it back.
 pub fn encode(search_paths: &[String], kernel_name: &str) -> Vec<u8> {
     let paths: Vec<&[u8]> = search_paths.iter().map(|p| p.as_bytes()).collect();
-    encode_raw(&paths, kernel_name.as_bytes())
+    encode_raw(&paths, kernel_name.as_bytes(), None)
 }
 
-fn encode_raw(search_paths: &[&[u8]], kernel_name: &[u8]) -> Vec<u8> {
+/// [`encode`] plus, when `pins` is given, a third key [`KEY_PINS`] after the reference's two
+/// (so the reference's bytes are a prefix of the map's entries and its reader never notices).
+pub fn encode_pinned(search_paths: &[String], kernel_name: &str, pins: Option<&[Pin]>) -> Vec<u8> {
+    let paths: Vec<&[u8]> = search_paths.iter().map(|p| p.as_bytes()).collect();
+    encode_raw(&paths, kernel_name.as_bytes(), pins)
+}
+
+fn encode_raw(search_paths: &[&[u8]], kernel_name: &[u8], pins: Option<&[Pin]>) -> Vec<u8> {
     use rmp::encode as e;
     let mut out = Vec::new();
-    e::write_map_len(&mut out, 2).expect("vec write");
+    e::write_map_len(&mut out, if pins.is_some() { 3 } else { 2 }).expect("vec write");
     write_str(&mut out, KEY_SEARCH_PATHS.as_bytes());
     e::write_array_len(&mut out, search_paths.len() as u32).expect("vec write");
     for p in search_paths {
@@ -138,6 +195,13 @@ fn encode_raw(search_paths: &[&[u8]], kernel_name: &[u8]) -> Vec<u8> {
     }
     write_str(&mut out, KEY_KERNEL_NAME.as_bytes());
     write_str(&mut out, kernel_name);
+    if let Some(pins) = pins {
+        write_str(&mut out, KEY_PINS.as_bytes());
+        e::write_array_len(&mut out, pins.len() as u32).expect("vec write");
+        for pin in pins {
+            e::write_bin(&mut out, pin).expect("vec write");
+        }
+    }
     out
 }
 
@@ -285,6 +349,75 @@ mod tests {
             HipkMetadata::parse(&bytes).unwrap_err().to_string(),
             "invalid HIPK metadata: \"kernel_name\" is a unsigned integer, expected a string"
         );
+    }
+
+    #[test]
+    fn pins_round_trip_and_bad_pins_are_refused() {
+        let pins = [[1u8; 32], [2u8; 32]];
+        let bytes = encode_pinned(&["a.kpack".into()], "k", Some(&pins));
+        // The reference's two entries, then ours: map of 3, ..., fixstr key, array of 2, bin8 32.
+        let plain = encode(&["a.kpack".into()], "k");
+        assert_eq!(bytes[0], 0x83);
+        assert_eq!(bytes[1..plain.len()], plain[1..]);
+        let mut tail = vec![0xae];
+        tail.extend_from_slice(b"kpack_toc_pins");
+        tail.push(0x92);
+        for p in &pins {
+            tail.extend_from_slice(&[0xc4, 32]);
+            tail.extend_from_slice(p);
+        }
+        assert_eq!(bytes[plain.len()..], tail[..]);
+        let m = HipkMetadata::parse(&bytes).unwrap();
+        assert_eq!(m.pins.as_deref(), Some(&pins[..]));
+        assert_eq!(m.encode(), bytes);
+        assert!(m.allows(&[2u8; 32]));
+        assert!(!m.allows(&[3u8; 32]));
+        let unpinned = HipkMetadata::parse(&plain).unwrap();
+        assert_eq!(unpinned.pins, None);
+        assert!(unpinned.allows(&[3u8; 32]));
+        assert_eq!(unpinned.encode(), plain);
+
+        let with_pins = |build_pins: &dyn Fn(&mut Vec<u8>)| {
+            build(|b| {
+                rmp::encode::write_map_len(b, 3).unwrap();
+                rmp::encode::write_str(b, "kernel_name").unwrap();
+                rmp::encode::write_str(b, "k").unwrap();
+                rmp::encode::write_str(b, "kpack_search_paths").unwrap();
+                rmp::encode::write_array_len(b, 1).unwrap();
+                rmp::encode::write_str(b, "a.kpack").unwrap();
+                rmp::encode::write_str(b, "kpack_toc_pins").unwrap();
+                build_pins(b);
+            })
+        };
+        for (pins, why) in [
+            (
+                with_pins(&|b| rmp::encode::write_bin(b, &[0; 32]).unwrap()),
+                "\"kpack_toc_pins\" is a binary, expected an array",
+            ),
+            (
+                with_pins(&|b| {
+                    rmp::encode::write_array_len(b, 0).unwrap();
+                }),
+                "\"kpack_toc_pins\" is empty",
+            ),
+            (
+                with_pins(&|b| {
+                    rmp::encode::write_array_len(b, 1).unwrap();
+                    rmp::encode::write_bin(b, &[0; 31]).unwrap();
+                }),
+                "\"kpack_toc_pins\" entry 0 holds 31 bytes, expected 32",
+            ),
+            (
+                with_pins(&|b| {
+                    rmp::encode::write_array_len(b, 1).unwrap();
+                    rmp::encode::write_str(b, "x").unwrap();
+                }),
+                "\"kpack_toc_pins\" entry 0 is a string, expected 32 bytes",
+            ),
+        ] {
+            let e = HipkMetadata::parse(&pins).unwrap_err();
+            assert_eq!(e.to_string(), format!("invalid HIPK metadata: {why}"));
+        }
     }
 
     #[test]

@@ -24,9 +24,11 @@ use std::sync::Arc;
 
 use crate::arch;
 use crate::archive::Archive;
+use crate::codec::KernelBuf;
 use crate::error::{Error, Result};
 
 pub use crate::hipk::HipkMetadata;
+use crate::hipk::metadata::Pin;
 pub use archive_cache::ArchiveCache;
 pub use config::LoaderConfig;
 pub use search::Expansion;
@@ -95,7 +97,7 @@ impl Loader {
         trace: &mut dyn Trace,
     ) -> Result<Loaded<T>>
     where
-        T: AsMut<[u8]>,
+        T: KernelBuf,
         M: FnOnce() -> Result<HipkMetadata>,
         A: FnMut(usize) -> Option<T>,
     {
@@ -133,7 +135,7 @@ impl Loader {
             Expansion::Targets(request.arch_list),
             trace,
         );
-        let archives = self.open_archives(&paths, trace);
+        let archives = self.open_archives(&paths, meta.pins.as_deref(), trace);
         if archives.is_empty() {
             emit(trace, || Event::NoValidArchives { paths: paths.len() });
             return Err(Error::ArchiveNotFound { tried: paths });
@@ -161,17 +163,47 @@ impl Loader {
 
     /// Opens, through this loader's archive cache, the paths that are regular files and valid
     /// archives, in order, with their canonical paths. Paths that are missing or do not open are
-    /// skipped and reported to `trace` (`ArchiveMissing`, `ArchiveOpenFailed`). This is the one
-    /// "search paths to opened archives" step, shared by the loader and the mount.
+    /// skipped and reported to `trace` (`ArchiveMissing`, `ArchiveOpenFailed`). With `pins` (the
+    /// binary's), an archive whose TOC digest is not one of them is skipped the same way
+    /// (`ArchiveNotPinned`), whichever path named it, `ROCM_KPACK_PATH` included. This is the
+    /// one "search paths to opened archives" step, shared by the loader and the mount.
     pub fn open_archives(
         &self,
         paths: &[PathBuf],
+        pins: Option<&[Pin]>,
         trace: &mut dyn Trace,
     ) -> Vec<(PathBuf, Arc<Archive>)> {
-        paths
-            .iter()
-            .filter_map(|p| self.cache.get_or_open(p, trace))
-            .collect()
+        let mut out = Vec::new();
+        for p in paths {
+            if let Some((path, archive)) = self.cache.get_or_open(p, trace) {
+                if pinned(pins, &path, &archive, trace) {
+                    out.push((path, archive));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether `archive` may serve a binary with `pins`, reported to `trace` when the binary has any.
+fn pinned(pins: Option<&[Pin]>, path: &Path, archive: &Archive, trace: &mut dyn Trace) -> bool {
+    let Some(pins) = pins else {
+        return true;
+    };
+    let digest = archive.toc_digest();
+    let hex = || blake3::Hash::from(digest).to_hex().to_string();
+    if pins.contains(&digest) {
+        emit(trace, || Event::PinMatched {
+            path: path.display().to_string(),
+            toc_blake3: hex(),
+        });
+        true
+    } else {
+        emit(trace, || Event::ArchiveNotPinned {
+            path: path.display().to_string(),
+            toc_blake3: hex(),
+        });
+        false
     }
 }
 
@@ -184,7 +216,7 @@ pub fn find_kernel<T, A>(
     trace: &mut dyn Trace,
 ) -> Result<Loaded<T>>
 where
-    T: AsMut<[u8]>,
+    T: KernelBuf,
     A: FnMut(usize) -> Option<T>,
 {
     let mut last_error: Option<Error> = None;
@@ -199,8 +231,8 @@ where
                     target: target.clone(),
                 });
                 match archive.get_kernel_with(key, &target, &mut *alloc) {
-                    Ok(mut data) => {
-                        let size = data.as_mut().len();
+                    Ok(data) => {
+                        let size = data.size();
                         emit(trace, || Event::KernelFound { size: size as u64 });
                         emit(trace, || Event::Loaded {
                             size,

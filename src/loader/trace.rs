@@ -70,6 +70,17 @@ pub enum Event {
     ArchiveReused {
         path: String,
     },
+    /// The binary has pins and this archive's TOC digest is one of them.
+    PinMatched {
+        path: String,
+        toc_blake3: String,
+    },
+    /// The binary has pins and this archive's TOC digest is not one of them: skipped like an
+    /// archive that does not open (the search goes on).
+    ArchiveNotPinned {
+        path: String,
+        toc_blake3: String,
+    },
     NoValidArchives {
         paths: usize,
     },
@@ -156,6 +167,10 @@ impl Event {
                 lines
             }
             Event::ArchiveReused { .. } => Vec::new(),
+            Event::PinMatched { path, .. } => vec![format!("archive matches a pin: {path}")],
+            Event::ArchiveNotPinned { path, toc_blake3 } => vec![format!(
+                "archive not pinned by the binary, skipped: {path} (toc blake3 {toc_blake3})"
+            )],
             Event::NoValidArchives { paths } => {
                 vec![format!("no valid archives found in {paths} kpack paths")]
             }

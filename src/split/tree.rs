@@ -149,13 +149,13 @@ impl From<crate::Error> for TreeError {
     }
 }
 
-/// Splits the binaries of one install tree. `progress` receives byte counts as work is done:
-/// code object bytes as they are stored, then host bytes as binaries are written.
+/// Splits the binaries of one install tree.
 pub fn split_tree(req: &SplitRequest) -> Result<SplitReport, TreeError> {
     split_tree_with_progress(req, &|_| {})
 }
 
-/// [`split_tree`], reporting progress (see [`SplitRequest`]) in bytes.
+/// [`split_tree`], reporting progress in bytes of the input binaries (their total is the sum
+/// of their sizes): device code as its bundles are read, the rest as binaries are written.
 pub fn split_tree_with_progress(
     req: &SplitRequest,
     progress: &(dyn Fn(u64) + Sync),
@@ -279,12 +279,11 @@ fn read_and_pack(
         |feed| {
             let mut plans = Vec::with_capacity(hosts.len());
             for h in hosts {
-                plans.push(plan_binary(h, feed)?);
+                plans.push(plan_binary(h, feed, progress)?);
             }
             Ok(plans)
         },
         |tag: Tag, encoded| {
-            progress(encoded.original_size);
             let slot = match open.iter().position(|a| a.arch == tag.arch) {
                 Some(i) => i,
                 None => {
@@ -319,7 +318,11 @@ fn read_and_pack(
 
 /// Reads one binary: a binary without device code is to be copied; any other is prepared for
 /// the rewrite (or refused), and its code objects submitted.
-fn plan_binary(h: &Host, feed: &Feed<'_, Tag>) -> Result<Plan, TreeError> {
+fn plan_binary(
+    h: &Host,
+    feed: &Feed<'_, Tag>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Plan, TreeError> {
     let refused = |error| TreeError::Refused {
         path: h.path.clone(),
         error,
@@ -336,15 +339,20 @@ fn plan_binary(h: &Host, feed: &Feed<'_, Tag>) -> Result<Plan, TreeError> {
         Err(error) => return Err(refused(error)),
     };
     let mut code_objects = 0;
-    import::visit_host_code_objects(&h.kernel_name, &host, |co| {
-        code_objects += 1;
-        let tag = Tag {
-            key: co.key,
-            arch: co.arch,
-            triple: co.triple,
-        };
-        feed.submit(tag, co.data)
-    })
+    import::visit_host_code_objects(
+        &h.kernel_name,
+        &host,
+        |co| {
+            code_objects += 1;
+            let tag = Tag {
+                key: co.key,
+                arch: co.arch,
+                triple: co.triple,
+            };
+            feed.submit(tag, co.data)
+        },
+        &|n| progress(n),
+    )
     .map_err(|e| match e {
         StreamError::Import(e) => refused(SplitError::from_import(e)),
         StreamError::Read(e) => read_error(e),

@@ -397,6 +397,10 @@ static const matrix_row rows[] = {
     {"zstd_ordinal_past_frames.kpack", 0, ZSTD_KEY, 5, NULL, 0, 0},
     {"zstd_empty_kernel.kpack", 0, ZSTD_KEY, 0, "", -1, 0},
     {"zstd_no_content_size.kpack", 0, ZSTD_KEY, 0, ZSTD_DATA},
+    {"digest_zstd_ok.kpack", 0, ZSTD_KEY, 0, ZSTD_DATA},
+    {"digest_zstd_flipped.kpack", 0, ZSTD_KEY, 6, NULL, 0, 0},
+    {"digest_zstd_flipped.kpack", 0, "lib/b.so#0", "gfx1100", 0, ZSTD_DATA},
+    {"digest_noop_flipped.kpack", 0, NOOP_KEY, 6, NULL, 0, 0},
     {"a_directory.kpack", 3, NULL, NULL, 0, NULL, 0, 0},
     {"does_not_exist.kpack", 2, NULL, NULL, 0, NULL, 0, 0},
 };

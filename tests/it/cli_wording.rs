@@ -106,7 +106,8 @@ fn one_of_a_thing_is_singular() {
         run(&[&"verify", &out]),
         (
             0,
-            "ok: 1 kernel in 1 archive, each decoded to its recorded size\n".to_owned()
+            "ok: 1 kernel in 1 archive, each decoded to its recorded size and BLAKE3 digest\n"
+                .to_owned()
         )
     );
     let dest = dir.path().join("dest");

@@ -2,8 +2,9 @@
 //! TOC digest, and the reference layout that leaves them out.
 
 use rocm_kpack::msgpack::{Value, decode_slice};
-use rocm_kpack::{Archive, ArchiveWriter, Compression};
+use rocm_kpack::{Archive, ArchiveWriter, Compression, ErrorKind};
 
+use crate::cli::kpack_fuse;
 use crate::support::*;
 
 fn write(compression: Compression, reference: bool, meta: bool) -> Vec<u8> {
@@ -169,4 +170,194 @@ fn toc_digest_covers_exactly_the_toc_object() {
     // Another TOC (the reference layout of the same kernels) has another digest.
     std::fs::write(&path, write(Compression::Zstd { level: 3 }, true, false)).unwrap();
     assert_ne!(Archive::open(&path).unwrap().toc_digest(), want);
+}
+
+/// Two kernels, the first (incompressible, so zstd stores it raw) altered after packing.
+fn tampered_kernels() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    vec![
+        ("lib/a.so#0", "gfx1100", craft::incompressible(3, 5000)),
+        ("lib/b.so#0", "gfx1100", b"intact kernel".repeat(40)),
+    ]
+}
+
+fn tampered(compression: Compression) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.kpack");
+    std::fs::write(
+        &path,
+        craft::flipped_archive(compression, &tampered_kernels(), 0),
+    )
+    .unwrap();
+    (dir, path)
+}
+
+const SCHEMES: [Compression; 2] = [Compression::None, Compression::Zstd { level: 3 }];
+
+#[test]
+fn a_flipped_byte_that_still_decodes_is_refused() {
+    for compression in SCHEMES {
+        let (_dir, path) = tampered(compression);
+        let a = Archive::open(&path).unwrap();
+        let e = a.get_kernel("lib/a.so#0", "gfx1100").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DecompressionFailed, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch: the decoded bytes hash to ",
+                path.display()
+            )),
+            "{msg}"
+        );
+        let recorded = rocm_kpack::error::hex(&a.kernel_digest("lib/a.so#0", "gfx1100").unwrap());
+        assert!(
+            msg.contains(&format!("the archive records {recorded}")),
+            "{msg}"
+        );
+        // A caller's buffer never keeps the altered bytes.
+        let kref = a.locate("lib/a.so#0", "gfx1100").unwrap();
+        let mut buf = vec![0xaau8; kref.size as usize];
+        assert!(a.read_into(&kref, &mut buf).is_err());
+        assert!(buf.iter().all(|b| *b == 0));
+        // Its sibling is unaffected.
+        assert_eq!(
+            a.get_kernel("lib/b.so#0", "gfx1100").unwrap(),
+            tampered_kernels()[1].2
+        );
+    }
+}
+
+#[test]
+fn verify_cat_and_extract_fail_on_a_flipped_byte() {
+    for compression in SCHEMES {
+        let (dir, path) = tampered(compression);
+        let o = kpack_fuse(&[&"verify", &path]);
+        assert_eq!(o.status.code(), Some(6));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "BAD {}: lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch: ",
+                path.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(err.matches("BAD ").count(), 1, "{err}");
+
+        let o = kpack_fuse(&[&"cat", &path, &"lib/a.so#0", &"gfx1100"]);
+        assert_eq!(o.status.code(), Some(6));
+        assert!(o.stdout.is_empty());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch",
+                path.display()
+            )),
+            "{err}"
+        );
+        let o = kpack_fuse(&[&"cat", &path, &"lib/b.so#0", &"gfx1100"]);
+        assert_eq!(o.status.code(), Some(0));
+        assert_eq!(o.stdout, tampered_kernels()[1].2);
+
+        let dest = dir.path().join("out");
+        let o = kpack_fuse(&[&"extract", &path, &dest]);
+        assert_eq!(
+            o.status.code(),
+            Some(6),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!dest.join("lib/a.so#0/gfx1100.hsaco").exists());
+    }
+}
+
+#[test]
+fn zero_byte_kernels_have_digests() {
+    let bytes = write(Compression::Zstd { level: 3 }, false, false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("z.kpack");
+    std::fs::write(&path, &bytes).unwrap();
+    let a = Archive::open(&path).unwrap();
+    assert_eq!(
+        a.kernel_digest("empty#0", "gfx1100"),
+        Some(*blake3::hash(b"").as_bytes())
+    );
+    assert_eq!(a.get_kernel("empty#0", "gfx1100").unwrap(), b"");
+    let o = kpack_fuse(&[&"verify", &path]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "ok: 4 kernels in 1 archive, each decoded to its recorded size and BLAKE3 digest\n"
+    );
+}
+
+#[test]
+fn verify_says_when_an_archive_has_no_digests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ref.kpack");
+    std::fs::write(&path, write(Compression::Zstd { level: 3 }, true, false)).unwrap();
+    let o = kpack_fuse(&[&"verify", &path]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "{}: has no BLAKE3 digests (written by the reference tooling or with \
+             --reference-layout); checked by sizes only\n\
+             ok: 4 kernels in 1 archive, each decoded to its recorded size (no digests to check)\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn list_json_shows_digests_in_hex() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, reference) in [("ours.kpack", false), ("ref.kpack", true)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, write(Compression::None, reference, false)).unwrap();
+        let o = kpack_fuse(&[&"list", &"--json", &path]);
+        assert_eq!(o.status.code(), Some(0));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let kernels = doc["kernels"].as_array().unwrap();
+        assert_eq!(kernels.len(), 4);
+        for k in kernels {
+            let key = k["binary"].as_str().unwrap();
+            let arch = k["arch"].as_str().unwrap();
+            let data = golden_zstd_kernels()
+                .into_iter()
+                .find(|g| g.0 == key && g.1 == arch)
+                .map_or(Vec::new(), |g| g.2);
+            let want = if reference {
+                serde_json::Value::Null
+            } else {
+                serde_json::Value::String(blake3::hash(&data).to_hex().to_string())
+            };
+            assert_eq!(k["blake3"], want, "{name} {key} {arch}");
+        }
+    }
+}
+
+#[test]
+fn mount_gives_eio_for_a_flipped_byte_and_logs_it() {
+    use crate::support::mount::{Mount, fuse_available};
+    if !fuse_available() {
+        return;
+    }
+    for compression in SCHEMES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.kpack");
+        let mut kernels = tampered_kernels();
+        kernels.push(("lib/c.so#0", "gfx1100", b"third".repeat(300)));
+        std::fs::write(&path, craft::flipped_archive(compression, &kernels, 0)).unwrap();
+        let m = Mount::start(&path, &[]);
+        // Exactly EIO (twice: never cached), the neighbours byte-exact.
+        m.check("corrupt", "lib/a.so#0/gfx1100.hsaco");
+        let log = m.daemon_log();
+        assert!(
+            log.contains(&format!(
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch",
+                path.display()
+            )),
+            "the mismatch is logged with archive, key and arch:\n{log}"
+        );
+        m.stop();
+    }
 }

@@ -13,6 +13,7 @@ fn metadata() -> HipkMetadata {
     HipkMetadata {
         kernel_name: "lib/libfoo.so".into(),
         search_paths: vec![OsString::from("../.kpack/foo_@GFXARCH@.kpack")],
+        pins: None,
     }
 }
 
@@ -194,6 +195,7 @@ fn a_hostile_arch_never_opens_an_archive_outside_the_pattern_directory() {
         Ok(HipkMetadata {
             kernel_name: "lib/libfoo.so".into(),
             search_paths: vec![OsString::from("../.kpack/@GFXARCH@/foo.kpack")],
+            pins: None,
         })
     };
     let loader = Loader::new(LoaderConfig::default());

@@ -22,6 +22,7 @@ fn fs_over(bytes: &[u8]) -> (tempfile::TempDir, KpackFs) {
     std::fs::write(&p, bytes).unwrap();
     let opts = FsOptions {
         cache_size: 1 << 20,
+        backing: rocm_kpack::fs::backing::Placement::Memory,
         gpus: vec![],
         uid: 0,
         gid: 0,

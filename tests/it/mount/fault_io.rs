@@ -83,7 +83,16 @@ fn after_fault(mnt: &Path, arg: &str) {
             data.len() as u64,
             "{path:?} size"
         );
-        let f = File::open(&path).unwrap();
+        // A kernel is decoded when opened, so a bad one fails the open (or, when its
+        // backing file already existed, nothing fails).
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if mode == "eio" && e.raw_os_error() == Some(libc::EIO) => {
+                eio += 1;
+                continue;
+            }
+            Err(e) => panic!("open {path:?}: {e}"),
+        };
         if read_before != "-" && path == mnt.join(read_before) {
             assert!(
                 read_all(&f, data.len()).unwrap() == data,

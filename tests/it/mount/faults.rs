@@ -160,7 +160,7 @@ fn archive_replaced_by_rename_then_deleted_keeps_serving_the_old_content() {
     let path = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
     let original = keep_original(&path);
     // A 64 KiB cache: most kernels are decoded again, from the old file, on every pass.
-    let m = Mount::start(&path, &["--cache-size", "64K"]);
+    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "64K"]);
     m.check("walk_one", READ_FIRST);
     // Same names and sizes, other bytes: serving the new file would fail the checksums.
     let replacement = d.path().join("new.kpack");
@@ -260,7 +260,10 @@ fn sixteen_readers_random_ranged_reads_with_checksums() {
     }
     let d = tmp();
     let path = multi_mb_archive(&d.path().join("big.kpack"), Compression::Zstd { level: 3 });
-    let m = Mount::start(&path, &["--threads", "4"]);
+    // Memory backing: the scenario drops page caches every 32 reads, which for backing files on
+    // disk means writing them back and reading them from the disk again; that tests the disk,
+    // not the mount.
+    let m = Mount::start(&path, &["--threads", "4", "--backing", "memory"]);
     let out = m.child("random_ranges", "16,2000");
     assert!(
         out.success,
@@ -309,7 +312,17 @@ fn tiny_cache_under_pressure_serves_exact_bytes_with_bounded_memory() {
         &kernels,
     );
     let decoded_total: usize = kernels.iter().map(|k| k.2.len()).sum();
-    let m = Mount::start(&path, &["--cache-size", "64K", "--threads", "4"]);
+    let m = Mount::start(
+        &path,
+        &[
+            "--backing",
+            "memory",
+            "--cache-size",
+            "64K",
+            "--threads",
+            "4",
+        ],
+    );
     let pid = m.daemon_pid();
     let rss_before = proc_status_bytes(pid, "VmRSS");
     let out = m.child("pressure", "16,100");

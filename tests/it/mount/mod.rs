@@ -5,8 +5,9 @@ mod crafted;
 mod daemon;
 mod fault_io;
 mod faults;
+mod read_path;
 mod scenarios;
-mod sources;
+pub(crate) mod sources;
 mod user_errors;
 
 use std::path::{Path, PathBuf};
@@ -193,7 +194,7 @@ fn pread_offsets_and_mmap() {
     for compression in [Compression::None, Compression::Zstd { level: 3 }] {
         let m = Mount::start(
             &rich_archive(&d.path().join("r.kpack"), compression),
-            &["--cache-size", "128K"],
+            &["--backing", "memory", "--cache-size", "128K"],
         );
         m.check("pread", "");
         m.check("mmap", "");
@@ -224,7 +225,14 @@ fn eight_concurrent_readers() {
     // A small cache forces evictions and re-decodes while the readers run.
     let m = Mount::start(
         &rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }),
-        &["--threads", "4", "--cache-size", "320K"],
+        &[
+            "--threads",
+            "4",
+            "--backing",
+            "memory",
+            "--cache-size",
+            "320K",
+        ],
     );
     m.check("concurrent", "");
     m.stop();
@@ -328,7 +336,17 @@ fn single_flight_one_decode_for_eight_cold_readers() {
             ("lib/big.so#0", "gfx900", pattern(100, 1)),
         ],
     );
-    let m = Mount::start(&path, &["--threads", "8", "--cache-size", "64M"]);
+    let m = Mount::start(
+        &path,
+        &[
+            "--threads",
+            "8",
+            "--backing",
+            "memory",
+            "--cache-size",
+            "64M",
+        ],
+    );
     m.check("cold_concurrent", "lib/big.so#0/gfx942.hsaco");
     m.stop();
 }
@@ -344,7 +362,7 @@ fn kernel_larger_than_cache_decoded_once_in_small_chunks() {
         Compression::Zstd { level: 3 },
         &[("k#0", "gfx1100", pattern(1 << 20, 3))],
     );
-    let m = Mount::start(&path, &["--cache-size", "64K", "-s"]);
+    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "64K", "-s"]);
     m.check("small_chunks", "k#0/gfx1100.hsaco");
     m.stop();
 }

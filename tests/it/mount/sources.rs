@@ -231,7 +231,7 @@ fn strict_directory_source_refuses_conflicts_and_corrupt_members() {
 }
 
 /// Compiles a shared library whose `.rocm_kpack_ref` section holds `metadata` (when given).
-fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
+pub(crate) fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let body = match metadata {
         Some(bytes) => {

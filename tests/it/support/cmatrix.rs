@@ -439,6 +439,34 @@ pub fn write_error_matrix(dir: &Path) {
     );
     std::fs::create_dir_all(dir.join("a_directory.kpack")).unwrap();
 
+    // Archives with BLAKE3 digests (our writer's default): intact ones read; a flipped byte that
+    // still decodes is a decompression failure.
+    use super::craft::{flipped_archive, incompressible};
+    use rocm_kpack::Compression;
+    let zstd3 = Compression::Zstd { level: 3 };
+    let zk = zstd_kernel();
+    let mut ok = rocm_kpack::ArchiveWriter::new("g", "f", vec!["gfx1100".into()], zstd3).unwrap();
+    ok.add_kernel("lib/a.so#0", "gfx1100", zk.clone()).unwrap();
+    let mut bytes = Vec::new();
+    ok.write_to(&mut bytes, &|_| {}).unwrap();
+    w("digest_zstd_ok.kpack", bytes);
+    let raw = incompressible(7, 4096);
+    w(
+        "digest_zstd_flipped.kpack",
+        flipped_archive(
+            zstd3,
+            &[
+                ("lib/a.so#0", "gfx1100", raw),
+                ("lib/b.so#0", "gfx1100", zk.clone()),
+            ],
+            0,
+        ),
+    );
+    w(
+        "digest_noop_flipped.kpack",
+        flipped_archive(Compression::None, &[("lib/a.so#0", "gfx900", k.clone())], 0),
+    );
+
     // The reference KpackAPITest's fake 20-byte headers: magic, u32 version, u32 compression,
     // u64 toc_offset. The u64 read at byte 8 therefore mixes compression and toc_offset.
     let fake = |magic: &[u8; 4], version: u32, toc_offset: u64| {

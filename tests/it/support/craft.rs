@@ -194,3 +194,63 @@ pub fn sample_kernel() -> Vec<u8> {
     k.extend((0..500u32).map(|i| (i % 7) as u8));
     k
 }
+
+/// Bytes zstd cannot compress: their frame stores them as a raw block, so a byte flipped inside
+/// the frame still decodes, to the right size, only wrong.
+pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A digested archive (our writer's default layout) holding `kernels` as (key, arch, bytes),
+/// with one byte flipped in the middle of the stored bytes of kernel `victim`. For zstd, checks
+/// that the altered frame still decodes to the right size, so only the digest can catch it.
+pub fn flipped_archive(
+    compression: rocm_kpack::Compression,
+    kernels: &[(&str, &str, Vec<u8>)],
+    victim: usize,
+) -> Vec<u8> {
+    let arches: Vec<String> = kernels.iter().fold(Vec::new(), |mut v, k| {
+        if !v.iter().any(|a| a == k.1) {
+            v.push(k.1.to_owned());
+        }
+        v
+    });
+    let mut w = rocm_kpack::ArchiveWriter::new("g", "f", arches, compression).unwrap();
+    for (k, a, d) in kernels {
+        w.add_kernel(k, a, d.clone()).unwrap();
+    }
+    let mut bytes = Vec::new();
+    w.write_to(&mut bytes, &|_| {}).unwrap();
+    // Ordinals follow insertion; find the victim's stored bytes by walking the layout.
+    let (start, len) = match compression {
+        rocm_kpack::Compression::None => {
+            let before: usize = kernels[..victim].iter().map(|k| k.2.len()).sum();
+            (64 + before, kernels[victim].2.len())
+        }
+        rocm_kpack::Compression::Zstd { .. } => {
+            let mut at = 68usize;
+            for _ in 0..victim {
+                at += 4 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            }
+            let size = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            (at + 4, size)
+        }
+    };
+    assert!(len > 0, "the victim must have stored bytes");
+    bytes[start + len / 2] ^= 0x20;
+    if let rocm_kpack::Compression::Zstd { .. } = compression {
+        let frame = &bytes[start..start + len];
+        let decoded = zstd::bulk::decompress(frame, 1 << 24).expect("still decodes");
+        assert_eq!(decoded.len(), kernels[victim].2.len());
+        assert_ne!(decoded, kernels[victim].2);
+    }
+    bytes
+}

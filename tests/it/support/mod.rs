@@ -1,5 +1,6 @@
 //! Shared fixtures for the integration tests.
 
+pub mod fat_host;
 pub mod mount;
 
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! The shared cache of decoded kernels: one per mount, used by every open file and every FUSE
-//! worker thread.
+//! worker thread. What it holds is the caller's choice (the mount keeps backing files: a decoded
+//! kernel on disk or in a memfd); it only needs each value's weight in bytes.
 //!
 //! * Bounded in bytes: entries are evicted least recently used first until the new one fits.
 //! * Single-flight: when several threads miss the same kernel at once, one of them decodes it
@@ -19,8 +20,17 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use lru::LruCache;
 
-/// Decoded kernel bytes, shared between the cache and the readers using them.
-pub type Bytes = Arc<Vec<u8>>;
+/// What the cache can hold: a cheaply cloned handle to a decoded kernel, and its size.
+pub trait Weighed: Clone {
+    /// Bytes this value counts for against the bound.
+    fn weight(&self) -> u64;
+}
+
+impl Weighed for Arc<Vec<u8>> {
+    fn weight(&self) -> u64 {
+        self.len() as u64
+    }
+}
 
 /// Identifies one stored kernel: which archive of the mount, and its ordinal in that archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,37 +69,39 @@ impl CacheStats {
 
 /// What a lookup produced.
 #[derive(Debug, Clone)]
-pub struct Fetched {
-    pub bytes: Bytes,
+pub struct Fetched<V> {
+    pub value: V,
     /// False when the kernel is larger than the cache and was therefore not kept: the caller
-    /// must hold on to `bytes` itself if it wants to avoid another decode.
+    /// must hold on to `value` itself if it wants to avoid another decode.
     pub cached: bool,
 }
 
 /// The state of one in-progress decode that other threads may wait on.
-enum FlightState<E> {
+enum FlightState<V, E> {
     Running,
-    Done(Result<Fetched, E>),
+    Done(Result<Fetched<V>, E>),
     /// The decoding thread unwound without a result (a panic); waiters retry.
     Abandoned,
 }
 
-struct Flight<E> {
-    state: Mutex<FlightState<E>>,
+struct Flight<V, E> {
+    state: Mutex<FlightState<V, E>>,
     done: Condvar,
 }
 
-struct Inner<E> {
-    lru: LruCache<KernelId, Bytes>,
+struct Inner<V, E> {
+    lru: LruCache<KernelId, V>,
     bytes: u64,
-    flights: HashMap<KernelId, Arc<Flight<E>>>,
+    flights: HashMap<KernelId, Arc<Flight<V, E>>>,
 }
 
 /// The byte-bounded, single-flight kernel cache. `E` is the loader's error, cloned to every
 /// waiter of a failed decode.
-pub struct KernelCache<E: Clone> {
-    inner: Mutex<Inner<E>>,
+pub struct KernelCache<V: Weighed, E: Clone> {
+    inner: Mutex<Inner<V, E>>,
     capacity: u64,
+    /// Most entries kept (each may hold a file descriptor).
+    max_entries: usize,
     hits: AtomicU64,
     misses: AtomicU64,
     decodes: AtomicU64,
@@ -97,14 +109,14 @@ pub struct KernelCache<E: Clone> {
 }
 
 /// Marks a flight abandoned and unregisters it if the decoding thread unwinds.
-struct FlightGuard<'a, E: Clone> {
-    cache: &'a KernelCache<E>,
+struct FlightGuard<'a, V: Weighed, E: Clone> {
+    cache: &'a KernelCache<V, E>,
     id: KernelId,
-    flight: Arc<Flight<E>>,
+    flight: Arc<Flight<V, E>>,
     finished: bool,
 }
 
-impl<E: Clone> Drop for FlightGuard<'_, E> {
+impl<V: Weighed, E: Clone> Drop for FlightGuard<'_, V, E> {
     fn drop(&mut self) {
         if self.finished {
             return;
@@ -115,10 +127,16 @@ impl<E: Clone> Drop for FlightGuard<'_, E> {
     }
 }
 
-impl<E: Clone> KernelCache<E> {
+impl<V: Weighed, E: Clone> KernelCache<V, E> {
     /// A cache holding at most `capacity` bytes of decoded kernels (0 keeps nothing).
     pub fn new(capacity: u64) -> Self {
+        Self::with_max_entries(capacity, usize::MAX)
+    }
+
+    /// A cache bounded in bytes and also in number of entries.
+    pub fn with_max_entries(capacity: u64, max_entries: usize) -> Self {
         KernelCache {
+            max_entries: max_entries.max(1),
             inner: Mutex::new(Inner {
                 lru: LruCache::unbounded(),
                 bytes: 0,
@@ -132,25 +150,21 @@ impl<E: Clone> KernelCache<E> {
         }
     }
 
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
     /// Returns the kernel `id`, decoding it with `load` when it is neither cached nor being
     /// decoded by another thread. Concurrent callers for the same `id` share one `load` call
     /// and its result (or its error).
-    pub fn get_or_load<F>(&self, id: KernelId, load: F) -> Result<Fetched, E>
+    pub fn get_or_load<F>(&self, id: KernelId, load: F) -> Result<Fetched<V>, E>
     where
-        F: FnOnce() -> Result<Vec<u8>, E>,
+        F: FnOnce() -> Result<V, E>,
     {
         let mut load = Some(load);
         loop {
             let flight = {
                 let mut inner = lock(&self.inner);
-                if let Some(bytes) = inner.lru.get(&id) {
+                if let Some(value) = inner.lru.get(&id) {
                     self.hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(Fetched {
-                        bytes: bytes.clone(),
+                        value: value.clone(),
                         cached: true,
                     });
                 }
@@ -189,9 +203,9 @@ impl<E: Clone> KernelCache<E> {
         }
     }
 
-    fn lead<F>(&self, id: KernelId, flight: Arc<Flight<E>>, load: F) -> Result<Fetched, E>
+    fn lead<F>(&self, id: KernelId, flight: Arc<Flight<V, E>>, load: F) -> Result<Fetched<V>, E>
     where
-        F: FnOnce() -> Result<Vec<u8>, E>,
+        F: FnOnce() -> Result<V, E>,
     {
         let mut guard = FlightGuard {
             cache: self,
@@ -200,10 +214,9 @@ impl<E: Clone> KernelCache<E> {
             finished: false,
         };
         self.decodes.fetch_add(1, Ordering::Relaxed);
-        let result = load().map(|data| {
-            let bytes = Arc::new(data);
-            let cached = self.insert(id, &bytes);
-            Fetched { bytes, cached }
+        let result = load().map(|value| {
+            let cached = self.insert(id, &value);
+            Fetched { value, cached }
         });
         // Publish: unregister first, so that a caller arriving after this point finds the
         // entry in the LRU (or, if it was not kept, starts a new flight).
@@ -216,26 +229,33 @@ impl<E: Clone> KernelCache<E> {
 
     /// Inserts unless the kernel alone exceeds the bound; evicts least recently used entries
     /// until it fits. Returns whether it was kept.
-    fn insert(&self, id: KernelId, bytes: &Bytes) -> bool {
-        let size = bytes.len() as u64;
+    fn insert(&self, id: KernelId, value: &V) -> bool {
+        let size = value.weight();
         if size > self.capacity {
             return false;
         }
         let mut inner = lock(&self.inner);
-        while inner.bytes + size > self.capacity {
+        while inner.bytes + size > self.capacity
+            || (inner.lru.len() >= self.max_entries && !inner.lru.contains(&id))
+        {
             match inner.lru.pop_lru() {
                 Some((_, old)) => {
-                    inner.bytes -= old.len() as u64;
+                    inner.bytes -= old.weight();
                     self.evictions.fetch_add(1, Ordering::Relaxed);
                 }
                 None => break,
             }
         }
-        if let Some(old) = inner.lru.put(id, bytes.clone()) {
-            inner.bytes -= old.len() as u64;
+        if let Some(old) = inner.lru.put(id, value.clone()) {
+            inner.bytes -= old.weight();
         }
         inner.bytes += size;
         true
+    }
+
+    /// Whether `id` is cached now. Not counted as a lookup and leaves the LRU order alone.
+    pub fn contains(&self, id: KernelId) -> bool {
+        lock(&self.inner).lru.contains(&id)
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -259,6 +279,12 @@ mod tests {
     use std::thread;
     use std::time::Duration;
 
+    type Bytes = Arc<Vec<u8>>;
+
+    fn b(v: Vec<u8>) -> Bytes {
+        Arc::new(v)
+    }
+
     fn id(ordinal: u32) -> KernelId {
         KernelId {
             archive: 0,
@@ -270,19 +296,19 @@ mod tests {
 
     #[test]
     fn cache_is_send_and_sync() {
-        assert_send_sync::<KernelCache<String>>();
+        assert_send_sync::<KernelCache<Bytes, String>>();
     }
 
     #[test]
     fn hit_after_miss_and_exact_counters() {
-        let c: KernelCache<String> = KernelCache::new(100);
-        let a = c.get_or_load(id(1), || Ok(vec![7u8; 10])).unwrap();
+        let c: KernelCache<Bytes, String> = KernelCache::new(100);
+        let a = c.get_or_load(id(1), || Ok(b(vec![7u8; 10]))).unwrap();
         assert!(a.cached);
-        assert_eq!(*a.bytes, vec![7u8; 10]);
+        assert_eq!(*a.value, vec![7u8; 10]);
         let b = c
             .get_or_load(id(1), || panic!("must not decode again"))
             .unwrap();
-        assert!(Arc::ptr_eq(&a.bytes, &b.bytes));
+        assert!(Arc::ptr_eq(&a.value, &b.value));
         assert_eq!(
             c.stats(),
             CacheStats {
@@ -298,13 +324,13 @@ mod tests {
 
     #[test]
     fn evicts_least_recently_used_to_stay_within_bytes() {
-        let c: KernelCache<String> = KernelCache::new(30);
+        let c: KernelCache<Bytes, String> = KernelCache::new(30);
         for i in 0..3 {
-            c.get_or_load(id(i), || Ok(vec![i as u8; 10])).unwrap();
+            c.get_or_load(id(i), || Ok(b(vec![i as u8; 10]))).unwrap();
         }
         // Touch 0 so that 1 is now the least recently used.
         c.get_or_load(id(0), || panic!("cached")).unwrap();
-        c.get_or_load(id(3), || Ok(vec![3; 10])).unwrap();
+        c.get_or_load(id(3), || Ok(b(vec![3; 10]))).unwrap();
         let s = c.stats();
         assert_eq!((s.bytes_cached, s.evictions), (30, 1));
         c.get_or_load(id(0), || panic!("0 must still be cached"))
@@ -314,7 +340,7 @@ mod tests {
         let reloaded = AtomicUsize::new(0);
         c.get_or_load(id(1), || {
             reloaded.fetch_add(1, Ordering::SeqCst);
-            Ok(vec![1; 10])
+            Ok(b(vec![1; 10]))
         })
         .unwrap();
         assert_eq!(reloaded.load(Ordering::SeqCst), 1, "1 was the one evicted");
@@ -323,37 +349,48 @@ mod tests {
         c.get_or_load(id(0), || panic!("0 must still be cached"))
             .unwrap();
         // One 25-byte entry needs all three 10-byte ones gone.
-        c.get_or_load(id(9), || Ok(vec![9; 25])).unwrap();
+        c.get_or_load(id(9), || Ok(b(vec![9; 25]))).unwrap();
         let s = c.stats();
         assert_eq!(s.bytes_cached, 25);
         assert_eq!(s.evictions, 2 + 3);
     }
 
     #[test]
+    fn entry_count_bound_evicts_least_recently_used() {
+        let c: KernelCache<Bytes, String> = KernelCache::with_max_entries(1000, 2);
+        for i in 0..3 {
+            c.get_or_load(id(i), || Ok(b(vec![i as u8; 10]))).unwrap();
+        }
+        let s = c.stats();
+        assert_eq!((s.bytes_cached, s.evictions), (20, 1));
+        assert!(!c.contains(id(0)) && c.contains(id(1)) && c.contains(id(2)));
+    }
+
+    #[test]
     fn oversized_kernels_are_returned_but_not_kept() {
-        let c: KernelCache<String> = KernelCache::new(8);
-        c.get_or_load(id(1), || Ok(vec![1; 8])).unwrap();
-        let big = c.get_or_load(id(2), || Ok(vec![2; 9])).unwrap();
+        let c: KernelCache<Bytes, String> = KernelCache::new(8);
+        c.get_or_load(id(1), || Ok(b(vec![1; 8]))).unwrap();
+        let big = c.get_or_load(id(2), || Ok(b(vec![2; 9]))).unwrap();
         assert!(!big.cached);
-        assert_eq!(big.bytes.len(), 9);
+        assert_eq!(big.value.len(), 9);
         let s = c.stats();
         assert_eq!((s.bytes_cached, s.evictions, s.decodes), (8, 0, 2));
         // Not kept: the next lookup decodes again (the fs layer pins it per handle instead).
-        let again = c.get_or_load(id(2), || Ok(vec![2; 9])).unwrap();
+        let again = c.get_or_load(id(2), || Ok(b(vec![2; 9]))).unwrap();
         assert!(!again.cached);
         assert_eq!(c.stats().decodes, 3);
     }
 
     #[test]
     fn errors_are_not_cached() {
-        let c: KernelCache<String> = KernelCache::new(100);
+        let c: KernelCache<Bytes, String> = KernelCache::new(100);
         assert_eq!(
             c.get_or_load(id(1), || Err("bad frame".to_owned()))
                 .unwrap_err(),
             "bad frame"
         );
         assert_eq!(
-            *c.get_or_load(id(1), || Ok(vec![1])).unwrap().bytes,
+            *c.get_or_load(id(1), || Ok(b(vec![1]))).unwrap().value,
             vec![1]
         );
         assert_eq!(c.stats().decodes, 2);
@@ -362,7 +399,7 @@ mod tests {
     #[test]
     fn concurrent_misses_share_one_decode() {
         const N: usize = 8;
-        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let c: Arc<KernelCache<Bytes, String>> = Arc::new(KernelCache::new(1 << 20));
         let decodes = Arc::new(AtomicUsize::new(0));
         let start = Arc::new(Barrier::new(N));
         let threads: Vec<_> = (0..N)
@@ -374,7 +411,7 @@ mod tests {
                         decodes.fetch_add(1, Ordering::SeqCst);
                         // Slow enough that every other thread arrives while this runs.
                         thread::sleep(Duration::from_millis(300));
-                        Ok(vec![0xab; 4096])
+                        Ok(b(vec![0xab; 4096]))
                     })
                     .unwrap()
                 })
@@ -383,7 +420,7 @@ mod tests {
         let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         assert_eq!(decodes.load(Ordering::SeqCst), 1);
         for r in &results {
-            assert!(Arc::ptr_eq(&r.bytes, &results[0].bytes));
+            assert!(Arc::ptr_eq(&r.value, &results[0].value));
         }
         let s = c.stats();
         assert_eq!((s.decodes, s.misses + s.hits), (1, N as u64));
@@ -392,7 +429,7 @@ mod tests {
     #[test]
     fn waiters_share_the_error_of_a_failed_decode() {
         const N: usize = 4;
-        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let c: Arc<KernelCache<Bytes, String>> = Arc::new(KernelCache::new(1 << 20));
         let start = Arc::new(Barrier::new(N));
         let threads: Vec<_> = (0..N)
             .map(|_| {
@@ -414,8 +451,8 @@ mod tests {
 
     #[test]
     fn a_slow_decode_does_not_block_hits_on_other_kernels() {
-        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
-        c.get_or_load(id(1), || Ok(vec![1; 16])).unwrap();
+        let c: Arc<KernelCache<Bytes, String>> = Arc::new(KernelCache::new(1 << 20));
+        c.get_or_load(id(1), || Ok(b(vec![1; 16]))).unwrap();
         let entered = Arc::new(Barrier::new(2));
         let release = Arc::new(Barrier::new(2));
         let slow = {
@@ -424,7 +461,7 @@ mod tests {
                 c.get_or_load(id(2), || {
                     entered.wait();
                     release.wait();
-                    Ok(vec![2; 16])
+                    Ok(b(vec![2; 16]))
                 })
                 .unwrap()
             })
@@ -432,16 +469,16 @@ mod tests {
         entered.wait();
         // The decode of 2 is in progress; a hit on 1 must complete now.
         assert_eq!(
-            *c.get_or_load(id(1), || panic!("cached")).unwrap().bytes,
+            *c.get_or_load(id(1), || panic!("cached")).unwrap().value,
             vec![1; 16]
         );
         release.wait();
-        assert_eq!(*slow.join().unwrap().bytes, vec![2; 16]);
+        assert_eq!(*slow.join().unwrap().value, vec![2; 16]);
     }
 
     #[test]
     fn a_panicking_leader_lets_waiters_retry() {
-        let c: Arc<KernelCache<String>> = Arc::new(KernelCache::new(1 << 20));
+        let c: Arc<KernelCache<Bytes, String>> = Arc::new(KernelCache::new(1 << 20));
         let entered = Arc::new(Barrier::new(2));
         let leader = {
             let (c, entered) = (c.clone(), entered.clone());
@@ -454,8 +491,8 @@ mod tests {
             })
         };
         entered.wait();
-        let got = c.get_or_load(id(3), || Ok(vec![3; 4])).unwrap();
-        assert_eq!(*got.bytes, vec![3; 4]);
+        let got = c.get_or_load(id(3), || Ok(b(vec![3; 4]))).unwrap();
+        assert_eq!(*got.value, vec![3; 4]);
         assert!(leader.join().is_err());
     }
 

@@ -1,0 +1,408 @@
+//! Backing files: each decoded kernel the mount serves lives in a file of its own, which the
+//! kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the fallback path).
+//!
+//! Where the files live is the mount's choice ([`Placement`]):
+//! * `Scratch` (the default): a directory of this mount on local disk. Files are unlinked the
+//!   moment they are created, so a crashed daemon leaves nothing but an empty directory, and
+//!   their pages are ordinary page cache the kernel can reclaim and read back.
+//! * `Memory`: memfds, sealed once written. Nothing touches a disk, but the pages cannot be
+//!   reclaimed without swap, so `--cache-size` bounds them.
+//! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
+//!
+//! All three are behind one single-flight, byte-bounded LRU ([`KernelCache`]): many opens of a
+//! cold kernel decode it once, and evicting an entry only drops the store's reference; open
+//! handles keep their file until they are released.
+//!
+//! A file is filled by mapping it and decoding straight into the mapping (no second copy of
+//! the kernel in the daemon's heap). Space is reserved with `fallocate` first, so a full disk
+//! or memory limit is an error for that open, not a `SIGBUS` in the daemon.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Errno;
+use super::cache_dir::CacheDir;
+use crate::kernel_cache::{CacheStats, Fetched, KernelCache, KernelId, Weighed};
+
+/// Where backing files live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A per-mount directory created under this one, removed when the store is dropped.
+    Scratch(PathBuf),
+    /// Anonymous memory (memfd).
+    Memory,
+    /// A persistent cache directory.
+    CacheDir(PathBuf),
+}
+
+/// The default parent of the per-mount scratch directory: local disk on common systems
+/// (unlike `/tmp`, which is often tmpfs, i.e. memory).
+pub const DEFAULT_SCRATCH_BASE: &str = "/var/tmp";
+
+/// One decoded kernel in a file. Reads past `len` return nothing.
+#[derive(Debug)]
+pub struct BackingFile {
+    file: File,
+    len: u64,
+    live: Arc<AtomicU64>,
+}
+
+impl BackingFile {
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fills `buf` from `offset`; short only at the end of the kernel.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let want = buf.len().min(self.len.saturating_sub(offset) as usize);
+        let mut done = 0;
+        while done < want {
+            match self
+                .file
+                .read_at(&mut buf[done..want], offset + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for BackingFile {
+    fn drop(&mut self) {
+        self.live.fetch_sub(self.len, Ordering::Relaxed);
+    }
+}
+
+impl Weighed for Arc<BackingFile> {
+    fn weight(&self) -> u64 {
+        self.len
+    }
+}
+
+/// What the store needs to know about one kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSpec {
+    pub id: KernelId,
+    /// Decoded size.
+    pub len: u64,
+    /// Key of the kernel in a persistent cache directory (see `cache_dir.rs`).
+    pub cache_key: [u8; 32],
+    /// The archive's BLAKE3 of the decoded bytes, when it records one.
+    pub digest: Option<[u8; 32]>,
+}
+
+/// Counters of the persistent cache directory (all zero without one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirStats {
+    /// Kernels found there, valid, and used without decoding.
+    pub hits: u64,
+    /// Kernels not there (decoded and written).
+    pub misses: u64,
+    /// Files found there but refused: wrong length or digest (decoded again).
+    pub rejected: u64,
+    /// Files removed to keep the directory within its bound.
+    pub evictions: u64,
+}
+
+enum Where {
+    Scratch(PathBuf),
+    Memory,
+    CacheDir(CacheDir),
+}
+
+/// The mount's backing files.
+pub struct BackingStore {
+    place: Where,
+    cache: KernelCache<Arc<BackingFile>, Errno>,
+    /// Bytes of all backing files still open (cached or held by handles).
+    live: Arc<AtomicU64>,
+    next_name: AtomicU64,
+}
+
+impl BackingStore {
+    /// A store keeping at most `capacity` bytes of files it is not otherwise using. For a cache
+    /// directory, `capacity` also bounds the directory.
+    pub fn new(placement: &Placement, capacity: u64) -> io::Result<BackingStore> {
+        let place = match placement {
+            Placement::Scratch(base) => Where::Scratch(make_scratch_dir(base)?),
+            Placement::Memory => Where::Memory,
+            Placement::CacheDir(dir) => Where::CacheDir(CacheDir::open(dir, capacity)?),
+        };
+        Ok(BackingStore {
+            place,
+            cache: KernelCache::with_max_entries(capacity, descriptor_budget()),
+            live: Arc::new(AtomicU64::new(0)),
+            next_name: AtomicU64::new(0),
+        })
+    }
+
+    /// The per-mount scratch directory, if that is where files live.
+    pub fn scratch_dir(&self) -> Option<&Path> {
+        match &self.place {
+            Where::Scratch(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// A short name for logs and `user.kpack.stats`.
+    pub fn kind(&self) -> &'static str {
+        match self.place {
+            Where::Scratch(_) => "disk",
+            Where::Memory => "memory",
+            Where::CacheDir(_) => "cache-dir",
+        }
+    }
+
+    /// Whether `id` has a backing file in the store now (an open of it will not decode).
+    pub fn contains(&self, id: KernelId) -> bool {
+        self.cache.contains(id)
+    }
+
+    /// The backing file of a kernel: from the store, from the cache directory, or made by
+    /// `decode`, which fills a buffer of exactly `spec.len` bytes.
+    pub fn get(
+        &self,
+        spec: &KernelSpec,
+        decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    ) -> Result<Fetched<Arc<BackingFile>>, Errno> {
+        let fetched = self
+            .cache
+            .get_or_load(spec.id, || self.make(spec, decode))?;
+        if fetched.cached {
+            if let Where::CacheDir(dir) = &self.place {
+                dir.touch(fetched.value.file());
+            }
+        }
+        Ok(fetched)
+    }
+
+    fn make(
+        &self,
+        spec: &KernelSpec,
+        decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    ) -> Result<Arc<BackingFile>, Errno> {
+        let file = match &self.place {
+            Where::Scratch(dir) => {
+                let file = self.scratch_file(dir)?;
+                fill(&file, spec.len, decode, false)?;
+                file
+            }
+            Where::Memory => {
+                let file = memfd(spec.id).map_err(|e| fail("cannot create a memfd", &e))?;
+                fill(&file, spec.len, decode, false)?;
+                seal(&file);
+                file
+            }
+            Where::CacheDir(dir) => dir.get_or_fill(spec, |file, hash| {
+                fill(file, spec.len, decode, hash).map(|d| d.unwrap_or([0; 32]))
+            })?,
+        };
+        self.live.fetch_add(spec.len, Ordering::Relaxed);
+        Ok(Arc::new(BackingFile {
+            file,
+            len: spec.len,
+            live: self.live.clone(),
+        }))
+    }
+
+    /// A new file in the scratch directory, already unlinked: it lives as long as it is open.
+    fn scratch_file(&self, dir: &Path) -> Result<File, Errno> {
+        let n = self.next_name.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("k{n}"));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| fail(&format!("cannot create {}", path.display()), &e))?;
+        let _ = std::fs::remove_file(&path);
+        Ok(file)
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    pub fn dir_stats(&self) -> DirStats {
+        match &self.place {
+            Where::CacheDir(d) => d.stats(),
+            _ => DirStats::default(),
+        }
+    }
+
+    /// Bytes of backing files open now, in the store or held by open handles.
+    pub fn live_bytes(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BackingStore {
+    fn drop(&mut self) {
+        if let Where::Scratch(dir) = &self.place {
+            // Its files were unlinked when created; only the directory itself remains.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Logs an I/O failure of the store and turns it into EIO (ENOSPC and ENOMEM keep their
+/// meaning: the reader can do something about those).
+pub(super) fn fail(what: &str, e: &io::Error) -> Errno {
+    log::error!("backing file: {what}: {e}");
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Errno(libc::ENOSPC),
+        Some(libc::ENOMEM) => Errno::ENOMEM,
+        _ => Errno::EIO,
+    }
+}
+
+/// How many backing files the store may keep open: each is a descriptor. The soft limit is
+/// raised to the hard one first (the default soft limit, 1024, is small for large trees); the
+/// store then takes half of it, leaving the rest to archives, FUSE channels and open handles.
+fn descriptor_budget() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 256;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    (lim.rlim_cur / 2).clamp(16, 1 << 16) as usize
+}
+
+fn make_scratch_dir(base: &Path) -> io::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = base.join(format!("kpack-fuse.{}.{stamp:x}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+fn memfd(id: KernelId) -> io::Result<File> {
+    let name = std::ffi::CString::new(format!("kpack-{}-{}", id.archive, id.ordinal))
+        .expect("no NUL in a formatted number");
+    // SAFETY: a valid NUL-terminated name; the returned descriptor is new and owned by us.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by memfd_create and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Makes a filled memfd immutable, so nothing holding it can change what readers see.
+fn seal(file: &File) {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl with integer arguments on a descriptor we own.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+}
+
+/// Sizes `file` to `len` bytes with the space reserved, maps it, lets `decode` fill the
+/// mapping, and returns the BLAKE3 of the bytes when `hash` is set.
+pub(super) fn fill(
+    file: &File,
+    len: u64,
+    decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    hash: bool,
+) -> Result<Option<[u8; 32]>, Errno> {
+    let size = usize::try_from(len).map_err(|_| Errno::ENOMEM)?;
+    if size == 0 {
+        decode(&mut [])?;
+        return Ok(hash.then(|| *blake3::hash(&[]).as_bytes()));
+    }
+    reserve(file, len).map_err(|e| fail(&format!("cannot reserve {len} bytes"), &e))?;
+    let map = Mapping::new(file, size).map_err(|e| fail("cannot map", &e))?;
+    // SAFETY: the mapping is `size` bytes, shared, writable, and only this thread uses it until
+    // it is dropped below.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(map.ptr.cast::<u8>(), size) };
+    decode(bytes)?;
+    let digest = hash.then(|| *blake3::hash(bytes).as_bytes());
+    drop(map);
+    Ok(digest)
+}
+
+/// `fallocate`, falling back to `ftruncate` where the filesystem cannot reserve space.
+fn reserve(file: &File, len: u64) -> io::Result<()> {
+    let off = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: fallocate on a descriptor we own, with integer arguments.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(len),
+        _ => Err(e),
+    }
+}
+
+/// A shared writable mapping of a whole file, unmapped on drop.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        // SAFETY: mapping `len` bytes of a file we own that is at least that long; the result
+        // is checked before use and unmapped exactly once, in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned; no slice into it outlives this.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}

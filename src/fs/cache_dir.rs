@@ -1,0 +1,311 @@
+//! The persistent decoded-kernel cache directory (`--cache-dir`), shared by mounts, restarts
+//! and several daemons at once.
+//!
+//! Layout, under `DIR/kpack-v1/`:
+//! * `XY/HEX`: the decoded bytes of one kernel, exactly, so it can be a passthrough backing
+//!   file. `HEX` is the 64-digit BLAKE3 key of (archive TOC, archive identity, key, arch), see
+//!   `KpackFs::cache_key`; `XY` its first two digits (keeps directories small).
+//! * `XY/HEX.b3`: `kpack-fuse cache v1`, `len N`, `blake3 HEX` (one per line): what the data
+//!   file must be. Used to validate files of archives that carry no per-kernel digest.
+//! * `XY/.tmp.*`: files being written; renamed into place when complete.
+//!
+//! Safety without locks: every file is written under a unique temporary name and renamed into
+//! place (readers see a whole old file or a whole new one, never a partial one); two daemons
+//! missing the same kernel both decode it and the second rename replaces identical bytes;
+//! removing a file another daemon has open leaves that daemon's descriptor valid. Before use, a
+//! file's length and BLAKE3 are checked (against the archive's digest when it has one, else the
+//! `.b3` file); a file that fails is decoded again, never served.
+//!
+//! Bounded by `--cache-dir-size`: recency is the data file's modification time (touched on
+//! every use); when the bytes written by this daemon push its estimate past the bound, the
+//! directory is listed and the least recently used files are removed until it fits.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use super::Errno;
+use super::backing::{DirStats, KernelSpec, fail};
+
+/// Where the layout above starts, inside the directory the user named.
+const VERSION_DIR: &str = "kpack-v1";
+const META_HEADER: &str = "kpack-fuse cache v1";
+/// A temporary file older than this belongs to a daemon that died while writing it.
+const STALE_TMP: Duration = Duration::from_secs(3600);
+
+pub struct CacheDir {
+    root: PathBuf,
+    capacity: u64,
+    /// Bytes in the directory as last listed, plus what this daemon wrote since.
+    estimate: AtomicU64,
+    next_tmp: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    rejected: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl CacheDir {
+    /// Opens (creating it if needed) the cache under `dir`, bounded to `capacity` bytes.
+    pub fn open(dir: &Path, capacity: u64) -> io::Result<CacheDir> {
+        let root = dir.join(VERSION_DIR);
+        std::fs::create_dir_all(&root)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", root.display())))?;
+        let c = CacheDir {
+            root,
+            capacity,
+            estimate: AtomicU64::new(0),
+            next_tmp: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        };
+        c.sweep(None);
+        Ok(c)
+    }
+
+    pub fn stats(&self) -> DirStats {
+        DirStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+        }
+    }
+
+    fn paths(&self, key: &[u8; 32]) -> (PathBuf, PathBuf, PathBuf) {
+        let name = hex(key);
+        let sub = self.root.join(&name[..2]);
+        let meta = sub.join(format!("{name}.b3"));
+        (sub.join(&name), meta, sub)
+    }
+
+    /// Marks a file as just used (its modification time is the LRU order).
+    pub fn touch(&self, file: &File) {
+        // SAFETY: futimens on a descriptor we own; a null times pointer means "now".
+        unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
+    }
+
+    /// The valid cached file of `spec`, or a new one filled by `fill(file, true)`, which
+    /// returns the BLAKE3 of what it wrote.
+    pub fn get_or_fill(
+        &self,
+        spec: &KernelSpec,
+        fill: impl FnOnce(&File, bool) -> Result<[u8; 32], Errno>,
+    ) -> Result<File, Errno> {
+        let (data, meta, sub) = self.paths(&spec.cache_key);
+        if let Ok(file) = File::open(&data) {
+            match self.validate(&file, &meta, spec) {
+                Ok(()) => {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    self.touch(&file);
+                    return Ok(file);
+                }
+                Err(why) => {
+                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("{}: {why}; decoding it again", data.display());
+                }
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        std::fs::create_dir_all(&sub)
+            .map_err(|e| fail(&format!("cannot create {}", sub.display()), &e))?;
+        let tmp_data = self.tmp_path(&sub);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp_data)
+            .map_err(|e| fail(&format!("cannot create {}", tmp_data.display()), &e))?;
+        let written = fill(&file, true).and_then(|digest| {
+            if spec.digest.is_some_and(|d| d != digest) {
+                log::error!(
+                    "{}: decoded bytes do not match the archive's digest",
+                    data.display()
+                );
+                return Err(Errno::EIO);
+            }
+            let tmp_meta = self.tmp_path(&sub);
+            let text = format!("{META_HEADER}\nlen {}\nblake3 {}\n", spec.len, hex(&digest));
+            std::fs::write(&tmp_meta, text)
+                .and_then(|()| std::fs::rename(&tmp_meta, &meta))
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp_meta);
+                    fail(&format!("cannot write {}", meta.display()), &e)
+                })?;
+            std::fs::rename(&tmp_data, &data)
+                .map_err(|e| fail(&format!("cannot rename into {}", data.display()), &e))
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp_data);
+            return Err(e);
+        }
+        let total = self.estimate.fetch_add(spec.len, Ordering::Relaxed) + spec.len;
+        if total > self.capacity {
+            self.sweep(Some(&data));
+        }
+        Ok(file)
+    }
+
+    fn tmp_path(&self, sub: &Path) -> PathBuf {
+        let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
+        sub.join(format!(".tmp.{}.{n}", std::process::id()))
+    }
+
+    /// Checks a cached file against its expected length and digest.
+    fn validate(&self, file: &File, meta: &Path, spec: &KernelSpec) -> Result<(), String> {
+        let len = file
+            .metadata()
+            .map_err(|e| format!("cannot stat: {e}"))?
+            .len();
+        if len != spec.len {
+            return Err(format!("{len} bytes, expected {}", spec.len));
+        }
+        let want = match spec.digest {
+            Some(d) => d,
+            None => read_meta(meta, spec.len)?,
+        };
+        let got = hash_file(file, len).map_err(|e| format!("cannot read: {e}"))?;
+        if got != want {
+            return Err(format!(
+                "content digest {} differs from the expected {}",
+                hex(&got),
+                hex(&want)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Lists the directory: removes stale temporary files, recounts the bytes, and removes
+    /// least recently used kernels (never `keep`) until the bound holds.
+    fn sweep(&self, keep: Option<&Path>) {
+        let now = SystemTime::now();
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        let mut total = 0u64;
+        let subs = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten();
+        for sub in subs {
+            for e in std::fs::read_dir(sub.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let (path, name) = (e.path(), e.file_name());
+                let Ok(m) = e.metadata() else { continue };
+                let mtime = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                let name = name.to_string_lossy();
+                if name.starts_with(".tmp.") {
+                    if now.duration_since(mtime).is_ok_and(|age| age > STALE_TMP) {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    continue;
+                }
+                if name.ends_with(".b3") || !m.is_file() {
+                    continue;
+                }
+                total += m.size();
+                files.push((mtime, m.size(), path));
+            }
+        }
+        if total > self.capacity {
+            files.sort();
+            for (_, size, path) in files {
+                if total <= self.capacity {
+                    break;
+                }
+                if Some(path.as_path()) == keep {
+                    continue;
+                }
+                if std::fs::remove_file(&path).is_ok() {
+                    let _ = std::fs::remove_file(path.with_extension("b3"));
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                total -= size;
+            }
+        }
+        self.estimate.store(total, Ordering::Relaxed);
+    }
+}
+
+/// The digest recorded for a file of `len` bytes.
+fn read_meta(meta: &Path, len: u64) -> Result<[u8; 32], String> {
+    let mut text = String::new();
+    File::open(meta)
+        .and_then(|f| f.take(4096).read_to_string(&mut text))
+        .map_err(|e| format!("no usable {}: {e}", meta.display()))?;
+    let mut lines = text.lines();
+    let bad = || format!("{} is not a kpack-fuse cache record", meta.display());
+    if lines.next() != Some(META_HEADER) {
+        return Err(bad());
+    }
+    let recorded: u64 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("len "))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(bad)?;
+    if recorded != len {
+        return Err(format!("recorded for {recorded} bytes, expected {len}"));
+    }
+    let digest = lines
+        .next()
+        .and_then(|l| l.strip_prefix("blake3 "))
+        .ok_or_else(bad)?;
+    parse_hex32(digest).ok_or_else(bad)
+}
+
+fn parse_hex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// BLAKE3 of the first `len` bytes of `file`, read in large positioned chunks.
+fn hash_file(file: &File, len: u64) -> io::Result<[u8; 32]> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < len {
+        let want = buf.len().min((len - off) as usize);
+        let n = file.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("ends at byte {off}"),
+            ));
+        }
+        hasher.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(*hasher.finalize().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        let d: [u8; 32] = std::array::from_fn(|i| (i * 7) as u8);
+        assert_eq!(parse_hex32(&hex(&d)), Some(d));
+        assert_eq!(parse_hex32("zz"), None);
+        assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
+    }
+}

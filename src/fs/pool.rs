@@ -1,0 +1,101 @@
+//! A fixed set of threads for cold opens, separate from the FUSE request threads.
+//!
+//! Decoding a kernel can take a while; done on a request thread it would hold that thread, and
+//! with few threads (`-s`) every lookup, getattr and read of other files would wait behind it.
+//! Cold opens are handed here instead (the reply travels with the job), so up to one decode per
+//! core runs at once whatever `--threads` says, and request threads stay free.
+
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crate::sync::lock;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The pool; dropping it lets the threads finish queued jobs and exit.
+pub struct Pool {
+    queue: Mutex<Option<Sender<Job>>>,
+}
+
+impl Pool {
+    /// `threads` workers (at least one).
+    pub fn new(threads: usize, name: &str) -> Pool {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
+                    loop {
+                        // Hold the receiver only to take one job, not while running it.
+                        let job = match lock(&rx).recv() {
+                            Ok(job) => job,
+                            Err(_) => return,
+                        };
+                        job();
+                    }
+                });
+            if let Err(e) = spawned {
+                log::warn!("cannot start a {name} thread: {e}");
+            }
+        }
+        Pool {
+            queue: Mutex::new(Some(tx)),
+        }
+    }
+
+    /// One worker per core.
+    pub fn per_core(name: &str) -> Pool {
+        let n = thread::available_parallelism().map_or(1, |n| n.get());
+        Pool::new(n, name)
+    }
+
+    /// Runs `job` on a worker; when no worker can take it (the pool is shutting down), runs it
+    /// on the calling thread so it is never lost.
+    pub fn run(&self, job: impl FnOnce() + Send + 'static) {
+        let job: Job = Box::new(job);
+        let rejected = match lock(&self.queue).as_ref() {
+            Some(tx) => tx.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(job) = rejected {
+            job();
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        lock(&self.queue).take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn jobs_run_concurrently_up_to_the_thread_count() {
+        let pool = Pool::new(2, "t");
+        let both = Arc::new(Barrier::new(2));
+        let (tx, rx) = mpsc::channel();
+        for i in 0..2 {
+            let (both, tx) = (both.clone(), tx.clone());
+            // Each job waits for the other: this only completes if two run at once.
+            pool.run(move || {
+                both.wait();
+                tx.send(i).unwrap();
+            });
+        }
+        let mut got: Vec<i32> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [0, 1]);
+    }
+}

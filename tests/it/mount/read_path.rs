@@ -1,0 +1,379 @@
+//! The read path: passthrough and the daemon path serve the same bytes; backing files on disk,
+//! in memory and in a persistent cache directory; the cache directory's reuse, validation,
+//! bound and sharing. Scenarios named `rp_*` run in the I/O child (see `run`).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rocm_kpack::Compression;
+
+use super::scenarios::{expected, kernel_path, stats};
+use super::{pattern, rich_archive, write_archive};
+use crate::support::mount::{Mount, fuse_available};
+
+/// I/O child scenarios.
+pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
+    match name {
+        // `arg`: `name=value`, `name<value` or `name>value` checks of `user.kpack.stats`, comma-separated.
+        "rp_stats" => {
+            let s = stats(mnt);
+            println!("stats {s:?}");
+            for check in arg.split(',').filter(|c| !c.is_empty()) {
+                let at = check.find(['=', '<', '>']).unwrap();
+                let (k, op, v) = (&check[..at], &check[at..at + 1], &check[at + 1..]);
+                let (got, want) = (s[k], v.parse::<u64>().unwrap());
+                match op {
+                    "=" => assert_eq!(got, want, "{k}"),
+                    "<" => assert!(got < want, "{k} = {got}, expected < {want}"),
+                    _ => assert!(got > want, "{k} = {got}, expected > {want}"),
+                }
+            }
+        }
+        // Opens every kernel first, holding all of them, then reads each through its handle.
+        "rp_hold_all" => {
+            let want = expected(archive);
+            let files: Vec<File> = want
+                .iter()
+                .map(|(k, a, _)| File::open(kernel_path(mnt, k, a)).unwrap())
+                .collect();
+            for (f, (key, arch, data)) in files.iter().zip(&want) {
+                let mut got = Vec::new();
+                (&*f).read_to_end(&mut got).unwrap();
+                assert!(got == *data, "{key} [{arch}] read through a held handle");
+                let mut last = [0u8; 1];
+                if !data.is_empty() {
+                    assert_eq!(f.read_at(&mut last, data.len() as u64 - 1).unwrap(), 1);
+                    assert_eq!(last[0], data[data.len() - 1]);
+                }
+            }
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+/// Kernels of `archive` with a non-empty decoded size, and all of them.
+fn counts(archive: &Path) -> (usize, usize) {
+    let all = expected(archive);
+    (all.iter().filter(|k| !k.2.is_empty()).count(), all.len())
+}
+
+/// Data files in a cache directory (not records, not temporary files), with their sizes.
+fn cache_files(dir: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut out = BTreeMap::new();
+    let root = dir.join("kpack-v1");
+    for sub in fs::read_dir(&root).unwrap() {
+        for e in fs::read_dir(sub.unwrap().path()).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(!name.starts_with(".tmp."), "temporary file left: {name}");
+            if !name.ends_with(".b3") {
+                out.insert(e.path(), e.metadata().unwrap().len());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn passthrough_and_daemon_paths_serve_exact_bytes() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let cases: &[(&[&str], &str)] = &[
+        // The default: backing files on disk, read by the kernel itself.
+        (&[], "passthrough=1,daemon_reads=0,backing_in_memory=0"),
+        (
+            &["--backing", "memory"],
+            "passthrough=1,daemon_reads=0,backing_in_memory=1",
+        ),
+        (
+            &["--no-passthrough"],
+            "passthrough=0,daemon_reads>0,backing_in_memory=0",
+        ),
+        (
+            &["-o", "no_passthrough,backing=memory"],
+            "passthrough=0,daemon_reads>0,backing_in_memory=1",
+        ),
+    ];
+    for (extra, want) in cases {
+        let m = Mount::start(&archive, extra);
+        m.check("walk", "");
+        m.check("pread", "");
+        m.check("mmap", "");
+        m.check("concurrent", "");
+        m.check("rp_stats", want);
+        m.stop();
+    }
+}
+
+#[test]
+fn many_readers_of_one_cold_kernel_decode_it_once_on_both_paths() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = write_archive(
+        &d.path().join("one.kpack"),
+        Compression::Zstd { level: 3 },
+        &[("lib/big.so#0", "gfx942", pattern(3 << 20, 9))],
+    );
+    for extra in [&[][..], &["--no-passthrough", "-s"][..]] {
+        let m = Mount::start(&path, extra);
+        m.check("cold_concurrent", "lib/big.so#0/gfx942.hsaco");
+        m.check("rp_stats", "decodes=1");
+        m.stop();
+    }
+}
+
+#[test]
+fn evicted_kernels_keep_reading_through_open_handles() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let (_, all) = counts(&archive);
+    for extra in [&[][..], &["--no-passthrough"][..]] {
+        // 8 KiB of memory: every kernel but the smallest is evicted (or never kept) while the
+        // others are opened, yet each handle still reads its own bytes.
+        let mut args = vec!["--backing", "memory", "--cache-size", "8K"];
+        args.extend_from_slice(extra);
+        let m = Mount::start(&archive, &args);
+        m.check("rp_hold_all", "");
+        m.check(
+            "rp_stats",
+            &format!("decodes={all},evictions>0,bytes_cached<8193,backing_bytes<8193"),
+        );
+        m.stop();
+    }
+}
+
+#[test]
+fn memory_backing_stays_within_the_cache_size_over_a_set_four_times_larger() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let kernels: Vec<(String, Vec<u8>)> = (0..16)
+        .map(|i| (format!("gfx90{i:x}"), pattern(64 << 10, i)))
+        .collect();
+    let refs: Vec<(&str, &str, Vec<u8>)> = kernels
+        .iter()
+        .map(|(a, data)| ("lib/set.so#0", a.as_str(), data.clone()))
+        .collect();
+    // 1 MiB of kernels over a 256 KiB bound.
+    let path = write_archive(
+        &d.path().join("s.kpack"),
+        Compression::Zstd { level: 3 },
+        &refs,
+    );
+    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "256K"]);
+    for _ in 0..2 {
+        m.check("walk", "");
+    }
+    m.check(
+        "rp_stats",
+        "capacity=262144,bytes_cached=262144,backing_bytes=262144,decodes>16",
+    );
+    m.stop();
+}
+
+#[test]
+fn scratch_directory_is_made_per_mount_and_removed_at_unmount() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::None);
+    let scratch = d.path().join("scratch");
+    fs::create_dir(&scratch).unwrap();
+    let m = Mount::start(&archive, &["--scratch-dir", scratch.to_str().unwrap()]);
+    m.check("walk", "");
+    let made: Vec<_> = fs::read_dir(&scratch)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(made.len(), 1, "one directory for this mount");
+    assert!(
+        made[0]
+            .file_name()
+            .to_string_lossy()
+            .starts_with("kpack-fuse."),
+        "{:?}",
+        made[0].file_name()
+    );
+    // Backing files are unlinked as soon as they are made: nothing to leave behind.
+    assert_eq!(fs::read_dir(made[0].path()).unwrap().count(), 0);
+    m.stop();
+    assert_eq!(
+        fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "removed at unmount"
+    );
+}
+
+#[test]
+fn cache_dir_is_reused_across_remounts_without_decoding() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let (_, all) = counts(&archive);
+    let cache = d.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let m = Mount::start(&archive, &["--cache-dir", c]);
+    m.check("walk", "");
+    m.check(
+        "rp_stats",
+        &format!("decodes={all},cache_dir_misses={all},cache_dir_hits=0"),
+    );
+    m.stop();
+    assert_eq!(cache_files(&cache).len(), all);
+    for extra in [
+        &["--cache-dir", c][..],
+        &["-o", &format!("cache_dir={c}")][..],
+    ] {
+        let m = Mount::start(&archive, extra);
+        m.check("walk", "");
+        m.check("pread", "");
+        m.check(
+            "rp_stats",
+            &format!("decodes=0,cache_dir_hits={all},cache_dir_misses=0,cache_dir_rejected=0"),
+        );
+        m.stop();
+    }
+}
+
+#[test]
+fn truncated_and_altered_cache_files_are_decoded_again() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let (_, all) = counts(&archive);
+    let cache = d.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let m = Mount::start(&archive, &["--cache-dir", c]);
+    m.check("walk", "");
+    m.stop();
+    let files = cache_files(&cache);
+    let mut big = files.iter().filter(|(_, len)| **len > 1000).map(|(p, _)| p);
+    let (truncated, altered) = (big.next().unwrap(), big.next().unwrap());
+    File::options()
+        .write(true)
+        .open(truncated)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    // Same length, one byte different: only the digest tells.
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .open(altered)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, 500).unwrap();
+    f.write_all_at(&[b[0] ^ 0x40], 500).unwrap();
+    drop(f);
+    let m = Mount::start(&archive, &["--cache-dir", c]);
+    m.check("walk", "");
+    m.check(
+        "rp_stats",
+        &format!(
+            "decodes=2,cache_dir_rejected=2,cache_dir_misses=2,cache_dir_hits={}",
+            all - 2
+        ),
+    );
+    m.stop();
+    // Both were rewritten whole.
+    assert_eq!(cache_files(&cache), files);
+}
+
+#[test]
+fn cache_dir_of_a_replaced_archive_never_serves_the_old_bytes() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = d.path().join("r.kpack");
+    let kernels = |seed: u32| -> Vec<(&'static str, &'static str, Vec<u8>)> {
+        vec![
+            ("lib/a.so#0", "gfx900", pattern(9000, seed)),
+            ("lib/a.so#0", "gfx942", pattern(70_000, seed + 1)),
+        ]
+    };
+    write_archive(&path, Compression::Zstd { level: 3 }, &kernels(1));
+    let cache = d.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let m = Mount::start(&path, &["--cache-dir", c]);
+    m.check("walk", "");
+    m.stop();
+    // Same names and sizes, other bytes, written over the same path.
+    let tmp_path = d.path().join("new.kpack");
+    write_archive(&tmp_path, Compression::Zstd { level: 3 }, &kernels(50));
+    fs::rename(&tmp_path, &path).unwrap();
+    let m = Mount::start(&path, &["--cache-dir", c]);
+    // walk compares with the archive as it is now.
+    m.check("walk", "");
+    m.check("rp_stats", "decodes=2,cache_dir_hits=0,cache_dir_misses=2");
+    m.stop();
+}
+
+#[test]
+fn two_daemons_share_one_cache_dir() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let (_, all) = counts(&archive);
+    let cache = d.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let a = Mount::start(&archive, &["--cache-dir", c]);
+    let b = Mount::start(&archive, &["--cache-dir", c, "--no-passthrough"]);
+    for _ in 0..3 {
+        let (ra, rb) = (a.spawn_child("walk", ""), b.spawn_child("concurrent", ""));
+        let (oa, ob) = (a.finish(ra), b.finish(rb));
+        assert!(oa.success, "{}\n{}", oa.output, a.daemon_log());
+        assert!(ob.success, "{}\n{}", ob.output, b.daemon_log());
+    }
+    a.stop();
+    b.stop();
+    assert_eq!(cache_files(&cache).len(), all);
+    // A third mount finds every kernel there, valid.
+    let m = Mount::start(&archive, &["--cache-dir", c]);
+    m.check("walk", "");
+    m.check("rp_stats", &format!("decodes=0,cache_dir_hits={all}"));
+    m.stop();
+}
+
+#[test]
+fn cache_dir_stays_within_its_size() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let cache = d.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let m = Mount::start(
+        &archive,
+        &["-o", &format!("cache_dir={c},cache_dir_size=100K")],
+    );
+    m.check("walk", "");
+    m.check("rp_stats", "cache_dir_evictions>0");
+    m.stop();
+    let total: u64 = cache_files(&cache).values().sum();
+    assert!(total <= 100 << 10, "{total} bytes in the cache directory");
+}
