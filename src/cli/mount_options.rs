@@ -218,6 +218,14 @@ mod tests {
                 "ro,nodev,nosuid,allow_other,nofail",
                 with(|s| s.allow_other = true),
             ),
+            (
+                "remote_timeout=2,remote-retries=0,endpoint_url=http://127.0.0.1:9000",
+                with(|s| {
+                    s.remote.remote_timeout = Some(2);
+                    s.remote.remote_retries = Some(0);
+                    s.remote.endpoint_url = Some("http://127.0.0.1:9000".into());
+                }),
+            ),
             ("allow_root", with(|s| s.allow_root = true)),
             ("auto_unmount", with(|s| s.auto_unmount = true)),
             (

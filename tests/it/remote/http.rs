@@ -229,3 +229,99 @@ fn http_remount_with_a_cache_dir_fetches_no_kernel_again() {
     );
     assert_eq!(s["cache_dir_hits"], 3, "{s:?}");
 }
+
+#[test]
+fn http_without_etags_tells_a_replaced_object_by_its_modification_time() {
+    if !fuse_available() {
+        return;
+    }
+    let www = tempfile::tempdir().unwrap();
+    let kernels = |seed: u64| -> Vec<(&'static str, &'static str, Vec<u8>)> {
+        vec![
+            ("lib/x.so#0", "gfx942", noise(300_000, seed)),
+            ("lib/x.so#0", "gfx90a", noise(300_000, seed + 1)),
+        ]
+    };
+    let served = write_archive(&www.path().join("x.kpack"), Compression::None, &kernels(1));
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[served.as_path()], want.path());
+    let nginx = Nginx::start_with(www.path(), false);
+    let m = mount(&nginx.url("x.kpack"), &[], &[]);
+    let file = "lib/x.so#0/gfx942.hsaco";
+    m.check(
+        "remote_same",
+        &format!("{file}|{}", want.path().join(file).display()),
+    );
+    // Same length and layout, other bytes, a later modification time; renamed into place.
+    let staged = write_archive(&www.path().join("x.new"), Compression::None, &kernels(10));
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&staged)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    std::fs::rename(&staged, &served).unwrap();
+    m.check("remote_eio", "lib/x.so#0/gfx90a.hsaco");
+    let log = m.daemon_log();
+    assert!(
+        log.contains("changed since it was opened (modified:"),
+        "{log}"
+    );
+    m.stop();
+    assert!(
+        !nginx.access_log().is_empty() && !nginx.access_log().contains(" 200 "),
+        "only range requests:\n{}",
+        nginx.access_log()
+    );
+}
+
+#[test]
+fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
+    if !fuse_available() {
+        return;
+    }
+    // No frame positions: opening walks the chain of 64 frame size words.
+    let www = tempfile::tempdir().unwrap();
+    let path = www.path().join("ref.kpack");
+    let mut w = rocm_kpack::ArchiveWriter::new(
+        "ref",
+        "gfx9",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 1 },
+    )
+    .unwrap();
+    w.set_reference_layout(true);
+    for i in 0..64u64 {
+        w.add_kernel(&format!("lib/r.so#{i}"), "gfx942", noise(100_000, 40 + i))
+            .unwrap();
+    }
+    w.write(&path, &|_| {}).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[path.as_path()], want.path());
+    let nginx = Nginx::start(www.path());
+    let m = mount(&nginx.url("ref.kpack"), &[], &[]);
+    let at_mount = stats(&m);
+    m.check("tree", want.path().to_str().unwrap());
+    let s = stats(&m);
+    m.stop();
+    // 64 KiB, then windows doubling while the walk moves forward: about log2(len / 64 KiB).
+    assert!(
+        at_mount["remote_requests"] <= 10,
+        "{at_mount:?}\n{}",
+        nginx.access_log()
+    );
+    // Every frame read afterwards lies in ranges already fetched, but a frame straddling two
+    // windows: at most one request per window boundary.
+    assert!(
+        s["remote_requests"] - at_mount["remote_requests"] <= at_mount["remote_requests"],
+        "{s:?}\n{}",
+        nginx.access_log()
+    );
+    assert!(s["remote_bytes_fetched"] < 2 * len, "{s:?} for {len} bytes");
+    eprintln!(
+        "reference layout, 64 frames, {len} bytes: {} requests at mount, {} in all, {} bytes",
+        at_mount["remote_requests"], s["remote_requests"], s["remote_bytes_fetched"]
+    );
+}

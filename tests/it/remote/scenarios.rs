@@ -31,6 +31,35 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
                 "{rel} {name}"
             );
         }
+        // `N|EXPECTED_DIR`: N threads read every file of EXPECTED_DIR through the mount at once.
+        "remote_parallel" => {
+            let (n, dir) = arg.split_once('|').unwrap();
+            let mut files = Vec::new();
+            let mut stack = vec![std::path::PathBuf::from(dir)];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap() {
+                    let p = e.unwrap().path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else {
+                        files.push(p.strip_prefix(dir).unwrap().to_path_buf());
+                    }
+                }
+            }
+            let n: usize = n.parse().unwrap();
+            std::thread::scope(|s| {
+                for t in 0..n {
+                    let files = &files;
+                    s.spawn(move || {
+                        for rel in files.iter().skip(t).step_by(n) {
+                            let got = std::fs::read(mnt.join(rel)).unwrap();
+                            let want = std::fs::read(Path::new(dir).join(rel)).unwrap();
+                            assert!(got == want, "{} differs", rel.display());
+                        }
+                    });
+                }
+            });
+        }
         "remote_stats" => {
             let text = String::from_utf8(xattr(mnt, "user.kpack.stats")).unwrap();
             for line in text.lines() {

@@ -53,6 +53,11 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(root: &Path) -> Nginx {
+        Nginx::start_with(root, true)
+    }
+
+    /// With `etag` false, nginx sends no ETag: versions are told by Last-Modified and length.
+    pub fn start_with(root: &Path, etag: bool) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let d = dir.path().display();
@@ -63,7 +68,8 @@ impl Nginx {
                access_log {d}/access.log ranges;\n  client_body_temp_path {d}/body;\n\
                proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+               etag {};\n  server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+            if etag { "on" } else { "off" },
             root.display()
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
@@ -221,10 +227,16 @@ impl Drop for Moto {
     }
 }
 
-/// A TCP proxy on loopback that holds every chunk of the server's answers for `delay`.
+/// A TCP proxy on loopback that holds every chunk of the server's answers for `delay`, or
+/// answers the next requests itself with an error status.
 pub struct SlowProxy {
     pub port: u16,
     delay_ms: Arc<AtomicU64>,
+    /// Requests still to answer with `fail_status` instead of forwarding them.
+    fail_next: Arc<AtomicU64>,
+    fail_status: Arc<AtomicU64>,
+    /// Requests being forwarded now, and the most seen at once.
+    in_flight: Arc<(AtomicU64, AtomicU64)>,
     stop: Arc<AtomicBool>,
 }
 
@@ -234,20 +246,29 @@ impl SlowProxy {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let delay_ms = Arc::new(AtomicU64::new(0));
+        let fail_next = Arc::new(AtomicU64::new(0));
+        let fail_status = Arc::new(AtomicU64::new(503));
+        let in_flight = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (delay_ms.clone(), stop.clone());
+        let (d, f, st, fl, s) = (
+            delay_ms.clone(),
+            fail_next.clone(),
+            fail_status.clone(),
+            in_flight.clone(),
+            stop.clone(),
+        );
         std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();
-                        let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                            continue;
-                        };
-                        let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                        std::thread::spawn(move || pump(client, server, None));
-                        let d = d.clone();
-                        std::thread::spawn(move || pump(s2, c2, Some(d)));
+                        let (d, f, st, fl) = (d.clone(), f.clone(), st.clone(), fl.clone());
+                        std::thread::spawn(move || {
+                            let now = fl.0.fetch_add(1, Ordering::SeqCst) + 1;
+                            fl.1.fetch_max(now, Ordering::SeqCst);
+                            serve(client, upstream, d, f, st);
+                            fl.0.fetch_sub(1, Ordering::SeqCst);
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -256,8 +277,22 @@ impl SlowProxy {
         SlowProxy {
             port,
             delay_ms,
+            fail_next,
+            fail_status,
+            in_flight,
             stop,
         }
+    }
+
+    /// The most requests that were in flight at once.
+    pub fn max_in_flight(&self) -> u64 {
+        self.in_flight.1.load(Ordering::SeqCst)
+    }
+
+    /// Answers the next `n` requests with `status` (and closes their connections).
+    pub fn fail_next(&self, n: u64, status: u16) {
+        self.fail_status.store(u64::from(status), Ordering::SeqCst);
+        self.fail_next.store(n, Ordering::SeqCst);
     }
 
     pub fn set_delay(&self, d: Duration) {
@@ -269,6 +304,50 @@ impl Drop for SlowProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
     }
+}
+
+/// One client connection, carrying one request (forwarded with `Connection: close`): failed
+/// while `fail` is positive, else forwarded with its answer delayed.
+fn serve(
+    mut client: TcpStream,
+    upstream: u16,
+    delay: Arc<AtomicU64>,
+    fail: Arc<AtomicU64>,
+    status: Arc<AtomicU64>,
+) {
+    // The request head (our clients send GETs without bodies).
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    if fail
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        let code = status.load(Ordering::SeqCst);
+        let _ = write!(
+            client,
+            "HTTP/1.1 {code} Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
+    let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    // One request per connection, so that every request passes the check above.
+    head.truncate(head.len() - 2);
+    head.extend_from_slice(b"Connection: close\r\n\r\n");
+    if server.write_all(&head).is_err() {
+        return;
+    }
+    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    std::thread::spawn(move || pump(client, server, None));
+    pump(s2, c2, Some(delay));
 }
 
 /// Copies `from` to `to`, sleeping `delay` before each chunk; closes both at the end.
