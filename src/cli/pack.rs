@@ -81,9 +81,13 @@ pub struct Args {
     /// With --from-fatbin: write one multi-arch archive instead of one per arch.
     #[arg(long, requires = "from_fatbin")]
     pub single: bool,
-    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata.
+    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata (pinned to the
+    /// archives written, unless --no-pins).
     #[arg(long, requires = "from_fatbin")]
     pub emit_metadata: bool,
+    /// With --emit-metadata: leave the pins out (the reference tooling's exact metadata).
+    #[arg(long, requires = "emit_metadata")]
+    pub no_pins: bool,
 }
 
 /// Inputs above this size get a progress bar when stderr is a terminal.
@@ -98,6 +102,7 @@ pub fn run(args: Args) -> CliResult {
             root: args.root,
             single: args.single,
             emit_metadata: args.emit_metadata,
+            pins: !args.no_pins,
             compression: args.compression.compression(),
             reference_layout: args.compression.reference_layout,
         });
