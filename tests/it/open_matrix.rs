@@ -421,9 +421,7 @@ fn open_bytes(bytes: &[u8]) -> (tempfile::TempDir, rocm_kpack::Result<Archive>) 
 fn none_entry_without_original_size_reads_with_its_blob_size() {
     let data = sample_kernel();
     let (blob, mut toc) = noop_parts(&data);
-    toc.at("toc")
-        .at("k#0")
-        .set("gfx900", entry(0, None));
+    toc.at("toc").at("k#0").set("gfx900", entry(0, None));
     // A sibling with an original_size is unaffected.
     toc.at("toc")
         .at("k#0")
@@ -433,7 +431,10 @@ fn none_entry_without_original_size_reads_with_its_blob_size() {
     let a = a.unwrap();
     assert_eq!(a.get_kernel("k#0", "gfx900").unwrap(), data);
     assert_eq!(a.get_kernel("k#0", "gfx906").unwrap(), data);
-    let e: Vec<_> = a.entries().map(|(_, e)| (e.original_size, e.has_original_size)).collect();
+    let e: Vec<_> = a
+        .entries()
+        .map(|(_, e)| (e.original_size, e.has_original_size))
+        .collect();
     assert_eq!(e, [(data.len() as u64, false), (data.len() as u64, true)]);
 }
 
@@ -445,7 +446,10 @@ fn zstd_entry_without_original_size_is_a_parse_error() {
     // Also when the scheme comes after the TOC map decided nothing yet.
     let (blob, toc) = zstd_parts(&sample_kernel());
     let V::M(mut pairs) = toc else { unreachable!() };
-    let scheme = pairs.iter().position(|(k, _)| matches!(k, V::S(x) if x == "compression_scheme")).unwrap();
+    let scheme = pairs
+        .iter()
+        .position(|(k, _)| matches!(k, V::S(x) if x == "compression_scheme"))
+        .unwrap();
     let scheme = pairs.remove(scheme);
     pairs.insert(0, scheme);
     let mut toc = V::M(pairs);

@@ -445,7 +445,10 @@ pub fn write_error_matrix(dir: &Path) {
     let mut t = NoopToc::new(k.len());
     t.toc = m(vec![(
         "lib/a.so#0",
-        m(vec![("gfx900", m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]))]),
+        m(vec![(
+            "gfx900",
+            m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]),
+        )]),
     )]);
     w("noop_no_original_size.kpack", noop(&t));
     let dup = |first: u64, second: u64| {
@@ -484,7 +487,10 @@ pub fn write_error_matrix(dir: &Path) {
                 "toc",
                 m(vec![(
                     "lib/a.so#0",
-                    m(vec![("gfx1100", m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]))]),
+                    m(vec![(
+                        "gfx1100",
+                        m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]),
+                    )]),
                 )]),
             ),
             ("compression_scheme", s("zstd-per-kernel")),
