@@ -258,7 +258,7 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
 
 fn scan_tree(root: &Path) -> CliResult<Tree> {
-    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, &root, &e))?;
+    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, root, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(
             Exit::Usage,
