@@ -101,7 +101,7 @@ pub fn run(args: Args) -> CliResult {
     for co in cos {
         let mut rec = Recorder::default();
         let request = LoadRequest {
-            binary_path: &binary,
+            binary_path: binary,
             co_index: co,
             arch_list: &arch_refs,
         };
