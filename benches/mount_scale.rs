@@ -11,6 +11,8 @@
 //!
 //! Run as root (it mounts): `cargo bench --bench mount_scale` (full) or
 //! `cargo bench --bench mount_scale -- --quick` (smoke run: a small archive, no verdicts).
+//! `-- --write N PATH` only writes the archive of N entries, `-- --breakdown PATH` only times
+//! opening it and building the tree (for profiling by hand).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -359,6 +361,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--breakdown") {
         return breakdown(Path::new(&args[i + 1]));
+    }
+    // `--write N PATH`: only write the archive of N entries (for profiling a mount by hand).
+    if let Some(i) = args.iter().position(|a| a == "--write") {
+        return write_archive(Path::new(&args[i + 2]), args[i + 1].parse().unwrap());
     }
     let quick = args.iter().any(|a| a == "--quick");
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-mount-scale");
