@@ -24,9 +24,11 @@ APT_PACKAGES=(
   python3-msgpack python3-zstandard  # the Python reference reader in tests/python
   python3-yaml     # Kubernetes manifest checks
   python3-pip      # only for what Debian does not package (PIP_PACKAGES)
+  nginx            # a real HTTP server with range requests for the http:// source tests
 )
-# Installed with pip only if still missing after apt (an older release without the packages).
-PIP_PACKAGES=(msgpack zstandard pyyaml)
+# Installed with pip only if still missing after apt (an older release without the packages);
+# moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).
+PIP_PACKAGES=(msgpack zstandard pyyaml "moto[server]")
 
 sudo_if_needed() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -42,7 +44,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c "import msgpack, zstandard, yaml" 2>/dev/null; then
+if ! python3 -c "import msgpack, zstandard, yaml, boto3, flask_cors, moto.server" 2>/dev/null; then
   echo "setup-deps: installing Python ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages "${PIP_PACKAGES[@]}"

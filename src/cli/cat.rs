@@ -3,8 +3,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use rocm_kpack::Archive;
-
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
@@ -15,10 +13,12 @@ pub struct Args {
     pub binary: String,
     /// The arch, e.g. gfx90a:xnack-.
     pub arch: String,
+    #[command(flatten)]
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = Archive::open(&args.archive)?;
+    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
     let data = archive.get_kernel(&args.binary, &args.arch)?;
     let mut out = std::io::stdout().lock();
     out.write_all(&data)

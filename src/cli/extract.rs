@@ -6,7 +6,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::{Archive, names};
+use rocm_kpack::names;
 
 use super::{CliError, CliResult, Exit};
 
@@ -19,10 +19,12 @@ pub struct Args {
     /// Overwrite files that already exist.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = Archive::open(&args.archive)?;
+    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
     let mut plan = Vec::new();
     for (key, entry) in archive.entries() {
         let refuse = |why: String| {

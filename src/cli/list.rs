@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 
-use rocm_kpack::Archive;
-
 use super::CliResult;
 
 #[derive(Debug, clap::Args)]
@@ -14,10 +12,12 @@ pub struct Args {
     /// its recorded BLAKE3 digest in hex, or null) for scripts.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = Archive::open(&args.archive)?;
+    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
     for (key, entry) in archive.entries() {
         let row = match archive.locate(key, &entry.arch) {

@@ -221,6 +221,11 @@ mod tests {
              [\\fB\\-\\-allow\\-root\\fR] [\\fB\\-\\-auto\\-unmount\\fR] [\\fB\\-\\-strict\\fR] \
              [\\fB\\-\\-no\\-pins\\fR] [\\fB\\-\\-log\\-file\\fR \\fIPATH\\fR] [\\fB\\-v\\fR|\\fB\\-\\-verbose\\fR]... \
              [\\fB\\-q\\fR|\\fB\\-\\-quiet\\fR] [\\fB\\-o\\fR \\fIOPTIONS\\fR]... \
+             [\\fB\\-\\-endpoint\\-url\\fR \\fIURL\\fR] \
+             [\\fB\\-\\-remote\\-timeout\\fR \\fISECS\\fR] \
+             [\\fB\\-\\-remote\\-connect\\-timeout\\fR \\fISECS\\fR] \
+             [\\fB\\-\\-remote\\-retries\\fR \\fIN\\fR] \
+             [\\fB\\-\\-remote\\-requests\\fR \\fIN\\fR] \
              [\\fB\\-h\\fR|\\fB\\-\\-help\\fR] \\fISOURCE\\fR \\fIMOUNTPOINT\\fR"
         );
         for (name, text) in super::pages() {

@@ -24,6 +24,7 @@ use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
 use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
+use crate::remote::{self, settings::RemoteArgs};
 
 /// Default `--cache-size`: 256 MiB.
 pub const DEFAULT_CACHE: u64 = 256 << 20;
@@ -108,6 +109,8 @@ pub struct MountArgs {
     /// the standard options mount tools add (see docs/mount.md); rw and unknown options are refused.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -224,6 +227,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         cache_dir: args.cache_dir.clone(),
         cache_dir_size: args.cache_dir_size,
         no_passthrough: args.no_passthrough,
+        remote: args.remote.clone(),
     };
     for list in &args.options {
         mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
@@ -361,16 +365,25 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
 
-    let src = source::open(
-        &args.source,
-        &SourceOptions {
-            strict: s.strict,
-            no_pins: s.no_pins,
-            gpus: s.gpus.clone(),
-            loader: LoaderConfig::from_env(),
-            extra_fds: threads as u64 + 16,
-        },
-    )?;
+    let (src, remote_session) = match args.source.to_str().filter(|s| remote::is_remote(s)) {
+        Some(url) => {
+            let (src, session) = remote::mount_source(url, &s.remote, s.strict)?;
+            (src, Some(session))
+        }
+        None => (
+            source::open(
+                &args.source,
+                &SourceOptions {
+                    strict: s.strict,
+                    no_pins: s.no_pins,
+                    gpus: s.gpus.clone(),
+                    loader: LoaderConfig::from_env(),
+                    extra_fds: threads as u64 + 16,
+                },
+            )?,
+            None,
+        ),
+    };
     let (kind, source_path) = (src.kind, src.path.clone());
     let gpus = if s.gpus.is_empty() {
         gpus::local_gpus(Path::new(gpus::KFD_NODES))
@@ -400,7 +413,14 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         uid,
         gid,
     };
-    let (fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
+    let (mut fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
+    if let Some(session) = &remote_session {
+        let stats = session.stats();
+        fs.add_stats(Box::new(move || stats.to_text()));
+        // Its network threads stop here, so that the fork below happens single-threaded; the
+        // daemon starts new ones on its first read.
+        session.suspend();
+    }
 
     let cfg = MountConfig {
         threads,

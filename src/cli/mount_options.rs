@@ -8,7 +8,9 @@
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
 //!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
 //!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
-//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default). A `-` may stand
+//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default), and for remote
+//!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
+//!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
 //!   for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
@@ -39,6 +41,8 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     pub cache_dir_size: Option<u64>,
     pub no_passthrough: bool,
+    /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.
@@ -168,7 +172,10 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         "no_passthrough" => flag(s, |s| s.no_passthrough = true),
         "passthrough" => flag(s, |s| s.no_passthrough = false),
-        _ => Err(format!("unknown mount option {raw_name:?}")),
+        other => s
+            .remote
+            .apply_option(other, value)
+            .unwrap_or_else(|| Err(format!("unknown mount option {raw_name:?}"))),
     }
 }
 
@@ -210,6 +217,14 @@ mod tests {
             (
                 "ro,nodev,nosuid,allow_other,nofail",
                 with(|s| s.allow_other = true),
+            ),
+            (
+                "remote_timeout=2,remote-retries=0,endpoint_url=http://127.0.0.1:9000",
+                with(|s| {
+                    s.remote.remote_timeout = Some(2);
+                    s.remote.remote_retries = Some(0);
+                    s.remote.endpoint_url = Some("http://127.0.0.1:9000".into());
+                }),
             ),
             ("allow_root", with(|s| s.allow_root = true)),
             ("auto_unmount", with(|s| s.auto_unmount = true)),

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+use rocm_kpack::pack_pipeline::{self, ArchiveHead, PackFilesError};
 use rocm_kpack::{ArchiveWriter, Compression, codec, names};
 
 use super::import::{self, ImportRequest};
@@ -81,9 +82,13 @@ pub struct Args {
     /// With --from-fatbin: write one multi-arch archive instead of one per arch.
     #[arg(long, requires = "from_fatbin")]
     pub single: bool,
-    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata.
+    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata (pinned to the
+    /// archives written, unless --no-pins).
     #[arg(long, requires = "from_fatbin")]
     pub emit_metadata: bool,
+    /// With --emit-metadata: leave the pins out (the reference tooling's exact metadata).
+    #[arg(long, requires = "emit_metadata")]
+    pub no_pins: bool,
 }
 
 /// Inputs above this size get a progress bar when stderr is a terminal.
@@ -98,6 +103,7 @@ pub fn run(args: Args) -> CliResult {
             root: args.root,
             single: args.single,
             emit_metadata: args.emit_metadata,
+            pins: !args.no_pins,
             compression: args.compression.compression(),
             reference_layout: args.compression.reference_layout,
         });
@@ -143,41 +149,53 @@ pub fn run(args: Args) -> CliResult {
             [one] => one.clone(),
             _ => "mixed".to_owned(),
         });
-    let mut writer = ArchiveWriter::new(
-        group,
-        family,
-        arches.clone(),
-        args.compression.compression(),
-    )?;
-    if let Some(t) = args.threads {
-        writer.set_threads(t);
-    }
-    writer.set_reference_layout(args.compression.reference_layout);
+    let compression = args.compression.compression();
+    // Invalid TOC fields are refused before anything is read.
+    ArchiveWriter::new(group.clone(), family.clone(), arches.clone(), compression)?;
+    let mut kernels: Vec<(String, String, PathBuf)> = Vec::new();
     let mut total = 0u64;
     for (key, by_arch) in &tree {
         for arch in &arches {
             if let Some(path) = by_arch.get(arch) {
-                let data =
-                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
-                total += data.len() as u64;
-                writer.add_kernel(key, arch, data)?;
+                total += std::fs::metadata(path)
+                    .map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?
+                    .len();
+                kernels.push((key.clone(), arch.clone(), path.clone()));
             }
         }
     }
+    let head = ArchiveHead {
+        group_name: group,
+        gfx_arch_family: family,
+        gfx_arches: arches,
+        compression,
+        reference_layout: args.compression.reference_layout,
+    };
+    // Reading, compressing, hashing and writing overlap (rocm_kpack::pack_pipeline).
     let bar = progress_bar(total);
-    let written = writer
-        .write(&args.output, &|n| {
+    let written = pack_pipeline::pack_files(
+        &args.output,
+        &head,
+        args.threads,
+        &kernels,
+        |path: &PathBuf| std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e)),
+        &|n| {
             if let Some(b) = &bar {
                 b.inc(n)
             }
-        })
-        .map_err(|e| CliError::new(Exit::Output, e.to_string()))?;
+        },
+    )
+    .map_err(|e| match e {
+        PackFilesError::Read(e) => e,
+        PackFilesError::Write(e) => CliError::new(Exit::Output, e.to_string()),
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    let written = written?;
     eprintln!(
         "packed {} ({}) from {} into {} ({})",
-        super::words::count_of(writer.len(), "kernel", "kernels"),
+        super::words::count_of(kernels.len(), "kernel", "kernels"),
         super::words::count(total, "byte", "bytes"),
         dir.display(),
         args.output.display(),

@@ -28,6 +28,10 @@ pub struct Args {
     pub prefix: Option<String>,
     #[command(flatten)]
     pub compression: CompressionArgs,
+    /// Do not pin the rewritten binaries to their archives: their HIPK marker is then
+    /// byte-identical to the reference tooling's (see docs/split.md).
+    #[arg(long)]
+    pub no_pins: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -46,6 +50,7 @@ pub fn run(args: Args) -> CliResult {
         prefix: args.prefix,
         compression: args.compression.compression(),
         reference_layout: args.compression.reference_layout,
+        pins: !args.no_pins,
     };
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {

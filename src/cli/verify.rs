@@ -26,6 +26,8 @@ pub struct Args {
     /// With --split: the root the original (fat) binaries are under.
     #[arg(long, value_name = "ROOT", requires = "split")]
     pub original: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: crate::remote::settings::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -38,18 +40,21 @@ pub fn run(args: Args) -> CliResult {
     let mut problems = Vec::new();
     let mut total = 0usize;
     let mut digested = 0usize;
+    let mut opened = 0usize;
     for path in &args.archives {
-        let archive = Archive::open(path)?;
-        let (n, d) = check(&archive, &mut problems);
-        if d == 0 && n != 0 {
-            eprintln!(
-                "{}: has no BLAKE3 digests (written by the reference tooling or with \
-                 --reference-layout); checked by sizes only",
-                path.display()
-            );
+        for archive in crate::remote::open_for_command(path, &args.remote, true)? {
+            let (n, d) = check(&archive, &mut problems);
+            if d == 0 && n != 0 {
+                eprintln!(
+                    "{}: has no BLAKE3 digests (written by the reference tooling or with \
+                     --reference-layout); checked by sizes only",
+                    archive.path().display()
+                );
+            }
+            total += n;
+            digested += d;
+            opened += 1;
         }
-        total += n;
-        digested += d;
     }
     for p in &problems {
         eprintln!("BAD {p}");
@@ -74,7 +79,7 @@ pub fn run(args: Args) -> CliResult {
     eprintln!(
         "ok: {} in {}, {how}",
         super::words::count_of(total, "kernel", "kernels"),
-        super::words::count_of(args.archives.len(), "archive", "archives")
+        super::words::count_of(opened, "archive", "archives")
     );
     if !args.against.is_empty() {
         import::verify_against(&args.archives, &args.against)?;

@@ -173,7 +173,13 @@ pub struct KpackFs {
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
     dir_time: SystemTime,
+    /// More `name value` lines for `user.kpack.stats` from the program (remote sources' request
+    /// counters): the library knows nothing of where the archives' bytes come from.
+    extra_stats: Vec<StatsLines>,
 }
+
+/// A producer of `name value` lines for `user.kpack.stats`.
+pub type StatsLines = Box<dyn Fn() -> String + Send + Sync>;
 
 impl KpackFs {
     /// Builds the tree over `archives` (merged in order; the first to provide a (key, arch)
@@ -223,8 +229,14 @@ impl KpackFs {
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
+            extra_stats: Vec::new(),
         };
         Ok((fs, duplicates))
+    }
+
+    /// Appends `lines()` to every `user.kpack.stats` answer.
+    pub fn add_stats(&mut self, lines: StatsLines) {
+        self.extra_stats.push(lines);
     }
 
     pub fn tree(&self) -> &Tree {
@@ -501,10 +513,10 @@ impl KpackFs {
     /// (`passthrough 1` when the kernel reads backing files itself; `daemon_reads` counts the
     /// READ requests the daemon served), where backing files live
     /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
-    /// counters.
+    /// counters; then the program's (see [`KpackFs::add_stats`]).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
-        format!(
+        let mut text = format!(
             "{}lookups {}\nlookups_missing {}\npassthrough {}\ndaemon_reads {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
@@ -519,7 +531,11 @@ impl KpackFs {
             d.misses,
             d.rejected,
             d.evictions,
-        )
+        );
+        for lines in &self.extra_stats {
+            text.push_str(&lines());
+        }
+        text
     }
 
     /// The extended attributes of an inode, in listing order.

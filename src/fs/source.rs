@@ -398,7 +398,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     // The loader keeps a file reached twice (symlinks, repeated search paths); the mount shows
     // it once.
     let mut seen = HashSet::new();
-    for (canonical, archive) in opened {
+    for (canonical, archive) in opened.archives {
         if seen.insert(canonical) {
             source.archives.push(archive);
         }

@@ -147,6 +147,8 @@ const LOADER_TESTS: &[&str] = &[
     "LoaderMatrix.OnlyFirstTokenReplaced",
     "LoaderMatrix.EmptyAndBarePrefixArch",
     "CApi.BinaryPathEndingInSlash",
+    "CApi.MetadataRepeatedKeysFirstWins",
+    "CApi.PinsRefuseUnpinnedArchive",
 ];
 
 fn run_loader(lang: Lang) {

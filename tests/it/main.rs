@@ -24,6 +24,7 @@ mod loader;
 mod mount;
 mod path_safety;
 mod pins;
+mod remote;
 mod split;
 mod split_c;
 mod split_cli;

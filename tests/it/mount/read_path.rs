@@ -50,6 +50,24 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 }
             }
         }
+        // `arg`: a kernel path; reads it sequentially in 64 KiB steps and compares.
+        "rp_chunked" => {
+            let (key, arch) = arg.rsplit_once('/').unwrap();
+            let want = rocm_kpack::Archive::open(archive)
+                .unwrap()
+                .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+                .unwrap();
+            let mut f = File::open(mnt.join(arg)).unwrap();
+            let (mut got, mut buf) = (Vec::new(), vec![0u8; 64 << 10]);
+            loop {
+                let n = f.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == want, "{arg}: {} bytes read", got.len());
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -376,4 +394,31 @@ fn cache_dir_stays_within_its_size() {
     m.stop();
     let total: u64 = cache_files(&cache).values().sum();
     assert!(total <= 100 << 10, "{total} bytes in the cache directory");
+}
+
+#[test]
+fn daemon_path_reads_in_large_requests() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = write_archive(
+        &d.path().join("big.kpack"),
+        Compression::Zstd { level: 3 },
+        &[("lib/big.so#0", "gfx942", pattern(4 << 20, 3))],
+    );
+    let m = Mount::start(&path, &["--no-passthrough"]);
+    let entry = rocm_kpack::fs::mountinfo::mount_at(&m.mountpoint)
+        .unwrap()
+        .unwrap();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        entry.major, entry.minor
+    );
+    assert_eq!(fs::read_to_string(&knob).unwrap().trim(), "1024", "{knob}");
+    // 4 MiB read 64 KiB at a time: readahead turns that into a few 1 MiB READs (with the
+    // kernel's default 128 KiB readahead it would be 32).
+    m.check("rp_chunked", "lib/big.so#0/gfx942.hsaco");
+    m.check("rp_stats", "passthrough=0,daemon_reads<10,decodes=1");
+    m.stop();
 }

@@ -1,0 +1,174 @@
+//! One remote object as a [`ByteSource`], so `Archive` parses and checks it exactly as a local
+//! file.
+//!
+//! Reads of [`DIRECT_MIN`] bytes or more (the TOC, a kernel's frame or blob) are one ranged GET
+//! of exactly those bytes: with frame positions in the TOC a kernel costs one request. Smaller
+//! reads (the header, and for archives without frame positions the 4-byte size words that open
+//! walks) fetch a larger window into [`FetchedRanges`]; the window doubles while such reads move
+//! forward, so the blob region of an archive without frame positions comes in a few large
+//! ranges instead of one request per frame.
+//!
+//! Every request after the first asks for the version seen at open (`If-Match`, and the answer's
+//! version is compared): an object replaced while mounted fails the read (EIO in the mount) with
+//! one log line, and no byte of the new object is ever returned.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use object_store::path::Path as ObjectPath;
+use rocm_kpack::byte_source::ByteSource;
+use rocm_kpack::error::{Error, Result};
+
+use super::client::{Client, FetchError, Version};
+use super::ranges::FetchedRanges;
+
+/// Reads at least this long go to the server as they are.
+pub const DIRECT_MIN: usize = 64 << 10;
+/// First window fetched for a small read.
+const WINDOW_MIN: u64 = 64 << 10;
+/// Largest window.
+const WINDOW_MAX: u64 = 16 << 20;
+
+#[derive(Debug)]
+struct Readahead {
+    /// Where the last small read that missed started.
+    last_miss: u64,
+    window: u64,
+}
+
+#[derive(Debug)]
+pub struct RemoteObject {
+    client: Arc<Client>,
+    path: ObjectPath,
+    url: String,
+    version: Version,
+    changed: AtomicBool,
+    fetched: FetchedRanges,
+    readahead: Mutex<Readahead>,
+}
+
+impl RemoteObject {
+    /// Opens the object: one GET of its first window, which also tells its length and version.
+    pub fn open(
+        client: Arc<Client>,
+        path: ObjectPath,
+        url: String,
+        spill_dir: &std::path::Path,
+    ) -> std::result::Result<RemoteObject, FetchError> {
+        let fetched = FetchedRanges::new(spill_dir).map_err(|e| {
+            FetchError::Config(format!(
+                "{}: cannot create a spill file for fetched ranges: {e}",
+                spill_dir.display()
+            ))
+        })?;
+        let first = client.get(&url, &path, 0..WINDOW_MIN, None)?;
+        fetched
+            .insert(&first.bytes, 0)
+            .map_err(|e| FetchError::Config(format!("{url}: cannot keep fetched bytes: {e}")))?;
+        let mut version = first.version;
+        version.size = first.size;
+        Ok(RemoteObject {
+            client,
+            path,
+            url,
+            version,
+            changed: AtomicBool::new(false),
+            fetched,
+            readahead: Mutex::new(Readahead {
+                last_miss: 0,
+                window: WINDOW_MIN,
+            }),
+        })
+    }
+
+    fn fetch(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let end = (offset + len).min(self.version.size);
+        let what = format!("{} bytes {offset}..{end}", self.url);
+        match self
+            .client
+            .get(&what, &self.path, offset..end, Some(&self.version))
+        {
+            Ok(f) => Ok(f.bytes),
+            Err(FetchError::Changed(m)) => {
+                if !self.changed.swap(true, Ordering::SeqCst) {
+                    log::error!("{m}; its reads fail with EIO from now on (remount to see it)");
+                }
+                Err(io::Error::other(m))
+            }
+            Err(e) => {
+                log::error!("{e}");
+                Err(io::Error::other(e.to_string()))
+            }
+        }
+    }
+
+    fn changed_error(&self) -> io::Error {
+        io::Error::other(format!(
+            "{}: the object changed since it was opened",
+            self.url
+        ))
+    }
+}
+
+impl ByteSource for RemoteObject {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.changed.load(Ordering::SeqCst) {
+            return Err(self.changed_error());
+        }
+        let size = self.version.size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = buf.len().min((size - offset) as usize);
+        let buf = &mut buf[..n];
+        if self.fetched.read(buf, offset)? {
+            return Ok(n);
+        }
+        if n >= DIRECT_MIN {
+            let bytes = self.fetch(offset, n as u64)?;
+            let got = bytes.len().min(n);
+            buf[..got].copy_from_slice(&bytes[..got]);
+            return Ok(got);
+        }
+        let window = {
+            let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
+            ra.window = if offset > ra.last_miss {
+                (ra.window * 2).min(WINDOW_MAX)
+            } else {
+                WINDOW_MIN
+            };
+            ra.last_miss = offset;
+            ra.window
+        };
+        let bytes = self.fetch(offset, window.max(n as u64))?;
+        self.fetched.insert(&bytes, offset)?;
+        let got = bytes.len().min(n);
+        buf[..got].copy_from_slice(&bytes[..got]);
+        Ok(got)
+    }
+
+    fn len(&self) -> u64 {
+        self.version.size
+    }
+
+    fn display_name(&self) -> String {
+        self.url.clone()
+    }
+
+    fn identity(&self) -> String {
+        format!("{} {}", self.url, self.version.token())
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        if self.changed.load(Ordering::SeqCst) {
+            return Err(Error::io(
+                std::path::Path::new(&self.url),
+                "archive changed while open",
+                self.changed_error(),
+            ));
+        }
+        Ok(())
+    }
+}
