@@ -320,8 +320,8 @@ where
         },
     )
     .and_then(|()| {
-        let (file, size) =
-            archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
+        let done = archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
+        let (file, size) = (done.file, done.size);
         file.sync_all()
             .map_err(|e| Error::io(path, "cannot sync", e))?;
         std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;

@@ -399,7 +399,7 @@ fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<String> {
     let Some(root) = root else {
         return file_name(host);
     };
-    let unreadable = |p: &Path, e: std::io::Error| CliError::io(Exit::Unreadable, &p, &e);
+    let unreadable = |p: &Path, e: std::io::Error| CliError::io(Exit::Unreadable, p, &e);
     let root_abs = std::fs::canonicalize(root).map_err(|e| unreadable(root, e))?;
     let parent = host
         .parent()

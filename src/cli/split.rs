@@ -82,7 +82,7 @@ pub fn run(args: Args) -> CliResult {
 /// `verify --split OUTROOT --original ROOT`.
 pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     let check = split::verify_split(out_root, original_root)
-        .map_err(|e| CliError::io(Exit::Unreadable, &out_root, &e))?;
+        .map_err(|e| CliError::io(Exit::Unreadable, out_root, &e))?;
     // A binary that does not parse is a problem to report, not a reason to say "none found".
     if check.binaries == 0 && check.problems.is_empty() {
         return Err(CliError::new(

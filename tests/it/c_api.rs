@@ -61,6 +61,7 @@ const API_TESTS: &[&str] = &[
     "CApi.ZeroSizeKernel",
     "ErrorMatrix.OpenAndGet",
     "ErrorMatrix.GfxArchesLenient",
+    "ErrorMatrix.EmptyArchMapNotABinary",
     "LoaderAPITest.EnumerateArchitectures_ValidArchive",
     "LoaderAPITest.EnumerateArchitectures_EarlyTermination",
     "LoaderAPITest.EnumerateArchitectures_FileNotFound",
