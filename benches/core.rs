@@ -339,7 +339,10 @@ fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
     );
     println!(
         "{:<48} {:>14} {:>10}  {}",
-        "measurement", "value", "ratio", "against (target)"
+        "measurement",
+        "value",
+        "ratio",
+        if quick { "against" } else { "against (target)" }
     );
     for r in rows {
         match r.ratio {

@@ -147,8 +147,9 @@ pub enum Error {
         path: PathBuf,
         key: String,
         arch: String,
-        recorded: [u8; 32],
-        actual: [u8; 32],
+        /// Boxed: two digests inline would make every `Result` of the crate larger.
+        recorded: Box<[u8; 32]>,
+        actual: Box<[u8; 32]>,
     },
     /// An allocation the caller asked for failed.
     OutOfMemory { bytes: usize },
@@ -158,8 +159,12 @@ pub enum Error {
     PathDiscovery(String),
     /// HIPK metadata is missing, malformed or of the wrong shape.
     InvalidMetadata(String),
-    /// None of the search paths named a readable archive.
-    ArchiveNotFound { tried: Vec<PathBuf> },
+    /// None of the search paths named a readable archive (that the binary pins, if it has
+    /// pins: `unpinned` are the archives skipped because it does not).
+    ArchiveNotFound {
+        tried: Vec<PathBuf>,
+        unpinned: Vec<PathBuf>,
+    },
     /// No archive on the search path holds any requested arch.
     ArchNotFound { key: String, arches: Vec<String> },
 }
@@ -377,7 +382,7 @@ impl fmt::Display for Error {
             Error::Disabled => write!(f, "kpack loading is disabled by ROCM_KPACK_DISABLE"),
             Error::PathDiscovery(msg) => write!(f, "binary path discovery failed: {msg}"),
             Error::InvalidMetadata(msg) => write!(f, "invalid HIPK metadata: {msg}"),
-            Error::ArchiveNotFound { tried } => {
+            Error::ArchiveNotFound { tried, unpinned } => {
                 write!(
                     f,
                     "no readable kpack archive found (tried {} paths",
@@ -386,7 +391,14 @@ impl fmt::Display for Error {
                 for p in tried.iter().take(8) {
                     write!(f, "; {}", p.display())?;
                 }
-                write!(f, ")")
+                write!(f, ")")?;
+                if !unpinned.is_empty() {
+                    write!(f, "; not pinned by the binary, so not used:")?;
+                    for p in unpinned.iter().take(8) {
+                        write!(f, " {}", p.display())?;
+                    }
+                }
+                Ok(())
             }
             Error::ArchNotFound { key, arches } => write!(
                 f,

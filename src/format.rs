@@ -73,7 +73,11 @@ impl Scheme {
 pub struct TocEntry {
     pub arch: String,
     pub ordinal: u32,
+    /// For a `none` entry written without `original_size` (which the reference accepts), the
+    /// size of its blob (0 when it has none).
     pub original_size: u64,
+    /// Whether the entry had an `original_size` field.
+    pub has_original_size: bool,
     /// `metadata.frame`: where the frame's size word lies and the size it holds.
     pub frame: Option<FramePos>,
     /// `metadata.blake3`: BLAKE3 of the decoded kernel.
@@ -166,8 +170,13 @@ fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64
 /// Parses TOC bytes (the first msgpack object; trailing bytes ignored) with the reference's
 /// rules: unknown or missing scheme means `none`; a non-array `gfx_arches` or non-map `toc` reads
 /// as empty; non-string keys and non-map arch values are skipped; numeric fields of the wrong
-/// type, negative or out of range are errors; a missing `ordinal` or `original_size` is an error
-/// (the reference leaves it uninitialised). Where a key appears twice, the last one counts.
+/// type, negative or out of range are errors; a missing `ordinal` is an error, as is a missing
+/// `original_size`
+/// for `zstd-per-kernel` (the reference aborts there), while a `none` entry without
+/// `original_size` reads with its blob's size (as the reference does). Where a map repeats a key
+/// (the root, `toc`, an arch map, an entry), the first occurrence counts, as in the reference's
+/// parser; later ones are still read (and their numbers checked) but ignored. A binary whose arch
+/// map holds no entries is not a binary that has kernels and is left out.
 ///
 /// The root map and the big `toc` map are walked with a pull reader rather than decoded into a
 /// tree: a TOC of 100,000 entries then costs a few allocations per entry, not a dozen.
@@ -195,15 +204,24 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
     let mut blobs: Option<Result<Vec<Span>, TocError>> = None;
     let mut zstd_offset: Option<Result<u64, TocError>> = None;
     let mut zstd_size: Option<Result<u64, TocError>> = None;
+    let mut missing_size: Option<TocError> = None;
+    let mut seen: Vec<&str> = Vec::new();
     for _ in 0..fields {
         let at = r.position();
         let key = r.value(1)?;
         let name = key.as_str().unwrap_or("");
-        if name == "toc" {
-            toc.binaries = parse_binaries(&mut r)?;
+        let repeated = !name.is_empty() && seen.contains(&name);
+        if !repeated && !name.is_empty() {
+            seen.push(name);
+        }
+        if name == "toc" && !repeated {
+            (toc.binaries, missing_size) = parse_binaries(&mut r)?;
             continue;
         }
         let value = r.value(1)?;
+        if repeated {
+            continue;
+        }
         let located = |e: TocError| TocError {
             offset: at,
             reason: e.reason,
@@ -236,8 +254,20 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
     }
     toc.byte_len = r.position();
     match toc.scheme {
-        Scheme::None => toc.blobs = blobs.transpose()?.unwrap_or_default(),
+        Scheme::None => {
+            toc.blobs = blobs.transpose()?.unwrap_or_default();
+            if missing_size.is_some() {
+                for e in toc.binaries.iter_mut().flat_map(|b| &mut b.arches) {
+                    if !e.has_original_size {
+                        e.original_size = toc.blobs.get(e.ordinal as usize).map_or(0, |s| s.size);
+                    }
+                }
+            }
+        }
         Scheme::ZstdPerKernel => {
+            if let Some(e) = missing_size {
+                return Err(e);
+            }
             toc.zstd_blob = Span {
                 offset: zstd_offset.transpose()?.unwrap_or(0),
                 size: zstd_size.transpose()?.unwrap_or(0),
@@ -273,12 +303,17 @@ fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
     Ok(blobs)
 }
 
-/// The `toc` map, walked in place: binary key -> arch -> entry.
-fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocError> {
+/// The `toc` map, walked in place: binary key -> arch -> entry. Also returns the error for the
+/// first entry without `original_size` (an error only for `zstd-per-kernel`, decided by the
+/// caller once the scheme is known).
+fn parse_binaries(
+    r: &mut msgpack::Reader<'_>,
+) -> Result<(Vec<TocBinary>, Option<TocError>), TocError> {
     let Some(count) = r.map_header()? else {
         r.value(1)?; // Not a map: reads as an empty TOC.
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
+    let mut missing_size = None;
     let mut binaries: Vec<TocBinary> = Vec::with_capacity(count.min(1 << 20));
     for _ in 0..count {
         let key_value = r.value(2)?;
@@ -301,13 +336,17 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
             let mut metadata = None;
             for _ in 0..entry_fields {
                 let field = r.value(4)?;
-                let value = r.value(4)?;
-                match field.as_str() {
-                    Some("ordinal") => ordinal = Some(value),
-                    Some("original_size") => original_size = Some(value),
-                    Some("metadata") => metadata = Some(value),
-                    _ => {}
+                if field.as_str() == Some("metadata") && metadata.is_none() {
+                    metadata = Some(entry_metadata(r)?);
+                    continue;
                 }
+                let value = r.value(4)?;
+                let slot = match field.as_str() {
+                    Some("ordinal") => &mut ordinal,
+                    Some("original_size") => &mut original_size,
+                    _ => continue,
+                };
+                slot.get_or_insert(value);
             }
             // Entries under a non-string key are skipped, but only after being read whole.
             let (Some(key), Some(arch)) = (key, arch_value.as_str()) else {
@@ -325,12 +364,21 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
             let ordinal = number("ordinal", ordinal)?;
             let ordinal = u32::try_from(ordinal)
                 .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
-            let original_size = number("original_size", original_size)?;
-            let (frame, blake3) = metadata.as_ref().map_or((None, None), entry_metadata);
+            let has_original_size = original_size.is_some();
+            let original_size = if has_original_size {
+                number("original_size", original_size)?
+            } else {
+                if missing_size.is_none() {
+                    missing_size = Some(ctx("field 'original_size' is missing".into()));
+                }
+                0
+            };
+            let (frame, blake3) = metadata.unwrap_or_default();
             let entry = TocEntry {
                 arch: arch.to_owned(),
                 ordinal,
                 original_size,
+                has_original_size,
                 frame,
                 blake3,
             };
@@ -343,37 +391,60 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<Vec<TocBinary>, TocErro
             });
         }
     }
-    // Sorted by key; a key written twice keeps its last occurrence, like a map. Writers usually
-    // emit sorted keys, so check before paying for a sort.
+    // Sorted by key; a key written twice keeps its first occurrence (the sort is stable). Writers
+    // usually emit sorted keys, so check before paying for a sort.
     if !binaries.is_sorted_by(|a, b| a.key < b.key) {
-        binaries.reverse();
         binaries.sort_by(|a, b| a.key.cmp(&b.key));
         binaries.dedup_by(|later, earlier| later.key == earlier.key);
     }
-    Ok(binaries)
+    // Only after the first occurrence has won: `{"k": {}, "k": {...}}` has no kernels for k.
+    binaries.retain(|b| !b.arches.is_empty());
+    Ok((binaries, missing_size))
 }
 
-/// Our keys in an entry's `metadata` map. A value of the wrong shape is ignored, as the whole map
-/// is by the reference: the entry then reads as one without that key (the frame chain is walked
-/// at open, no digest is checked).
-fn entry_metadata(metadata: &Value<'_>) -> (Option<FramePos>, Option<[u8; 32]>) {
-    let frame = match metadata.get(META_FRAME) {
-        Some(Value::Array(items)) => match items.as_slice() {
-            [Value::Uint(offset), Value::Uint(size)] => {
-                u32::try_from(*size).ok().map(|size| FramePos {
-                    offset: *offset,
-                    size,
-                })
+/// Our keys in an entry's `metadata` map, read in place (a map per entry would cost an
+/// allocation each in a TOC of a million entries). A value of the wrong shape is ignored, as the
+/// whole map is by the reference: the entry then reads as one without that key (the frame chain
+/// is walked at open, no digest is checked). A repeated key counts at its first occurrence.
+fn entry_metadata(
+    r: &mut msgpack::Reader<'_>,
+) -> Result<(Option<FramePos>, Option<[u8; 32]>), TocError> {
+    let Some(count) = r.map_header()? else {
+        r.value(5)?; // Not a map: nothing of ours.
+        return Ok((None, None));
+    };
+    let (mut frame, mut blake3) = (None, None);
+    let (mut frame_seen, mut blake3_seen) = (false, false);
+    for _ in 0..count {
+        let key = r.value(5)?;
+        let value = r.value(5)?;
+        match key.as_str() {
+            Some(META_FRAME) if !frame_seen => {
+                frame_seen = true;
+                frame = match &value {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Uint(offset), Value::Uint(size)] => {
+                            u32::try_from(*size).ok().map(|size| FramePos {
+                                offset: *offset,
+                                size,
+                            })
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
             }
-            _ => None,
-        },
-        _ => None,
-    };
-    let blake3 = match metadata.get(META_BLAKE3) {
-        Some(Value::Bin(b)) => <[u8; 32]>::try_from(*b).ok(),
-        _ => None,
-    };
-    (frame, blake3)
+            Some(META_BLAKE3) if !blake3_seen => {
+                blake3_seen = true;
+                blake3 = match value {
+                    Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
+                    _ => None,
+                };
+            }
+            _ => {}
+        }
+    }
+    Ok((frame, blake3))
 }
 
 /// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a
@@ -381,8 +452,8 @@ fn entry_metadata(metadata: &Value<'_>) -> (Option<FramePos>, Option<[u8; 32]>) 
 /// tests/it/alloc_bounds.rs: 40,000 arches under one key took 29 s to open in a debug build).
 const LINEAR_ARCHES: usize = 16;
 
-/// Where each arch of one key sits in its entry list, so that a repeated arch replaces its first
-/// occurrence (keeping file order) in constant time.
+/// Where each arch of one key sits in its entry list, so that a repeated arch is found (and
+/// ignored: the first occurrence wins) in constant time.
 #[derive(Default)]
 struct ArchSet {
     index: Option<HashMap<String, usize>>,
@@ -394,8 +465,7 @@ impl ArchSet {
             Some(index) => index.get(&entry.arch).copied(),
             None => arches.iter().position(|e| e.arch == entry.arch),
         };
-        if let Some(i) = found {
-            arches[i] = entry;
+        if found.is_some() {
             return;
         }
         if let Some(index) = &mut self.index {

@@ -243,6 +243,96 @@ fn work<T>(
     }
 }
 
+/// The archive-wide fields of an archive to write.
+#[derive(Debug, Clone)]
+pub struct ArchiveHead {
+    pub group_name: String,
+    pub gfx_arch_family: String,
+    pub gfx_arches: Vec<String>,
+    pub compression: Compression,
+    pub reference_layout: bool,
+}
+
+/// Why [`pack_files`] failed: reading an input (the caller's error) or writing the archive.
+#[derive(Debug)]
+pub enum PackFilesError<E> {
+    Read(E),
+    Write(Error),
+}
+
+impl<E> From<Error> for PackFilesError<E> {
+    fn from(e: Error) -> Self {
+        PackFilesError::Write(e)
+    }
+}
+
+/// Writes the archive of `kernels` (key, arch, file, in ordinal order) at `path`: files are
+/// read on this thread with `read` while the workers compress and hash and a writer thread
+/// appends, into a temporary file in the same directory renamed into place once complete (and
+/// removed on failure). `progress` receives each kernel's size once it is stored. Returns the
+/// archive's size.
+pub fn pack_files<P, E>(
+    path: &std::path::Path,
+    head: &ArchiveHead,
+    threads: Option<usize>,
+    kernels: &[(String, String, P)],
+    read: impl Fn(&P) -> Result<Vec<u8>, E>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64, PackFilesError<E>>
+where
+    P: Sync,
+    E: Send,
+{
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::InvalidArgument(format!("{}: not a file path", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let file = std::fs::File::create(&tmp).map_err(|e| Error::io(path, "cannot create", e))?;
+    let mut opts = Options::new(head.compression);
+    opts.hash = !head.reference_layout;
+    if let Some(t) = threads {
+        opts.threads = t.max(1);
+    }
+    let mut archive = ArchiveFile::new(file, path, head.compression, head.reference_layout);
+    let result = run(
+        opts,
+        |feed| {
+            for (i, (_, _, source)) in kernels.iter().enumerate() {
+                let data = read(source).map_err(PackFilesError::Read)?;
+                feed.submit(i, data)?;
+            }
+            Ok(())
+        },
+        |i: usize, encoded| {
+            let size = encoded.original_size;
+            let (key, arch, _) = &kernels[i];
+            archive.append(key, arch, Vec::new(), encoded)?;
+            progress(size);
+            Ok(())
+        },
+    )
+    .and_then(|()| {
+        let done = archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
+        let (file, size) = (done.file, done.size);
+        file.sync_all()
+            .map_err(|e| Error::io(path, "cannot sync", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
+        Ok(size)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

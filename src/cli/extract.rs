@@ -37,7 +37,7 @@ pub fn run(args: Args) -> CliResult {
         names::check_arch(&entry.arch).map_err(refuse)?;
         plan.push((key, entry.arch.as_str(), parts));
     }
-    let out_err = |p: &Path, e: std::io::Error| CliError::io(Exit::Output, &p, &e);
+    let out_err = |p: &Path, e: std::io::Error| CliError::io(Exit::Output, p, &e);
     fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
     let mut count = 0u64;
     let mut bytes = 0u64;

@@ -20,6 +20,8 @@ pub struct ImportRequest {
     pub root: Option<PathBuf>,
     pub single: bool,
     pub emit_metadata: bool,
+    /// With `emit_metadata`: pin each binary to the archives holding its code objects.
+    pub pins: bool,
     pub compression: Compression,
     /// Write the reference writer's exact layout (no frame positions, no digests).
     pub reference_layout: bool,
@@ -31,11 +33,13 @@ struct Host<'a> {
     kernel_name: String,
 }
 
-/// An archive being written, with the arches it holds in first-seen order.
+/// An archive being written, with the arches it holds in first-seen order and the binaries
+/// whose code objects it holds.
 struct OpenArchive {
     path: PathBuf,
     arches: Vec<String>,
     file: ArchiveFile,
+    kernel_names: Vec<String>,
 }
 
 /// What travels with a code object through the pipeline.
@@ -43,6 +47,7 @@ struct Tag {
     key: String,
     arch: String,
     triple: String,
+    kernel_name: String,
 }
 
 /// Streams every host's code objects through the parallel pipeline into archives staged in the
@@ -61,8 +66,8 @@ pub fn run(req: ImportRequest) -> CliResult {
     };
     import::validate_prefix(&prefix).map_err(|e| CliError::new(Exit::Usage, e))?;
     let hosts = name_hosts(&req)?;
-    let metadata = if req.emit_metadata {
-        hipk_metadata(&req, &hosts, &prefix)?
+    let metadata_names = if req.emit_metadata {
+        metadata_file_names(&hosts)?
     } else {
         Vec::new()
     };
@@ -106,6 +111,7 @@ pub fn run(req: ImportRequest) -> CliResult {
                         path,
                         arches: Vec::new(),
                         file,
+                        kernel_names: Vec::new(),
                     });
                     open.len() - 1
                 }
@@ -113,6 +119,9 @@ pub fn run(req: ImportRequest) -> CliResult {
             let archive = &mut open[slot];
             if !archive.arches.contains(&tag.arch) {
                 archive.arches.push(tag.arch.clone());
+            }
+            if !archive.kernel_names.contains(&tag.kernel_name) {
+                archive.kernel_names.push(tag.kernel_name);
             }
             let meta = vec![("target".to_owned(), tag.triple)];
             archive.file.append(&tag.key, &tag.arch, meta, encoded)?;
@@ -130,17 +139,37 @@ pub fn run(req: ImportRequest) -> CliResult {
         ));
     }
     let mut lines = Vec::with_capacity(open.len());
+    let mut held: Vec<([u8; 32], Vec<String>)> = Vec::with_capacity(open.len());
     for a in open {
         let n = a.file.len();
         let family = a.arches.join(",");
-        let (file, size) = a.file.finish(&prefix, &family, &a.arches)?;
-        Staging::seal(&file, &a.path, 0o644).map_err(staging_error)?;
+        let done = a.file.finish(&prefix, &family, &a.arches)?;
+        Staging::seal(&done.file, &a.path, 0o644).map_err(staging_error)?;
         lines.push(format!(
-            "{}: {n} code objects [{}], {size} bytes",
+            "{}: {n} code objects [{}], {} bytes",
             a.path.display(),
-            a.arches.join(", ")
+            a.arches.join(", "),
+            done.size
         ));
+        held.push((done.toc_digest, a.kernel_names));
     }
+    // The metadata goes last: its pins are the digests of the archives just finished.
+    let metadata: Vec<(&String, Vec<u8>)> = hosts
+        .iter()
+        .zip(&metadata_names)
+        .map(|(h, name)| {
+            let pins: Option<Vec<[u8; 32]>> = req.pins.then(|| {
+                held.iter()
+                    .filter(|(_, names)| names.contains(&h.kernel_name))
+                    .map(|(digest, _)| *digest)
+                    .collect()
+            });
+            let search = vec![import::search_path(&h.kernel_name, &prefix, req.single)];
+            let bytes =
+                rocm_kpack::hipk::metadata::encode_pinned(&search, &h.kernel_name, pins.as_deref());
+            (name, bytes)
+        })
+        .collect();
     for (name, bytes) in &metadata {
         let path = req.out_dir.join(name);
         let mut file = staging.create(&path).map_err(staging_error)?;
@@ -184,28 +213,21 @@ fn name_hosts(req: &ImportRequest) -> CliResult<Vec<Host<'_>>> {
     Ok(hosts)
 }
 
-/// The `<binary>.hipk.msgpack` files `--emit-metadata` writes: (file name, bytes).
-fn hipk_metadata(
-    req: &ImportRequest,
-    hosts: &[Host<'_>],
-    prefix: &str,
-) -> CliResult<Vec<(String, Vec<u8>)>> {
-    let mut metadata: Vec<(String, Vec<u8>)> = Vec::new();
+/// The names of the `<binary>.hipk.msgpack` files `--emit-metadata` writes, one per host in
+/// order; two hosts with the same file name are refused before anything is written.
+fn metadata_file_names(hosts: &[Host<'_>]) -> CliResult<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
     for h in hosts {
         let name = format!("{}{}", file_name(h.path)?, import::METADATA_SUFFIX);
-        if metadata.iter().any(|(n, _)| *n == name) {
+        if names.contains(&name) {
             return Err(CliError::new(
                 Exit::Usage,
                 format!("two binaries would write the same metadata file {name}"),
             ));
         }
-        let search = vec![import::search_path(&h.kernel_name, prefix, req.single)];
-        metadata.push((
-            name,
-            rocm_kpack::hipk::metadata::encode(&search, &h.kernel_name),
-        ));
+        names.push(name);
     }
-    Ok(metadata)
+    Ok(names)
 }
 
 /// Reads one host without its device code and submits its code objects; returns how many.
@@ -227,6 +249,7 @@ fn stream_host(h: &Host<'_>, feed: &Feed<'_, Tag>, tick: &dyn Fn(u64)) -> CliRes
                 key: co.key,
                 arch: co.arch,
                 triple: co.triple,
+                kernel_name: h.kernel_name.clone(),
             };
             feed.submit(tag, co.data)
         },
@@ -376,7 +399,7 @@ fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<String> {
     let Some(root) = root else {
         return file_name(host);
     };
-    let unreadable = |p: &Path, e: std::io::Error| CliError::io(Exit::Unreadable, &p, &e);
+    let unreadable = |p: &Path, e: std::io::Error| CliError::io(Exit::Unreadable, p, &e);
     let root_abs = std::fs::canonicalize(root).map_err(|e| unreadable(root, e))?;
     let parent = host
         .parent()

@@ -40,57 +40,42 @@ pub fn pages() -> Vec<(String, Vec<u8>)> {
 /// clap_mangen's page with our SYNOPSIS section in place of its own.
 fn render(mut cmd: clap::Command) -> Vec<u8> {
     cmd.build();
-    let synopsis = synopsis(&cmd);
     let man = clap_mangen::Man::new(cmd.clone());
-    let mut buf = Vec::new();
-    let parts: [&dyn Fn(&mut Vec<u8>) -> std::io::Result<()>; 8] = [
-        &|w| man.render_title(w),
-        &|w| man.render_name_section(w),
-        &|w| {
-            w.extend_from_slice(synopsis.as_bytes());
-            Ok(())
-        },
-        &|w| man.render_description_section(w),
-        &|w| {
-            if cmd.get_arguments().any(|a| !a.is_hide_set()) {
-                man.render_options_section(w)?;
-            }
-            Ok(())
-        },
-        &|w| {
-            if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
-                man.render_subcommands_section(w)?;
-            }
-            Ok(())
-        },
-        &|w| {
-            if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
-                man.render_extra_section(w)?;
-            }
-            Ok(())
-        },
-        &|w| {
-            if cmd.get_version().is_some() {
-                man.render_version_section(w)?;
-            }
-            Ok(())
-        },
+    let mut pieces = vec![
+        section(|w| man.render_title(w)),
+        section(|w| man.render_name_section(w)),
+        synopsis(&cmd).into_bytes(),
+        section(|w| man.render_description_section(w)),
     ];
-    for (i, part) in parts.iter().enumerate() {
-        let mut piece = Vec::new();
-        part(&mut piece).expect("rendering into memory cannot fail");
-        if i > 0 {
-            // Each clap_mangen call starts with the same preamble; the page needs it once.
-            let text = String::from_utf8_lossy(&piece).into_owned();
-            piece = text
-                .lines()
-                .filter(|l| !l.starts_with(".ie \\n(.g .ds Aq") && !l.starts_with(".el .ds Aq"))
-                .flat_map(|l| [l, "\n"])
-                .collect::<String>()
-                .into_bytes();
-        }
-        buf.extend_from_slice(&piece);
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        pieces.push(section(|w| man.render_options_section(w)));
     }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        pieces.push(section(|w| man.render_subcommands_section(w)));
+    }
+    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+        pieces.push(section(|w| man.render_extra_section(w)));
+    }
+    if cmd.get_version().is_some() {
+        pieces.push(section(|w| man.render_version_section(w)));
+    }
+    let mut buf = pieces.remove(0);
+    for piece in pieces {
+        // Each clap_mangen call starts with the same preamble; the page needs it once.
+        for line in String::from_utf8_lossy(&piece).lines() {
+            if !line.starts_with(".ie \\n(.g .ds Aq") && !line.starts_with(".el .ds Aq") {
+                buf.extend_from_slice(line.as_bytes());
+                buf.push(b'\n');
+            }
+        }
+    }
+    buf
+}
+
+/// One clap_mangen section, rendered into memory.
+fn section(render: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    render(&mut buf).expect("rendering into memory cannot fail");
     buf
 }
 
@@ -167,7 +152,7 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn write_pages(dir: &Path) -> CliResult {
-    let fail = |what: &Path, e: std::io::Error| CliError::io(Exit::Output, &what, &e);
+    let fail = |what: &Path, e: std::io::Error| CliError::io(Exit::Output, what, &e);
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
     for (name, text) in pages() {
         let path = dir.join(&name);

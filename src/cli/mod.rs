@@ -15,6 +15,7 @@ mod mount_daemon;
 mod mount_log;
 mod mount_options;
 mod pack;
+mod pack_manifest;
 mod progress;
 mod resolve;
 mod split;

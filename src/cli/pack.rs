@@ -1,13 +1,16 @@
 //! `kpack-fuse pack`: a tree laid out as `<binary key>/<arch>.hsaco` (the layout the mount
-//! shows) becomes one archive; with `--from-fatbin`, ROCm host binaries become per-arch archives.
+//! shows), or the kernels a `--manifest` lists in order, becomes one archive; with
+//! `--from-fatbin`, ROCm host binaries become per-arch archives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
+use rocm_kpack::pack_pipeline::{self, ArchiveHead, PackFilesError};
 use rocm_kpack::{ArchiveWriter, Compression, codec, names};
 
 use super::import::{self, ImportRequest};
+use super::pack_manifest;
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -47,10 +50,14 @@ impl CompressionArgs {
 pub struct Args {
     /// The tree to pack: <binary key>/<arch>.hsaco files (symlinks are ignored).
     #[arg(
-        required_unless_present = "from_fatbin",
-        conflicts_with = "from_fatbin"
+        required_unless_present_any = ["from_fatbin", "manifest"],
+        conflicts_with_all = ["from_fatbin", "manifest"]
     )]
     pub dir: Option<PathBuf>,
+    /// Pack the kernels this file lists, one `key<TAB>arch<TAB>path` per line (paths relative to
+    /// the file), in its order: ordinals and the TOC's key and arch order follow the lines.
+    #[arg(long, value_name = "FILE", conflicts_with = "from_fatbin")]
+    pub manifest: Option<PathBuf>,
     /// Output: the archive file (tree mode) or a directory (with --from-fatbin).
     #[arg(short, long)]
     pub output: PathBuf,
@@ -62,8 +69,8 @@ pub struct Args {
     /// The TOC's gfx_arch_family (default: the arch when there is one, else "mixed").
     #[arg(long)]
     pub family: Option<String>,
-    /// The archive's arch list, in order (repeatable; default: the tree's arches, sorted).
-    /// It must name every arch in the tree.
+    /// The archive's arch list, in order (repeatable; default: the tree's arches, sorted, or the
+    /// manifest's in order of first appearance). It must name every arch packed.
     #[arg(long = "arch", value_name = "ARCH")]
     pub arches: Vec<String>,
     /// Compression threads (default: all cores).
@@ -81,9 +88,13 @@ pub struct Args {
     /// With --from-fatbin: write one multi-arch archive instead of one per arch.
     #[arg(long, requires = "from_fatbin")]
     pub single: bool,
-    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata.
+    /// With --from-fatbin: also write <binary>.hipk.msgpack, the HIPK metadata (pinned to the
+    /// archives written, unless --no-pins).
     #[arg(long, requires = "from_fatbin")]
     pub emit_metadata: bool,
+    /// With --emit-metadata: leave the pins out (the reference tooling's exact metadata).
+    #[arg(long, requires = "emit_metadata")]
+    pub no_pins: bool,
 }
 
 /// Inputs above this size get a progress bar when stderr is a terminal.
@@ -98,22 +109,50 @@ pub fn run(args: Args) -> CliResult {
             root: args.root,
             single: args.single,
             emit_metadata: args.emit_metadata,
+            pins: !args.no_pins,
             compression: args.compression.compression(),
             reference_layout: args.compression.reference_layout,
         });
     }
-    let dir = args.dir.expect("clap requires DIR without --from-fatbin");
-    let tree = scan_tree(&dir)?;
-    let present: BTreeSet<&str> = tree
-        .values()
-        .flat_map(|m| m.keys().map(String::as_str))
-        .collect();
+    // The kernels in packing order, and the arches present (the default arch list).
+    let (source, listed, present): (PathBuf, Vec<(String, String, PathBuf)>, Vec<String>) =
+        match &args.manifest {
+            Some(manifest) => {
+                let lines = pack_manifest::read(manifest)?;
+                let mut present: Vec<String> = Vec::new();
+                for l in &lines {
+                    if !present.contains(&l.arch) {
+                        present.push(l.arch.clone());
+                    }
+                }
+                let listed = lines.into_iter().map(|l| (l.key, l.arch, l.path)).collect();
+                (manifest.clone(), listed, present)
+            }
+            None => {
+                let dir = args.dir.clone().expect("clap requires DIR or --manifest");
+                let tree = scan_tree(&dir)?;
+                let present: BTreeSet<&str> = tree
+                    .values()
+                    .flat_map(|m| m.keys().map(String::as_str))
+                    .collect();
+                let present = present.into_iter().map(str::to_owned).collect();
+                let listed = tree
+                    .into_iter()
+                    .flat_map(|(key, by_arch)| {
+                        by_arch
+                            .into_iter()
+                            .map(move |(arch, path)| (key.clone(), arch, path))
+                    })
+                    .collect();
+                (dir, listed, present)
+            }
+        };
     let arches: Vec<String> = if args.arches.is_empty() {
-        present.iter().map(|a| a.to_string()).collect()
+        present.clone()
     } else {
         let missing: Vec<&str> = present
             .iter()
-            .copied()
+            .map(String::as_str)
             .filter(|a| !args.arches.iter().any(|x| x == a))
             .collect();
         if !missing.is_empty() {
@@ -121,7 +160,7 @@ pub fn run(args: Args) -> CliResult {
                 Exit::Usage,
                 format!(
                     "--arch does not name these arches found in {}: {}",
-                    dir.display(),
+                    source.display(),
                     missing.join(", ")
                 ),
             ));
@@ -143,43 +182,59 @@ pub fn run(args: Args) -> CliResult {
             [one] => one.clone(),
             _ => "mixed".to_owned(),
         });
-    let mut writer = ArchiveWriter::new(
-        group,
-        family,
-        arches.clone(),
-        args.compression.compression(),
-    )?;
-    if let Some(t) = args.threads {
-        writer.set_threads(t);
-    }
-    writer.set_reference_layout(args.compression.reference_layout);
+    let compression = args.compression.compression();
+    // Invalid TOC fields are refused before anything is read.
+    ArchiveWriter::new(group.clone(), family.clone(), arches.clone(), compression)?;
+    // A tree packs its keys sorted and each key's arches in arch-list order; a manifest packs
+    // in its own order.
+    let kernels: Vec<(String, String, PathBuf)> = if args.manifest.is_some() {
+        listed
+    } else {
+        let mut listed = listed;
+        let rank = |a: &str| arches.iter().position(|x| x == a);
+        listed.sort_by(|x, y| (&x.0, rank(&x.1)).cmp(&(&y.0, rank(&y.1))));
+        listed
+    };
     let mut total = 0u64;
-    for (key, by_arch) in &tree {
-        for arch in &arches {
-            if let Some(path) = by_arch.get(arch) {
-                let data =
-                    std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
-                total += data.len() as u64;
-                writer.add_kernel(key, arch, data)?;
-            }
-        }
+    for (_, _, path) in &kernels {
+        total += std::fs::metadata(path)
+            .map_err(|e| CliError::io(Exit::Unreadable, path, &e))?
+            .len();
     }
+    let head = ArchiveHead {
+        group_name: group,
+        gfx_arch_family: family,
+        gfx_arches: arches,
+        compression,
+        reference_layout: args.compression.reference_layout,
+    };
+    // Reading, compressing, hashing and writing overlap (rocm_kpack::pack_pipeline).
     let bar = progress_bar(total);
-    let written = writer
-        .write(&args.output, &|n| {
+    let written = pack_pipeline::pack_files(
+        &args.output,
+        &head,
+        args.threads,
+        &kernels,
+        |path: &PathBuf| std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e)),
+        &|n| {
             if let Some(b) = &bar {
                 b.inc(n)
             }
-        })
-        .map_err(|e| CliError::new(Exit::Output, e.to_string()))?;
+        },
+    )
+    .map_err(|e| match e {
+        PackFilesError::Read(e) => e,
+        PackFilesError::Write(e) => CliError::new(Exit::Output, e.to_string()),
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    let written = written?;
     eprintln!(
         "packed {} ({}) from {} into {} ({})",
-        super::words::count_of(writer.len(), "kernel", "kernels"),
+        super::words::count_of(kernels.len(), "kernel", "kernels"),
         super::words::count(total, "byte", "bytes"),
-        dir.display(),
+        source.display(),
         args.output.display(),
         super::words::count(written, "byte", "bytes")
     );
@@ -203,7 +258,7 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
 type Tree = BTreeMap<String, BTreeMap<String, PathBuf>>;
 
 fn scan_tree(root: &Path) -> CliResult<Tree> {
-    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, &root, &e))?;
+    let meta = std::fs::metadata(root).map_err(|e| CliError::io(Exit::Unreadable, root, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(
             Exit::Usage,

@@ -69,7 +69,7 @@ pub fn arch_list(args: &[String]) -> Vec<String> {
 
 /// Reads a host binary's HIPK metadata and wrappers.
 pub fn read_host(path: &Path) -> CliResult<HipkHost> {
-    let bytes = std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?;
+    let bytes = std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
     HipkHost::read(&bytes)
         .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))
 }
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> CliResult {
     for co in cos {
         let mut rec = Recorder::default();
         let request = LoadRequest {
-            binary_path: &binary,
+            binary_path: binary,
             co_index: co,
             arch_list: &arch_refs,
         };

@@ -28,6 +28,10 @@ pub struct Args {
     pub prefix: Option<String>,
     #[command(flatten)]
     pub compression: CompressionArgs,
+    /// Do not pin the rewritten binaries to their archives: their HIPK marker is then
+    /// byte-identical to the reference tooling's (see docs/split.md).
+    #[arg(long)]
+    pub no_pins: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -46,6 +50,7 @@ pub fn run(args: Args) -> CliResult {
         prefix: args.prefix,
         compression: args.compression.compression(),
         reference_layout: args.compression.reference_layout,
+        pins: !args.no_pins,
     };
     let report = split::split_tree(&req).map_err(cli_error)?;
     for b in &report.binaries {
@@ -77,7 +82,7 @@ pub fn run(args: Args) -> CliResult {
 /// `verify --split OUTROOT --original ROOT`.
 pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
     let check = split::verify_split(out_root, original_root)
-        .map_err(|e| CliError::io(Exit::Unreadable, &out_root, &e))?;
+        .map_err(|e| CliError::io(Exit::Unreadable, out_root, &e))?;
     // A binary that does not parse is a problem to report, not a reason to say "none found".
     if check.binaries == 0 && check.problems.is_empty() {
         return Err(CliError::new(

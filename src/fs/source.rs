@@ -133,7 +133,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let unreadable = |e: std::io::Error| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            crate::error::io_message(&path, &e),
+            crate::error::io_message(path, &e),
         )
     };
     let meta = std::fs::metadata(path).map_err(unreadable)?;
@@ -162,7 +162,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let abs = std::fs::canonicalize(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            crate::error::io_message(&path, &e),
+            crate::error::io_message(path, &e),
         )
     })?;
     let mut source = Source {
@@ -207,7 +207,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
-            crate::error::io_message(&dir, &e),
+            crate::error::io_message(dir, &e),
         )
     })?;
     let mut names = Vec::new();
@@ -215,7 +215,7 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
         let e = e.map_err(|e| {
             SourceError::new(
                 SourceErrorKind::Unreadable,
-                crate::error::io_message(&dir, &e),
+                crate::error::io_message(dir, &e),
             )
         })?;
         let name = e.file_name();
@@ -398,7 +398,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     // The loader keeps a file reached twice (symlinks, repeated search paths); the mount shows
     // it once.
     let mut seen = HashSet::new();
-    for (canonical, archive) in opened {
+    for (canonical, archive) in opened.archives {
         if seen.insert(canonical) {
             source.archives.push(archive);
         }

@@ -107,9 +107,10 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
     if !read(image, 0, 64)? || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
         return Ok(None);
     }
-    let le16 = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-    let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
-    let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+    // Only called on bytes `read` has just filled.
+    let le16 = |b: &[u8], at: usize| crate::bytes::le_u16(b, at).expect("read above");
+    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read above");
+    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read above");
     let (shoff, shentsize, shnum, shstrndx) = (
         le64(image, 40),
         u64::from(le16(image, 58)),

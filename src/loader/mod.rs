@@ -135,12 +135,15 @@ impl Loader {
             Expansion::Targets(request.arch_list),
             trace,
         );
-        let archives = self.open_archives(&paths, meta.pins.as_deref(), trace);
-        if archives.is_empty() {
+        let opened = self.open_archives(&paths, meta.pins.as_deref(), trace);
+        if opened.archives.is_empty() {
             emit(trace, || Event::NoValidArchives { paths: paths.len() });
-            return Err(Error::ArchiveNotFound { tried: paths });
+            return Err(Error::ArchiveNotFound {
+                tried: paths,
+                unpinned: opened.unpinned,
+            });
         }
-        Ok(archives)
+        Ok(opened.archives)
     }
 
     /// The archive paths to try for a binary, under this loader's configuration
@@ -172,17 +175,28 @@ impl Loader {
         paths: &[PathBuf],
         pins: Option<&[Pin]>,
         trace: &mut dyn Trace,
-    ) -> Vec<(PathBuf, Arc<Archive>)> {
-        let mut out = Vec::new();
+    ) -> OpenedArchives {
+        let mut out = OpenedArchives::default();
         for p in paths {
             if let Some((path, archive)) = self.cache.get_or_open(p, trace) {
                 if pinned(pins, &path, &archive, trace) {
-                    out.push((path, archive));
+                    out.archives.push((path, archive));
+                } else {
+                    out.unpinned.push(path);
                 }
             }
         }
         out
     }
+}
+
+/// What [`Loader::open_archives`] found.
+#[derive(Debug, Default)]
+pub struct OpenedArchives {
+    /// (canonical path, archive) in search order, duplicates kept.
+    pub archives: Vec<(PathBuf, Arc<Archive>)>,
+    /// Archives that opened but are not pinned by the binary (canonical paths).
+    pub unpinned: Vec<PathBuf>,
 }
 
 /// Whether `archive` may serve a binary with `pins`, reported to `trace` when the binary has any.

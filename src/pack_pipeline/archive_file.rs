@@ -128,13 +128,14 @@ impl ArchiveFile {
         Ok(())
     }
 
-    /// Writes the TOC, the frame count and the header; returns the file and its size.
+    /// Writes the TOC, the frame count and the header; returns the file, its size and its TOC
+    /// digest.
     pub fn finish(
         self,
         group_name: &str,
         gfx_arch_family: &str,
         gfx_arches: &[String],
-    ) -> Result<(File, u64)> {
+    ) -> Result<Finished> {
         let head = TocHead {
             group_name,
             gfx_arch_family,
@@ -164,8 +165,22 @@ impl ArchiveFile {
         header[..format::HEADER_SIZE].copy_from_slice(&Header::encode(self.at));
         self.write_at(&header, 0)?;
         let size = self.at + toc.len() as u64;
-        Ok((self.file, size))
+        Ok(Finished {
+            file: self.file,
+            size,
+            // The TOC ends the file, so these are exactly the bytes `Archive::toc_digest` hashes.
+            toc_digest: *blake3::hash(&toc).as_bytes(),
+        })
     }
+}
+
+/// A finished archive file.
+#[derive(Debug)]
+pub struct Finished {
+    pub file: File,
+    pub size: u64,
+    /// `Archive::toc_digest()` of the archive written: what a split binary pins.
+    pub toc_digest: [u8; 32],
 }
 
 #[cfg(test)]
@@ -216,9 +231,13 @@ mod tests {
                 }
                 let mut expect = Vec::new();
                 w.write_to(&mut expect, &|_| {}).unwrap();
-                let (_, size) = f.finish("g", "fam", &arches).unwrap();
+                let done = f.finish("g", "fam", &arches).unwrap();
                 let got = std::fs::read(&path).unwrap();
-                assert_eq!(size, got.len() as u64);
+                assert_eq!(done.size, got.len() as u64);
+                assert_eq!(
+                    done.toc_digest,
+                    crate::Archive::open(&path).unwrap().toc_digest()
+                );
                 assert!(
                     got == expect,
                     "{compression:?} reference_layout={reference_layout}"

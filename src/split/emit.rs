@@ -190,14 +190,5 @@ fn input_ended() -> io::Error {
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
+    crate::bytes::read_full_with(|b, at| file.read_at(b, at), buf, offset)
 }

@@ -106,11 +106,13 @@ pub struct SplitBinary {
     pub code_objects: Vec<CodeObject>,
 }
 
-/// The HIPK metadata a binary split for archives `<prefix>_<arch>.kpack` carries.
-pub fn marker(kernel_name: &str, prefix: &str) -> Vec<u8> {
-    hipk::metadata::encode(
+/// The HIPK metadata a binary split for archives `<prefix>_<arch>.kpack` carries, pinned to
+/// the TOC digests `pins` when given (without, byte-identical to the reference tooling's).
+pub fn marker(kernel_name: &str, prefix: &str, pins: Option<&[hipk::metadata::Pin]>) -> Vec<u8> {
+    hipk::metadata::encode_pinned(
         &[import::search_path(kernel_name, prefix, false)],
         kernel_name,
+        pins,
     )
 }
 
@@ -126,7 +128,8 @@ impl SplitError {
 }
 
 /// Splits one host binary whose path below the install root is `kernel_name`, for archives
-/// named `<prefix>_<arch>.kpack` in `<root>/.kpack/`.
+/// named `<prefix>_<arch>.kpack` in `<root>/.kpack/`. The archives do not exist yet, so the
+/// marker carries no pins ([`split_tree`] pins what it writes).
 pub fn split_binary(
     bytes: &[u8],
     kernel_name: &str,
@@ -137,7 +140,7 @@ pub fn split_binary(
     }
     let code_objects =
         import::host_code_objects(kernel_name, bytes).map_err(SplitError::from_import)?;
-    let metadata = marker(kernel_name, prefix);
+    let metadata = marker(kernel_name, prefix, None);
     let result = split_elf(bytes, &metadata)?;
     Ok(SplitBinary {
         result,

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use super::stage::Staging;
 use super::{Prepared, SplitError, prepare};
+use crate::hipk::metadata::Pin;
 use crate::import::{self, HostFile, KPACK_DIR, StreamError};
 use crate::loader::search::weakly_canonical;
 use crate::pack_pipeline::{self, ArchiveFile, Feed, Options};
@@ -38,6 +39,9 @@ pub struct SplitRequest {
     /// Write the archives in the reference writer's exact layout (no frame positions, no
     /// digests).
     pub reference_layout: bool,
+    /// Pin each rewritten binary to the archives it was split into (their TOC digests in its
+    /// HIPK metadata). Off (`--no-pins`): the marker is byte-identical to the reference's.
+    pub pins: bool,
 }
 
 /// What happened to one binary.
@@ -129,11 +133,12 @@ enum Plan {
     },
 }
 
-/// A per-arch archive being written.
+/// A per-arch archive being written, and the binaries whose code objects it holds.
 struct OpenArchive {
     arch: String,
     path: PathBuf,
     file: ArchiveFile,
+    kernel_names: Vec<String>,
 }
 
 /// What a code object carries through the pipeline to its archive.
@@ -141,7 +146,11 @@ struct Tag {
     key: String,
     arch: String,
     triple: String,
+    kernel_name: String,
 }
+
+/// A finished archive: (TOC digest, the binaries it holds code objects of).
+type Held = ([u8; 32], Vec<String>);
 
 impl From<crate::Error> for TreeError {
     fn from(e: crate::Error) -> TreeError {
@@ -165,9 +174,17 @@ pub fn split_tree_with_progress(
     let inputs = input_entries(&hosts);
     check_outputs(hosts.iter().map(|h| &h.output), &inputs)?;
     let mut staging = Staging::default();
-    let (plans, archives) = read_and_pack(req, &prefix, &hosts, &mut staging, progress)?;
+    let (plans, archives, held) = read_and_pack(req, &prefix, &hosts, &mut staging, progress)?;
     check_outputs(archives.iter().map(|a| &a.0), &inputs)?;
-    let binaries = write_binaries(&hosts, plans, &prefix, &mut staging, progress)?;
+    let pins = |kernel_name: &str| -> Option<Vec<Pin>> {
+        req.pins.then(|| {
+            held.iter()
+                .filter(|(_, names)| names.iter().any(|n| n == kernel_name))
+                .map(|(digest, _)| *digest)
+                .collect()
+        })
+    };
+    let binaries = write_binaries(&hosts, plans, &prefix, &pins, &mut staging, progress)?;
     staging.commit()?;
     Ok(SplitReport { binaries, archives })
 }
@@ -262,14 +279,16 @@ fn check_outputs<'p>(
 
 /// Phase 1: each binary is read without its device code and planned (every refusal happens
 /// here); its code objects stream through the pipeline into the staged per-arch archives, in
-/// first-seen arch order. Returns the plans and the archives written, with their sizes.
+/// first-seen arch order. Returns the plans, the archives written with their sizes, and what
+/// each archive holds (for the pins).
+#[allow(clippy::type_complexity)]
 fn read_and_pack(
     req: &SplitRequest,
     prefix: &str,
     hosts: &[Host],
     staging: &mut Staging,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<(Vec<Plan>, Vec<(PathBuf, usize)>), TreeError> {
+) -> Result<(Vec<Plan>, Vec<(PathBuf, usize)>, Vec<Held>), TreeError> {
     let kpack = req.out_root.join(KPACK_DIR);
     let mut open: Vec<OpenArchive> = Vec::new();
     let mut opts = Options::new(req.compression);
@@ -293,10 +312,14 @@ fn read_and_pack(
                         arch: tag.arch.clone(),
                         file: ArchiveFile::new(file, &path, req.compression, req.reference_layout),
                         path,
+                        kernel_names: Vec::new(),
                     });
                     open.len() - 1
                 }
             };
+            if !open[slot].kernel_names.contains(&tag.kernel_name) {
+                open[slot].kernel_names.push(tag.kernel_name);
+            }
             let meta = vec![("target".to_owned(), tag.triple)];
             open[slot]
                 .file
@@ -305,15 +328,17 @@ fn read_and_pack(
         },
     )?;
     let mut archives = Vec::with_capacity(open.len());
+    let mut held = Vec::with_capacity(open.len());
     for a in open {
         let count = a.file.len();
-        let (file, _) = a
+        let done = a
             .file
             .finish(prefix, &a.arch, std::slice::from_ref(&a.arch))?;
-        Staging::seal(&file, &a.path, 0o644)?;
+        Staging::seal(&done.file, &a.path, 0o644)?;
         archives.push((a.path, count));
+        held.push((done.toc_digest, a.kernel_names));
     }
-    Ok((plans, archives))
+    Ok((plans, archives, held))
 }
 
 /// Reads one binary: a binary without device code is to be copied; any other is prepared for
@@ -348,6 +373,7 @@ fn plan_binary(
                 key: co.key,
                 arch: co.arch,
                 triple: co.triple,
+                kernel_name: h.kernel_name.clone(),
             };
             feed.submit(tag, co.data)
         },
@@ -371,6 +397,7 @@ fn write_binaries(
     hosts: &[Host],
     plans: Vec<Plan>,
     prefix: &str,
+    pins: &dyn Fn(&str) -> Option<Vec<Pin>>,
     staging: &mut Staging,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<BinaryReport>, TreeError> {
@@ -403,7 +430,9 @@ fn write_binaries(
                 code_objects,
                 size_before,
             } => {
-                let rewrite = prepared.finish(&super::marker(&h.kernel_name, prefix));
+                let pins = pins(&h.kernel_name);
+                let marker = super::marker(&h.kernel_name, prefix, pins.as_deref());
+                let rewrite = prepared.finish(&marker);
                 rewrite.write_file(&input, &out).map_err(write_error)?;
                 progress(size_before - rewrite.device_code);
                 Outcome::Split {

@@ -397,6 +397,11 @@ static const matrix_row rows[] = {
     {"zstd_ordinal_past_frames.kpack", 0, ZSTD_KEY, 5, NULL, 0, 0},
     {"zstd_empty_kernel.kpack", 0, ZSTD_KEY, 0, "", -1, 0},
     {"zstd_no_content_size.kpack", 0, ZSTD_KEY, 0, ZSTD_DATA},
+    {"noop_no_original_size.kpack", 0, NOOP_KEY, 0, NOOP_DATA},
+    {"zstd_no_original_size.kpack", 10, NULL, NULL, 0, NULL, 0, 0},
+    {"dup_key_first_good.kpack", 0, NOOP_KEY, 0, NOOP_DATA},
+    {"dup_key_first_bad.kpack", 0, NOOP_KEY, 5, NULL, 0, 0},
+    {"empty_arch_map.kpack", 0, NOOP_KEY, 0, NOOP_DATA},
     {"digest_zstd_ok.kpack", 0, ZSTD_KEY, 0, ZSTD_DATA},
     {"digest_zstd_flipped.kpack", 0, ZSTD_KEY, 6, NULL, 0, 0},
     {"digest_zstd_flipped.kpack", 0, "lib/b.so#0", "gfx1100", 0, ZSTD_DATA},
@@ -436,6 +441,20 @@ static void ErrorMatrix_OpenAndGet(void) {
     }
     kpack_close(a);
   }
+}
+
+/* A binary whose arch map is empty has no kernels: not counted, not returned. */
+static void ErrorMatrix_EmptyArchMapNotABinary(void) {
+  kpack_archive_t a = open_ok(matrix, "empty_arch_map.kpack");
+  size_t n = 99;
+  const char* s = NULL;
+  if (!a) return;
+  CHECK_EQ(kpack_get_binary_count(a, &n), KPACK_SUCCESS);
+  CHECK_EQ(n, 1);
+  CHECK_EQ(kpack_get_binary(a, 0, &s), KPACK_SUCCESS);
+  CHECK_STR(s, "lib/a.so#0");
+  CHECK_EQ(kpack_get_binary(a, 1, &s), KPACK_ERROR_INVALID_ARGUMENT);
+  kpack_close(a);
 }
 
 static void ErrorMatrix_GfxArchesLenient(void) {
@@ -532,6 +551,7 @@ int main(int argc, char** argv) {
   RUN(CApi, ZeroSizeKernel);
   RUN(ErrorMatrix, OpenAndGet);
   RUN(ErrorMatrix, GfxArchesLenient);
+  RUN(ErrorMatrix, EmptyArchMapNotABinary);
   RUN(LoaderAPITest, EnumerateArchitectures_ValidArchive);
   RUN(LoaderAPITest, EnumerateArchitectures_EarlyTermination);
   RUN(LoaderAPITest, EnumerateArchitectures_FileNotFound);

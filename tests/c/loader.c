@@ -314,6 +314,59 @@ static void CApi_BinaryPathEndingInSlash(void) {
   kpack_cache_destroy(c);
 }
 
+/* A key given twice in HIPK metadata counts once: its first occurrence, as the reference's
+ * parser reads it. */
+static void CApi_MetadataRepeatedKeysFirstWins(void) {
+  kpack_cache_t c = plain_cache();
+  mp_buf m;
+  int order;
+  for (order = 0; order < 2; order++) {
+    m.len = 0;
+    mp_map(&m, 3);
+    mp_str(&m, "kernel_name");
+    mp_str(&m, order == 0 ? "lib/libtest.so" : "lib/nothere.so");
+    mp_str(&m, "kpack_search_paths");
+    mp_array(&m, 1);
+    mp_str(&m, "test_noop.kpack");
+    mp_str(&m, "kernel_name");
+    mp_str(&m, order == 0 ? "lib/nothere.so" : "lib/libtest.so");
+    if (order == 0)
+      expect_load(c, m.data, fake_binary(), 0, GFX900, 1, KPACK_SUCCESS, "KERNEL1_GFX900_DATA", 0,
+                  119);
+    else
+      expect_load(c, m.data, fake_binary(), 0, GFX900, 1, KPACK_ERROR_KERNEL_NOT_FOUND, NULL, 0, 0);
+  }
+  kpack_cache_destroy(c);
+}
+
+/* HIPK metadata with pins (`kpack_toc_pins`, written by our split): an archive whose TOC digest
+ * is not pinned is not used; a malformed pins value is invalid metadata. */
+static void CApi_PinsRefuseUnpinnedArchive(void) {
+  kpack_cache_t c = plain_cache();
+  mp_buf m;
+  unsigned char digest[32];
+  int size;
+  memset(digest, 0xab, sizeof digest);
+  for (size = 32; size >= 31; size--) {
+    m.len = 0;
+    mp_map(&m, 3);
+    mp_str(&m, "kpack_search_paths");
+    mp_array(&m, 1);
+    mp_str(&m, "test_noop.kpack");
+    mp_str(&m, "kernel_name");
+    mp_str(&m, "lib/libtest.so");
+    mp_str(&m, "kpack_toc_pins");
+    mp_array(&m, 1);
+    mp_byte(&m, 0xc4);
+    mp_byte(&m, (unsigned)size);
+    mp_raw(&m, digest, (size_t)size);
+    expect_load(c, m.data, fake_binary(), 0, GFX900, 1,
+                size == 32 ? KPACK_ERROR_ARCHIVE_NOT_FOUND : KPACK_ERROR_INVALID_METADATA, NULL,
+                0, 0);
+  }
+  kpack_cache_destroy(c);
+}
+
 static void LoaderAPITest_LoadCodeObject_ArchiveFileNotFound(void) {
   kpack_cache_t c = plain_cache();
   mp_buf m = meta_for("lib/libtest.so", "/nonexistent/dir/archive.kpack");
@@ -693,6 +746,8 @@ int main(int argc, char** argv) {
   RUN(LoaderAPITest, LoadCodeObject_KernelNotFound);
   RUN(LoaderAPITest, LoadCodeObject_FallsThroughToNextArchiveOnKernelNotFound);
   RUN(CApi, BinaryPathEndingInSlash);
+  RUN(CApi, MetadataRepeatedKeysFirstWins);
+  RUN(CApi, PinsRefuseUnpinnedArchive);
   RUN(LoaderAPITest, LoadCodeObject_ArchiveFileNotFound);
   RUN(LoaderAPITest, LoadCodeObject_MissingKernelName);
   RUN(LoaderAPITest, LoadCodeObject_MissingSearchPaths);

@@ -61,6 +61,7 @@ const API_TESTS: &[&str] = &[
     "CApi.ZeroSizeKernel",
     "ErrorMatrix.OpenAndGet",
     "ErrorMatrix.GfxArchesLenient",
+    "ErrorMatrix.EmptyArchMapNotABinary",
     "LoaderAPITest.EnumerateArchitectures_ValidArchive",
     "LoaderAPITest.EnumerateArchitectures_EarlyTermination",
     "LoaderAPITest.EnumerateArchitectures_FileNotFound",
@@ -147,6 +148,8 @@ const LOADER_TESTS: &[&str] = &[
     "LoaderMatrix.OnlyFirstTokenReplaced",
     "LoaderMatrix.EmptyAndBarePrefixArch",
     "CApi.BinaryPathEndingInSlash",
+    "CApi.MetadataRepeatedKeysFirstWins",
+    "CApi.PinsRefuseUnpinnedArchive",
 ];
 
 fn run_loader(lang: Lang) {

@@ -550,11 +550,28 @@ fn fatbin_cli_pack_and_verify_against() {
             "synth_gfx90a:xnack-.kpack"
         ]
     );
+    // The metadata pins the three archives (in the order they were written).
+    let meta = std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap();
+    let parsed = rocm_kpack::hipk::HipkMetadata::parse(&meta).unwrap();
+    let pins = parsed.pins.clone().unwrap();
+    let mut want: Vec<[u8; 32]> = ["gfx1030", "gfx900", "gfx90a:xnack-"]
+        .iter()
+        .map(|a| {
+            rocm_kpack::Archive::open(kpack.join(format!("synth_{a}.kpack")))
+                .unwrap()
+                .toc_digest()
+        })
+        .collect();
+    let mut got = pins.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
     assert_eq!(
-        std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode(
+        meta,
+        rocm_kpack::hipk::metadata::encode_pinned(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
-            "lib/libsynth.so"
+            "lib/libsynth.so",
+            Some(&pins)
         )
     );
     for (key, arch, data) in expected_keys("lib/libsynth.so", &expected) {

@@ -101,3 +101,132 @@ fn reader_returns_golden_kernels() {
         assert_eq!(past.kind(), rocm_kpack::ErrorKind::KernelNotFound, "{past}");
     }
 }
+
+/// Writes each kernel to a file under `dir` and a manifest listing them in the given order.
+fn manifest(dir: &std::path::Path, kernels: &[(&str, &str, Vec<u8>)]) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (i, (key, arch, data)) in kernels.iter().enumerate() {
+        let name = format!("k{i}.hsaco");
+        std::fs::write(dir.join(&name), data).unwrap();
+        text.push_str(&format!("{key}\t{arch}\t{name}\n"));
+    }
+    let path = dir.join("kernels.tsv");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn pack_manifest_reproduces_the_golden_archives() {
+    /// (golden file, family, arches, --compression, kernels in insertion order)
+    type Case = (
+        &'static str,
+        &'static str,
+        [&'static str; 2],
+        &'static str,
+        Vec<(&'static str, &'static str, Vec<u8>)>,
+    );
+    let cases: [Case; 2] = [
+        (
+            "test_noop.kpack",
+            "gfx900X",
+            ["gfx900", "gfx906"],
+            "none",
+            golden_noop_kernels(),
+        ),
+        (
+            "test_zstd.kpack",
+            "gfx110X",
+            ["gfx1100", "gfx1101"],
+            "zstd",
+            golden_zstd_kernels(),
+        ),
+    ];
+    for (file, family, [a0, a1], compression, kernels) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let list = manifest(dir.path(), &kernels);
+        let out = dir.path().join("out.kpack");
+        let o = crate::cli::kpack_fuse(&[
+            &"pack",
+            &"--manifest",
+            &list,
+            &"-o",
+            &out,
+            &"--reference-layout",
+            &"--group",
+            &"test",
+            &"--family",
+            &family,
+            &"--arch",
+            &a0,
+            &"--arch",
+            &a1,
+            &"--compression",
+            &compression,
+            &"--level",
+            &"3",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(fixture(file)).unwrap(),
+            "{file} differs"
+        );
+    }
+}
+
+#[test]
+fn pack_manifest_order_gives_ordinals_and_toc_order() {
+    // Unsorted on purpose: the TOC and ordinals must follow the lines, not sort them.
+    let kernels = vec![
+        ("z/last.so#0", "gfx906", b"one".to_vec()),
+        ("a/first.so#0", "gfx900", b"two".to_vec()),
+        ("z/last.so#0", "gfx900", b"three".to_vec()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let list = manifest(dir.path(), &kernels);
+    let out = dir.path().join("o.kpack");
+    let o = crate::cli::kpack_fuse(&[&"pack", &"--manifest", &list, &"-o", &out]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    let toc_offset = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let (toc, _) = rocm_kpack::msgpack::decode_slice(&bytes[toc_offset..]).unwrap();
+    use rocm_kpack::msgpack::Value;
+    let Some(Value::Map(bins)) = toc.get("toc") else {
+        panic!()
+    };
+    let mut order = Vec::new();
+    for (k, arches) in bins {
+        let Value::Map(arches) = arches else { panic!() };
+        for (a, e) in arches {
+            order.push((
+                k.as_str().unwrap().to_owned(),
+                a.as_str().unwrap().to_owned(),
+                e.get("ordinal").and_then(Value::as_u64).unwrap(),
+            ));
+        }
+    }
+    let s = |k: &str, a: &str, n| (k.to_owned(), a.to_owned(), n);
+    assert_eq!(
+        order,
+        [
+            s("z/last.so#0", "gfx906", 0),
+            s("z/last.so#0", "gfx900", 2),
+            s("a/first.so#0", "gfx900", 1)
+        ]
+    );
+    // The default arch list is the manifest's, in order of first appearance.
+    let a = Archive::open(&out).unwrap();
+    assert_eq!(a.architectures(), ["gfx906", "gfx900"]);
+    for (k, arch, data) in &kernels {
+        assert_eq!(&a.get_kernel(k, arch).unwrap(), data);
+    }
+}

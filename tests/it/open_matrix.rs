@@ -398,3 +398,151 @@ fn bin_typed_keys_never_match_and_nil_scheme_means_none() {
     toc.set("toc", V::M(vec![(V::B(b"k#0".to_vec()), entry)]));
     check(&blob, &toc, OK, Some(NOT_FOUND));
 }
+
+// ---- TOC edge cases the reference accepts (issue 12) ----------------------------------------
+
+fn entry(ordinal: u64, size: Option<u64>) -> V {
+    let mut pairs = vec![("type", s("hsaco")), ("ordinal", V::U(ordinal))];
+    if let Some(size) = size {
+        pairs.push(("original_size", V::U(size)));
+    }
+    m(pairs)
+}
+
+fn open_bytes(bytes: &[u8]) -> (tempfile::TempDir, rocm_kpack::Result<Archive>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.kpack");
+    std::fs::write(&path, bytes).unwrap();
+    let a = Archive::open(&path);
+    (dir, a)
+}
+
+#[test]
+fn none_entry_without_original_size_reads_with_its_blob_size() {
+    let data = sample_kernel();
+    let (blob, mut toc) = noop_parts(&data);
+    toc.at("toc").at("k#0").set("gfx900", entry(0, None));
+    // A sibling with an original_size is unaffected.
+    toc.at("toc")
+        .at("k#0")
+        .set("gfx906", entry(0, Some(data.len() as u64)));
+    check(&blob, &toc, OK, Some(OK));
+    let (_d, a) = open_bytes(&archive_bytes(&blob, &toc.encode()));
+    let a = a.unwrap();
+    assert_eq!(a.get_kernel("k#0", "gfx900").unwrap(), data);
+    assert_eq!(a.get_kernel("k#0", "gfx906").unwrap(), data);
+    let e: Vec<_> = a
+        .entries()
+        .map(|(_, e)| (e.original_size, e.has_original_size))
+        .collect();
+    assert_eq!(e, [(data.len() as u64, false), (data.len() as u64, true)]);
+}
+
+#[test]
+fn zstd_entry_without_original_size_is_a_parse_error() {
+    let (blob, mut toc) = zstd_parts(&sample_kernel());
+    toc.at("toc").at("k#0").set("gfx900", entry(0, None));
+    check(&blob, &toc, PARSE, None);
+    // Also when the scheme comes after the TOC map decided nothing yet.
+    let (blob, toc) = zstd_parts(&sample_kernel());
+    let V::M(mut pairs) = toc else { unreachable!() };
+    let scheme = pairs
+        .iter()
+        .position(|(k, _)| matches!(k, V::S(x) if x == "compression_scheme"))
+        .unwrap();
+    let scheme = pairs.remove(scheme);
+    pairs.insert(0, scheme);
+    let mut toc = V::M(pairs);
+    toc.at("toc").at("k#0").set("gfx900", entry(0, None));
+    check(&blob, &toc, PARSE, None);
+}
+
+#[test]
+fn a_binary_with_an_empty_arch_map_is_not_listed() {
+    let data = sample_kernel();
+    let (blob, mut toc) = noop_parts(&data);
+    toc.at("toc").set("a/empty.so#0", m(vec![]));
+    toc.at("toc").set("z/empty.so#0", m(vec![]));
+    let (_d, a) = open_bytes(&archive_bytes(&blob, &toc.encode()));
+    let a = a.unwrap();
+    let keys: Vec<_> = a.binaries().iter().map(|b| b.key.as_str()).collect();
+    assert_eq!(keys, ["k#0"]);
+    assert_eq!(a.get_kernel("k#0", "gfx900").unwrap(), data);
+}
+
+/// `toc` with the root key `name` given twice: `first`, then `second`.
+fn with_root_twice(toc: &V, name: &str, first: V, second: V) -> V {
+    let V::M(pairs) = toc else { unreachable!() };
+    let mut pairs: Vec<(V, V)> = pairs
+        .iter()
+        .filter(|(k, _)| !matches!(k, V::S(x) if x == name))
+        .cloned()
+        .collect();
+    pairs.push((s(name), first));
+    pairs.push((s(name), second));
+    V::M(pairs)
+}
+
+#[test]
+fn a_repeated_key_counts_at_its_first_occurrence() {
+    let data = sample_kernel();
+    let n = data.len() as u64;
+    let (blob, toc) = noop_parts(&data);
+    // Root: the scheme, the blobs list and the toc map.
+    let scheme = with_root_twice(&toc, "compression_scheme", s("none"), s("zstd-per-kernel"));
+    check(&blob, &scheme, OK, Some(OK));
+    let scheme = with_root_twice(&toc, "compression_scheme", s("zstd-per-kernel"), s("none"));
+    check(&blob, &scheme, FORMAT, None);
+    let good_blobs = V::A(vec![m(vec![("offset", V::U(64)), ("size", V::U(n))])]);
+    let blobs = with_root_twice(&toc, "blobs", good_blobs.clone(), V::A(vec![]));
+    check(&blob, &blobs, OK, Some(OK));
+    let blobs = with_root_twice(&toc, "blobs", V::A(vec![]), good_blobs);
+    check(&blob, &blobs, OK, Some(NOT_FOUND));
+    let good_toc = m(vec![("k#0", m(vec![("gfx900", entry(0, Some(n)))]))]);
+    let tocs = with_root_twice(&toc, "toc", good_toc.clone(), m(vec![]));
+    check(&blob, &tocs, OK, Some(OK));
+    let tocs = with_root_twice(&toc, "toc", m(vec![]), good_toc);
+    check(&blob, &tocs, OK, Some(NOT_FOUND));
+
+    // A binary key, an arch, an entry field: first wins.
+    let bin = |first: u64, second: u64| {
+        let mut t = toc.clone();
+        *t.at("toc") = V::M(vec![
+            (s("k#0"), m(vec![("gfx900", entry(first, Some(n)))])),
+            (s("k#0"), m(vec![("gfx900", entry(second, Some(n)))])),
+        ]);
+        t
+    };
+    check(&blob, &bin(0, 9), OK, Some(OK));
+    check(&blob, &bin(9, 0), OK, Some(NOT_FOUND));
+    let arch = |first: u64, second: u64| {
+        let mut t = toc.clone();
+        *t.at("toc").at("k#0") = V::M(vec![
+            (s("gfx900"), entry(first, Some(n))),
+            (s("gfx900"), entry(second, Some(n))),
+        ]);
+        t
+    };
+    check(&blob, &arch(0, 9), OK, Some(OK));
+    check(&blob, &arch(9, 0), OK, Some(NOT_FOUND));
+    let field = |first: u64, second: u64| {
+        let mut t = toc.clone();
+        *t.at("toc").at("k#0").at("gfx900") = V::M(vec![
+            (s("type"), s("hsaco")),
+            (s("ordinal"), V::U(first)),
+            (s("ordinal"), V::U(second)),
+            (s("original_size"), V::U(n)),
+        ]);
+        t
+    };
+    check(&blob, &field(0, 9), OK, Some(OK));
+    check(&blob, &field(9, 0), OK, Some(NOT_FOUND));
+    // A binary whose first occurrence is empty has no kernels, even if a later one has some.
+    let mut t = toc.clone();
+    *t.at("toc") = V::M(vec![
+        (s("k#0"), m(vec![])),
+        (s("k#0"), m(vec![("gfx900", entry(0, Some(n)))])),
+    ]);
+    let (_d, a) = open_bytes(&archive_bytes(&blob, &t.encode()));
+    assert!(a.unwrap().binaries().is_empty());
+}

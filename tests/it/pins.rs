@@ -301,3 +301,172 @@ fn the_mount_hides_unpinned_archives_unless_no_pins() {
     m.check("tree", want("want-unpinned", b"EVIL").to_str().unwrap());
     m.stop();
 }
+
+/// The marker bytes of a rewritten binary.
+fn marker_of(binary: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(binary).unwrap();
+    let elf = rocm_kpack::elf::ElfFile::parse(&bytes).unwrap();
+    elf.section(rocm_kpack::elf::KPACK_REF_SECTION)
+        .unwrap()
+        .data
+        .to_vec()
+}
+
+fn split_cli(host: &Path, root: &Path, out: &Path, extra: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("split")
+        .arg(host)
+        .arg("--root")
+        .arg(root)
+        .args(["--prefix", "pn", "-o"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `split` pins each binary to the archives it was split into; `--no-pins` writes the reference
+/// tooling's marker byte for byte. A pinned split binary refuses an archive swapped in later.
+#[test]
+fn split_pins_its_archives_and_no_pins_writes_the_reference_marker() {
+    use crate::split::{HIPF, Kind, build, tu_blobs};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let lib = build(
+        &dir,
+        "in/lib/libpn.so",
+        &tu_blobs(),
+        HIPF,
+        Kind::Library,
+        "",
+    );
+    let search = ["../.kpack/pn_@GFXARCH@.kpack".to_string()];
+
+    let plain = dir.join("plain");
+    split_cli(&lib, &dir.join("in"), &plain, &["--no-pins"]);
+    assert_eq!(
+        marker_of(&plain.join("lib/libpn.so")),
+        metadata::encode(&search, "lib/libpn.so")
+    );
+
+    let out = dir.join("out");
+    split_cli(&lib, &dir.join("in"), &out, &[]);
+    let digests: Vec<Pin> = ["gfx900", "gfx90a:xnack-"]
+        .iter()
+        .map(|a| {
+            Archive::open(out.join(format!(".kpack/pn_{a}.kpack")))
+                .unwrap()
+                .toc_digest()
+        })
+        .collect();
+    let binary = out.join("lib/libpn.so");
+    assert_eq!(
+        marker_of(&binary),
+        metadata::encode_pinned(&search, "lib/libpn.so", Some(&digests))
+    );
+    // Both splits wrote the same archives: pins change nothing else.
+    for a in ["gfx900", "gfx90a:xnack-"] {
+        let name = format!(".kpack/pn_{a}.kpack");
+        assert!(
+            std::fs::read(out.join(&name)).unwrap() == std::fs::read(plain.join(&name)).unwrap()
+        );
+    }
+
+    let load = |binary: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .arg("load")
+            .arg(binary)
+            .args(["--arch", "gfx900", "--co", "1", "-o"])
+            .arg(dir.join("got.hsaco"))
+            .env_remove("ROCM_KPACK_PATH")
+            .env_remove("ROCM_KPACK_PATH_PREFIX")
+            .output()
+            .unwrap()
+    };
+    let o = load(&binary);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(dir.join("got.hsaco")).unwrap() == vec![b'b'; 65536]);
+
+    // Swap the gfx900 archive for another valid one with the same name and keys.
+    let k900 = out.join(".kpack/pn_gfx900.kpack");
+    write_archive(
+        &k900,
+        Compression::None,
+        &[
+            ("lib/libpn.so#0", "gfx900", b"swapped".to_vec()),
+            ("lib/libpn.so#1", "gfx900", b"swapped".to_vec()),
+            ("lib/libpn.so#2", "gfx900", b"swapped".to_vec()),
+        ],
+    );
+    let o = load(&binary);
+    assert_eq!(o.status.code(), Some(5));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "not pinned by the binary, so not used: {}",
+            k900.display()
+        )),
+        "{stderr}"
+    );
+    // The unpinned split of the same binary takes the swapped archive, as the reference would.
+    std::fs::copy(&k900, plain.join(".kpack/pn_gfx900.kpack")).unwrap();
+    let o = load(&plain.join("lib/libpn.so"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("got.hsaco")).unwrap(), b"swapped");
+}
+
+/// Issue 15's size check: a library with 120 bundles of 7 arches each (840 code objects). The
+/// reference reads at most 64 KiB of metadata; ours grows by 34 bytes per archive, not per
+/// code object.
+#[test]
+fn metadata_of_a_large_split_stays_small() {
+    use crate::split::{HIPF, Kind, build};
+    use rocm_kpack::bundle::build_uncompressed;
+    let arches = [
+        "gfx900",
+        "gfx906",
+        "gfx908",
+        "gfx90a:xnack-",
+        "gfx942",
+        "gfx1030",
+        "gfx1100",
+    ];
+    let blobs: Vec<Vec<u8>> = (0..120u32)
+        .map(|tu| {
+            let data: Vec<Vec<u8>> = arches
+                .iter()
+                .map(|a| format!("tu{tu}-{a}").into_bytes())
+                .collect();
+            let triples: Vec<String> = arches
+                .iter()
+                .map(|a| format!("hipv4-amdgcn-amd-amdhsa--{a}"))
+                .collect();
+            let mut entries: Vec<(&str, &[u8])> = vec![("host-x86_64-unknown-linux", &[])];
+            entries.extend(
+                triples
+                    .iter()
+                    .map(String::as_str)
+                    .zip(data.iter().map(Vec::as_slice)),
+            );
+            build_uncompressed(&entries, 64)
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let lib = build(&dir, "in/lib/libbig.so", &blobs, HIPF, Kind::Library, "");
+    let out = dir.join("out");
+    split_cli(&lib, &dir.join("in"), &out, &[]);
+    let marker = marker_of(&out.join("lib/libbig.so"));
+    let parsed = HipkMetadata::parse(&marker).unwrap();
+    assert_eq!(parsed.pins.as_ref().map(Vec::len), Some(7));
+    let plain = metadata::encode(&["../.kpack/pn_@GFXARCH@.kpack".into()], "lib/libbig.so");
+    // Exactly the reference's bytes plus the key and 7 bin8 digests.
+    assert_eq!(marker.len(), plain.len() + 15 + 1 + 7 * 34);
+    eprintln!(
+        "HIPK metadata of a 120-bundle, 7-arch split: {} bytes ({} without pins)",
+        marker.len(),
+        plain.len()
+    );
+    assert!(marker.len() < 1024, "{}", marker.len());
+}

@@ -500,6 +500,9 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         prefix: Some("splt".into()),
         compression: Compression::Zstd { level: 3 },
         reference_layout: false,
+        // Unpinned, so that a swapped archive below reaches verify's own byte comparison
+        // (pinned binaries refuse it earlier: split_cli and pins.rs).
+        pins: false,
     };
     let report = split_tree(&req).unwrap();
     let outcomes: Vec<(&str, bool)> = report

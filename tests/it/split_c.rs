@@ -35,6 +35,7 @@ fn split_one(host: &Path, root: &Path, out_root: &Path, prefix: &str) {
         prefix: Some(prefix.into()),
         compression: Compression::Zstd { level: 3 },
         reference_layout: false,
+        pins: true,
     })
     .unwrap();
     assert!(matches!(report.binaries[0].outcome, Outcome::Split { .. }));

@@ -68,6 +68,7 @@ fn fixture(kind: Kind, kernel_name: &'static str) -> Fixture {
         prefix: Some("ua".into()),
         compression: Compression::Zstd { level: 3 },
         reference_layout: false,
+        pins: true,
     })
     .unwrap();
     assert!(matches!(report.binaries[0].outcome, Outcome::Split { .. }));

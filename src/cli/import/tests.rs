@@ -67,6 +67,7 @@ fn request(hosts: Vec<PathBuf>, out_dir: PathBuf) -> ImportRequest {
         root: None,
         single: false,
         emit_metadata: false,
+        pins: true,
         compression: Compression::Zstd { level: 3 },
         reference_layout: false,
     }
@@ -126,18 +127,22 @@ fn import_with_root_writes_archives_and_metadata() {
         "lib-B0".repeat(70).into_bytes()
     );
 
+    // Each binary is pinned to the TOC digests of the archives holding its code objects.
+    let pins = [a.toc_digest(), b.toc_digest()];
     assert_eq!(
         std::fs::read(kpack.join("libother.so.2.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode(
+        rocm_kpack::hipk::metadata::encode_pinned(
             &["../../.kpack/synth_@GFXARCH@.kpack".into()],
-            "lib/hip/libother.so.2"
+            "lib/hip/libother.so.2",
+            Some(&pins)
         )
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode(
+        rocm_kpack::hipk::metadata::encode_pinned(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
-            "lib/libsynth.so"
+            "lib/libsynth.so",
+            Some(&pins)
         )
     );
 
@@ -175,9 +180,25 @@ fn import_single_default_prefix_and_names() {
     // No root: kernel_name is the file name and the archives sit in .kpack/ beside it.
     assert_eq!(
         std::fs::read(out.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
+        rocm_kpack::hipk::metadata::encode_pinned(
+            &[".kpack/rocfoo.kpack".into()],
+            "librocfoo.so.1.2",
+            Some(&[a.toc_digest()])
+        )
+    );
+    verify_against(&[out.join("rocfoo.kpack")], &[lib.clone()]).unwrap();
+
+    // --no-pins: exactly the reference tooling's metadata bytes.
+    let plain = dir.path().join("plain");
+    let mut req = request(vec![lib], plain.clone());
+    req.single = true;
+    req.emit_metadata = true;
+    req.pins = false;
+    run(req).unwrap();
+    assert_eq!(
+        std::fs::read(plain.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
         rocm_kpack::hipk::metadata::encode(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
     );
-    verify_against(&[out.join("rocfoo.kpack")], &[lib]).unwrap();
 }
 
 #[test]

@@ -93,3 +93,14 @@ fn blob_past_the_end_of_the_file_is_eio() {
     assert_eq!(read(&fs, bad).unwrap_err(), Errno::EIO);
     assert_eq!(read(&fs, good).unwrap(), data);
 }
+
+#[test]
+fn a_binary_with_an_empty_arch_map_has_no_directory() {
+    let data = sample_kernel();
+    let (blob, mut toc) = crate::support::craft::noop_parts(&data);
+    toc.at("toc").set("lib/empty.so#0", m(vec![]));
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    assert!(matches!(fs.lookup(1, b"lib").unwrap(), Lookup::Missing));
+    let (good, _) = file(&fs, "gfx900");
+    assert_eq!(read(&fs, good).unwrap(), data);
+}

@@ -439,6 +439,67 @@ pub fn write_error_matrix(dir: &Path) {
     );
     std::fs::create_dir_all(dir.join("a_directory.kpack")).unwrap();
 
+    // TOC edge cases the reference accepts: a `none` entry without original_size reads with its
+    // blob's size (zstd: parse error); a repeated key counts at its first occurrence; a binary
+    // with an empty arch map is not a binary.
+    let mut t = NoopToc::new(k.len());
+    t.toc = m(vec![(
+        "lib/a.so#0",
+        m(vec![(
+            "gfx900",
+            m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]),
+        )]),
+    )]);
+    w("noop_no_original_size.kpack", noop(&t));
+    let dup = |first: u64, second: u64| {
+        let mut t = NoopToc::new(k.len());
+        t.toc = V::M(vec![
+            (
+                s("lib/a.so#0"),
+                m(vec![("gfx900", entry(V::U(first), V::U(k.len() as u64)))]),
+            ),
+            (
+                s("lib/a.so#0"),
+                m(vec![("gfx900", entry(V::U(second), V::U(k.len() as u64)))]),
+            ),
+        ]);
+        noop(&t)
+    };
+    w("dup_key_first_good.kpack", dup(0, 7));
+    w("dup_key_first_bad.kpack", dup(7, 0));
+    let mut t = NoopToc::new(k.len());
+    t.toc = m(vec![
+        ("lib/0empty.so#0", m(vec![])),
+        (
+            "lib/a.so#0",
+            m(vec![("gfx900", entry(V::U(0), V::U(k.len() as u64)))]),
+        ),
+        ("lib/z.so#0", m(vec![])),
+    ]);
+    w("empty_arch_map.kpack", noop(&t));
+    {
+        let zk = zstd_kernel();
+        let frame = zstd::bulk::compress(&zk, 3).unwrap();
+        let blob = zstd_blob(1, &[frame]);
+        let toc = m(vec![
+            ("gfx_arches", V::A(vec![s("gfx1100")])),
+            (
+                "toc",
+                m(vec![(
+                    "lib/a.so#0",
+                    m(vec![(
+                        "gfx1100",
+                        m(vec![("type", s("hsaco")), ("ordinal", V::U(0))]),
+                    )]),
+                )]),
+            ),
+            ("compression_scheme", s("zstd-per-kernel")),
+            ("zstd_offset", V::U(64)),
+            ("zstd_size", V::U(blob.len() as u64)),
+        ]);
+        w("zstd_no_original_size.kpack", kpack(&toc.encode(), &blob));
+    }
+
     // Archives with BLAKE3 digests (our writer's default): intact ones read; a flipped byte that
     // still decodes is a decompression failure.
     use super::craft::{flipped_archive, incompressible};
