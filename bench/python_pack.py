@@ -114,13 +114,19 @@ def pack_fatbin(host, outdir):
 
 
 def pack_tree(tree, out):
+    files = []
+    for dirpath, _, names in os.walk(tree):
+        for f in names:
+            if f.endswith(".hsaco"):
+                files.append((os.path.relpath(dirpath, tree), f[:-len(".hsaco")], os.path.join(dirpath, f)))
+    files.sort()
+
     def kernels():
-        for key in sorted(os.listdir(tree)):
-            for f in sorted(os.listdir(os.path.join(tree, key))):
-                with open(os.path.join(tree, key, f), "rb") as fh:
-                    data = fh.read()
-                yield key, f[:-len(".hsaco")], CCTX.compress(data), len(data), None
-    arches = sorted({f[:-6] for k in os.listdir(tree) for f in os.listdir(os.path.join(tree, k))})
+        for key, arch, path in files:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            yield key, arch, CCTX.compress(data), len(data), None
+    arches = sorted({arch for _, arch, _ in files})
     write_archive(out, "bench", "mixed", arches, kernels())
 
 
