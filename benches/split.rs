@@ -40,12 +40,24 @@ fn data_dir() -> PathBuf {
         .unwrap_or_else(|| repo().join("bench/data"))
 }
 
-/// Runs a command to completion: wall time and peak RSS.
+/// Runs a command to completion: wall time and peak RSS; prints its CPU time, which shows how
+/// much of the machine it got (on a busy machine wall-time ratios say little).
 fn measure(cmd: &mut Command) -> (Duration, u64) {
     let t = Instant::now();
-    let (status, peak) = fat_host::peak_rss(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+    let (status, peak, cpu) =
+        fat_host::run_measured(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
     let elapsed = t.elapsed();
     assert!(status.success(), "{cmd:?} failed: {status}");
+    println!(
+        "    ({} {}: wall {:.2} s, CPU {:.2} s)",
+        cmd.get_program().to_string_lossy(),
+        cmd.get_args()
+            .next()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        elapsed.as_secs_f64(),
+        cpu.as_secs_f64()
+    );
     (elapsed, peak)
 }
 

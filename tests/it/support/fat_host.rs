@@ -167,6 +167,12 @@ pub fn build(dir: &Path, name: &str, total: u64, bundles: usize, seed: u64) -> F
 /// Peak resident memory (VmHWM, from `wait4`'s `ru_maxrss`) of a command run to completion, in
 /// bytes, with its exit status.
 pub fn peak_rss(cmd: &mut Command) -> (std::process::ExitStatus, u64) {
+    let (status, peak, _) = run_measured(cmd);
+    (status, peak)
+}
+
+/// [`peak_rss`], with the CPU time (user + system) the command used.
+pub fn run_measured(cmd: &mut Command) -> (std::process::ExitStatus, u64, std::time::Duration) {
     use std::os::unix::process::ExitStatusExt;
     let child = cmd.spawn().expect("spawn");
     let pid = child.id() as libc::pid_t;
@@ -178,8 +184,10 @@ pub fn peak_rss(cmd: &mut Command) -> (std::process::ExitStatus, u64) {
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
     std::mem::forget(child);
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (
         std::process::ExitStatus::from_raw(status),
         usage.ru_maxrss as u64 * 1024,
+        std::time::Duration::from_secs_f64(secs(usage.ru_utime) + secs(usage.ru_stime)),
     )
 }
