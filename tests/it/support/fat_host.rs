@@ -173,7 +173,14 @@ pub fn peak_rss(cmd: &mut Command) -> (std::process::ExitStatus, u64) {
 
 /// [`peak_rss`], with the CPU time (user + system) the command used.
 pub fn run_measured(cmd: &mut Command) -> (std::process::ExitStatus, u64, std::time::Duration) {
-    use std::os::unix::process::ExitStatusExt;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // A pre-exec hook makes the standard library fork instead of vfork: with vfork the child's
+    // ru_maxrss would start from this process's own peak (the mm it borrowed until exec); after
+    // fork it starts from this process's current size, which is small when this is called.
+    // SAFETY: the hook does nothing, so it is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| Ok(()));
+    }
     let child = cmd.spawn().expect("spawn");
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
