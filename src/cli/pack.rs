@@ -198,7 +198,7 @@ pub fn run(args: Args) -> CliResult {
     let mut total = 0u64;
     for (_, _, path) in &kernels {
         total += std::fs::metadata(path)
-            .map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?
+            .map_err(|e| CliError::io(Exit::Unreadable, path, &e))?
             .len();
     }
     let head = ArchiveHead {
