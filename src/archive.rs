@@ -384,8 +384,8 @@ impl Archive {
                     path: self.path.clone(),
                     key: kref.key.to_owned(),
                     arch: kref.arch.to_owned(),
-                    recorded,
-                    actual,
+                    recorded: Box::new(recorded),
+                    actual: Box::new(actual),
                 });
             }
         }

@@ -147,8 +147,9 @@ pub enum Error {
         path: PathBuf,
         key: String,
         arch: String,
-        recorded: [u8; 32],
-        actual: [u8; 32],
+        /// Boxed: two digests inline would make every `Result` of the crate larger.
+        recorded: Box<[u8; 32]>,
+        actual: Box<[u8; 32]>,
     },
     /// An allocation the caller asked for failed.
     OutOfMemory { bytes: usize },

@@ -336,11 +336,14 @@ fn parse_binaries(
             let mut metadata = None;
             for _ in 0..entry_fields {
                 let field = r.value(4)?;
+                if field.as_str() == Some("metadata") && metadata.is_none() {
+                    metadata = Some(entry_metadata(r)?);
+                    continue;
+                }
                 let value = r.value(4)?;
                 let slot = match field.as_str() {
                     Some("ordinal") => &mut ordinal,
                     Some("original_size") => &mut original_size,
-                    Some("metadata") => &mut metadata,
                     _ => continue,
                 };
                 slot.get_or_insert(value);
@@ -370,7 +373,7 @@ fn parse_binaries(
                 }
                 0
             };
-            let (frame, blake3) = metadata.as_ref().map_or((None, None), entry_metadata);
+            let (frame, blake3) = metadata.unwrap_or_default();
             let entry = TocEntry {
                 arch: arch.to_owned(),
                 ordinal,
@@ -399,27 +402,49 @@ fn parse_binaries(
     Ok((binaries, missing_size))
 }
 
-/// Our keys in an entry's `metadata` map. A value of the wrong shape is ignored, as the whole map
-/// is by the reference: the entry then reads as one without that key (the frame chain is walked
-/// at open, no digest is checked).
-fn entry_metadata(metadata: &Value<'_>) -> (Option<FramePos>, Option<[u8; 32]>) {
-    let frame = match metadata.get(META_FRAME) {
-        Some(Value::Array(items)) => match items.as_slice() {
-            [Value::Uint(offset), Value::Uint(size)] => {
-                u32::try_from(*size).ok().map(|size| FramePos {
-                    offset: *offset,
-                    size,
-                })
+/// Our keys in an entry's `metadata` map, read in place (a map per entry would cost an
+/// allocation each in a TOC of a million entries). A value of the wrong shape is ignored, as the
+/// whole map is by the reference: the entry then reads as one without that key (the frame chain
+/// is walked at open, no digest is checked). A repeated key counts at its first occurrence.
+fn entry_metadata(
+    r: &mut msgpack::Reader<'_>,
+) -> Result<(Option<FramePos>, Option<[u8; 32]>), TocError> {
+    let Some(count) = r.map_header()? else {
+        r.value(5)?; // Not a map: nothing of ours.
+        return Ok((None, None));
+    };
+    let (mut frame, mut blake3) = (None, None);
+    let (mut frame_seen, mut blake3_seen) = (false, false);
+    for _ in 0..count {
+        let key = r.value(5)?;
+        let value = r.value(5)?;
+        match key.as_str() {
+            Some(META_FRAME) if !frame_seen => {
+                frame_seen = true;
+                frame = match &value {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Uint(offset), Value::Uint(size)] => {
+                            u32::try_from(*size).ok().map(|size| FramePos {
+                                offset: *offset,
+                                size,
+                            })
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
             }
-            _ => None,
-        },
-        _ => None,
-    };
-    let blake3 = match metadata.get(META_BLAKE3) {
-        Some(Value::Bin(b)) => <[u8; 32]>::try_from(*b).ok(),
-        _ => None,
-    };
-    (frame, blake3)
+            Some(META_BLAKE3) if !blake3_seen => {
+                blake3_seen = true;
+                blake3 = match value {
+                    Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
+                    _ => None,
+                };
+            }
+            _ => {}
+        }
+    }
+    Ok((frame, blake3))
 }
 
 /// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a

@@ -210,8 +210,10 @@ impl BackingStore {
                 seal(&file);
                 file
             }
+            // The archive's digest, when there is one, was already checked by the decode.
             Where::CacheDir(dir) => dir.get_or_fill(spec, |file, hash| {
-                fill(file, spec.len, decode, hash).map(|d| d.unwrap_or([0; 32]))
+                let digest = fill(file, spec.len, decode, hash && spec.digest.is_none())?;
+                Ok(digest.or(spec.digest).unwrap_or([0; 32]))
             })?,
         };
         self.live.fetch_add(spec.len, Ordering::Relaxed);

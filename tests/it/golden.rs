@@ -117,7 +117,15 @@ fn manifest(dir: &std::path::Path, kernels: &[(&str, &str, Vec<u8>)]) -> std::pa
 
 #[test]
 fn pack_manifest_reproduces_the_golden_archives() {
-    let cases: [(&str, &str, [&str; 2], &str, Vec<(&str, &str, Vec<u8>)>); 2] = [
+    /// (golden file, family, arches, --compression, kernels in insertion order)
+    type Case = (
+        &'static str,
+        &'static str,
+        [&'static str; 2],
+        &'static str,
+        Vec<(&'static str, &'static str, Vec<u8>)>,
+    );
+    let cases: [Case; 2] = [
         (
             "test_noop.kpack",
             "gfx900X",

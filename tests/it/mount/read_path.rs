@@ -68,6 +68,14 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             }
             assert!(got == want, "{arg}: {} bytes read", got.len());
         }
+        // `arg` = `PATH=ERRNO`: opening PATH fails with ERRNO, twice.
+        "rp_open_errno" => {
+            let (p, e) = arg.split_once('=').unwrap();
+            for _ in 0..2 {
+                let got = File::open(mnt.join(p)).map(|_| ()).unwrap_err();
+                assert_eq!(got.raw_os_error(), Some(e.parse().unwrap()), "open {p}");
+            }
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -272,15 +280,53 @@ fn cache_dir_is_reused_across_remounts_without_decoding() {
     }
 }
 
+/// The rich set of kernels in the reference writer's layout: no per-kernel digests, so cached
+/// files are checked against the `.b3` records.
+fn reference_layout_archive(path: &Path) -> PathBuf {
+    let a = rocm_kpack::Archive::open(rich_archive(path, Compression::Zstd { level: 3 })).unwrap();
+    let arches: Vec<String> = a.architectures().to_vec();
+    let mut w =
+        rocm_kpack::ArchiveWriter::new("it", "mixed", arches, Compression::Zstd { level: 3 })
+            .unwrap();
+    w.set_reference_layout(true);
+    for (key, e) in a.entries() {
+        w.add_kernel(key, &e.arch, a.get_kernel(key, &e.arch).unwrap())
+            .unwrap();
+    }
+    drop(a);
+    w.write(path, &|_| {}).unwrap();
+    assert!(
+        rocm_kpack::Archive::open(path)
+            .unwrap()
+            .binaries()
+            .iter()
+            .all(|b| b.arches.iter().all(|e| e.blake3.is_none()))
+    );
+    path.to_path_buf()
+}
+
 #[test]
 fn truncated_and_altered_cache_files_are_decoded_again() {
     if !fuse_available() {
         return;
     }
     let d = tmp();
-    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let with_digests = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let without = reference_layout_archive(&d.path().join("ref.kpack"));
+    for archive in [with_digests, without] {
+        truncated_and_altered(
+            &archive,
+            &d.path().join(format!(
+                "cache-{}",
+                archive.file_stem().unwrap().to_string_lossy()
+            )),
+        );
+    }
+}
+
+fn truncated_and_altered(archive: &Path, cache: &Path) {
+    let (archive, cache) = (archive.to_path_buf(), cache.to_path_buf());
     let (_, all) = counts(&archive);
-    let cache = d.path().join("cache");
     let c = cache.to_str().unwrap();
     let m = Mount::start(&archive, &["--cache-dir", c]);
     m.check("walk", "");
@@ -315,7 +361,7 @@ fn truncated_and_altered_cache_files_are_decoded_again() {
     );
     m.stop();
     // Both were rewritten whole.
-    assert_eq!(cache_files(&cache), files);
+    assert_eq!(cache_files(&cache), files, "{archive:?}");
 }
 
 #[test]
@@ -421,4 +467,81 @@ fn daemon_path_reads_in_large_requests() {
     m.check("rp_chunked", "lib/big.so#0/gfx942.hsaco");
     m.check("rp_stats", "passthrough=0,daemon_reads<10,decodes=1");
     m.stop();
+}
+
+#[test]
+fn kernel_failing_its_digest_is_eio_and_never_cached() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = d.path().join("d.kpack");
+    let bad = pattern(50_000, 7);
+    write_archive(
+        &path,
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/a.so#0", "gfx900", pattern(9000, 1)),
+            ("lib/a.so#0", "gfx942", bad.clone()),
+        ],
+    );
+    // Change the digest the TOC records for gfx942 (frames and sizes stay valid).
+    let mut bytes = fs::read(&path).unwrap();
+    let digest = blake3::hash(&bad);
+    let at = bytes
+        .windows(32)
+        .position(|w| w == digest.as_bytes())
+        .expect("the archive records the kernel's digest");
+    bytes[at] ^= 0x01;
+    fs::write(&path, &bytes).unwrap();
+    let cache = d.path().join("cache");
+    for extra in [&[][..], &["--cache-dir", cache.to_str().unwrap()][..]] {
+        let m = Mount::start(&path, extra);
+        m.check("rp_open_errno", "lib/a.so#0/gfx942.hsaco=5");
+        m.check("walk_one", "lib/a.so#0/gfx900.hsaco");
+        // Each open of the bad kernel decoded it again: a failure is never kept.
+        m.check("rp_stats", "decodes=3,cache_dir_hits=0,backing_bytes=9000");
+        let log = m.daemon_log();
+        assert!(
+            log.contains("lib/a.so#0 [gfx942]") && log.contains("BLAKE3 digest mismatch"),
+            "{log}"
+        );
+        m.stop();
+    }
+    // Only the good kernel reached the cache directory.
+    assert_eq!(cache_files(&cache).len(), 1);
+}
+
+#[test]
+fn memory_backing_and_a_cache_dir_are_refused_together() {
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::None);
+    let mnt = d.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let cache = d.path().join("c");
+    for extra in [
+        vec![
+            "--backing",
+            "memory",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        vec!["-o", "backing=memory", "-o", "cache_dir=/nonexistent/never"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .arg("mount")
+            .arg(&archive)
+            .arg(&mnt)
+            .arg("-f")
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("backing=memory and cache_dir are mutually exclusive"),
+            "{err}"
+        );
+    }
+    assert!(!cache.exists(), "nothing created for a refused mount");
 }
