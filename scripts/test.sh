@@ -49,6 +49,7 @@ step "bench core --quick" cargo bench --bench core -- --quick
 step "bench capi --quick" cargo bench --bench capi -- --quick
 step "bench split --quick" cargo bench --bench split -- --quick
 step "bench suite --quick" cargo bench --bench suite -- --quick
+step "bench mount_scale --quick" cargo bench --bench mount_scale -- --quick
 step "bench remote --quick" cargo bench --bench remote -- --quick
 step "release install sizes" release_install_sizes
 

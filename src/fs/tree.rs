@@ -340,21 +340,39 @@ impl Index {
         self.slots[at] = node + 1;
         self.used += 1;
         if self.used * 2 > self.slots.len() {
-            let mut grown = Index {
-                slots: vec![0; self.slots.len() * 2],
-                used: 0,
-                hasher: self.hasher.clone(),
-            };
-            for &n in self.slots.iter().filter(|&&n| n != 0) {
-                let rec = recs[n as usize - 1];
-                let free = grown
-                    .find(recs, names, rec.parent, names.get(rec.name))
-                    .expect_err("each node is indexed once");
-                grown.slots[free] = n;
-                grown.used += 1;
-            }
-            *self = grown;
+            self.rebuild(recs, names, self.slots.len() * 2);
         }
+    }
+
+    /// Makes room for `extra` more nodes at once: re-hashing every node touches all of them
+    /// (cache misses on a large tree), so a builder that knows how many are coming sizes the
+    /// index once.
+    fn reserve(&mut self, recs: &[Rec], names: &Arena, extra: usize) {
+        let want = self
+            .used
+            .saturating_add(extra)
+            .saturating_mul(2)
+            .next_power_of_two();
+        if want > self.slots.len() {
+            self.rebuild(recs, names, want);
+        }
+    }
+
+    fn rebuild(&mut self, recs: &[Rec], names: &Arena, len: usize) {
+        let mut grown = Index {
+            slots: vec![0; len],
+            used: 0,
+            hasher: self.hasher.clone(),
+        };
+        for &n in self.slots.iter().filter(|&&n| n != 0) {
+            let rec = recs[n as usize - 1];
+            let free = grown
+                .find(recs, names, rec.parent, names.get(rec.name))
+                .expect_err("each node is indexed once");
+            grown.slots[free] = n;
+            grown.used += 1;
+        }
+        *self = grown;
     }
 }
 
@@ -410,6 +428,17 @@ impl TreeBuilder {
             key: key.to_owned(),
             reason,
         };
+        // Each kept key adds at most its leaf directory and one file per arch (the directories
+        // above are mostly shared); only a key's new upper directories can go beyond this.
+        let (keys, files) = archive
+            .binaries()
+            .iter()
+            .filter(|b| keep(&b.key))
+            .fold((0, 0), |(k, f), b| (k + 1, f + b.arches.len()));
+        self.recs.reserve(keys + files);
+        self.files.reserve(files);
+        self.dirs.reserve(keys);
+        self.index.reserve(&self.recs, &self.names, keys + files);
         // The directories of the previous key: TOC keys are sorted, so neighbours share most of
         // their path and only the components that differ need the index.
         let mut path: Vec<(&str, u32)> = Vec::new();
@@ -535,14 +564,19 @@ impl TreeBuilder {
     /// kernels gets a `native.hsaco` link to what the first GPU that resolves there would load.
     pub fn finish(self, gpus: &[String]) -> Tree {
         let TreeBuilder {
-            recs,
-            names,
+            mut recs,
+            mut names,
             mut dirs,
-            files,
+            mut files,
             index,
             ..
         } = self;
         drop(index);
+        // Give back what the vectors reserved beyond their use (up to half of each).
+        recs.shrink_to_fit();
+        names.0.shrink_to_fit();
+        dirs.shrink_to_fit();
+        files.shrink_to_fit();
         // Group the children by parent (a counting sort), then sort each group by name.
         for rec in &recs[1..] {
             dirs[recs[rec.parent as usize].slot as usize].count += 1;
