@@ -1,8 +1,8 @@
 //! Remote sources against a local mount, in one run: reading one architecture's kernels cold
-//! through an `s3://` mount (moto's S3 server on loopback, signatures checked) and through a mount
-//! of the same archive on local disk; then a remount of the `s3://` source with `--cache-dir`
-//! after a first pass, against the local mount. Prints the ratios and the bytes fetched per byte
-//! read.
+//! through an `s3://` mount (moto's S3 server on loopback, signatures checked), through an
+//! `http://` mount (nginx on loopback) and through a mount of the same archive on local disk;
+//! then a remount of the `s3://` source with `--cache-dir` after a first pass, against the local
+//! mount. Prints the ratios and the bytes fetched per byte read.
 //!
 //! Run as root (it mounts and drops the page cache):
 //!   cargo bench --bench remote                # full run: 3 x 64 MiB of code-like kernels
@@ -194,6 +194,62 @@ impl Drop for Moto {
     }
 }
 
+/// nginx serving `root` on a loopback port (the HTTP comparison: a server that is not the
+/// bottleneck, unlike moto, which is written in Python).
+struct Nginx {
+    child: Child,
+    port: u16,
+}
+
+impl Nginx {
+    fn start(root: &Path, dir: &Path) -> Nginx {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let d = dir.display();
+        fs::create_dir_all(dir).unwrap();
+        fs::write(
+            dir.join("nginx.conf"),
+            format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                 error_log {d}/error.log;\nevents {{ worker_connections 256; }}\n\
+                 http {{ access_log off; client_body_temp_path {d}/b; proxy_temp_path {d}/p;\n\
+                 fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n\
+                 server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx (scripts/setup-deps.sh installs it)");
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "nginx did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx { child, port }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Reads every `READ_ARCH` file under `mnt`; returns the time and the bytes read.
 fn read_arch(mnt: &Path, files: &[String]) -> (Duration, u64) {
     let t = Instant::now();
@@ -267,6 +323,18 @@ fn main() {
     let fetched = after["remote_bytes_fetched"] - before["remote_bytes_fetched"];
     let requests = after["remote_requests"] - before["remote_requests"];
 
+    let nginx = Nginx::start(work.path(), &work.path().join("nginx"));
+    drop_caches();
+    let http = Mounted::start(
+        &format!("http://127.0.0.1:{}/set.kpack", nginx.port),
+        &work.path().join("http"),
+        &[],
+        &[],
+    );
+    let (t_http, _) = read_arch(&http.mnt, &files);
+    drop(http);
+    drop(nginx);
+
     let cache_dir = work.path().join("cache-dir");
     fs::create_dir_all(&cache_dir).unwrap();
     let cache_arg = ["--cache-dir", cache_dir.to_str().unwrap()];
@@ -290,6 +358,12 @@ fn main() {
         "  s3:// mount, cold:          {:8.1} MiB/s  {:.2}x {}",
         mib_s(read, t_s3),
         t_local.as_secs_f64() / t_s3.as_secs_f64(),
+        against("the local mount")
+    );
+    println!(
+        "  http:// mount (nginx), cold: {:8.1} MiB/s  {:.2}x {}",
+        mib_s(read, t_http),
+        t_local.as_secs_f64() / t_http.as_secs_f64(),
         against("the local mount")
     );
     println!(

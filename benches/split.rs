@@ -1,188 +1,248 @@
-//! Split benchmark on Debian's `librocrand.so.1.1` (fetched by `bench/fetch-rocrand.sh`): the
-//! time of `kpack-fuse split` against a plain `kpack-fuse pack --from-fatbin` import of the same
-//! binary (both write the same zstd-3 per-arch archives; split also rewrites the ELF file), the
-//! time of `split_binary` alone (code objects extracted and ELF rewritten in memory, no
-//! compression, no I/O), and the sizes: the rewritten binary against the original, and
-//! the file bytes removed against the size of `.hip_fatbin`.
+//! Split and pack benchmark (issue 13): a synthetic fat host library laid out like real ROCm
+//! libraries (`tests/it/support/fat_host.rs`: 120 bundles of 5 arches, code objects of 20 KB to
+//! 15 MB compressing about 6:1 at zstd-3), 1.2 GB of device code by default, and Debian's
+//! `librocrand.so.1.1` when `bench/fetch-rocrand.sh` has fetched it.
 //!
-//! Run: `cargo bench --bench split` (full: median of 5 runs after a warm-up) or
-//! `cargo bench --bench split -- --quick` (one run). Skips, with a message, when the rocRAND
-//! data has not been fetched. Data: `bench/data/` or `$KPACK_BENCH_DATA`, as the fetch script.
+//! Measured, in one run:
+//! - `kpack-fuse split` wall time against `bench/python_pack.py fatbin` (a single-threaded
+//!   Python pack of the same code objects, zstandard + msgpack), target <= 0.6x; the split's
+//!   peak RSS (`wait4`), target <= 512 MiB, for the library and for one twice as large;
+//! - `kpack-fuse pack` of a tree of the same code objects (`<key>/<arch>.hsaco`) with
+//!   `--threads 2` against `bench/python_pack.py tree`, target <= 0.5x;
+//! - the same split ratio and RSS on rocRAND.
+//!
+//! Run: `cargo bench --bench split` (full), `cargo bench --bench split -- --size-mb 200` (a
+//! smaller library; the twice-as-large one follows), `cargo bench --bench split -- --quick` (a
+//! 24 MB smoke run: figures only, no verdicts). Scratch space: `$KPACK_BENCH_TMP` or the
+//! system's temp dir (the full run needs about 8 GB free).
+
+#[path = "../tests/it/support/fat_host.rs"]
+mod fat_host;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rocm_kpack::split;
-
-const LIB: &str = "rocrand/usr/lib/x86_64-linux-gnu/librocrand.so.1.1";
+const ROCRAND: &str = "rocrand/usr/lib/x86_64-linux-gnu/librocrand.so.1.1";
+const MIB: u64 = 1 << 20;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kpack-fuse"))
 }
 
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
 fn data_dir() -> PathBuf {
     std::env::var_os("KPACK_BENCH_DATA")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/data"))
+        .unwrap_or_else(|| repo().join("bench/data"))
 }
 
-fn timed(cmd: &mut Command) -> Duration {
+/// Runs a command to completion: wall time and peak RSS.
+fn measure(cmd: &mut Command) -> (Duration, u64) {
     let t = Instant::now();
-    let out = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("spawn kpack-fuse");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (status, peak) = fat_host::peak_rss(cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+    let elapsed = t.elapsed();
+    assert!(status.success(), "{cmd:?} failed: {status}");
+    (elapsed, peak)
+}
+
+fn split_cmd(host: &Path, root: &Path, out: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("split")
+        .arg(host)
+        .arg("--root")
+        .arg(root)
+        .args(["--prefix", "bench", "-o"])
+        .arg(out);
+    c
+}
+
+fn python(args: &[&std::ffi::OsStr]) -> Command {
+    let mut c = Command::new("python3");
+    c.arg(repo().join("bench/python_pack.py")).args(args);
+    c
+}
+
+/// One line of the report: a ratio and, unless this is a smoke run, whether it meets its target.
+fn verdict(quick: bool, ok: bool, target: &str) -> String {
+    if quick {
+        String::new()
+    } else {
+        format!("(target {target}: {})", if ok { "met" } else { "MISSED" })
+    }
+}
+
+struct SplitFigures {
+    split: Duration,
+    split_peak: u64,
+    python: Duration,
+}
+
+/// Splits `host` (below `root`) and packs the same code objects with Python, in `work`.
+fn split_vs_python(host: &Path, root: &Path, work: &Path) -> SplitFigures {
+    let out = work.join("split");
+    let (split, split_peak) = measure(&mut split_cmd(host, root, &out));
+    std::fs::remove_dir_all(&out).unwrap();
+    let py_out = work.join("python");
+    let (python, _) = measure(&mut python(&[
+        "fatbin".as_ref(),
+        host.as_os_str(),
+        py_out.as_os_str(),
+    ]));
+    std::fs::remove_dir_all(&py_out).unwrap();
+    SplitFigures {
+        split,
+        split_peak,
+        python,
+    }
+}
+
+fn report_split(quick: bool, what: &str, f: &SplitFigures) {
+    let ratio = f.split.as_secs_f64() / f.python.as_secs_f64();
+    println!("  {what}:");
+    println!(
+        "    split {:8.2} s, Python single-threaded pack {:8.2} s: {ratio:.3}x {}",
+        f.split.as_secs_f64(),
+        f.python.as_secs_f64(),
+        verdict(quick, ratio <= 0.6, "<= 0.6x")
     );
-    t.elapsed()
+    println!(
+        "    split peak RSS {:6} MiB {}",
+        f.split_peak / MIB,
+        verdict(quick, f.split_peak <= 512 * MIB, "<= 512 MiB")
+    );
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-/// Total size of the regular files in `dir`.
-fn dir_size(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+/// Writes the library's code objects as a pack tree `<key>/<arch>.hsaco`.
+fn write_tree(host: &fat_host::FatHost, tree: &Path) {
+    let mut per_arch = std::collections::HashMap::new();
+    for (i, (arch, _, _)) in host.code_objects.iter().enumerate() {
+        let n = per_arch.entry(*arch).or_insert(0usize);
+        let dir = tree.join(format!("lib/libfat.so#{n}"));
+        *n += 1;
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{arch}.hsaco")), host.code_object(i)).unwrap();
+    }
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let so = data_dir().join(LIB);
-    if !so.is_file() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let size_mb: u64 = args
+        .iter()
+        .position(|a| a == "--size-mb")
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.parse().expect("--size-mb takes a number"))
+        .unwrap_or(if quick { 24 } else { 1229 });
+    let bundles = if quick { 12 } else { 120 };
+    let scratch = std::env::var_os("KPACK_BENCH_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let work = tempfile::tempdir_in(scratch).expect("temp dir");
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "kpack split/pack benchmark{} ({cpus} CPUs; load average {})",
+        if quick {
+            " (quick smoke run: figures only)"
+        } else {
+            ""
+        },
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    );
+
+    // Synthetic library and the one twice as large.
+    let root = work.path().join("root");
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    let host = fat_host::build(&root.join("lib"), "libfat.so", size_mb * MIB, bundles, 11);
+    let host_len = std::fs::metadata(&host.path).unwrap().len();
+    let figures = split_vs_python(&host.path, &root, work.path());
+    report_split(
+        quick,
+        &format!(
+            "synthetic library, {} MiB ({} MiB of device code, {} code objects)",
+            host_len / MIB,
+            host.device_bytes / MIB,
+            host.code_objects.len()
+        ),
+        &figures,
+    );
+
+    // pack of a tree of the same code objects, on 2 threads.
+    let tree = work.path().join("tree");
+    write_tree(&host, &tree);
+    std::fs::remove_file(&host.path).unwrap();
+    let packed = work.path().join("tree.kpack");
+    let (pack, _) = measure(
+        Command::new(bin())
+            .arg("pack")
+            .arg(&tree)
+            .args(["--threads", "2", "-o"])
+            .arg(&packed),
+    );
+    let py_packed = work.path().join("tree-py.kpack");
+    let (py_pack, _) = measure(&mut python(&[
+        "tree".as_ref(),
+        tree.as_os_str(),
+        py_packed.as_os_str(),
+    ]));
+    std::fs::remove_dir_all(&tree).unwrap();
+    let ratio = pack.as_secs_f64() / py_pack.as_secs_f64();
+    println!("  pack of a tree of the same code objects:");
+    println!(
+        "    pack --threads 2 {:8.2} s, Python single-threaded {:8.2} s: {ratio:.3}x {}",
+        pack.as_secs_f64(),
+        py_pack.as_secs_f64(),
+        verdict(quick, ratio <= 0.5, "<= 0.5x")
+    );
+    println!(
+        "    archive {} MiB (with digests and frame positions), Python's {} MiB: ratio {:.2}:1",
+        std::fs::metadata(&packed).unwrap().len() / MIB,
+        std::fs::metadata(&py_packed).unwrap().len() / MIB,
+        host.device_bytes as f64 / std::fs::metadata(&packed).unwrap().len() as f64
+    );
+    std::fs::remove_file(&packed).unwrap();
+    std::fs::remove_file(&py_packed).unwrap();
+
+    let double = fat_host::build(
+        &root.join("lib"),
+        "libfat2.so",
+        2 * size_mb * MIB,
+        2 * bundles,
+        12,
+    );
+    let out = work.path().join("split2");
+    let (split2, peak2) = measure(&mut split_cmd(&double.path, &root, &out));
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_file(&double.path).unwrap();
+    println!(
+        "  library twice as large ({} MiB of device code): split {:.2} s, peak RSS {} MiB {}",
+        double.device_bytes / MIB,
+        split2.as_secs_f64(),
+        peak2 / MIB,
+        verdict(quick, peak2 <= 512 * MIB, "<= 512 MiB")
+    );
+
+    let so = data_dir().join(ROCRAND);
+    if so.is_file() {
+        // Debian's layout: the root is usr/.
+        let root = so.ancestors().nth(3).expect("usr/lib/<triplet>/<lib>");
+        let f = split_vs_python(&so, root, work.path());
+        report_split(
+            quick,
+            "rocRAND (librocrand.so.1.1, 12 MB of device code)",
+            &f,
+        );
+    } else {
         println!(
-            "split benchmark SKIPPED: {} is absent (run bench/fetch-rocrand.sh first)",
+            "  rocRAND: SKIPPED ({} is absent; run bench/fetch-rocrand.sh)",
             so.display()
         );
-        return;
     }
-    // Debian's layout: the root is usr/, the kernel name lib/x86_64-linux-gnu/librocrand.so.1.1.
-    let root = so
-        .ancestors()
-        .nth(3)
-        .expect("usr/lib/x86_64-linux-gnu/<lib>")
-        .to_path_buf();
-    let kernel_name = "lib/x86_64-linux-gnu/librocrand.so.1.1";
-    let work = tempfile::tempdir().expect("temp dir");
-    let runs = if quick { 1 } else { 5 };
-    let original = std::fs::read(&so).unwrap();
-
-    let split_cmd = |n: usize| {
-        let mut c = Command::new(bin());
-        c.arg("split")
-            .arg(&so)
-            .arg("--root")
-            .arg(&root)
-            .args(["--prefix", "rocrand", "-o"])
-            .arg(work.path().join(format!("split{n}")));
-        c
-    };
-    let import_cmd = |n: usize| {
-        let mut c = Command::new(bin());
-        c.args(["pack", "--from-fatbin"])
-            .arg(&so)
-            .arg("--root")
-            .arg(&root)
-            .args(["--prefix", "rocrand", "-o"])
-            .arg(work.path().join(format!("import{n}")));
-        c
-    };
-    if !quick {
-        // Warm the page cache and the binary.
-        timed(&mut split_cmd(100));
-        timed(&mut import_cmd(100));
-    }
-    let mut split_times = Vec::new();
-    let mut import_times = Vec::new();
-    let mut rewrite_times = Vec::new();
-    let mut result = None;
-    for n in 0..runs {
-        split_times.push(timed(&mut split_cmd(n)));
-        import_times.push(timed(&mut import_cmd(n)));
-        let t = Instant::now();
-        let s = split::split_binary(&original, kernel_name, "rocrand").expect("rocRAND splits");
-        rewrite_times.push(t.elapsed());
-        result = Some(s.result);
-    }
-    let r = result.expect("at least one run");
-    let (split_t, import_t, rewrite_t) = (
-        median(split_times),
-        median(import_times),
-        median(rewrite_times),
-    );
-
-    let out = work.path().join("split0");
-    let after = std::fs::metadata(out.join(kernel_name)).unwrap().len();
-    assert_eq!(after, r.bytes.len() as u64, "CLI and library rewrite agree");
-    let split_archives = dir_size(&out.join(".kpack"));
-    let import_archives = dir_size(&work.path().join("import0"));
-    let before = original.len() as u64;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-
-    println!(
-        "kpack split benchmark{} on {}",
-        if quick { " (quick smoke run)" } else { "" },
-        so.display()
-    );
-    println!(
-        "  runs: {runs} (median), {} CPUs",
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    );
-    println!(
-        "  split (CLI, rewrite + zstd-3 archives):   {:9.1} ms",
-        ms(split_t)
-    );
-    println!(
-        "  pack --from-fatbin (CLI, archives only):   {:9.1} ms",
-        ms(import_t)
-    );
-    println!(
-        "  split_binary in process (no I/O, no zstd): {:9.1} ms",
-        ms(rewrite_t)
-    );
-    println!(
-        "  split time / import time:                  {:9.3}",
-        split_t.as_secs_f64() / import_t.as_secs_f64()
-    );
-    println!("  binary size before:                        {before:>12} bytes");
-    println!("  binary size after:                         {after:>12} bytes");
-    println!(
-        "  size after / before:                       {:9.3}",
-        after as f64 / before as f64
-    );
-    println!(
-        "  .hip_fatbin (device code):                 {:>12} bytes",
-        r.device_code
-    );
-    println!(
-        "  file bytes removed:                        {:>12} bytes",
-        r.removed
-    );
-    println!(
-        "  removed / device code:                     {:9.5}",
-        r.removed as f64 / r.device_code as f64
-    );
-    println!(
-        "  shrink (before - after) / device code:     {:9.5}",
-        (before - after) as f64 / r.device_code as f64
-    );
-    println!("  archives written by split:                 {split_archives:>12} bytes");
-    println!("  archives written by pack --from-fatbin:    {import_archives:>12} bytes");
-    println!(
-        "  (binary after + archives) / before:        {:9.3}",
-        (after + split_archives) as f64 / before as f64
-    );
 }

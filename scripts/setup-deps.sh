@@ -11,6 +11,7 @@ APT_PACKAGES=(
   fuse3            # fusermount3 and mount.fuse3: --auto-unmount, mount -t fuse.kpack-fuse
   squashfuse       # squashfuse_ll, the comparison in the benchmark suite
   squashfs-tools   # mksquashfs for that comparison
+  erofs-utils      # mkfs.erofs: the in-kernel EROFS comparison in the benchmark suite
   libzstd-dev      # zstd headers for C consumers
   zstd             # the zstd command line (tar --zstd in benchmarks)
   pkg-config       # C consumer test of rocm_kpack.pc

@@ -41,6 +41,7 @@ pub fn run(args: Args) -> CliResult {
     fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
     let mut count = 0u64;
     let mut bytes = 0u64;
+    let bar = super::progress::bar(archive.entries().map(|(_, e)| e.original_size).sum());
     for (key, arch, parts) in plan {
         let mut dir = args.dest.clone();
         for part in parts {
@@ -89,6 +90,12 @@ pub fn run(args: Args) -> CliResult {
         f.write_all(&data).map_err(|e| out_err(&file, e))?;
         count += 1;
         bytes += data.len() as u64;
+        if let Some(b) = &bar {
+            b.inc(data.len() as u64);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     eprintln!(
         "extracted {} ({}) into {}",

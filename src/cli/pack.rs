@@ -3,7 +3,6 @@
 //! `--from-fatbin`, ROCm host binaries become per-arch archives.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::pack_pipeline::{self, ArchiveHead, PackFilesError};
@@ -96,9 +95,6 @@ pub struct Args {
     #[arg(long, requires = "emit_metadata")]
     pub no_pins: bool,
 }
-
-/// Inputs above this size get a progress bar when stderr is a terminal.
-const PROGRESS_THRESHOLD: u64 = 64 << 20;
 
 pub fn run(args: Args) -> CliResult {
     if !args.from_fatbin.is_empty() {
@@ -209,7 +205,7 @@ pub fn run(args: Args) -> CliResult {
         reference_layout: args.compression.reference_layout,
     };
     // Reading, compressing, hashing and writing overlap (rocm_kpack::pack_pipeline).
-    let bar = progress_bar(total);
+    let bar = super::progress::bar(total);
     let written = pack_pipeline::pack_files(
         &args.output,
         &head,
@@ -239,19 +235,6 @@ pub fn run(args: Args) -> CliResult {
         super::words::count(written, "byte", "bytes")
     );
     Ok(())
-}
-
-fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
-    if total < PROGRESS_THRESHOLD || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-    ) {
-        bar.set_style(style);
-    }
-    Some(bar)
 }
 
 /// key -> arch -> file. Keys are the parent directories of `.hsaco` files, relative to `root`.

@@ -14,9 +14,9 @@ pub fn bar(total: u64) -> Option<ProgressBar> {
         return None;
     }
     let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-    {
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
         bar.set_style(style);
     }
     Some(bar)

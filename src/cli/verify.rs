@@ -98,7 +98,11 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
     let file = archive.path().display();
     let mut n = 0;
     let mut digested = 0;
+    let bar = super::progress::bar(archive.entries().map(|(_, e)| e.original_size).sum());
     for (key, entry) in archive.entries() {
+        if let Some(b) = &bar {
+            b.inc(entry.original_size);
+        }
         n += 1;
         digested += usize::from(entry.blake3.is_some());
         let arch = entry.arch.as_str();
@@ -128,6 +132,9 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
         if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
             bad(e.reason());
         }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     (n, digested)
 }

@@ -475,14 +475,15 @@ impl KpackFs {
                 Errno::EIO,
             ));
         }
-        // read_into checks that a frame can produce the TOC's size before writing.
-        archive
-            .read_into(&kref, dst)
-            .map_err(|e| fail(&e, Errno::from(&e)))?;
-        // Bytes decoded from a file rewritten in place may be wrong without any decode error.
+        // read_into checks that a frame can produce the TOC's size before writing, and the
+        // bytes against the archive's digest when it records one.
+        let read = archive.read_into(&kref, dst);
+        // A file rewritten in place may fail to decode, fail its digest, or decode to other
+        // bytes with no error at all: when it changed, that is the cause to report.
         archive
             .check_unchanged()
-            .map_err(|e| fail(&e, Errno::from(&e)))
+            .map_err(|e| fail(&e, Errno::from(&e)))?;
+        read.map_err(|e| fail(&e, Errno::from(&e)))
     }
 
     /// Lists a directory from `offset` (0 = start; each entry carries the offset of the next).
