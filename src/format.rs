@@ -445,10 +445,11 @@ fn frame_pos(r: &mut msgpack::Reader<'_>) -> Result<Option<FramePos>, TocError> 
         return Ok(None);
     };
     let mut items = [None, None];
-    for i in 0..len {
+    let mut slots = items.iter_mut();
+    for _ in 0..len {
         let v = r.value(6)?;
-        if i < 2 {
-            items[i] = v.as_u64();
+        if let Some(slot) = slots.next() {
+            *slot = v.as_u64();
         }
     }
     Ok(match (len, items) {
