@@ -11,6 +11,7 @@ APT_PACKAGES=(
   fuse3            # fusermount3 and mount.fuse3: --auto-unmount, mount -t fuse.kpack-fuse
   squashfuse       # squashfuse_ll, the comparison in the benchmark suite
   squashfs-tools   # mksquashfs for that comparison
+  erofs-utils      # mkfs.erofs: the in-kernel EROFS comparison in the benchmark suite
   libzstd-dev      # zstd headers for C consumers
   zstd             # the zstd command line (tar --zstd in benchmarks)
   pkg-config       # C consumer test of rocm_kpack.pc
@@ -25,6 +26,7 @@ APT_PACKAGES=(
   python3-yaml     # Kubernetes manifest checks
   python3-pip      # only for what Debian does not package (PIP_PACKAGES)
   nginx            # a real HTTP server with range requests for the http:// source tests
+  openssl          # a test CA and server certificate for the https:// source test
 )
 # Installed with pip only if still missing after apt (an older release without the packages);
 # moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).

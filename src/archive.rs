@@ -368,7 +368,25 @@ impl Archive {
     /// hostile size never turns into a huge allocation), then decodes into the buffer. When the
     /// archive records the kernel's BLAKE3 digest, the bytes are checked against it; on a
     /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
+    ///
+    /// When reading, decoding or the digest check fails, the source is asked first whether it
+    /// changed since open: bytes of an archive rewritten in place are expected not to decode or
+    /// match, and "archive changed while open" is then the true cause to report. Only an archive
+    /// that did not change gets the decode or digest error itself.
     pub fn read_with<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    where
+        T: KernelBuf,
+        A: FnOnce(usize) -> Option<T>,
+    {
+        self.read_checked(kref, alloc).map_err(|e| match e {
+            // Not about the bytes read: nothing a change of the archive would explain.
+            Error::OutOfMemory { .. } | Error::InvalidArgument(_) => e,
+            e => self.check_unchanged().err().unwrap_or(e),
+        })
+    }
+
+    /// [`read_unchecked`](Self::read_unchecked), then the digest check.
+    fn read_checked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,

@@ -255,6 +255,9 @@ fn describe(event: &Event) -> Option<String> {
         Event::ArchiveNotPinned { path, toc_blake3 } => {
             format!("skip    {path}: not pinned by the binary (toc blake3 {toc_blake3})")
         }
+        Event::NoValidArchives { paths } if *paths == 1 => {
+            "the one path is not a usable archive".into()
+        }
         Event::NoValidArchives { paths } => {
             format!("none of the {paths} paths is a usable archive")
         }

@@ -3,9 +3,16 @@
 //! 20 KB to 15 MB) is split and imported by the CLI in a child process whose peak resident
 //! memory (VmHWM, from `wait4`) must stay under 160 MiB, and the code objects come back out of
 //! the archives byte for byte.
+//!
+//! The CLI is not started from the test process itself but from a fresh copy of this test
+//! binary (`peak_rss_child_entry`): at exec Linux folds the high-water RSS of the address space
+//! being replaced into the new program's `ru_maxrss`, and a child spawned straight from the test
+//! process replaces (vfork) the test process's own address space, whose peak other tests running
+//! in parallel push past a gigabyte. The fresh copy's address space is a few MiB.
 
+use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use rocm_kpack::Archive;
 
@@ -18,6 +25,70 @@ const RSS_BOUND: u64 = 160 << 20;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_kpack-fuse")
+}
+
+const ARGC: &str = "KPACK_IT_PEAK_RSS_ARGC";
+const ARG: &str = "KPACK_IT_PEAK_RSS_ARG";
+const RESULT: &str = "KPACK_IT_PEAK_RSS ";
+
+/// Runs the CLI with `args` (stdout discarded) from a fresh copy of this test binary and returns
+/// its exit status and its own peak resident memory in bytes (see the module header for why).
+fn cli_peak_rss(args: &[OsString]) -> (ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "split_memory::peak_rss_child_entry",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(ARGC, args.len().to_string())
+    .stderr(Stdio::inherit());
+    for (i, a) in args.iter().enumerate() {
+        cmd.env(format!("{ARG}{i}"), a);
+    }
+    let out = cmd.output().expect("running the measuring child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        // libtest prints `test NAME ... ` without a newline before the test's own output.
+        .find_map(|l| l.split_once(RESULT).map(|(_, rest)| rest))
+        .unwrap_or_else(|| {
+            panic!(
+                "measuring child ({}) printed no result:\n{stdout}",
+                out.status
+            )
+        });
+    let (status, peak) = line.split_once(' ').expect("status and peak");
+    (
+        ExitStatus::from_raw(status.parse().unwrap()),
+        peak.parse().unwrap(),
+    )
+}
+
+/// Entry point of the measuring child of [`cli_peak_rss`]: runs the CLI with the arguments in
+/// the environment and prints its raw wait status and peak RSS. Ignored in normal runs, where it
+/// has nothing to do.
+#[test]
+#[ignore = "entry point of the measuring child, run by cli_peak_rss"]
+fn peak_rss_child_entry() {
+    let Some(argc) = std::env::var_os(ARGC) else {
+        return;
+    };
+    let argc: usize = argc.to_str().unwrap().parse().unwrap();
+    let args: Vec<OsString> = (0..argc)
+        .map(|i| std::env::var_os(format!("{ARG}{i}")).unwrap())
+        .collect();
+    let mut cmd = Command::new(bin());
+    cmd.args(&args).env_remove(ARGC).stdout(Stdio::null());
+    for i in 0..argc {
+        cmd.env_remove(format!("{ARG}{i}"));
+    }
+    let (status, peak) = fat_host::peak_rss(&mut cmd);
+    use std::os::unix::process::ExitStatusExt;
+    println!("{RESULT}{} {peak}", status.into_raw());
 }
 
 /// Checks the first, a middle and the last code object of the library against its archives.
@@ -51,16 +122,16 @@ fn split_and_import_peak_memory_does_not_follow_the_input() {
     let input_len = std::fs::metadata(&host.path).unwrap().len();
 
     let out = tmp.path().join("out");
-    let (status, split_peak) = fat_host::peak_rss(
-        Command::new(bin())
-            .arg("split")
-            .arg(&host.path)
-            .arg("--root")
-            .arg(&root)
-            .args(["--prefix", "fat", "-o"])
-            .arg(&out)
-            .stdout(Stdio::null()),
-    );
+    let (status, split_peak) = cli_peak_rss(&[
+        "split".into(),
+        host.path.clone().into(),
+        "--root".into(),
+        root.clone().into(),
+        "--prefix".into(),
+        "fat".into(),
+        "-o".into(),
+        out.clone().into(),
+    ]);
     assert!(status.success(), "split: {status}");
     let split_len = std::fs::metadata(out.join("lib/libfat.so")).unwrap().len();
     assert!(
@@ -70,16 +141,17 @@ fn split_and_import_peak_memory_does_not_follow_the_input() {
     check_archives(&host, &out.join(".kpack"), "lib/libfat.so");
 
     let imported = tmp.path().join("imported");
-    let (status, import_peak) = fat_host::peak_rss(
-        Command::new(bin())
-            .args(["pack", "--from-fatbin"])
-            .arg(&host.path)
-            .arg("--root")
-            .arg(&root)
-            .args(["--prefix", "fat", "-o"])
-            .arg(&imported)
-            .stdout(Stdio::null()),
-    );
+    let (status, import_peak) = cli_peak_rss(&[
+        "pack".into(),
+        "--from-fatbin".into(),
+        host.path.clone().into(),
+        "--root".into(),
+        root.clone().into(),
+        "--prefix".into(),
+        "fat".into(),
+        "-o".into(),
+        imported.clone().into(),
+    ]);
     assert!(status.success(), "pack --from-fatbin: {status}");
     for arch in fat_host::ARCHES {
         let name = format!("fat_{arch}.kpack");

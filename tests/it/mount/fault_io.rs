@@ -1,7 +1,7 @@
 //! The child side of the live-mount fault tests (`faults.rs`): file operations run in a watched
-//! child process, as every mount scenario is (see `support::mount`). Reads compare an FNV-1a
-//! checksum of what the mount returned with the same range of the archive API's bytes, so a
-//! single wrong byte at any offset fails the scenario.
+//! child process, as every mount scenario is (see `support::mount`). Reads compare what the
+//! mount returned with the same range of the archive API's bytes, so a single wrong byte at any
+//! offset fails the scenario.
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
@@ -218,7 +218,10 @@ fn random_ranges(mnt: &Path, archive: &Path, arg: &str, pressure: bool) {
                         expect.len(),
                         "thread {t} op {op}: {path:?} read({n}) at {off}"
                     );
-                    if fnv(&buf[..got]) != fnv(expect) {
+                    // A plain comparison (memcmp) rather than two checksums: exact, and cheap
+                    // enough in a debug build that 16 x 2000 reads of up to 256 KiB finish well
+                    // within the watchdog on a loaded machine.
+                    if buf[..got] != *expect {
                         let first = buf.iter().zip(expect).position(|(a, b)| a != b).unwrap();
                         panic!(
                             "thread {t} op {op}: {path:?} at {off}: byte {} differs",

@@ -511,3 +511,37 @@ fn kernel_failing_its_digest_is_eio_and_never_cached() {
     // Only the good kernel reached the cache directory.
     assert_eq!(cache_files(&cache).len(), 1);
 }
+
+#[test]
+fn memory_backing_and_a_cache_dir_are_refused_together() {
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::None);
+    let mnt = d.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let cache = d.path().join("c");
+    for extra in [
+        vec![
+            "--backing",
+            "memory",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        vec!["-o", "backing=memory", "-o", "cache_dir=/nonexistent/never"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .arg("mount")
+            .arg(&archive)
+            .arg(&mnt)
+            .arg("-f")
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("backing=memory and cache_dir are mutually exclusive"),
+            "{err}"
+        );
+    }
+    assert!(!cache.exists(), "nothing created for a refused mount");
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use rocm_kpack::Compression;
 
-use super::servers::Nginx;
+use super::servers::{Nginx, tls_files};
 use super::{expected_dir, mount, noise, refused_mount, run, stats};
 use crate::mount::{pattern, rich_archive, write_archive};
 use crate::support::mount::fuse_available;
@@ -245,7 +245,7 @@ fn http_without_etags_tells_a_replaced_object_by_its_modification_time() {
     let served = write_archive(&www.path().join("x.kpack"), Compression::None, &kernels(1));
     let want = tempfile::tempdir().unwrap();
     expected_dir(&[served.as_path()], want.path());
-    let nginx = Nginx::start_with(www.path(), false);
+    let nginx = Nginx::start_with(www.path(), false, None);
     let m = mount(&nginx.url("x.kpack"), &[], &[]);
     let file = "lib/x.so#0/gfx942.hsaco";
     m.check(
@@ -324,4 +324,36 @@ fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
         "reference layout, 64 frames, {len} bytes: {} requests at mount, {} in all, {} bytes",
         at_mount["remote_requests"], s["remote_requests"], s["remote_bytes_fetched"]
     );
+}
+
+#[test]
+fn https_mount_verifies_the_server_certificate() {
+    if !fuse_available() {
+        return;
+    }
+    let www = tempfile::tempdir().unwrap();
+    let archive = rich_archive(
+        &www.path().join("tls.kpack"),
+        Compression::Zstd { level: 3 },
+    );
+    let want = tempfile::tempdir().unwrap();
+    expected_dir(&[archive.as_path()], want.path());
+    let tls = tempfile::tempdir().unwrap();
+    tls_files(tls.path());
+    let nginx = Nginx::start_with(www.path(), true, Some(tls.path()));
+    let url = nginx.https_url("tls.kpack");
+    // Trusted through SSL_CERT_FILE (read by the client's native root store).
+    let ca = tls.path().join("ca.pem").display().to_string();
+    let m = mount(&url, &[], &[("SSL_CERT_FILE".to_owned(), ca)]);
+    m.check("tree", want.path().to_str().unwrap());
+    m.stop();
+    // A certificate nobody vouches for is refused at open.
+    let unknown = tls.path().join("cert.pem").display().to_string();
+    let (code, err) = refused_mount(
+        &url,
+        &["-o", "remote_retries=0"],
+        &[("SSL_CERT_FILE".to_owned(), unknown)],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
 }

@@ -53,11 +53,12 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(root: &Path) -> Nginx {
-        Nginx::start_with(root, true)
+        Nginx::start_with(root, true, None)
     }
 
     /// With `etag` false, nginx sends no ETag: versions are told by Last-Modified and length.
-    pub fn start_with(root: &Path, etag: bool) -> Nginx {
+    /// With `tls` (a directory holding `cert.pem` and `key.pem`), it serves HTTPS.
+    pub fn start_with(root: &Path, etag: bool, tls: Option<&Path>) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let d = dir.path().display();
@@ -68,9 +69,15 @@ impl Nginx {
                access_log {d}/access.log ranges;\n  client_body_temp_path {d}/body;\n\
                proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               etag {};\n  server {{ listen 127.0.0.1:{port}; root {}; }}\n}}\n",
+               etag {};\n  server {{ listen 127.0.0.1:{port}{}; root {}; {} }}\n}}\n",
             if etag { "on" } else { "off" },
-            root.display()
+            if tls.is_some() { " ssl" } else { "" },
+            root.display(),
+            tls.map_or(String::new(), |t| format!(
+                "ssl_certificate {}/cert.pem; ssl_certificate_key {}/key.pem;",
+                t.display(),
+                t.display()
+            )),
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
         let bin = ["/usr/sbin/nginx", "nginx"]
@@ -101,6 +108,10 @@ impl Nginx {
         format!("http://127.0.0.1:{}/{rel}", self.port)
     }
 
+    pub fn https_url(&self, rel: &str) -> String {
+        format!("https://127.0.0.1:{}/{rel}", self.port)
+    }
+
     pub fn access_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
@@ -118,6 +129,74 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         kill(&mut self.child);
     }
+}
+
+/// A certificate authority and a server certificate for 127.0.0.1 signed by it, made with the
+/// `openssl` command in `dir`: `ca.pem`, and `cert.pem` + `key.pem` for the server.
+pub fn tls_files(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run openssl ({e}): scripts/setup-deps.sh installs it")
+            });
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kpack test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
 }
 
 /// moto's S3 server with authentication on, one bucket, and a key pair to use.

@@ -120,7 +120,17 @@ where
     S: AsRef<OsStr>,
 {
     let mut cmd = Command::new(exe);
+    // `cargo test` puts the profile directory on LD_LIBRARY_PATH, which the dynamic loader
+    // searches before the programs' RUNPATH. Its `librocm_kpack.so.0` link names the library
+    // `cargo build` last copied there, which `cargo test` does not refresh, so without this the
+    // programs could run against a stale library. The freshly built one comes first.
+    let mut search = std::ffi::OsString::from(lib_dir());
+    if let Some(inherited) = std::env::var_os("LD_LIBRARY_PATH") {
+        search.push(":");
+        search.push(inherited);
+    }
     cmd.args(args)
+        .env("LD_LIBRARY_PATH", search)
         .env(
             "ASAN_OPTIONS",
             "detect_leaks=1:halt_on_error=1:abort_on_error=0",

@@ -165,7 +165,9 @@ pub fn build(dir: &Path, name: &str, total: u64, bundles: usize, seed: u64) -> F
 }
 
 /// Peak resident memory (VmHWM, from `wait4`'s `ru_maxrss`) of a command run to completion, in
-/// bytes, with its exit status.
+/// bytes, with its exit status. The figure is at least the peak RSS of the calling process
+/// (Linux folds the replaced address space's high-water mark in at exec), so call it from a
+/// small process: `split_memory` runs it in a fresh copy of the test binary.
 pub fn peak_rss(cmd: &mut Command) -> (std::process::ExitStatus, u64) {
     let (status, peak, _) = run_measured(cmd);
     (status, peak)
