@@ -417,34 +417,47 @@ fn entry_metadata(
     let (mut frame_seen, mut blake3_seen) = (false, false);
     for _ in 0..count {
         let key = r.value(5)?;
-        let value = r.value(5)?;
         match key.as_str() {
             Some(META_FRAME) if !frame_seen => {
                 frame_seen = true;
-                frame = match &value {
-                    Value::Array(items) => match items.as_slice() {
-                        [Value::Uint(offset), Value::Uint(size)] => {
-                            u32::try_from(*size).ok().map(|size| FramePos {
-                                offset: *offset,
-                                size,
-                            })
-                        }
-                        _ => None,
-                    },
-                    _ => None,
-                };
+                frame = frame_pos(r)?;
             }
             Some(META_BLAKE3) if !blake3_seen => {
                 blake3_seen = true;
-                blake3 = match value {
+                blake3 = match r.value(5)? {
                     Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
                     _ => None,
                 };
             }
-            _ => {}
+            _ => {
+                r.value(5)?;
+            }
         }
     }
     Ok((frame, blake3))
+}
+
+/// A `frame` value: `[offset, size]`, two unsigned integers, `size` fitting in 32 bits; anything
+/// else is `None`. Read by headers, so a million entries cost no allocation here.
+fn frame_pos(r: &mut msgpack::Reader<'_>) -> Result<Option<FramePos>, TocError> {
+    let Some(len) = r.array_header()? else {
+        r.value(6)?;
+        return Ok(None);
+    };
+    let mut items = [None, None];
+    let mut slots = items.iter_mut();
+    for _ in 0..len {
+        let v = r.value(6)?;
+        if let Some(slot) = slots.next() {
+            *slot = v.as_u64();
+        }
+    }
+    Ok(match (len, items) {
+        (2, [Some(offset), Some(size)]) => u32::try_from(size)
+            .ok()
+            .map(|size| FramePos { offset, size }),
+        _ => None,
+    })
 }
 
 /// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a

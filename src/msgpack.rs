@@ -157,6 +157,12 @@ impl<'a> Reader<'a> {
         self.with(|p| p.map_header())
     }
 
+    /// When the next value is an array, consumes its header and returns its (checked) length;
+    /// otherwise consumes nothing and returns `None`.
+    pub fn array_header(&mut self) -> Result<Option<usize>, DecodeError> {
+        self.with(|p| p.array_header())
+    }
+
     /// Decodes the next value whole, `depth` levels below the document root.
     pub fn value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
         self.with(|p| p.value(depth))
@@ -287,6 +293,25 @@ impl<'a, I: Input<'a>> Parser<'_, I> {
         self.check_len(at, len, 2, "map").map(Some)
     }
 
+    fn array_header(&mut self) -> Result<Option<usize>, DecodeError> {
+        let at = self.pos;
+        let Some(tag) = self.input.bytes(at, 1).map(|b| b[0]) else {
+            return err(at, "truncated: 1 more bytes needed");
+        };
+        let len = match tag {
+            0x90..=0x9f => {
+                self.pos += 1;
+                u64::from(tag & 0x0f)
+            }
+            0xdc | 0xdd => {
+                self.pos += 1;
+                self.be(if tag == 0xdc { 2 } else { 4 })?
+            }
+            _ => return Ok(None),
+        };
+        self.check_len(at, len, 1, "array").map(Some)
+    }
+
     fn value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
         let at = self.pos;
         if depth > MAX_DEPTH {
@@ -392,6 +417,26 @@ mod tests {
         let data = vec![0x91u8; 100_000];
         let e = decode_slice(&data).unwrap_err();
         assert!(e.reason.contains("nesting"), "{e}");
+    }
+
+    #[test]
+    fn reader_walks_array_headers() {
+        // [[1, 2], "x"] read as headers and values; a non-array consumes nothing.
+        let data = [0x92, 0x92, 0x01, 0x02, 0xa1, b'x'];
+        let mut r = Reader::new(&data);
+        assert_eq!(r.array_header().unwrap(), Some(2));
+        assert_eq!(r.array_header().unwrap(), Some(2));
+        assert_eq!(r.value(2).unwrap(), Value::Uint(1));
+        assert_eq!(r.value(2).unwrap(), Value::Uint(2));
+        assert_eq!(r.array_header().unwrap(), None);
+        assert_eq!(r.position(), 4);
+        assert_eq!(r.value(1).unwrap(), Value::Str(b"x"));
+        // A declared length the input cannot hold is an error, before anything is allocated.
+        assert!(
+            Reader::new(&[0xdd, 0xff, 0xff, 0xff, 0xff])
+                .array_header()
+                .is_err()
+        );
     }
 
     #[test]

@@ -14,9 +14,12 @@
 //! handles keep their file until they are released.
 //!
 //! A file is filled by mapping it and decoding straight into the mapping (no second copy of
-//! the kernel in the daemon's heap). Space is reserved with `fallocate` first, so a full disk
-//! or memory limit is an error for that open, not a `SIGBUS` in the daemon.
+//! the kernel in the daemon's heap). Space is reserved with `fallocate`, so a full disk or
+//! memory limit is an error for that open, not a `SIGBUS` in the daemon; and it is reserved
+//! only once the archive has checked that the stored kernel really produces that many bytes
+//! ([`Reserve`] is the archive's allocator), so a hostile size never claims disk or memory.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -27,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Errno;
 use super::cache_dir::CacheDir;
+use crate::codec::KernelBuf;
 use crate::kernel_cache::{CacheStats, Fetched, KernelCache, KernelId, Weighed};
 
 /// Where backing files live.
@@ -176,11 +180,11 @@ impl BackingStore {
     }
 
     /// The backing file of a kernel: from the store, from the cache directory, or made by
-    /// `decode`, which fills a buffer of exactly `spec.len` bytes.
+    /// `decode`, which gets its buffer of exactly `spec.len` bytes from the [`Reserve`].
     pub fn get(
         &self,
         spec: &KernelSpec,
-        decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
     ) -> Result<Fetched<Arc<BackingFile>>, Errno> {
         let fetched = self
             .cache
@@ -196,7 +200,7 @@ impl BackingStore {
     fn make(
         &self,
         spec: &KernelSpec,
-        decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
     ) -> Result<Arc<BackingFile>, Errno> {
         let file = match &self.place {
             Where::Scratch(dir) => {
@@ -336,28 +340,96 @@ fn seal(file: &File) {
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
 }
 
-/// Sizes `file` to `len` bytes with the space reserved, maps it, lets `decode` fill the
-/// mapping, and returns the BLAKE3 of the bytes when `hash` is set.
+/// Where a decode writes: called by the archive (as its allocator) once it has checked the
+/// stored kernel, it reserves the file's space and maps it.
+pub struct Reserve<'a> {
+    file: &'a File,
+    len: u64,
+    failed: Cell<Option<io::Error>>,
+}
+
+impl Reserve<'_> {
+    /// The mapped file, `size` bytes (which must be the kernel's size); `None` when the space
+    /// cannot be had (the reason is kept for the error).
+    pub fn alloc(&self, size: usize) -> Option<MapBuf> {
+        if size as u64 != self.len {
+            self.failed.set(Some(io::Error::other(format!(
+                "asked for {size} bytes for a {}-byte kernel",
+                self.len
+            ))));
+            return None;
+        }
+        if size == 0 {
+            return Some(MapBuf {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+                _map: None,
+            });
+        }
+        let mapped = reserve(self.file, self.len).and_then(|()| Mapping::new(self.file, size));
+        match mapped {
+            Ok(map) => Some(MapBuf {
+                ptr: map.ptr.cast(),
+                len: size,
+                _map: Some(map),
+            }),
+            Err(e) => {
+                self.failed.set(Some(e));
+                None
+            }
+        }
+    }
+}
+
+/// A backing file's mapping, handed to the archive to decode into.
+pub struct MapBuf {
+    ptr: *mut u8,
+    len: usize,
+    _map: Option<Mapping>,
+}
+
+// SAFETY: `ptr` is the start of a shared writable mapping of `len` bytes that lives as long as
+// `_map` (a dangling, never dereferenced pointer when `len` is 0). The file was just sized, so
+// its bytes read as zeros: initialised.
+unsafe impl KernelBuf for MapBuf {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+    fn init_mut(&mut self) -> &mut [u8] {
+        // SAFETY: see the impl's comment.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        self.init_mut()
+    }
+}
+
+/// Lets `decode` fill `file` with `len` bytes through a [`Reserve`], and returns the BLAKE3 of
+/// the bytes when `hash` is set.
 pub(super) fn fill(
     file: &File,
     len: u64,
-    decode: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
     hash: bool,
 ) -> Result<Option<[u8; 32]>, Errno> {
-    let size = usize::try_from(len).map_err(|_| Errno::ENOMEM)?;
-    if size == 0 {
-        decode(&mut [])?;
-        return Ok(hash.then(|| *blake3::hash(&[]).as_bytes()));
+    let reserve = Reserve {
+        file,
+        len,
+        failed: Cell::new(None),
+    };
+    let mut buf = decode(&reserve).map_err(|e| match reserve.failed.take() {
+        Some(io) => fail(&format!("cannot reserve {len} bytes"), &io),
+        None => e,
+    })?;
+    if buf.len as u64 != len {
+        return Err(Errno::EIO);
     }
-    reserve(file, len).map_err(|e| fail(&format!("cannot reserve {len} bytes"), &e))?;
-    let map = Mapping::new(file, size).map_err(|e| fail("cannot map", &e))?;
-    // SAFETY: the mapping is `size` bytes, shared, writable, and only this thread uses it until
-    // it is dropped below.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(map.ptr.cast::<u8>(), size) };
-    decode(bytes)?;
-    let digest = hash.then(|| *blake3::hash(bytes).as_bytes());
-    drop(map);
-    Ok(digest)
+    // SAFETY: the decode succeeded, so every byte was written.
+    let bytes = unsafe { buf.filled_mut() };
+    Ok(hash.then(|| *blake3::hash(bytes).as_bytes()))
 }
 
 /// `fallocate`, falling back to `ftruncate` where the filesystem cannot reserve space.

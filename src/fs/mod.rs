@@ -421,7 +421,9 @@ impl KpackFs {
             cache_key: self.cache_key(file),
             digest: self.digest_of(file),
         };
-        let fetched = self.store.get(&spec, |dst| self.decode_into(file, dst))?;
+        let fetched = self
+            .store
+            .get(&spec, |reserve| self.decode_into(file, reserve))?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
         // the stored file then belongs to the other entry and must not be served for this one.
         if fetched.value.len() != file.size {
@@ -455,9 +457,13 @@ impl KpackFs {
         *h.finalize().as_bytes()
     }
 
-    /// Decodes one kernel into `dst` (exactly its size). Failures are logged with archive, key
-    /// and arch.
-    fn decode_into(&self, file: &FileNode, dst: &mut [u8]) -> Result<(), Errno> {
+    /// Decodes one kernel into a backing file's mapping, which `reserve` makes once the archive
+    /// has checked the stored kernel. Failures are logged with archive, key and arch.
+    fn decode_into(
+        &self,
+        file: &FileNode,
+        reserve: &backing::Reserve<'_>,
+    ) -> Result<backing::MapBuf, Errno> {
         self.decodes.fetch_add(1, Ordering::Relaxed);
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
@@ -474,9 +480,9 @@ impl KpackFs {
                 Errno::EIO,
             ));
         }
-        // read_into checks that a frame can produce the TOC's size before writing, and the
+        // read_with checks that a frame can produce the TOC's size before allocating, and the
         // bytes against the archive's digest when it records one.
-        let read = archive.read_into(&kref, dst);
+        let read = archive.read_with(&kref, |n| reserve.alloc(n));
         // A file rewritten in place may fail to decode, fail its digest, or decode to other
         // bytes with no error at all: when it changed, that is the cause to report.
         archive

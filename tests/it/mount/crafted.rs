@@ -104,3 +104,19 @@ fn a_binary_with_an_empty_arch_map_has_no_directory() {
     let (good, _) = file(&fs, "gfx900");
     assert_eq!(read(&fs, good).unwrap(), data);
 }
+
+/// A TOC size far beyond what the frame holds: the open fails with EIO once the frame is
+/// checked, before any space is reserved for it (1 TiB of memfd would otherwise be asked for).
+#[test]
+fn hostile_original_size_is_eio_without_reserving_it() {
+    let data = sample_kernel();
+    let (blob, mut toc) = zstd_parts(&data);
+    toc.at("toc").at("k#0").set("gfx906", entry(0, 1 << 40));
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    let (huge, size) = file(&fs, "gfx906");
+    assert_eq!(size, 1 << 40);
+    assert_eq!(read(&fs, huge).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.store().live_bytes(), 0);
+    let (good, _) = file(&fs, "gfx900");
+    assert_eq!(read(&fs, good).unwrap(), data);
+}
