@@ -24,7 +24,6 @@ pub struct Archive {
     source: Box<dyn ByteSource>,
     file_len: u64,
     modified: Option<SystemTime>,
-    toc_offset: u64,
     toc: Toc,
     /// BLAKE3 of the TOC's msgpack object.
     toc_digest: [u8; 32],
@@ -143,7 +142,6 @@ impl Archive {
             source,
             file_len,
             modified,
-            toc_offset,
             toc,
             toc_digest,
             spans,
@@ -168,10 +166,6 @@ impl Archive {
     /// The archive file's modification time, when the file system reports one.
     pub fn modified(&self) -> Option<SystemTime> {
         self.modified
-    }
-
-    pub fn toc_offset(&self) -> u64 {
-        self.toc_offset
     }
 
     /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,

@@ -50,10 +50,6 @@ impl<'a> ElfFile<'a> {
     pub fn is_little_endian(&self) -> bool {
         self.file.is_little_endian()
     }
-
-    pub fn is_64(&self) -> bool {
-        self.file.is_64()
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use rocm_kpack::import::{self, CodeObject, HostFile, ImportError, StreamError};
 use rocm_kpack::pack_pipeline::{self, ArchiveFile, Feed, Options};
-use rocm_kpack::split::{Staging, TreeError};
+use rocm_kpack::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
 
 use super::{CliError, CliResult, Exit, progress};
@@ -267,7 +267,7 @@ fn stream_host(h: &Host<'_>, feed: &Feed<'_, Tag>, tick: &dyn Fn(u64)) -> CliRes
     Ok(count)
 }
 
-fn staging_error(e: TreeError) -> CliError {
+fn staging_error(e: StageError) -> CliError {
     CliError::new(Exit::Output, e.to_string())
 }
 

@@ -22,7 +22,6 @@ pub mod tree;
 
 use crate::sync::lock;
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -620,11 +619,6 @@ impl KpackFs {
             namelen: tree::NAME_MAX as u32,
             frsize: BSIZE,
         }
-    }
-
-    /// The archive paths, for the mount's source name.
-    pub fn archive_paths(&self) -> impl Iterator<Item = &Path> {
-        self.archives.iter().map(|a| a.path())
     }
 }
 

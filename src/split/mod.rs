@@ -18,7 +18,7 @@ use std::fmt;
 pub use check::{SplitCheck, verify_split};
 pub use emit::Rewrite;
 pub use rewrite::{Prepared, is_split, prepare, split_elf};
-pub use stage::Staging;
+pub use stage::{StageError, Staging};
 pub use tree::{
     BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
     split_tree_with_progress,

@@ -4,12 +4,27 @@
 //! so the file system is left as it was. A rename never writes into an existing file: it
 //! replaces the directory entry, so a file that shared an inode with an output is not changed.
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::tree::TreeError;
+/// An output that could not be written, synced or renamed into place. Its own type, so that
+/// staging knows nothing of the runs that use it (`split` turns it into its `TreeError`).
+#[derive(Debug)]
+pub struct StageError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl fmt::Display for StageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: cannot write: {}", self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for StageError {}
 
 /// Files written under temporary names, waiting to be renamed into place.
 #[derive(Default)]
@@ -23,8 +38,8 @@ pub struct Staging {
 impl Staging {
     /// Creates the temporary file that will become `path`, for the caller to fill; then
     /// [`seal`](Self::seal) it.
-    pub fn create(&mut self, path: &Path) -> Result<File, TreeError> {
-        let fail = |source| TreeError::Write {
+    pub fn create(&mut self, path: &Path) -> Result<File, StageError> {
+        let fail = |source| StageError {
             path: path.to_path_buf(),
             source,
         };
@@ -52,24 +67,24 @@ impl Staging {
     }
 
     /// Gives a filled temporary its permissions and syncs it.
-    pub fn seal(file: &File, path: &Path, mode: u32) -> Result<(), TreeError> {
+    pub fn seal(file: &File, path: &Path, mode: u32) -> Result<(), StageError> {
         file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
             .and_then(|_| file.sync_all())
-            .map_err(|source| TreeError::Write {
+            .map_err(|source| StageError {
                 path: path.to_path_buf(),
                 source,
             })
     }
 
     /// Renames every staged file into place, in staging order.
-    pub fn commit(mut self) -> Result<(), TreeError> {
+    pub fn commit(mut self) -> Result<(), StageError> {
         // From here on the directories hold (or will hold) outputs: never remove them.
         self.created_dirs.clear();
         while !self.files.is_empty() {
             let (tmp, path) = self.files.remove(0);
             if let Err(source) = std::fs::rename(&tmp, &path) {
                 let _ = std::fs::remove_file(&tmp);
-                return Err(TreeError::Write { path, source });
+                return Err(StageError { path, source });
             }
         }
         Ok(())
@@ -116,7 +131,7 @@ mod tests {
     use std::io::Write;
 
     /// What the split does with each output: create, fill, seal.
-    fn stage(s: &mut Staging, path: &Path, bytes: &[u8], mode: u32) -> Result<(), TreeError> {
+    fn stage(s: &mut Staging, path: &Path, bytes: &[u8], mode: u32) -> Result<(), StageError> {
         let mut file = s.create(path)?;
         file.write_all(bytes).unwrap();
         Staging::seal(&file, path, mode)
@@ -158,10 +173,7 @@ mod tests {
                 .is_file()
         );
         let e = stage(&mut s, &dir.path().join("blocker/two"), b"2", 0o644).unwrap_err();
-        assert!(
-            matches!(&e, TreeError::Write { path, .. } if path.ends_with("blocker/two")),
-            "{e}"
-        );
+        assert!(e.path.ends_with("blocker/two"), "{e}");
         drop(s);
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

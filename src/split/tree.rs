@@ -18,7 +18,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::stage::Staging;
+use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
 use crate::hipk::metadata::Pin;
 use crate::import::{self, HostFile, KPACK_DIR, StreamError};
@@ -98,6 +98,15 @@ impl fmt::Display for TreeError {
 }
 
 impl std::error::Error for TreeError {}
+
+impl From<StageError> for TreeError {
+    fn from(e: StageError) -> Self {
+        TreeError::Write {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
 
 /// The output root used when none is given: `<ROOT>.split` beside the (canonical) input root.
 pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
