@@ -23,8 +23,10 @@ use crate::hipk;
 use crate::names;
 
 mod host_file;
+mod submit;
 use crate::writer::{ArchiveWriter, Compression};
 pub use host_file::HostFile;
+pub use submit::{Tag, submit_host_code_objects};
 
 /// Directory, at the install root, that holds the archives.
 pub const KPACK_DIR: &str = ".kpack";

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::import::{self, CodeObject, HostFile, ImportError, StreamError};
+use rocm_kpack::import::{self, CodeObject, HostFile, ImportError, StreamError, Tag};
 use rocm_kpack::pack_pipeline::{self, ArchiveFile, Feed, Options};
 use rocm_kpack::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
@@ -40,14 +40,6 @@ struct OpenArchive {
     arches: Vec<String>,
     file: ArchiveFile,
     kernel_names: Vec<String>,
-}
-
-/// What travels with a code object through the pipeline.
-struct Tag {
-    key: String,
-    arch: String,
-    triple: String,
-    kernel_name: String,
 }
 
 /// Streams every host's code objects through the parallel pipeline into archives staged in the
@@ -239,30 +231,16 @@ fn stream_host(h: &Host<'_>, feed: &Feed<'_, Tag>, tick: &dyn Fn(u64)) -> CliRes
         )
     };
     let host = HostFile::open(h.path).map_err(unreadable)?;
-    let mut count = 0usize;
-    import::visit_host_code_objects(
-        &h.kernel_name,
-        &host,
-        |co| {
-            count += 1;
-            let tag = Tag {
-                key: co.key,
-                arch: co.arch,
-                triple: co.triple,
-                kernel_name: h.kernel_name.clone(),
-            };
-            feed.submit(tag, co.data)
+    let count = import::submit_host_code_objects(&h.kernel_name, &host, feed, tick).map_err(
+        |e| match e {
+            // Every import failure means the input is not the fat binary it was given as.
+            StreamError::Import(e) => {
+                CliError::new(Exit::BadFormat, format!("{}: {e}", h.path.display()))
+            }
+            StreamError::Read(e) => unreadable(e),
+            StreamError::Visit(e) => CliError::from(e),
         },
-        tick,
-    )
-    .map_err(|e| match e {
-        // Every import failure means the input is not the fat binary it was given as.
-        StreamError::Import(e) => {
-            CliError::new(Exit::BadFormat, format!("{}: {e}", h.path.display()))
-        }
-        StreamError::Read(e) => unreadable(e),
-        StreamError::Visit(e) => CliError::from(e),
-    })?;
+    )?;
     tick(host.len() - host.fatbin().map_or(0, |f| f.len));
     Ok(count)
 }

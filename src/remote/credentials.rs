@@ -58,27 +58,28 @@ fn section<'a>(text: &'a str, name: &str) -> Vec<(&'a str, &'a str)> {
     out
 }
 
+/// The last non-empty value of `key` in a section (keys compare case-insensitively).
+fn get(kv: &[(&str, &str)], key: &str) -> Option<String> {
+    kv.iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The keys a section gives, if it has both the key id and the secret; either file may hold them.
+fn keys(kv: &[(&str, &str)]) -> Option<Keys> {
+    Some(Keys {
+        access_key_id: get(kv, "aws_access_key_id")?,
+        secret_access_key: get(kv, "aws_secret_access_key")?,
+        session_token: get(kv, "aws_session_token"),
+    })
+}
+
 fn parse(profile: &str, creds: Option<&str>, config: Option<&str>) -> Files {
-    let get = |kv: &[(&str, &str)], key: &str| {
-        kv.iter()
-            .rev()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.to_string())
-            .filter(|v| !v.is_empty())
-    };
     let mut files = Files::default();
     if let Some(text) = creds {
-        let kv = section(text, profile);
-        if let (Some(id), Some(secret)) = (
-            get(&kv, "aws_access_key_id"),
-            get(&kv, "aws_secret_access_key"),
-        ) {
-            files.credentials = Some(Keys {
-                access_key_id: id,
-                secret_access_key: secret,
-                session_token: get(&kv, "aws_session_token"),
-            });
-        }
+        files.credentials = keys(&section(text, profile));
     }
     if let Some(text) = config {
         // The config file names non-default profiles `[profile NAME]`.
@@ -91,16 +92,7 @@ fn parse(profile: &str, creds: Option<&str>, config: Option<&str>) -> Files {
         files.region = get(&kv, "region");
         files.endpoint_url = get(&kv, "endpoint_url");
         if files.credentials.is_none() {
-            if let (Some(id), Some(secret)) = (
-                get(&kv, "aws_access_key_id"),
-                get(&kv, "aws_secret_access_key"),
-            ) {
-                files.credentials = Some(Keys {
-                    access_key_id: id,
-                    secret_access_key: secret,
-                    session_token: get(&kv, "aws_session_token"),
-                });
-            }
+            files.credentials = keys(&kv);
         }
     }
     files
@@ -150,5 +142,31 @@ endpoint_url = http://127.0.0.1:9000
         let none = parse("missing", Some(CREDS), None);
         assert!(none.credentials.is_none() && none.region.is_none());
         assert!(parse("default", None, None) == Files::default());
+    }
+
+    #[test]
+    fn keys_from_the_config_file_only_when_the_credentials_file_has_none() {
+        let config = "\
+[profile cfg]
+aws_access_key_id = AKIDCFG
+aws_secret_access_key = cfgsecret
+[default]
+aws_access_key_id = AKIDIGNORED
+aws_secret_access_key = ignored
+[profile half]
+aws_access_key_id = AKIDHALF
+";
+        // Keys has no Debug (it holds secrets), so fields are compared one by one.
+        let cfg = parse("cfg", Some(CREDS), Some(config)).credentials.unwrap();
+        assert_eq!(
+            (cfg.access_key_id.as_str(), cfg.secret_access_key.as_str()),
+            ("AKIDCFG", "cfgsecret")
+        );
+        assert_eq!(cfg.session_token, None);
+        // The credentials file wins over the config file for the same profile.
+        let d = parse("default", Some(CREDS), Some(config));
+        assert_eq!(d.credentials.unwrap().access_key_id, "AKIDDEFAULT");
+        // A key id without its secret gives no keys.
+        assert!(parse("half", None, Some(config)).credentials.is_none());
     }
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
 use crate::hipk::metadata::Pin;
-use crate::import::{self, HostFile, KPACK_DIR, StreamError};
+use crate::import::{self, HostFile, KPACK_DIR, StreamError, Tag};
 use crate::loader::search::weakly_canonical;
 use crate::pack_pipeline::{self, ArchiveFile, Feed, Options};
 use crate::writer::Compression;
@@ -148,14 +148,6 @@ struct OpenArchive {
     path: PathBuf,
     file: ArchiveFile,
     kernel_names: Vec<String>,
-}
-
-/// What a code object carries through the pipeline to its archive.
-struct Tag {
-    key: String,
-    arch: String,
-    triple: String,
-    kernel_name: String,
 }
 
 /// A finished archive: (TOC digest, the binaries it holds code objects of).
@@ -372,27 +364,14 @@ fn plan_binary(
         Err(SplitError::NoDeviceCode) => return Ok(Plan::Copy { size: host.len() }),
         Err(error) => return Err(refused(error)),
     };
-    let mut code_objects = 0;
-    import::visit_host_code_objects(
-        &h.kernel_name,
-        &host,
-        |co| {
-            code_objects += 1;
-            let tag = Tag {
-                key: co.key,
-                arch: co.arch,
-                triple: co.triple,
-                kernel_name: h.kernel_name.clone(),
-            };
-            feed.submit(tag, co.data)
-        },
-        &|n| progress(n),
-    )
-    .map_err(|e| match e {
-        StreamError::Import(e) => refused(SplitError::from_import(e)),
-        StreamError::Read(e) => read_error(e),
-        StreamError::Visit(e) => TreeError::Archive(e),
-    })?;
+    let code_objects =
+        import::submit_host_code_objects(&h.kernel_name, &host, feed, &|n| progress(n)).map_err(
+            |e| match e {
+                StreamError::Import(e) => refused(SplitError::from_import(e)),
+                StreamError::Read(e) => read_error(e),
+                StreamError::Visit(e) => TreeError::Archive(e),
+            },
+        )?;
     Ok(Plan::Split {
         prepared: Box::new(prepared),
         code_objects,
