@@ -211,7 +211,7 @@ pub fn run(args: Args) -> CliResult {
         &head,
         args.threads,
         &kernels,
-        |path: &PathBuf| std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, &path, &e)),
+        |path: &PathBuf| std::fs::read(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e)),
         &|n| {
             if let Some(b) = &bar {
                 b.inc(n)

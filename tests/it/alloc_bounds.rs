@@ -325,7 +325,7 @@ fn original_size_of_2e60_with_a_tiny_frame() {
     let frame = zstd::bulk::compress(&sample_kernel(), 3).unwrap();
     expect_get(
         "original-size-2e60",
-        &zstd_with(&frame_table(&[frame.clone()]), 1 << 60),
+        &zstd_with(&frame_table(std::slice::from_ref(&frame)), 1 << 60),
         ErrorKind::DecompressionFailed,
     );
     // A frame that does not record its size: only the expansion ceiling stands between the claim

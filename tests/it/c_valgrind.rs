@@ -47,8 +47,7 @@ fn valgrind(tool: &str, exe: &Path, args: &[&Path], expected: &[&str]) -> String
     let report: Vec<&str> = stderr.lines().filter(|l| l.starts_with("==")).collect();
     let summary = report
         .iter()
-        .filter(|l| l.contains("ERROR SUMMARY"))
-        .last()
+        .rfind(|l| l.contains("ERROR SUMMARY"))
         .copied()
         .unwrap_or("no summary");
     eprintln!(

@@ -186,7 +186,7 @@ fn import_single_default_prefix_and_names() {
             Some(&[a.toc_digest()])
         )
     );
-    verify_against(&[out.join("rocfoo.kpack")], &[lib.clone()]).unwrap();
+    verify_against(&[out.join("rocfoo.kpack")], std::slice::from_ref(&lib)).unwrap();
 
     // --no-pins: exactly the reference tooling's metadata bytes.
     let plain = dir.path().join("plain");
