@@ -154,14 +154,12 @@ fn search_paths_climb_one_level_per_directory() {
     );
 }
 
+/// Per archive: file name, arches, binaries, code objects.
+type Summary = Vec<(String, Vec<String>, Vec<String>, usize)>;
+
 /// Streams two binaries' code objects (as the pipeline hands them over, stored as is) into an
 /// [`ArchiveSet`]; returns per archive (file name, arches, binaries, count), and the directory.
-fn assign(
-    single: bool,
-) -> (
-    Vec<(String, Vec<String>, Vec<String>, usize)>,
-    tempfile::TempDir,
-) {
+fn assign(single: bool) -> (Summary, tempfile::TempDir) {
     let b_section = build_uncompressed(&[(GFX90A, b"b-90a")], 8);
     let cos = [
         code_objects("lib/liba.so", &three_tu_section()).unwrap(),
