@@ -53,6 +53,17 @@ fn incompressible(dir: &Path) -> PathBuf {
     )
 }
 
+/// [`incompressible`]'s archive served as `s3://kernels/a.kpack`, and the directory (in `work`)
+/// of the files a mount of it must show.
+fn served_incompressible(work: &Path) -> (Moto, PathBuf) {
+    let archive = incompressible(work);
+    let want = work.join("want");
+    expected_dir(&[archive.as_path()], &want);
+    let mut moto = Moto::start("kernels");
+    moto.put("a.kpack", &archive);
+    (moto, want)
+}
+
 #[test]
 fn s3_prefix_mount_merges_the_archives_directly_under_it() {
     if !fuse_available() {
@@ -190,11 +201,7 @@ fn s3_stopped_server_fails_reads_after_retries_and_the_mount_recovers() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
-    let archive = incompressible(work.path());
-    let want = work.path().join("want");
-    expected_dir(&[archive.as_path()], &want);
-    let mut moto = Moto::start("kernels");
-    moto.put("a.kpack", &archive);
+    let (moto, want) = served_incompressible(work.path());
     let m = mount(
         "s3://kernels/a.kpack",
         &["-o", "remote_timeout=1,remote_retries=2"],
@@ -231,11 +238,7 @@ fn s3_slow_answers_hit_the_request_timeout() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
-    let archive = incompressible(work.path());
-    let want = work.path().join("want");
-    expected_dir(&[archive.as_path()], &want);
-    let mut moto = Moto::start("kernels");
-    moto.put("a.kpack", &archive);
+    let (moto, want) = served_incompressible(work.path());
     let proxy = SlowProxy::start(moto.port);
     let m = mount(
         "s3://kernels/a.kpack",
@@ -269,11 +272,7 @@ fn s3_5xx_and_429_answers_are_retried_with_backoff() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
-    let archive = incompressible(work.path());
-    let want = work.path().join("want");
-    expected_dir(&[archive.as_path()], &want);
-    let mut moto = Moto::start("kernels");
-    moto.put("a.kpack", &archive);
+    let (moto, want) = served_incompressible(work.path());
     let proxy = SlowProxy::start(moto.port);
     let m = mount(
         "s3://kernels/a.kpack",
