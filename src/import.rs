@@ -22,9 +22,11 @@ use crate::elf::{self, ElfFile};
 use crate::hipk;
 use crate::names;
 
+mod archives;
 mod host_file;
 mod submit;
 use crate::writer::{ArchiveWriter, Compression};
+pub use archives::{ArchiveSet, OpenArchive};
 pub use host_file::HostFile;
 pub use submit::{Tag, submit_host_code_objects};
 

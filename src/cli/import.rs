@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::import::{self, CodeObject, HostFile, ImportError, StreamError, Tag};
-use rocm_kpack::pack_pipeline::{self, ArchiveFile, Feed, Options};
+use rocm_kpack::import::{self, ArchiveSet, CodeObject, HostFile, ImportError, StreamError, Tag};
+use rocm_kpack::pack_pipeline::{self, Feed, Options};
 use rocm_kpack::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
 
@@ -31,15 +31,6 @@ pub struct ImportRequest {
 struct Host<'a> {
     path: &'a Path,
     kernel_name: String,
-}
-
-/// An archive being written, with the arches it holds in first-seen order and the binaries
-/// whose code objects it holds.
-struct OpenArchive {
-    path: PathBuf,
-    arches: Vec<String>,
-    file: ArchiveFile,
-    kernel_names: Vec<String>,
 }
 
 /// Streams every host's code objects through the parallel pipeline into archives staged in the
@@ -76,7 +67,13 @@ pub fn run(req: ImportRequest) -> CliResult {
         }
     };
     let mut staging = Staging::default();
-    let mut open: Vec<OpenArchive> = Vec::new();
+    let mut archives = ArchiveSet::new(
+        &req.out_dir,
+        &prefix,
+        req.single,
+        req.compression,
+        req.reference_layout,
+    );
     let mut opts = Options::new(req.compression);
     opts.hash = !req.reference_layout;
     let count: CliResult<usize> = pack_pipeline::run(
@@ -89,35 +86,9 @@ pub fn run(req: ImportRequest) -> CliResult {
             Ok(count)
         },
         |tag: Tag, encoded| {
-            let name = import::archive_file_name(&prefix, (!req.single).then_some(&*tag.arch));
-            let slot = match open
-                .iter()
-                .position(|a| a.path.file_name() == Some(name.as_ref()))
-            {
-                Some(i) => i,
-                None => {
-                    let path = req.out_dir.join(&name);
-                    let file = staging.create(&path).map_err(staging_error)?;
-                    let file = ArchiveFile::new(file, &path, req.compression, req.reference_layout);
-                    open.push(OpenArchive {
-                        path,
-                        arches: Vec::new(),
-                        file,
-                        kernel_names: Vec::new(),
-                    });
-                    open.len() - 1
-                }
-            };
-            let archive = &mut open[slot];
-            if !archive.arches.contains(&tag.arch) {
-                archive.arches.push(tag.arch.clone());
-            }
-            if !archive.kernel_names.contains(&tag.kernel_name) {
-                archive.kernel_names.push(tag.kernel_name);
-            }
-            let meta = vec![("target".to_owned(), tag.triple)];
-            archive.file.append(&tag.key, &tag.arch, meta, encoded)?;
-            Ok(())
+            archives.append(tag, encoded, |path| {
+                staging.create(path).map_err(staging_error)
+            })
         },
     );
     if let Some(b) = &bar {
@@ -130,6 +101,7 @@ pub fn run(req: ImportRequest) -> CliResult {
             "the binaries' .hip_fatbin sections hold no device code objects",
         ));
     }
+    let open = archives.into_archives();
     let mut lines = Vec::with_capacity(open.len());
     let mut held: Vec<([u8; 32], Vec<String>)> = Vec::with_capacity(open.len());
     for a in open {

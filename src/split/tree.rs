@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
 use crate::hipk::metadata::Pin;
-use crate::import::{self, HostFile, KPACK_DIR, StreamError, Tag};
+use crate::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
 use crate::loader::search::weakly_canonical;
-use crate::pack_pipeline::{self, ArchiveFile, Feed, Options};
+use crate::pack_pipeline::{self, Feed, Options};
 use crate::writer::Compression;
 
 /// What `split` was asked to do.
@@ -140,14 +140,6 @@ enum Plan {
     Copy {
         size: u64,
     },
-}
-
-/// A per-arch archive being written, and the binaries whose code objects it holds.
-struct OpenArchive {
-    arch: String,
-    path: PathBuf,
-    file: ArchiveFile,
-    kernel_names: Vec<String>,
 }
 
 /// A finished archive: (TOC digest, the binaries it holds code objects of).
@@ -291,7 +283,7 @@ fn read_and_pack(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(Vec<Plan>, Vec<(PathBuf, usize)>, Vec<Held>), TreeError> {
     let kpack = req.out_root.join(KPACK_DIR);
-    let mut open: Vec<OpenArchive> = Vec::new();
+    let mut set = ArchiveSet::new(&kpack, prefix, false, req.compression, req.reference_layout);
     let mut opts = Options::new(req.compression);
     opts.hash = !req.reference_layout;
     let plans = pack_pipeline::run(
@@ -304,37 +296,18 @@ fn read_and_pack(
             Ok(plans)
         },
         |tag: Tag, encoded| {
-            let slot = match open.iter().position(|a| a.arch == tag.arch) {
-                Some(i) => i,
-                None => {
-                    let path = kpack.join(import::archive_file_name(prefix, Some(&tag.arch)));
-                    let file = staging.create(&path)?;
-                    open.push(OpenArchive {
-                        arch: tag.arch.clone(),
-                        file: ArchiveFile::new(file, &path, req.compression, req.reference_layout),
-                        path,
-                        kernel_names: Vec::new(),
-                    });
-                    open.len() - 1
-                }
-            };
-            if !open[slot].kernel_names.contains(&tag.kernel_name) {
-                open[slot].kernel_names.push(tag.kernel_name);
-            }
-            let meta = vec![("target".to_owned(), tag.triple)];
-            open[slot]
-                .file
-                .append(&tag.key, &tag.arch, meta, encoded)
-                .map_err(TreeError::Archive)
+            set.append(tag, encoded, |path| {
+                staging.create(path).map_err(TreeError::from)
+            })
         },
     )?;
+    let open = set.into_archives();
     let mut archives = Vec::with_capacity(open.len());
     let mut held = Vec::with_capacity(open.len());
     for a in open {
         let count = a.file.len();
-        let done = a
-            .file
-            .finish(prefix, &a.arch, std::slice::from_ref(&a.arch))?;
+        // Per-arch archives: the family is the one arch.
+        let done = a.file.finish(prefix, &a.arches.join(","), &a.arches)?;
         Staging::seal(&done.file, &a.path, 0o644)?;
         archives.push((a.path, count));
         held.push((done.toc_digest, a.kernel_names));
