@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use rocm_kpack::Compression;
-use rocm_kpack::import::{self, ImportedHost};
+use rocm_kpack::import::{self, ArchiveSet, Tag};
+use rocm_kpack::pack_pipeline::{self, Options};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,25 +54,46 @@ fn make(
     let level: i32 = level
         .parse()
         .map_err(|_| format!("bad zstd level {level:?}"))?;
-    let host = ImportedHost {
-        kernel_name,
-        code_objects,
-    };
-    let plans = import::plan_archives(
-        vec![host],
-        "rocrand-sample",
-        true,
-        Compression::Zstd { level },
+    // Through the pipeline into an ArchiveSet, as `pack --from-fatbin --single` writes it.
+    let output = Path::new(output);
+    let dir = output.parent().unwrap_or(Path::new("."));
+    let compression = Compression::Zstd { level };
+    let mut set = ArchiveSet::new(dir, "rocrand-sample", true, compression, false);
+    pack_pipeline::run(
+        Options::new(compression),
+        |feed| {
+            for co in code_objects {
+                let tag = Tag {
+                    key: co.key,
+                    arch: co.arch,
+                    triple: co.triple,
+                    kernel_name: kernel_name.clone(),
+                };
+                feed.submit(tag, co.data)?;
+            }
+            Ok(())
+        },
+        |tag, encoded| {
+            set.append(tag, encoded, |p| {
+                std::fs::File::create(p).map_err(|e| rocm_kpack::Error::io(p, "cannot create", e))
+            })
+        },
     )
-    .map_err(|e| e.to_string())?;
-    let size = plans[0]
-        .writer
-        .write(Path::new(output), &|_| {})
-        .map_err(|e| e.to_string())?;
+    .map_err(|e: rocm_kpack::Error| e.to_string())?;
+    let a = set
+        .finish()
+        .map_err(|e| e.to_string())?
+        .pop()
+        .ok_or("no code objects")?;
+    if a.path != output {
+        std::fs::rename(&a.path, output).map_err(|e| format!("{}: {e}", output.display()))?;
+    }
     println!(
-        "{output}: {} code objects [{}], {size} bytes",
-        plans[0].writer.len(),
-        plans[0].arches.join(", ")
+        "{}: {} code objects [{}], {} bytes",
+        output.display(),
+        a.count,
+        a.arches.join(", "),
+        a.done.size
     );
     Ok(())
 }

@@ -25,8 +25,7 @@ use crate::names;
 mod archives;
 mod host_file;
 mod submit;
-use crate::writer::{ArchiveWriter, Compression};
-pub use archives::{ArchiveSet, OpenArchive};
+pub use archives::{ArchiveSet, FinishedArchive};
 pub use host_file::HostFile;
 pub use submit::{Tag, submit_host_code_objects};
 
@@ -88,13 +87,6 @@ pub struct CodeObject {
     /// Its position among this binary's code objects for `arch`.
     pub index: u32,
     pub data: Vec<u8>,
-}
-
-/// A host binary's device code, ready to be archived.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportedHost {
-    pub kernel_name: String,
-    pub code_objects: Vec<CodeObject>,
 }
 
 /// Keys the code objects of one `.hip_fatbin` section: per-arch counters in bundle order.
@@ -314,63 +306,6 @@ pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
         },
     );
     format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
-}
-
-/// One archive to write: its file name and a writer holding its kernels.
-pub struct PlannedArchive {
-    pub file_name: String,
-    pub arches: Vec<String>,
-    pub writer: ArchiveWriter,
-}
-
-/// Distributes the hosts' code objects over archives. Arches appear in first-seen order (hosts
-/// in the given order, then bundle order); kernels are added in that same order. Each entry's
-/// metadata records its bundler triple, as the reference splitter does.
-pub fn plan_archives(
-    hosts: Vec<ImportedHost>,
-    prefix: &str,
-    single: bool,
-    compression: Compression,
-) -> crate::Result<Vec<PlannedArchive>> {
-    let mut arches: Vec<String> = Vec::new();
-    for co in hosts.iter().flat_map(|h| &h.code_objects) {
-        if !arches.contains(&co.arch) {
-            arches.push(co.arch.clone());
-        }
-    }
-    let mut plans = if single {
-        vec![PlannedArchive {
-            file_name: archive_file_name(prefix, None),
-            arches: arches.clone(),
-            writer: ArchiveWriter::new(prefix, arches.join(","), arches.clone(), compression)?,
-        }]
-    } else {
-        arches
-            .iter()
-            .map(|a| {
-                Ok(PlannedArchive {
-                    file_name: archive_file_name(prefix, Some(a)),
-                    arches: vec![a.clone()],
-                    writer: ArchiveWriter::new(prefix, a.clone(), vec![a.clone()], compression)?,
-                })
-            })
-            .collect::<crate::Result<Vec<_>>>()?
-    };
-    for co in hosts.into_iter().flat_map(|h| h.code_objects) {
-        let slot = if single {
-            0
-        } else {
-            arches
-                .iter()
-                .position(|a| *a == co.arch)
-                .expect("arch collected above")
-        };
-        let meta = vec![("target".to_owned(), co.triple)];
-        plans[slot]
-            .writer
-            .add_kernel_with_metadata(&co.key, &co.arch, co.data, meta)?;
-    }
-    Ok(plans)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::writer::Compression;
 
 mod archive_file;
-pub use archive_file::ArchiveFile;
+pub use archive_file::{ArchiveFile, Finished};
 
 /// One kernel after the workers.
 #[derive(Debug)]

@@ -101,21 +101,19 @@ pub fn run(req: ImportRequest) -> CliResult {
             "the binaries' .hip_fatbin sections hold no device code objects",
         ));
     }
-    let open = archives.into_archives();
-    let mut lines = Vec::with_capacity(open.len());
-    let mut held: Vec<([u8; 32], Vec<String>)> = Vec::with_capacity(open.len());
-    for a in open {
-        let n = a.file.len();
-        let family = a.arches.join(",");
-        let done = a.file.finish(&prefix, &family, &a.arches)?;
-        Staging::seal(&done.file, &a.path, 0o644).map_err(staging_error)?;
+    let finished = archives.finish()?;
+    let mut lines = Vec::with_capacity(finished.len());
+    let mut held: Vec<([u8; 32], Vec<String>)> = Vec::with_capacity(finished.len());
+    for a in finished {
+        Staging::seal(&a.done.file, &a.path, 0o644).map_err(staging_error)?;
         lines.push(format!(
-            "{}: {n} code objects [{}], {} bytes",
+            "{}: {} code objects [{}], {} bytes",
             a.path.display(),
+            a.count,
             a.arches.join(", "),
-            done.size
+            a.done.size
         ));
-        held.push((done.toc_digest, a.kernel_names));
+        held.push((a.done.toc_digest, a.kernel_names));
     }
     // The metadata goes last: its pins are the digests of the archives just finished.
     let metadata: Vec<(&String, Vec<u8>)> = hosts

@@ -8,11 +8,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::{Tag, archive_file_name};
-use crate::pack_pipeline::{ArchiveFile, Encoded};
+use crate::pack_pipeline::{ArchiveFile, Encoded, Finished};
 use crate::writer::Compression;
 
 /// An archive being written.
-pub struct OpenArchive {
+struct OpenArchive {
     pub path: PathBuf,
     /// In first-seen order.
     pub arches: Vec<String>,
@@ -90,8 +90,35 @@ impl ArchiveSet {
         Ok(())
     }
 
-    /// The archives, in the order they were opened, to be finished by the caller.
-    pub fn into_archives(self) -> Vec<OpenArchive> {
+    /// Writes each archive's TOC and header (group name the prefix, family its arches joined
+    /// by `,`), in the order they were opened; sealing the files is the caller's.
+    pub fn finish(self) -> crate::Result<Vec<FinishedArchive>> {
+        let prefix = self.prefix;
         self.open
+            .into_iter()
+            .map(|a| {
+                let count = a.file.len();
+                let done = a.file.finish(&prefix, &a.arches.join(","), &a.arches)?;
+                Ok(FinishedArchive {
+                    path: a.path,
+                    arches: a.arches,
+                    kernel_names: a.kernel_names,
+                    count,
+                    done,
+                })
+            })
+            .collect()
     }
+}
+
+/// An archive written in full, not yet sealed.
+pub struct FinishedArchive {
+    pub path: PathBuf,
+    /// In first-seen order.
+    pub arches: Vec<String>,
+    /// The `kernel_name`s of the binaries it holds code objects of, in first-seen order.
+    pub kernel_names: Vec<String>,
+    /// Code objects it holds.
+    pub count: usize,
+    pub done: Finished,
 }

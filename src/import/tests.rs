@@ -1,9 +1,10 @@
-//! Unit tests for key naming, search paths and archive planning.
+//! Unit tests for key naming, search paths and the assignment of code objects to archives.
 
 use std::path::Path;
 
 use super::*;
 use crate::bundle::{build_ccob, build_uncompressed};
+use crate::writer::Compression;
 
 const GFX900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
 const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-";
@@ -153,41 +154,98 @@ fn search_paths_climb_one_level_per_directory() {
     );
 }
 
-#[test]
-fn plans_per_arch_and_single_archives() {
-    let a = ImportedHost {
-        kernel_name: "lib/liba.so".into(),
-        code_objects: code_objects("lib/liba.so", &three_tu_section()).unwrap(),
-    };
+/// Streams two binaries' code objects (as the pipeline hands them over, stored as is) into an
+/// [`ArchiveSet`]; returns per archive (file name, arches, binaries, count), and the directory.
+fn assign(
+    single: bool,
+) -> (
+    Vec<(String, Vec<String>, Vec<String>, usize)>,
+    tempfile::TempDir,
+) {
     let b_section = build_uncompressed(&[(GFX90A, b"b-90a")], 8);
-    let b = ImportedHost {
-        kernel_name: "bin/b".into(),
-        code_objects: code_objects("bin/b", &b_section).unwrap(),
-    };
-
-    let plans = plan_archives(vec![a.clone(), b.clone()], "x", false, Compression::None).unwrap();
-    let summary: Vec<(&str, Vec<String>, usize)> = plans
-        .iter()
-        .map(|p| (p.file_name.as_str(), p.arches.clone(), p.writer.len()))
+    let cos = [
+        code_objects("lib/liba.so", &three_tu_section()).unwrap(),
+        code_objects("bin/b", &b_section).unwrap(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut set = ArchiveSet::new(dir.path(), "x", single, Compression::None, false);
+    for (kernel_name, cos) in ["lib/liba.so", "bin/b"].iter().zip(cos) {
+        for co in cos {
+            let encoded = crate::pack_pipeline::Encoded {
+                original_size: co.data.len() as u64,
+                stored: co.data,
+                digest: None,
+            };
+            let tag = Tag {
+                key: co.key,
+                arch: co.arch,
+                triple: co.triple,
+                kernel_name: kernel_name.to_string(),
+            };
+            set.append(tag, encoded, |p| {
+                std::fs::File::create(p).map_err(|e| crate::Error::io(p, "cannot create", e))
+            })
+            .unwrap();
+        }
+    }
+    let summary = set
+        .finish()
+        .unwrap()
+        .into_iter()
+        .map(|a| {
+            let name = a.path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, a.arches, a.kernel_names, a.count)
+        })
         .collect();
+    (summary, dir)
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn archive_set_assigns_per_arch_in_first_seen_order() {
+    let (summary, dir) = assign(false);
     assert_eq!(
         summary,
         vec![
-            ("x_gfx900.kpack", vec!["gfx900".to_string()], 3),
             (
-                "x_gfx90a:xnack-.kpack",
-                vec!["gfx90a:xnack-".to_string()],
+                "x_gfx900.kpack".to_string(),
+                strings(&["gfx900"]),
+                strings(&["lib/liba.so"]),
                 3
-            )
+            ),
+            (
+                "x_gfx90a:xnack-.kpack".to_string(),
+                strings(&["gfx90a:xnack-"]),
+                strings(&["lib/liba.so", "bin/b"]),
+                3
+            ),
         ]
     );
-
-    let single = plan_archives(vec![a, b], "x", true, Compression::None).unwrap();
-    assert_eq!(single.len(), 1);
-    assert_eq!(single[0].file_name, "x.kpack");
+    let a = crate::Archive::open(dir.path().join("x_gfx90a:xnack-.kpack")).unwrap();
+    assert_eq!(a.architectures(), ["gfx90a:xnack-"]);
+    assert_eq!(a.get_kernel("bin/b#0", "gfx90a:xnack-").unwrap(), b"b-90a");
     assert_eq!(
-        single[0].arches,
-        vec!["gfx900".to_string(), "gfx90a:xnack-".to_string()]
+        a.get_kernel("lib/liba.so#1", "gfx90a:xnack-").unwrap(),
+        b"tu2-90a"
     );
-    assert_eq!(single[0].writer.len(), 6);
+}
+
+#[test]
+fn archive_set_single_holds_every_arch() {
+    let (summary, dir) = assign(true);
+    assert_eq!(
+        summary,
+        vec![(
+            "x.kpack".to_string(),
+            strings(&["gfx900", "gfx90a:xnack-"]),
+            strings(&["lib/liba.so", "bin/b"]),
+            6
+        )]
+    );
+    let a = crate::Archive::open(dir.path().join("x.kpack")).unwrap();
+    assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack-"]);
+    assert_eq!(a.get_kernel("lib/liba.so#2", "gfx900").unwrap(), b"tu2-900");
 }

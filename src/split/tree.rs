@@ -301,16 +301,13 @@ fn read_and_pack(
             })
         },
     )?;
-    let open = set.into_archives();
-    let mut archives = Vec::with_capacity(open.len());
-    let mut held = Vec::with_capacity(open.len());
-    for a in open {
-        let count = a.file.len();
-        // Per-arch archives: the family is the one arch.
-        let done = a.file.finish(prefix, &a.arches.join(","), &a.arches)?;
-        Staging::seal(&done.file, &a.path, 0o644)?;
-        archives.push((a.path, count));
-        held.push((done.toc_digest, a.kernel_names));
+    let finished = set.finish()?;
+    let mut archives = Vec::with_capacity(finished.len());
+    let mut held = Vec::with_capacity(finished.len());
+    for a in finished {
+        Staging::seal(&a.done.file, &a.path, 0o644)?;
+        archives.push((a.path, a.count));
+        held.push((a.done.toc_digest, a.kernel_names));
     }
     Ok((plans, archives, held))
 }

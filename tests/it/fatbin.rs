@@ -8,10 +8,52 @@ use std::sync::OnceLock;
 
 use rocm_kpack::bundle::{build_ccob, build_uncompressed};
 use rocm_kpack::elf::{ElfFile, HIP_FATBIN_SECTION};
-use rocm_kpack::import::{self, ImportError, ImportedHost};
+use rocm_kpack::import::{self, ArchiveSet, CodeObject, ImportError, Tag};
+use rocm_kpack::pack_pipeline::{self, Options};
 use rocm_kpack::{Archive, Compression};
 
 const HOST: &str = "host-x86_64-unknown-linux";
+
+/// Writes the hosts' code objects (kernel name, code objects) into archives in `dir` as
+/// `pack --from-fatbin` does: through the pipeline into an [`ArchiveSet`]. Returns the archive
+/// file names in the order they were opened.
+fn write_archives(
+    dir: &Path,
+    hosts: Vec<(&str, Vec<CodeObject>)>,
+    prefix: &str,
+    single: bool,
+    compression: Compression,
+) -> Vec<String> {
+    let mut set = ArchiveSet::new(dir, prefix, single, compression, false);
+    pack_pipeline::run(
+        Options::new(compression),
+        |feed| {
+            for (kernel_name, cos) in hosts {
+                for co in cos {
+                    let tag = Tag {
+                        key: co.key,
+                        arch: co.arch,
+                        triple: co.triple,
+                        kernel_name: kernel_name.to_owned(),
+                    };
+                    feed.submit(tag, co.data)?;
+                }
+            }
+            Ok::<(), rocm_kpack::Error>(())
+        },
+        |tag, encoded| {
+            set.append(tag, encoded, |p| {
+                std::fs::File::create(p).map_err(|e| rocm_kpack::Error::io(p, "cannot create", e))
+            })
+        },
+    )
+    .unwrap();
+    set.finish()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
 
 fn triple(arch: &str) -> String {
     format!("hipv4-amdgcn-amd-amdhsa--{arch}")
@@ -189,15 +231,15 @@ fn fatbin_per_arch_archives_round_trip() {
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(dir.path(), "lib/libsynth.so", &section, true);
     let cos = import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap();
-    let host = ImportedHost {
-        kernel_name: "lib/libsynth.so".into(),
-        code_objects: cos,
-    };
     let kpack = dir.path().join(".kpack");
     std::fs::create_dir_all(&kpack).unwrap();
-    let plans =
-        import::plan_archives(vec![host], "synth", false, Compression::Zstd { level: 3 }).unwrap();
-    let names: Vec<&str> = plans.iter().map(|p| p.file_name.as_str()).collect();
+    let names = write_archives(
+        &kpack,
+        vec![("lib/libsynth.so", cos)],
+        "synth",
+        false,
+        Compression::Zstd { level: 3 },
+    );
     assert_eq!(
         names,
         [
@@ -206,9 +248,6 @@ fn fatbin_per_arch_archives_round_trip() {
             "synth_gfx1030.kpack"
         ]
     );
-    for p in &plans {
-        p.writer.write(&kpack.join(&p.file_name), &|_| {}).unwrap();
-    }
 
     for arch in ["gfx900", "gfx90a:xnack-", "gfx1030"] {
         let a = Archive::open(kpack.join(format!("synth_{arch}.kpack"))).unwrap();
@@ -266,24 +305,18 @@ fn fatbin_single_archive_from_library_and_executable() {
     );
 
     let hosts = vec![
-        ImportedHost {
-            kernel_name: "lib/libsynth.so".into(),
-            code_objects: import::host_code_objects(
-                "lib/libsynth.so",
-                &std::fs::read(&lib).unwrap(),
-            )
-            .unwrap(),
-        },
-        ImportedHost {
-            kernel_name: "bin/app".into(),
-            code_objects: import::host_code_objects("bin/app", &std::fs::read(&app).unwrap())
-                .unwrap(),
-        },
+        (
+            "lib/libsynth.so",
+            import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap(),
+        ),
+        (
+            "bin/app",
+            import::host_code_objects("bin/app", &std::fs::read(&app).unwrap()).unwrap(),
+        ),
     ];
-    let plans = import::plan_archives(hosts, "synth", true, Compression::None).unwrap();
-    assert_eq!(plans.len(), 1);
+    let names = write_archives(dir.path(), hosts, "synth", true, Compression::None);
+    assert_eq!(names, ["synth.kpack"]);
     let path = dir.path().join("synth.kpack");
-    plans[0].writer.write(&path, &|_| {}).unwrap();
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack-", "gfx1030"]);
     assert_eq!(
@@ -436,27 +469,20 @@ fn fatbin_real_rocrand_import_and_verify() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let host = ImportedHost {
-        kernel_name: "lib/librocrand.so.1.1".into(),
-        code_objects: cos.clone(),
-    };
-    let plans = import::plan_archives(vec![host], "rocrand", false, Compression::Zstd { level: 1 })
-        .unwrap();
+    let names = write_archives(
+        dir.path(),
+        vec![("lib/librocrand.so.1.1", cos.clone())],
+        "rocrand",
+        false,
+        Compression::Zstd { level: 1 },
+    );
     assert_eq!(
-        plans
-            .iter()
-            .map(|p| p.file_name.as_str())
-            .collect::<Vec<_>>(),
+        names,
         ROCRAND_5_3_3
             .iter()
             .map(|(a, _, _)| format!("rocrand_{a}.kpack"))
             .collect::<Vec<_>>()
     );
-    for p in &plans {
-        p.writer
-            .write(&dir.path().join(&p.file_name), &|_| {})
-            .unwrap();
-    }
     for co in &cos {
         let a = Archive::open(dir.path().join(format!("rocrand_{}.kpack", co.arch))).unwrap();
         assert_eq!(a.architectures(), [co.arch.as_str()]);
