@@ -114,19 +114,21 @@ def pack_fatbin(host, outdir):
 
 
 def pack_tree(tree, out):
+    # Keys may have several components (`lib/libfoo.so#0`): a key is the directory holding the
+    # `.hsaco` files, relative to the tree, walked in sorted order like `kpack-fuse pack`.
     files = []
-    for dirpath, _, names in os.walk(tree):
-        for f in names:
-            if f.endswith(".hsaco"):
-                files.append((os.path.relpath(dirpath, tree), f[:-len(".hsaco")], os.path.join(dirpath, f)))
+    for d, subdirs, names in os.walk(tree):
+        subdirs.sort()
+        key = os.path.relpath(d, tree)
+        files += [(key, n) for n in sorted(names) if n.endswith(".hsaco")]
     files.sort()
 
     def kernels():
-        for key, arch, path in files:
-            with open(path, "rb") as fh:
+        for key, f in files:
+            with open(os.path.join(tree, key, f), "rb") as fh:
                 data = fh.read()
-            yield key, arch, CCTX.compress(data), len(data), None
-    arches = sorted({arch for _, arch, _ in files})
+            yield key, f[:-len(".hsaco")], CCTX.compress(data), len(data), None
+    arches = sorted({f[:-len(".hsaco")] for _, f in files})
     write_archive(out, "bench", "mixed", arches, kernels())
 
 

@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A port free right now on 127.0.0.1.
@@ -314,8 +314,9 @@ pub struct SlowProxy {
     /// Requests still to answer with `fail_status` instead of forwarding them.
     fail_next: Arc<AtomicU64>,
     fail_status: Arc<AtomicU64>,
-    /// Requests being forwarded now, and the most seen at once.
-    in_flight: Arc<(AtomicU64, AtomicU64)>,
+    /// Each forwarded request as (its head was read, the last chunk of its answer was about to
+    /// be written): the span during which the client was waiting for it.
+    spans: Arc<Mutex<Vec<(Instant, Instant)>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -327,13 +328,13 @@ impl SlowProxy {
         let delay_ms = Arc::new(AtomicU64::new(0));
         let fail_next = Arc::new(AtomicU64::new(0));
         let fail_status = Arc::new(AtomicU64::new(503));
-        let in_flight = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let spans = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (d, f, st, fl, s) = (
             delay_ms.clone(),
             fail_next.clone(),
             fail_status.clone(),
-            in_flight.clone(),
+            spans.clone(),
             stop.clone(),
         );
         std::thread::spawn(move || {
@@ -343,10 +344,9 @@ impl SlowProxy {
                         client.set_nonblocking(false).unwrap();
                         let (d, f, st, fl) = (d.clone(), f.clone(), st.clone(), fl.clone());
                         std::thread::spawn(move || {
-                            let now = fl.0.fetch_add(1, Ordering::SeqCst) + 1;
-                            fl.1.fetch_max(now, Ordering::SeqCst);
-                            serve(client, upstream, d, f, st);
-                            fl.0.fetch_sub(1, Ordering::SeqCst);
+                            if let Some(span) = serve(client, upstream, d, f, st) {
+                                fl.lock().unwrap().push(span);
+                            }
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -358,14 +358,29 @@ impl SlowProxy {
             delay_ms,
             fail_next,
             fail_status,
-            in_flight,
+            spans,
             stop,
         }
     }
 
-    /// The most requests that were in flight at once.
+    /// The most requests that were in flight at once. A span ends when the last chunk of the
+    /// answer is about to be written, so the request a client sends only after it has read that
+    /// answer is always read later than that (no overlap from the proxy's own thread
+    /// scheduling), while a request sent earlier overlaps.
     pub fn max_in_flight(&self) -> u64 {
-        self.in_flight.1.load(Ordering::SeqCst)
+        let mut events: Vec<(Instant, i64)> = Vec::new();
+        for &(start, end) in self.spans.lock().unwrap().iter() {
+            events.push((start, 1));
+            events.push((end, -1));
+        }
+        // At the same instant an end counts before a start.
+        events.sort();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, delta) in events {
+            now += delta;
+            most = most.max(now);
+        }
+        most as u64
     }
 
     /// Answers the next `n` requests with `status` (and closes their connections).
@@ -393,16 +408,17 @@ fn serve(
     delay: Arc<AtomicU64>,
     fail: Arc<AtomicU64>,
     status: Arc<AtomicU64>,
-) {
+) -> Option<(Instant, Instant)> {
     // The request head (our clients send GETs without bodies).
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         match client.read(&mut byte) {
             Ok(1) => head.push(byte[0]),
-            _ => return,
+            _ => return None,
         }
     }
+    let received = Instant::now();
     if fail
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()
@@ -413,25 +429,28 @@ fn serve(
             "HTTP/1.1 {code} Injected\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         let _ = client.shutdown(Shutdown::Both);
-        return;
+        return None;
     }
     let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-        return;
+        return None;
     };
     // One request per connection, so that every request passes the check above.
     head.truncate(head.len() - 2);
     head.extend_from_slice(b"Connection: close\r\n\r\n");
     if server.write_all(&head).is_err() {
-        return;
+        return None;
     }
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     std::thread::spawn(move || pump(client, server, None));
-    pump(s2, c2, Some(delay));
+    let last_write = pump(s2, c2, Some(delay));
+    Some((received, last_write.unwrap_or(received)))
 }
 
-/// Copies `from` to `to`, sleeping `delay` before each chunk; closes both at the end.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay: Option<Arc<AtomicU64>>) {
+/// Copies `from` to `to`, sleeping `delay` before each chunk; closes both at the end. Returns
+/// when the last chunk was about to be written.
+fn pump(mut from: TcpStream, mut to: TcpStream, delay: Option<Arc<AtomicU64>>) -> Option<Instant> {
     let mut buf = vec![0u8; 64 << 10];
+    let mut last_write = None;
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -443,10 +462,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, delay: Option<Arc<AtomicU64>>) {
                 std::thread::sleep(Duration::from_millis(ms));
             }
         }
+        last_write = Some(Instant::now());
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+    last_write
 }
