@@ -63,13 +63,8 @@ fn make(
         Options::new(compression),
         |feed| {
             for co in code_objects {
-                let tag = Tag {
-                    key: co.key,
-                    arch: co.arch,
-                    triple: co.triple,
-                    kernel_name: kernel_name.clone(),
-                };
-                feed.submit(tag, co.data)?;
+                let (tag, data) = Tag::split(co, &kernel_name);
+                feed.submit(tag, data)?;
             }
             Ok(())
         },

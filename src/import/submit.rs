@@ -5,7 +5,7 @@
 //!
 //! [`CodeObject`]: super::CodeObject
 
-use super::{HostFile, StreamError, visit_host_code_objects};
+use super::{CodeObject, HostFile, StreamError, visit_host_code_objects};
 use crate::pack_pipeline::Feed;
 
 /// What a code object carries through the pipeline to its archive: its key, arch and bundler
@@ -16,6 +16,20 @@ pub struct Tag {
     pub arch: String,
     pub triple: String,
     pub kernel_name: String,
+}
+
+impl Tag {
+    /// Splits a code object of the binary `kernel_name` into its tag and its bytes, as
+    /// [`Feed::submit`] takes them.
+    pub fn split(co: CodeObject, kernel_name: &str) -> (Tag, Vec<u8>) {
+        let tag = Tag {
+            key: co.key,
+            arch: co.arch,
+            triple: co.triple,
+            kernel_name: kernel_name.to_owned(),
+        };
+        (tag, co.data)
+    }
 }
 
 /// Submits every code object of `host`, in bundle order, tagged with `kernel_name`; returns
@@ -33,13 +47,8 @@ pub fn submit_host_code_objects(
         host,
         |co| {
             count += 1;
-            let tag = Tag {
-                key: co.key,
-                arch: co.arch,
-                triple: co.triple,
-                kernel_name: kernel_name.to_owned(),
-            };
-            feed.submit(tag, co.data)
+            let (tag, data) = Tag::split(co, kernel_name);
+            feed.submit(tag, data)
         },
         progress,
     )?;

@@ -169,16 +169,11 @@ fn assign(single: bool) -> (Summary, tempfile::TempDir) {
     let mut set = ArchiveSet::new(dir.path(), "x", single, Compression::None, false);
     for (kernel_name, cos) in ["lib/liba.so", "bin/b"].iter().zip(cos) {
         for co in cos {
+            let (tag, data) = Tag::split(co, kernel_name);
             let encoded = crate::pack_pipeline::Encoded {
-                original_size: co.data.len() as u64,
-                stored: co.data,
+                original_size: data.len() as u64,
+                stored: data,
                 digest: None,
-            };
-            let tag = Tag {
-                key: co.key,
-                arch: co.arch,
-                triple: co.triple,
-                kernel_name: kernel_name.to_string(),
             };
             set.append(tag, encoded, |p| {
                 std::fs::File::create(p).map_err(|e| crate::Error::io(p, "cannot create", e))

@@ -30,13 +30,8 @@ fn write_archives(
         |feed| {
             for (kernel_name, cos) in hosts {
                 for co in cos {
-                    let tag = Tag {
-                        key: co.key,
-                        arch: co.arch,
-                        triple: co.triple,
-                        kernel_name: kernel_name.to_owned(),
-                    };
-                    feed.submit(tag, co.data)?;
+                    let (tag, data) = Tag::split(co, kernel_name);
+                    feed.submit(tag, data)?;
                 }
             }
             Ok::<(), rocm_kpack::Error>(())
