@@ -10,19 +10,6 @@ use rocm_kpack::{Archive, ArchiveWriter, ByteSource, Compression, ErrorKind, Loc
 
 use crate::support::craft::*;
 
-/// Bytes that zstd cannot shrink much, so frames are about as large as their kernels.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 const KERNELS: usize = 40;
 
 fn kernels() -> Vec<(String, Vec<u8>)> {
@@ -30,7 +17,7 @@ fn kernels() -> Vec<(String, Vec<u8>)> {
         .map(|i| {
             (
                 format!("lib/l{i:02}.so#0"),
-                noise(i as u64, 9000 + i * 1000),
+                incompressible(i as u64, 9000 + i * 1000),
             )
         })
         .collect()

@@ -7,8 +7,9 @@ use std::path::Path;
 use rocm_kpack::Compression;
 
 use super::servers::{Nginx, tls_files};
-use super::{expected_dir, mount, noise, refused_mount, run, stats};
+use super::{expected_dir, mount, refused_mount, run, stats};
 use crate::mount::{pattern, rich_archive, write_archive};
+use crate::support::craft::incompressible;
 use crate::support::mount::fuse_available;
 
 #[test]
@@ -53,7 +54,7 @@ fn http_one_kernel_of_a_200mb_archive_fetches_under_2_percent() {
         return;
     }
     let kernels: Vec<(String, Vec<u8>)> = (0..200)
-        .map(|i| (format!("lib/libbig.so#{i}"), noise(1 << 20, i)))
+        .map(|i| (format!("lib/libbig.so#{i}"), incompressible(i, 1 << 20)))
         .collect();
     let list: Vec<(&str, &str, Vec<u8>)> = kernels
         .iter()
@@ -180,7 +181,7 @@ fn http_background_mount_forks_after_the_network_threads_stop() {
     let archive = write_archive(
         &www.path().join("bg.kpack"),
         Compression::None,
-        &[("lib/bg.so#0", "gfx942", noise(200_000, 5))],
+        &[("lib/bg.so#0", "gfx942", incompressible(5, 200_000))],
     );
     let want = tempfile::tempdir().unwrap();
     expected_dir(&[archive.as_path()], want.path());
@@ -202,9 +203,9 @@ fn http_remount_with_a_cache_dir_fetches_no_kernel_again() {
         &www.path().join("c.kpack"),
         Compression::Zstd { level: 3 },
         &[
-            ("lib/c.so#0", "gfx942", noise(300_000, 31)),
-            ("lib/c.so#0", "gfx90a", noise(200_000, 32)),
-            ("lib/d.so#0", "gfx942", noise(100_000, 33)),
+            ("lib/c.so#0", "gfx942", incompressible(31, 300_000)),
+            ("lib/c.so#0", "gfx90a", incompressible(32, 200_000)),
+            ("lib/d.so#0", "gfx942", incompressible(33, 100_000)),
         ],
     );
     let want = tempfile::tempdir().unwrap();
@@ -238,8 +239,8 @@ fn http_without_etags_tells_a_replaced_object_by_its_modification_time() {
     let www = tempfile::tempdir().unwrap();
     let kernels = |seed: u64| -> Vec<(&'static str, &'static str, Vec<u8>)> {
         vec![
-            ("lib/x.so#0", "gfx942", noise(300_000, seed)),
-            ("lib/x.so#0", "gfx90a", noise(300_000, seed + 1)),
+            ("lib/x.so#0", "gfx942", incompressible(seed, 300_000)),
+            ("lib/x.so#0", "gfx90a", incompressible(seed + 1, 300_000)),
         ]
     };
     let served = write_archive(&www.path().join("x.kpack"), Compression::None, &kernels(1));
@@ -293,8 +294,12 @@ fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
     .unwrap();
     w.set_reference_layout(true);
     for i in 0..64u64 {
-        w.add_kernel(&format!("lib/r.so#{i}"), "gfx942", noise(100_000, 40 + i))
-            .unwrap();
+        w.add_kernel(
+            &format!("lib/r.so#{i}"),
+            "gfx942",
+            incompressible(40 + i, 100_000),
+        )
+        .unwrap();
     }
     w.write(&path, &|_| {}).unwrap();
     let len = std::fs::metadata(&path).unwrap().len();

@@ -33,20 +33,6 @@ pub fn expected_dir(archives: &[&Path], dir: &Path) {
     }
 }
 
-/// Bytes that do not compress (xorshift), so stored sizes equal kernel sizes.
-pub fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 /// `kpack-fuse ARGS` with `env`: exit code, stdout, stderr.
 pub fn run(args: &[&str], env: &[(String, String)]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use rocm_kpack::Compression;
 
 use super::servers::{Moto, SlowProxy};
-use super::{expected_dir, mount, noise, refused_mount, run, stats};
+use super::{expected_dir, mount, refused_mount, run, stats};
 use crate::mount::{pattern, write_archive};
+use crate::support::craft;
 use crate::support::mount::fuse_available;
 
 /// Three archives with distinct and overlapping keys, as `dir/{a,b,c}.kpack`.
@@ -47,8 +48,16 @@ fn incompressible(dir: &Path) -> PathBuf {
         &dir.join("a.kpack"),
         Compression::None,
         &[
-            ("lib/liba.so#0", "gfx942", noise(300_000, 21)),
-            ("lib/liba.so#0", "gfx90a", noise(200_000, 22)),
+            (
+                "lib/liba.so#0",
+                "gfx942",
+                craft::incompressible(21, 300_000),
+            ),
+            (
+                "lib/liba.so#0",
+                "gfx90a",
+                craft::incompressible(22, 200_000),
+            ),
         ],
     )
 }
@@ -156,8 +165,12 @@ fn s3_object_replaced_while_mounted_fails_reads_with_eio() {
     let work = tempfile::tempdir().unwrap();
     let kernels = |seed: u64| -> Vec<(&'static str, &'static str, Vec<u8>)> {
         vec![
-            ("lib/x.so#0", "gfx942", noise(300_000, seed)),
-            ("lib/x.so#0", "gfx90a", noise(300_000, seed + 1)),
+            ("lib/x.so#0", "gfx942", craft::incompressible(seed, 300_000)),
+            (
+                "lib/x.so#0",
+                "gfx90a",
+                craft::incompressible(seed + 1, 300_000),
+            ),
         ]
     };
     let old = write_archive(
@@ -389,7 +402,12 @@ fn s3_requests_in_flight_are_bounded() {
     }
     let work = tempfile::tempdir().unwrap();
     let kernels: Vec<(String, Vec<u8>)> = (0..8)
-        .map(|i| (format!("lib/p{i}.so#0"), noise(150_000, 50 + i)))
+        .map(|i| {
+            (
+                format!("lib/p{i}.so#0"),
+                craft::incompressible(50 + i, 150_000),
+            )
+        })
         .collect();
     let list: Vec<(&str, &str, Vec<u8>)> = kernels
         .iter()
