@@ -6,7 +6,7 @@ use std::process::Command;
 
 use rocm_kpack::{ArchiveWriter, Compression};
 
-use crate::roundtrip::Rng;
+use crate::support::fat_host::Rng;
 
 fn python_read(archive: &Path, out: &Path) -> Vec<(String, String, u32, Vec<u8>)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_kpack.py");

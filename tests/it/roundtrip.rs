@@ -5,38 +5,7 @@ use std::sync::Arc;
 
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
-/// xorshift64*: small, deterministic, good enough to vary shapes and contents.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Bytes that compress a little, like code: runs and noise mixed.
-    pub fn kernel(&mut self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len);
-        while out.len() < len {
-            if self.below(3) == 0 {
-                let b = self.next() as u8;
-                let run = 1 + self.below(64) as usize;
-                out.extend(std::iter::repeat_n(b, run));
-            } else {
-                out.extend_from_slice(&self.next().to_le_bytes());
-            }
-        }
-        out.truncate(len);
-        out
-    }
-}
+use crate::support::fat_host::Rng;
 
 const ARCHES: [&str; 5] = [
     "gfx900",

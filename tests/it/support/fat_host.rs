@@ -22,7 +22,8 @@ pub const ARCHES: [&str; 5] = ["gfx90a:xnack-", "gfx942", "gfx1030", "gfx1100", 
 pub const MIN_CODE_OBJECT: usize = 20 << 10;
 pub const MAX_CODE_OBJECT: usize = 15 << 20;
 
-/// Deterministic pseudo-random numbers (xorshift64*).
+/// Deterministic pseudo-random numbers (xorshift64*), shared by the tests that want fixed-seed
+/// shapes and contents (also `roundtrip.rs`, `interop.rs`).
 pub struct Rng(u64);
 
 impl Rng {
@@ -35,6 +36,26 @@ impl Rng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Bytes that compress a little, like code: runs and noise mixed.
+    pub fn kernel(&mut self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            if self.below(3) == 0 {
+                let b = self.next() as u8;
+                let run = 1 + self.below(64) as usize;
+                out.extend(std::iter::repeat_n(b, run));
+            } else {
+                out.extend_from_slice(&self.next().to_le_bytes());
+            }
+        }
+        out.truncate(len);
+        out
     }
 }
 
