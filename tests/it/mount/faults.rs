@@ -9,7 +9,7 @@ use std::process::Command;
 use rocm_kpack::fs::mountinfo;
 use rocm_kpack::{Archive, Compression};
 
-use super::{rich_archive, tmp, write_archive};
+use super::{lazy_unmount_then_remount, rich_archive, tmp, write_archive};
 use crate::support::fixture;
 use crate::support::mount::{ChildOutput, Mount, fuse_available};
 
@@ -215,20 +215,7 @@ fn daemon_killed_with_sigkill_gives_enotconn_then_lazy_unmount_and_a_new_mount_w
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(8), "{err}");
     assert!(err.contains("already mounted"), "{err}");
-    let out = Command::new(bin)
-        .args(["unmount", "--lazy"])
-        .arg(&mp)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
-    let again = Mount::start_on(&mp, &fixture("test_zstd.kpack"), &[]);
-    again.check("walk", "");
-    again.stop();
+    lazy_unmount_then_remount(&mp, &fixture("test_zstd.kpack"));
     drop(crashed);
 }
 

@@ -96,6 +96,25 @@ fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// `kpack-fuse unmount --lazy MP` clears a mount whose daemon is gone, and the point then takes
+/// a new mount of `archive`, which serves every file.
+fn lazy_unmount_then_remount(mp: &Path, archive: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .args(["unmount", "--lazy"])
+        .arg(mp)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mountinfo::mount_at(mp).unwrap(), None);
+    let again = Mount::start_on(mp, archive, &[]);
+    again.check("walk", "");
+    again.stop();
+}
+
 #[test]
 fn walk_compares_every_file_with_the_archive_api() {
     if !fuse_available() {

@@ -5,8 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use rocm_kpack::fs::mountinfo;
-
+use super::lazy_unmount_then_remount;
 use crate::support::fixture;
 use crate::support::mount::{Mount, fuse_available};
 
@@ -93,21 +92,7 @@ fn dead_mount_point_suggests_unmount_lazy_which_clears_it() {
         )
     );
     assert_eq!(out.status.code(), Some(8));
-    let out = Command::new(BIN)
-        .args(["unmount", "--lazy"])
-        .arg(&mp)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(mountinfo::mount_at(&mp).unwrap(), None);
-    // And the point is usable again.
-    let again = Mount::start_on(&mp, &fixture("test_noop.kpack"), &[]);
-    again.check("walk", "");
-    again.stop();
+    lazy_unmount_then_remount(&mp, &fixture("test_noop.kpack"));
 }
 
 /// A mount over a directory with files in it works (as mount(8) allows) but warns that they are
