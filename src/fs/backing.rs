@@ -72,19 +72,7 @@ impl BackingFile {
     /// Fills `buf` from `offset`; short only at the end of the kernel.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let want = buf.len().min(self.len.saturating_sub(offset) as usize);
-        let mut done = 0;
-        while done < want {
-            match self
-                .file
-                .read_at(&mut buf[done..want], offset + done as u64)
-            {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(done)
+        crate::bytes::read_full_with(|b, at| self.file.read_at(b, at), &mut buf[..want], offset)
     }
 }
 

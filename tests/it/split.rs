@@ -563,8 +563,14 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     // The tree writes each binary file to file (kept ranges by copy_file_range); the in-memory
     // rewrite of the same input gives the same bytes.
     for (input, name) in [(&inputs[0], "lib/libsplit.so"), (&inputs[1], "bin/app")] {
-        let in_memory = split::split_binary(input, name, "splt").unwrap().result.bytes;
-        assert!(std::fs::read(out.join(name)).unwrap() == in_memory, "{name}");
+        let in_memory = split::split_binary(input, name, "splt")
+            .unwrap()
+            .result
+            .bytes;
+        assert!(
+            std::fs::read(out.join(name)).unwrap() == in_memory,
+            "{name}"
+        );
     }
     let meta =
         rocm_kpack::hipk::metadata::encode(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
