@@ -482,13 +482,15 @@ impl KpackFs {
         }
         // read_with checks that a frame can produce the TOC's size before allocating, and the
         // bytes against the archive's digest when it records one.
-        let read = archive.read_with(&kref, |n| reserve.alloc(n));
-        // A file rewritten in place may fail to decode, fail its digest, or decode to other
-        // bytes with no error at all: when it changed, that is the cause to report.
+        // read_with already reports a failed read of a changed archive as "changed"; bytes of a
+        // file rewritten in place may also decode without any error, hence the check after.
+        let buf = archive
+            .read_with(&kref, |n| reserve.alloc(n))
+            .map_err(|e| fail(&e, Errno::from(&e)))?;
         archive
             .check_unchanged()
             .map_err(|e| fail(&e, Errno::from(&e)))?;
-        read.map_err(|e| fail(&e, Errno::from(&e)))
+        Ok(buf)
     }
 
     /// Lists a directory from `offset` (0 = start; each entry carries the offset of the next).
