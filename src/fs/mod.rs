@@ -13,6 +13,7 @@
 
 pub mod backing;
 pub mod cache_dir;
+pub mod fill;
 pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
@@ -26,9 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::archive::Archive;
+use crate::archive::{Archive, KernelRef};
 use crate::kernel_cache::{CacheStats, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
+use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
@@ -142,10 +144,24 @@ pub struct FsOptions {
     pub gid: u32,
 }
 
-/// One open file: the kernel's backing file, held until release (so eviction from the store
-/// never pulls bytes from under a reader).
-struct OpenFile {
-    backing: Arc<BackingFile>,
+/// How far a streaming decode gets before it publishes the bytes it wrote (and answers the
+/// reads waiting for them): large enough that publishing costs nothing next to decoding.
+const STREAM_STEP: usize = 1 << 20;
+
+/// A decode job to run off the request threads (on the decode pool) with [`KpackFs::run_fill`].
+pub struct FillJob {
+    ino: Ino,
+    id: KernelId,
+    fill: Arc<Fill>,
+}
+
+/// How a kernel's bytes are produced.
+enum Plan {
+    /// Decoded whole, then served: its digest covers only the decoded bytes.
+    Whole,
+    /// Decoded in steps from this frame (verified against its digest when it has one), served
+    /// as it goes.
+    Stream(Vec<u8>),
 }
 
 /// The filesystem.
@@ -157,7 +173,9 @@ pub struct KpackFs {
     store: BackingStore,
     /// Whether the kernel serves reads of open files itself (FUSE passthrough).
     passthrough: AtomicBool,
-    handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    handles: Mutex<HashMap<u64, OpenedFile>>,
+    /// Decode jobs running now, one per kernel (see `fill.rs`).
+    fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -220,6 +238,7 @@ impl KpackFs {
             store,
             passthrough: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
+            fills: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
@@ -368,24 +387,170 @@ impl KpackFs {
         }
     }
 
-    /// Whether opening `ino` now would have to decode (so the caller can do it off the
-    /// request thread). Errors are left for `open` to report.
-    pub fn open_needs_decode(&self, ino: Ino, flags: i32) -> bool {
-        match self.openable(ino, flags) {
-            Ok(f) => f.size > 0 && !self.store.contains(kernel_id(f)),
-            Err(_) => false,
+    /// Opens a file for reading (any write access is EROFS) and waits for it: makes sure its
+    /// backing file exists, decoding the kernel on this thread if no other is, and returns the
+    /// new handle. A kernel that cannot be decoded fails here, with EIO. (The mount itself uses
+    /// [`open_start`](Self::open_start), which never waits.)
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(job) = self.open_start(ino, flags, Box::new(move |r| drop(tx.send(r)))) {
+            self.run_fill(job);
+        }
+        let opened = rx.recv().map_err(|_| Errno::EIO)??;
+        Ok(self.add_handle(opened))
+    }
+
+    /// Starts an open without waiting: `done` gets the file at once when it is stored, when
+    /// its decode starts streaming, or when the decode completes (a kernel that must be
+    /// checked whole first), or the error. A returned job must be run
+    /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
+    /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
+    /// the answer into a handle.
+    pub fn open_start(&self, ino: Ino, flags: i32, done: OpenDone) -> Option<FillJob> {
+        let file = match self.openable(ino, flags) {
+            Ok(f) => f,
+            Err(e) => {
+                done(Err(e));
+                return None;
+            }
+        };
+        if file.size == 0 {
+            done(self.backing_for(file).map(OpenedFile::complete));
+            return None;
+        }
+        // Two TOC entries may name the same ordinal with different sizes (a malformed
+        // archive): the file of the other entry must not be served for this one.
+        let size = file.size;
+        let done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
+            done(r.and_then(|o| {
+                if o.backing.len() == size {
+                    Ok(o)
+                } else {
+                    log::error!(
+                        "a kernel decodes to {} bytes, its TOC entry says {size}",
+                        o.backing.len()
+                    );
+                    Err(Errno::EIO)
+                }
+            }))
+        });
+        let id = kernel_id(file);
+        let (fill, job) = {
+            let mut fills = lock(&self.fills);
+            if let Some(b) = self.store.cached(id) {
+                drop(fills);
+                done(Ok(OpenedFile::complete(b)));
+                return None;
+            } else if let Some(f) = fills.get(&id) {
+                (f.clone(), None)
+            } else {
+                let f = Arc::new(Fill::new());
+                fills.insert(id, f.clone());
+                let job = FillJob {
+                    ino,
+                    id,
+                    fill: f.clone(),
+                };
+                (f, Some(job))
+            }
+        };
+        fill.join(done);
+        job
+    }
+
+    /// Runs a decode job to its end, answering everyone waiting on it.
+    pub fn run_fill(&self, job: FillJob) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.fill_kernel(job.ino, &job.fill)
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("a decode job panicked");
+            Err(Errno::EIO)
+        });
+        // Unregistered first: a later open finds the kept file in the store, or (after a
+        // failure) starts a new decode; opens that joined already are answered here.
+        lock(&self.fills).remove(&job.id);
+        match result {
+            Ok(b) => job.fill.complete(&b),
+            Err(e) => job.fill.fail(e),
         }
     }
 
-    /// Opens a file for reading (any write access is EROFS): makes sure its backing file
-    /// exists, decoding the kernel if needed, and returns the new handle. A kernel that cannot
-    /// be decoded fails here, with EIO.
-    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
-        let file = self.openable(ino, flags)?;
-        let backing = self.backing_for(file)?;
+    /// Makes the backing file of `ino`'s kernel: from the cache directory, decoded in steps
+    /// (serving readers through `fill` as it goes), or decoded whole.
+    fn fill_kernel(&self, ino: Ino, fill: &Arc<Fill>) -> Result<Arc<BackingFile>, Errno> {
+        let Some(Entry::File(file)) = self.tree.entry(ino) else {
+            return Err(Errno::ENOENT);
+        };
+        let spec = self.spec_of(file);
+        if let Some(found) = self.store.find_in_dir(&spec) {
+            return Ok(found);
+        }
+        let frame = match self.plan(file)? {
+            Plan::Whole => {
+                return self
+                    .store
+                    .make_and_keep(&spec, |reserve| self.decode_into(file, reserve));
+            }
+            Plan::Stream(frame) => frame,
+        };
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        let (key, arch) = self.names_of(file);
+        let failed = |e: &dyn std::fmt::Display| {
+            log::error!("{}: {key} [{arch}]: {e}", self.archive_of(file).path().display());
+            Errno::EIO
+        };
+        // Space is reserved only for what this frame can really produce.
+        crate::codec::check_decoded_size(&frame, file.size).map_err(|e| failed(&e))?;
+        let mut pending = self.store.begin(&spec)?;
+        fill.streaming(pending.backing());
+        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
+            fill.progress(n as u64)
+        })
+        .map_err(|e| failed(&e))?;
+        self.store.finish(&spec, pending)
+    }
+
+    /// Whether `file` streams, and its frame if so. Bytes are never served before they are
+    /// checked: a kernel whose only digest is of its decoded bytes is decoded whole.
+    fn plan(&self, file: &FileNode) -> Result<Plan, Errno> {
+        let archive = self.archive_of(file);
+        if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
+            return Ok(Plan::Whole);
+        }
+        let (key, arch) = self.names_of(file);
+        let fail = |e: &crate::Error| {
+            log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
+            Errno::from(e)
+        };
+        let kref = archive
+            .locate_at(file.binary as usize, file.entry as usize)
+            .map_err(|e| fail(&e))?;
+        if kref.size != file.size {
+            log::error!(
+                "{}: {key} [{arch}]: size changed from {} to {}",
+                archive.path().display(),
+                file.size,
+                kref.size
+            );
+            return Err(Errno::EIO);
+        }
+        if kref.digest.is_some() {
+            return Ok(Plan::Whole);
+        }
+        let mut frame = Vec::new();
+        read_frame(archive, &kref, &mut frame).map_err(|e| fail(&e))?;
+        // The frame is decoded from memory: what matters is that it was read whole from an
+        // archive that had not changed.
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(Plan::Stream(frame))
+    }
+
+    /// Registers an opened file as a new handle.
+    pub fn add_handle(&self, opened: OpenedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(OpenFile { backing }));
-        Ok(fh)
+        lock(&self.handles).insert(fh, opened);
+        fh
     }
 
     /// The backing file an open handle reads.
@@ -398,29 +563,52 @@ impl KpackFs {
         lock(&self.handles).remove(&fh);
     }
 
-    /// Reads up to `size` bytes at `offset` from the handle's backing file; short only at end
-    /// of file. (The daemon read path: with passthrough the kernel reads the file itself.)
+    /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
     pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let backing = self.backing_of(fh).ok_or(Errno::EBADF)?;
-        let want = u64::from(size).min(backing.len().saturating_sub(offset));
-        let mut buf = vec![0u8; want as usize];
-        let n = backing.read_at(&mut buf, offset).map_err(|e| {
-            log::error!("cannot read a backing file: {e}");
-            Errno::EIO
-        })?;
-        buf.truncate(n);
-        Ok(ReadSlice(buf))
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.read_start(
+            fh,
+            offset,
+            size,
+            Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec)))),
+        );
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
-    /// The backing file of a kernel, from the store or decoded into a new one.
-    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let spec = KernelSpec {
+    /// Reads up to `size` bytes at `offset` from the handle's backing file (the daemon read
+    /// path: with passthrough the kernel reads the file itself). `done` gets them at once, or,
+    /// while the file is still being decoded, as soon as the job has written them.
+    pub fn read_start(&self, fh: u64, offset: u64, size: u32, done: ReadDone) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let Some(h) = lock(&self.handles).get(&fh).cloned() else {
+            return done(Err(Errno::EBADF));
+        };
+        if let Some(fill) = h.fill.as_ref().filter(|f| !f.is_done()) {
+            return fill.read(&h.backing, offset, size, done);
+        }
+        let want = u64::from(size).min(h.backing.len().saturating_sub(offset));
+        let mut buf = vec![0u8; want as usize];
+        match h.backing.read_at(&mut buf, offset) {
+            Ok(n) => done(Ok(&buf[..n])),
+            Err(e) => {
+                log::error!("cannot read a backing file: {e}");
+                done(Err(Errno::EIO))
+            }
+        }
+    }
+
+    fn spec_of(&self, file: &FileNode) -> KernelSpec {
+        KernelSpec {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
             digest: self.digest_of(file),
-        };
+        }
+    }
+
+    /// The backing file of a kernel, from the store or decoded into a new one.
+    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
+        let spec = self.spec_of(file);
         let fetched = self
             .store
             .get(&spec, |reserve| self.decode_into(file, reserve))?;
@@ -622,6 +810,43 @@ impl KpackFs {
             frsize: BSIZE,
         }
     }
+}
+
+/// Reads a kernel's compressed frame (without its size word) into `buf`, checking the size
+/// word when the frame was located from the TOC.
+fn read_frame(archive: &Archive, kref: &KernelRef<'_>, buf: &mut Vec<u8>) -> crate::Result<()> {
+    let word = if kref.size_word_unchecked { 4 } else { 0 };
+    let start = kref.stored.offset - word;
+    let len = usize::try_from(kref.stored.size + word)
+        .map_err(|_| crate::Error::OutOfMemory { bytes: usize::MAX })?;
+    buf.clear();
+    buf.try_reserve_exact(len)
+        .map_err(|_| crate::Error::OutOfMemory { bytes: len })?;
+    buf.resize(len, 0);
+    let got = crate::byte_source::read_full_at(archive.source(), buf, start)
+        .map_err(|e| crate::Error::io(archive.path(), "cannot read a frame", e))?;
+    if got < len {
+        return Err(crate::Error::io(
+            archive.path(),
+            "cannot read a frame",
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "truncated"),
+        ));
+    }
+    if word != 0 {
+        let found = crate::bytes::le_u32(buf, 0).expect("4 bytes");
+        if u64::from(found) != kref.stored.size {
+            return Err(crate::Error::io(
+                archive.path(),
+                "cannot read a frame",
+                std::io::Error::other(format!(
+                    "its size word holds {found}, the TOC says {}",
+                    kref.stored.size
+                )),
+            ));
+        }
+        buf.drain(..4);
+    }
+    Ok(())
 }
 
 fn kernel_id(f: &FileNode) -> KernelId {
