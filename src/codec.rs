@@ -152,7 +152,9 @@ pub fn decode_frame_stepwise(
             let mut out = zstd_safe::OutBuffer::around(&mut dst[done..end]);
             while out.pos() < out.capacity() {
                 let before = (input.pos(), out.pos());
-                hint = dctx.decompress_stream(&mut out, &mut input).map_err(failed)?;
+                hint = dctx
+                    .decompress_stream(&mut out, &mut input)
+                    .map_err(failed)?;
                 if (input.pos(), out.pos()) == before {
                     return Err(format!(
                         "decoded {} bytes, the TOC says {expected}",
@@ -168,12 +170,18 @@ pub fn decode_frame_stepwise(
         while hint != 0 || input.pos() < frame.len() {
             let mut out = zstd_safe::OutBuffer::around(&mut spare[..]);
             let before = input.pos();
-            hint = dctx.decompress_stream(&mut out, &mut input).map_err(failed)?;
+            hint = dctx
+                .decompress_stream(&mut out, &mut input)
+                .map_err(failed)?;
             if out.pos() != 0 {
-                return Err(format!("decodes to more than the {expected} bytes the TOC says"));
+                return Err(format!(
+                    "decodes to more than the {expected} bytes the TOC says"
+                ));
             }
             if input.pos() == before && hint != 0 {
-                return Err(format!("frame is truncated (the TOC says {expected} bytes)"));
+                return Err(format!(
+                    "frame is truncated (the TOC says {expected} bytes)"
+                ));
             }
         }
         Ok(())

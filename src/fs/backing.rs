@@ -270,7 +270,11 @@ impl BackingStore {
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
     /// renames a cache-directory file into place (with its record), and keeps it in the store.
-    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> Result<Arc<BackingFile>, Errno> {
+    pub fn finish(
+        &self,
+        spec: &KernelSpec,
+        mut pending: Pending,
+    ) -> Result<Arc<BackingFile>, Errno> {
         let written = pending.bytes();
         // A frame that matched its digest decodes to the writer's bytes, whose digest the
         // archive records; only archives without one need the bytes hashed for the record.
@@ -283,7 +287,10 @@ impl BackingStore {
         match &self.place {
             Where::Memory => seal(pending.backing.file()),
             Where::CacheDir(dir) => {
-                let tmp = pending.tmp.take().expect("a cache-directory file has a temporary name");
+                let tmp = pending
+                    .tmp
+                    .take()
+                    .expect("a cache-directory file has a temporary name");
                 dir.commit(tmp, spec, digest.unwrap_or([0; 32]))?;
             }
             Where::Scratch(_) => {}

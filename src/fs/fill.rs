@@ -138,8 +138,9 @@ impl Fill {
         let (file, due) = {
             let mut s = lock(&self.state);
             s.ready = ready;
-            let (due, wait): (Vec<Parked>, Vec<Parked>) =
-                std::mem::take(&mut s.reads).into_iter().partition(|r| r.end <= ready);
+            let (due, wait): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.reads)
+                .into_iter()
+                .partition(|r| r.end <= ready);
             s.reads = wait;
             (s.file.clone(), due)
         };

@@ -34,8 +34,8 @@ use fuser::{
     SessionUnmounter, TimeOrNow, WriteFlags,
 };
 
-use super::pool::Pool;
 use super::fill::OpenedFile;
+use super::pool::Pool;
 use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
 

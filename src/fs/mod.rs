@@ -183,6 +183,9 @@ pub struct KpackFs {
     lookups_missing: AtomicU64,
     /// READ requests the daemon served (none while passthrough is on).
     reads: AtomicU64,
+    /// Of those, reads of a kernel still being decoded (answered at once or once their bytes
+    /// were written).
+    reads_while_decoding: AtomicU64,
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
@@ -243,6 +246,7 @@ impl KpackFs {
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            reads_while_decoding: AtomicU64::new(0),
             decodes: AtomicU64::new(0),
             uid: opts.uid,
             gid: opts.gid,
@@ -497,7 +501,10 @@ impl KpackFs {
         self.decodes.fetch_add(1, Ordering::Relaxed);
         let (key, arch) = self.names_of(file);
         let failed = |e: &dyn std::fmt::Display| {
-            log::error!("{}: {key} [{arch}]: {e}", self.archive_of(file).path().display());
+            log::error!(
+                "{}: {key} [{arch}]: {e}",
+                self.archive_of(file).path().display()
+            );
             Errno::EIO
         };
         // Space is reserved only for what this frame can really produce.
@@ -584,6 +591,7 @@ impl KpackFs {
             return done(Err(Errno::EBADF));
         };
         if let Some(fill) = h.fill.as_ref().filter(|f| !f.is_done()) {
+            self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
             return fill.read(&h.backing, offset, size, done);
         }
         let want = u64::from(size).min(h.backing.len().saturating_sub(offset));
@@ -707,13 +715,15 @@ impl KpackFs {
     /// The `user.kpack.stats` text, one `name value` per line: the backing store's counters
     /// (`decodes` counts kernels actually decoded), the lookup counters, then the read path
     /// (`passthrough 1` when the kernel reads backing files itself; `daemon_reads` counts the
-    /// READ requests the daemon served), where backing files live
+    /// READ requests the daemon served, `reads_while_decoding` those of kernels still being
+    /// decoded), where backing files live
     /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
     /// counters; then the program's (see [`KpackFs::add_stats`]).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
         let mut text = format!(
-            "{}lookups {}\nlookups_missing {}\npassthrough {}\ndaemon_reads {}\nbacking_in_memory {}\n\
+            "{}lookups {}\nlookups_missing {}\npassthrough {}\ndaemon_reads {}\n\
+             reads_while_decoding {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
             self.cache_stats().to_text(),
@@ -721,6 +731,7 @@ impl KpackFs {
             self.lookups_missing.load(Ordering::Relaxed),
             u8::from(self.passthrough.load(Ordering::Relaxed)),
             self.reads.load(Ordering::Relaxed),
+            self.reads_while_decoding.load(Ordering::Relaxed),
             u8::from(self.store.kind() == "memory"),
             self.store.live_bytes(),
             d.hits,
