@@ -16,6 +16,12 @@ use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 
+/// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
+/// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
+/// million-entry archive would otherwise keep 64 MiB of digests for the life of a mount, while
+/// a small one would pay a read per kernel.
+const KEEP_DIGESTS: usize = 1 << 17;
+
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
@@ -25,6 +31,11 @@ pub struct Archive {
     file_len: u64,
     modified: Option<SystemTime>,
     toc: Toc,
+    /// Where the TOC starts in the file (digest positions count from here).
+    toc_offset: u64,
+    /// The entries' digests, sorted by their TOC position, when few enough to keep; `None`:
+    /// read from the file when needed.
+    digests: Option<Vec<(u32, [u8; 32])>>,
     /// BLAKE3 of the TOC's msgpack object.
     toc_digest: [u8; 32],
     /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
@@ -121,6 +132,7 @@ impl Archive {
             reason: e.reason,
         })?;
         let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
+        let digests = kept_digests(&toc, &toc_bytes);
         drop(toc_bytes);
 
         let (spans, lazy_frames) = match toc.scheme {
@@ -128,7 +140,7 @@ impl Archive {
             Scheme::ZstdPerKernel => {
                 let blob = toc.zstd_blob;
                 let count = zstd_frame_count(&path, &*source, file_len, blob)?;
-                let mut entries = toc.binaries.iter().flat_map(|b| &b.arches).peekable();
+                let mut entries = toc.kernels.binaries().flat_map(|b| b.arches()).peekable();
                 let positioned = entries.peek().is_some() && entries.all(|e| e.frame.is_some());
                 if positioned {
                     (Vec::new(), Some((blob, count)))
@@ -143,6 +155,8 @@ impl Archive {
             file_len,
             modified,
             toc,
+            toc_offset,
+            digests,
             toc_digest,
             spans,
             lazy_frames,
@@ -175,10 +189,50 @@ impl Archive {
         self.toc_digest
     }
 
-    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
-    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
-        let (b, e) = self.entry_index(key, arch)?;
-        self.toc.binaries[b].arches[e].blake3
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it. In a large
+    /// archive this reads 32 bytes of the TOC from the file (see [`KEEP_DIGESTS`]).
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Result<Option<[u8; 32]>> {
+        match self.entry_index(key, arch) {
+            Some((b, e)) => self.entry_digest(&self.entry_at(b, e).expect("found")),
+            None => Ok(None),
+        }
+    }
+
+    /// The `blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry.blake3_at.map(|at| self.digest_at(at)).transpose()
+    }
+
+    /// The `frame_blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_frame_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry
+            .frame_blake3_at
+            .map(|at| self.digest_at(at))
+            .transpose()
+    }
+
+    /// The 32 digest bytes at TOC position `at`: kept, or read from the file.
+    fn digest_at(&self, at: u32) -> Result<[u8; 32]> {
+        if let Some(kept) = &self.digests {
+            if let Ok(i) = kept.binary_search_by_key(&at, |&(pos, _)| pos) {
+                return Ok(kept[i].1);
+            }
+        }
+        let mut digest = [0u8; 32];
+        let offset = self.toc_offset + u64::from(at);
+        let got = read_full_at(&*self.source, &mut digest, offset)
+            .map_err(|e| Error::io(&self.path, "cannot read a kernel digest from the TOC", e))?;
+        if got < digest.len() {
+            // The file was shorter at open time only if it changed since.
+            return Err(self.check_unchanged().err().unwrap_or_else(|| {
+                Error::io(
+                    &self.path,
+                    format!("cannot read the kernel digest at byte {offset}"),
+                    io::Error::from(io::ErrorKind::UnexpectedEof),
+                )
+            }));
+        }
+        Ok(digest)
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -199,8 +253,33 @@ impl Archive {
     }
 
     /// Binaries with their arch entries, sorted by key.
-    pub fn binaries(&self) -> &[TocBinary] {
-        &self.toc.binaries
+    pub fn binaries(&self) -> impl ExactSizeIterator<Item = TocBinary<'_>> + '_ {
+        self.toc.kernels.binaries()
+    }
+
+    /// The binary at index `i` of [`binaries`](Self::binaries).
+    pub fn binary(&self, i: usize) -> Option<TocBinary<'_>> {
+        self.toc.kernels.binary(i)
+    }
+
+    /// Number of binaries.
+    pub fn binary_count(&self) -> usize {
+        self.toc.kernels.len()
+    }
+
+    /// Number of (key, arch) entries.
+    pub fn entry_count(&self) -> usize {
+        self.toc.kernels.entry_count()
+    }
+
+    /// The entry `binaries()[binary].arches()[entry]`.
+    pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
+        self.toc.kernels.binary(binary)?.arch(entry)
+    }
+
+    /// Bytes the parsed TOC keeps on the heap (binaries and entries).
+    pub fn toc_heap_bytes(&self) -> usize {
+        self.toc.kernels.heap_bytes()
     }
 
     /// Whether `gfx_arches` lists `arch` (exact match).
@@ -210,15 +289,8 @@ impl Archive {
 
     /// The (binary, entry) indices of a kernel in `binaries()`.
     fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
-        let b = self
-            .toc
-            .binaries
-            .binary_search_by(|b| b.key.as_str().cmp(key))
-            .ok()?;
-        let e = self.toc.binaries[b]
-            .arches
-            .iter()
-            .position(|e| e.arch == arch)?;
+        let b = self.toc.kernels.find(key)?;
+        let e = self.toc.kernels.binary(b)?.position(arch)?;
         Some((b, e))
     }
 
@@ -243,11 +315,27 @@ impl Archive {
     /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
     /// by name (the mount builds its tree from these indices and reads through them).
     pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let mut kref = self.locate_stored(binary, entry)?;
+        let entry = self.entry_at(binary, entry).expect("located");
+        kref.digest = self.entry_digest(&entry)?;
+        Ok(kref)
+    }
+
+    /// What a read of the entry at these indices would return and store: its size and its
+    /// stored bytes, checked as [`Archive::locate_at`] checks them, without reading anything
+    /// (the mount lists a million entries with this).
+    pub fn sizes_at(&self, binary: usize, entry: usize) -> Result<(u64, Span)> {
+        self.locate_stored(binary, entry)
+            .map(|kref| (kref.size, kref.stored))
+    }
+
+    /// [`Archive::locate_at`] without the digest.
+    fn locate_stored(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
         let Some((bin, entry)) = self
             .toc
-            .binaries
-            .get(binary)
-            .and_then(|b| Some((b, b.arches.get(entry)?)))
+            .kernels
+            .binary(binary)
+            .and_then(|b| Some((b, b.arch(entry)?)))
         else {
             return Err(self.not_found(
                 &format!("#{binary}"),
@@ -255,9 +343,9 @@ impl Archive {
                 "no TOC entry at these indices",
             ));
         };
-        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
+        let (key, arch) = (bin.key, entry.arch);
         let stored = match self.lazy_frames {
-            Some((blob, count)) => self.positioned_frame(key, arch, entry, blob, count)?,
+            Some((blob, count)) => self.positioned_frame(key, arch, &entry, blob, count)?,
             None => *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
                 self.not_found(
                     key,
@@ -297,7 +385,7 @@ impl Archive {
             stored,
             size,
             size_word_unchecked: self.lazy_frames.is_some(),
-            digest: entry.blake3,
+            digest: None,
         })
     }
 
@@ -313,7 +401,7 @@ impl Archive {
         &self,
         key: &str,
         arch: &str,
-        entry: &TocEntry,
+        entry: &TocEntry<'_>,
         blob: Span,
         count: u32,
     ) -> Result<Span> {
@@ -349,11 +437,11 @@ impl Archive {
     }
 
     /// Every (key, arch) entry, in key order then file order of arches.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &TocEntry)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&str, TocEntry<'_>)> {
         self.toc
-            .binaries
-            .iter()
-            .flat_map(|b| b.arches.iter().map(move |e| (b.key.as_str(), e)))
+            .kernels
+            .binaries()
+            .flat_map(|b| b.arches().map(move |e| (b.key, e)))
     }
 
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
@@ -529,6 +617,28 @@ impl Archive {
     pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
         self.get_kernel_with(key, arch, zeroed_vec)
     }
+}
+
+/// The entries' digests copied out of the TOC bytes, when there are at most [`KEEP_DIGESTS`].
+fn kept_digests(toc: &Toc, toc_bytes: &[u8]) -> Option<Vec<(u32, [u8; 32])>> {
+    let positions = toc
+        .kernels
+        .binaries()
+        .flat_map(|b| b.arches())
+        .flat_map(|e| [e.blake3_at, e.frame_blake3_at])
+        .flatten();
+    let mut kept = Vec::new();
+    for at in positions {
+        if kept.len() == KEEP_DIGESTS {
+            return None;
+        }
+        let bytes = toc_bytes.get(at as usize..)?.get(..32)?;
+        kept.push((at, <[u8; 32]>::try_from(bytes).ok()?));
+    }
+    kept.sort_unstable_by_key(|&(at, _)| at);
+    kept.dedup_by_key(|&mut (at, _)| at);
+    kept.shrink_to_fit();
+    Some(kept)
 }
 
 /// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not

@@ -104,8 +104,8 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
             b.inc(entry.original_size);
         }
         n += 1;
-        digested += usize::from(entry.blake3.is_some());
-        let arch = entry.arch.as_str();
+        digested += usize::from(entry.blake3_at.is_some());
+        let arch = entry.arch;
         let mut bad = |why: String| problems.push(format!("{file}: {key} [{arch}]: {why}"));
         if let Err(e) = names::key_components(key) {
             bad(e);
