@@ -78,6 +78,15 @@ impl Archive {
     }
 
     fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+        Archive::open_keeping(source, modified, KEEP_DIGESTS)
+    }
+
+    /// Opens, keeping at most `keep_digests` digests in memory.
+    fn open_keeping(
+        source: Box<dyn ByteSource>,
+        modified: Option<SystemTime>,
+        keep_digests: usize,
+    ) -> Result<Archive> {
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {
@@ -132,7 +141,7 @@ impl Archive {
             reason: e.reason,
         })?;
         let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
-        let digests = kept_digests(&toc, &toc_bytes);
+        let digests = kept_digests(&toc, &toc_bytes, keep_digests);
         drop(toc_bytes);
 
         let (spans, lazy_frames) = match toc.scheme {
@@ -619,8 +628,8 @@ impl Archive {
     }
 }
 
-/// The entries' digests copied out of the TOC bytes, when there are at most [`KEEP_DIGESTS`].
-fn kept_digests(toc: &Toc, toc_bytes: &[u8]) -> Option<Vec<(u32, [u8; 32])>> {
+/// The entries' digests copied out of the TOC bytes, when there are at most `limit`.
+fn kept_digests(toc: &Toc, toc_bytes: &[u8], limit: usize) -> Option<Vec<(u32, [u8; 32])>> {
     let positions = toc
         .kernels
         .binaries()
@@ -629,7 +638,7 @@ fn kept_digests(toc: &Toc, toc_bytes: &[u8]) -> Option<Vec<(u32, [u8; 32])>> {
         .flatten();
     let mut kept = Vec::new();
     for at in positions {
-        if kept.len() == KEEP_DIGESTS {
+        if kept.len() == limit {
             return None;
         }
         let bytes = toc_bytes.get(at as usize..)?.get(..32)?;
@@ -795,6 +804,96 @@ mod tests {
         fn check_unchanged(&self) -> Result<()> {
             Ok(())
         }
+    }
+
+    /// An archive of zstd kernels with digests, written to `dir`.
+    fn digested_archive(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+        let mut w = crate::writer::ArchiveWriter::new(
+            "g",
+            "f",
+            vec!["gfx90a".into()],
+            crate::writer::Compression::Zstd { level: 1 },
+        )
+        .unwrap();
+        let kernels: Vec<(String, Vec<u8>)> = (0..40u8)
+            .map(|i| (format!("lib/k{i:02}.so#0"), vec![i; 100 + usize::from(i)]))
+            .collect();
+        for (key, data) in &kernels {
+            w.add_kernel(key, "gfx90a", data.clone()).unwrap();
+        }
+        let path = dir.join("d.kpack");
+        w.write(&path, &|_| {}).unwrap();
+        (path, kernels)
+    }
+
+    fn open_local(path: &Path, keep: usize) -> Archive {
+        let file = LocalFile::open(path).unwrap();
+        let modified = file.modified();
+        Archive::open_keeping(Box::new(file), modified, keep).unwrap()
+    }
+
+    #[test]
+    fn digests_read_from_the_file_match_the_kept_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let (kept, read) = (open_local(&path, KEEP_DIGESTS), open_local(&path, 0));
+        assert!(kept.digests.as_ref().is_some_and(|d| !d.is_empty()));
+        assert!(read.digests.is_none(), "over the limit nothing is kept");
+        for (key, data) in &kernels {
+            let want = Some(*blake3::hash(data).as_bytes());
+            assert_eq!(kept.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.locate(key, "gfx90a").unwrap().digest, want);
+            assert_eq!(&read.get_kernel(key, "gfx90a").unwrap(), data);
+        }
+        assert_eq!(read.kernel_digest("lib/none.so#0", "gfx90a").unwrap(), None);
+    }
+
+    /// Bytes that a test changes under an open archive, which does not notice (as a remote
+    /// object without ETags would not).
+    #[derive(Debug, Clone)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl ByteSource for Shared {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            Memory(self.0.lock().unwrap().clone()).read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.lock().unwrap().len() as u64
+        }
+        fn display_name(&self) -> String {
+            "mem://shared".into()
+        }
+        fn identity(&self) -> String {
+            "shared".into()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_digest_read_from_the_file_is_checked_and_cannot_be_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let shared = Shared(std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::read(&path).unwrap(),
+        )));
+        let a = Archive::open_keeping(Box::new(shared.clone()), None, 0).unwrap();
+        let key = &kernels[3].0;
+        let at = a.toc_offset as usize + a.entry_at(3, 0).unwrap().blake3_at.unwrap() as usize;
+        // The recorded digest altered after open: the (intact) kernel is refused.
+        shared.0.lock().unwrap()[at] ^= 1;
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert!(matches!(e, Error::DigestMismatch { .. }), "{e:?}");
+        assert_eq!(e.kind(), crate::ErrorKind::DecompressionFailed);
+        assert_eq!(&a.get_kernel(&kernels[4].0, "gfx90a").unwrap(), &kernels[4].1);
+        // The TOC cut off inside the digest: it cannot be read, and nothing is returned.
+        shared.0.lock().unwrap().truncate(at + 10);
+        let e = a.kernel_digest(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
     }
 
     #[test]
