@@ -30,6 +30,8 @@ pub struct Encoded {
     pub original_size: u64,
     /// BLAKE3 of the kernel's bytes, when [`Options::hash`] is set.
     pub digest: Option<[u8; 32]>,
+    /// BLAKE3 of the zstd frame in `stored`, when [`Options::hash`] is set and compressing.
+    pub frame_digest: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +41,8 @@ pub struct Options {
     pub threads: usize,
     /// Bytes of kernels in flight before a submission waits.
     pub budget: u64,
-    /// Compute each kernel's BLAKE3 digest (for the TOC's `blake3` metadata).
+    /// Compute each kernel's BLAKE3 digest and, for zstd, its frame's (for the TOC's `blake3`
+    /// and `frame_blake3` metadata).
     pub hash: bool,
 }
 
@@ -198,6 +201,7 @@ fn work<T>(
             Some(Err(e)) => Err(e.clone()),
         };
         let result = stored.map(|stored| Encoded {
+            frame_digest: (hash && level.is_some()).then(|| *blake3::hash(&stored).as_bytes()),
             stored,
             original_size,
             digest,
@@ -337,6 +341,7 @@ mod tests {
                 |i, e| {
                     assert_eq!(e.original_size, input[i].len() as u64);
                     assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
+                    assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
                     got.push((i, e.stored));
                     Ok(())
                 },

@@ -92,7 +92,7 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Checks every entry (decoding it checks its digest, when recorded); returns how many entries
+/// Checks every entry (decoding it checks its frame's and its own digest, when recorded); returns how many entries
 /// there were and how many had digests, and appends a line per problem.
 fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
     let file = archive.path().display();
@@ -129,7 +129,7 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
                 entry.original_size, kref.stored.size
             ));
         }
-        if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
+        if let Err(e) = archive.verify_kernel(&kref) {
             bad(e.reason());
         }
     }
