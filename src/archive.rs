@@ -78,26 +78,17 @@ impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let file = LocalFile::open(path)?;
-        let modified = file.modified();
-        Archive::open_boxed(Box::new(file), modified)
+        Archive::open_source(Box::new(LocalFile::open(path)?))
     }
 
     /// Opens and validates an archive read from any byte source (a local file, a remote object).
     pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
-        Archive::open_boxed(source, None)
-    }
-
-    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
-        Archive::open_keeping(source, modified, KEEP_DIGESTS)
+        Archive::open_keeping(source, KEEP_DIGESTS)
     }
 
     /// Opens, keeping at most `keep_digests` digests in memory.
-    fn open_keeping(
-        source: Box<dyn ByteSource>,
-        modified: Option<SystemTime>,
-        keep_digests: usize,
-    ) -> Result<Archive> {
+    fn open_keeping(source: Box<dyn ByteSource>, keep_digests: usize) -> Result<Archive> {
+        let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {
@@ -926,9 +917,7 @@ mod tests {
     }
 
     fn open_local(path: &Path, keep: usize) -> Archive {
-        let file = LocalFile::open(path).unwrap();
-        let modified = file.modified();
-        Archive::open_keeping(Box::new(file), modified, keep).unwrap()
+        Archive::open_keeping(Box::new(LocalFile::open(path).unwrap()), keep).unwrap()
     }
 
     #[test]
@@ -981,7 +970,7 @@ mod tests {
         let shared = Shared(std::sync::Arc::new(std::sync::Mutex::new(
             std::fs::read(&path).unwrap(),
         )));
-        let a = Archive::open_keeping(Box::new(shared.clone()), None, 0).unwrap();
+        let a = Archive::open_keeping(Box::new(shared.clone()), 0).unwrap();
         let key = &kernels[3].0;
         let entry = a.entry_at(3, 0).unwrap();
         let at = |pos: Option<u32>| a.toc_offset as usize + pos.unwrap() as usize;
