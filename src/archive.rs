@@ -16,6 +16,12 @@ use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 
+/// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
+/// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
+/// million-entry archive would otherwise keep 64 MiB of digests for the life of a mount, while
+/// a small one would pay a read per kernel.
+const KEEP_DIGESTS: usize = 1 << 17;
+
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
@@ -25,6 +31,11 @@ pub struct Archive {
     file_len: u64,
     modified: Option<SystemTime>,
     toc: Toc,
+    /// Where the TOC starts in the file (digest positions count from here).
+    toc_offset: u64,
+    /// The entries' digests, sorted by their TOC position, when few enough to keep; `None`:
+    /// read from the file when needed.
+    digests: Option<Vec<(u32, [u8; 32])>>,
     /// BLAKE3 of the TOC's msgpack object.
     toc_digest: [u8; 32],
     /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
@@ -50,23 +61,34 @@ pub struct KernelRef<'a> {
     pub size_word_unchecked: bool,
     /// The entry's `blake3` digest of the decoded bytes, when the archive records one.
     pub digest: Option<[u8; 32]>,
+    /// The entry's `frame_blake3` digest of its zstd frame (zstd archives only). When present,
+    /// reads check the frame's bytes against it before decoding, and do not hash the output.
+    pub frame_digest: Option<[u8; 32]>,
+}
+
+impl KernelRef<'_> {
+    /// Bytes read before a zstd frame: its 4-byte size word when the frame was located from the
+    /// TOC (the word is then checked), else none.
+    fn frame_word(&self) -> usize {
+        if self.size_word_unchecked { 4 } else { 0 }
+    }
 }
 
 impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let file = LocalFile::open(path)?;
-        let modified = file.modified();
-        Archive::open_boxed(Box::new(file), modified)
+        Archive::open_source(Box::new(LocalFile::open(path)?))
     }
 
     /// Opens and validates an archive read from any byte source (a local file, a remote object).
     pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
-        Archive::open_boxed(source, None)
+        Archive::open_keeping(source, KEEP_DIGESTS)
     }
 
-    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+    /// Opens, keeping at most `keep_digests` digests in memory.
+    fn open_keeping(source: Box<dyn ByteSource>, keep_digests: usize) -> Result<Archive> {
+        let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {
@@ -121,6 +143,7 @@ impl Archive {
             reason: e.reason,
         })?;
         let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
+        let digests = kept_digests(&toc, &toc_bytes, keep_digests);
         drop(toc_bytes);
 
         let (spans, lazy_frames) = match toc.scheme {
@@ -128,7 +151,7 @@ impl Archive {
             Scheme::ZstdPerKernel => {
                 let blob = toc.zstd_blob;
                 let count = zstd_frame_count(&path, &*source, file_len, blob)?;
-                let mut entries = toc.binaries.iter().flat_map(|b| &b.arches).peekable();
+                let mut entries = toc.kernels.binaries().flat_map(|b| b.arches()).peekable();
                 let positioned = entries.peek().is_some() && entries.all(|e| e.frame.is_some());
                 if positioned {
                     (Vec::new(), Some((blob, count)))
@@ -143,6 +166,8 @@ impl Archive {
             file_len,
             modified,
             toc,
+            toc_offset,
+            digests,
             toc_digest,
             spans,
             lazy_frames,
@@ -175,10 +200,50 @@ impl Archive {
         self.toc_digest
     }
 
-    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
-    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
-        let (b, e) = self.entry_index(key, arch)?;
-        self.toc.binaries[b].arches[e].blake3
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it. In a large
+    /// archive this reads 32 bytes of the TOC from the file (see [`KEEP_DIGESTS`]).
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Result<Option<[u8; 32]>> {
+        match self.entry_index(key, arch) {
+            Some((b, e)) => self.entry_digest(&self.entry_at(b, e).expect("found")),
+            None => Ok(None),
+        }
+    }
+
+    /// The `blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry.blake3_at.map(|at| self.digest_at(at)).transpose()
+    }
+
+    /// The `frame_blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_frame_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry
+            .frame_blake3_at
+            .map(|at| self.digest_at(at))
+            .transpose()
+    }
+
+    /// The 32 digest bytes at TOC position `at`: kept, or read from the file.
+    fn digest_at(&self, at: u32) -> Result<[u8; 32]> {
+        if let Some(kept) = &self.digests {
+            if let Ok(i) = kept.binary_search_by_key(&at, |&(pos, _)| pos) {
+                return Ok(kept[i].1);
+            }
+        }
+        let mut digest = [0u8; 32];
+        let offset = self.toc_offset + u64::from(at);
+        let got = read_full_at(&*self.source, &mut digest, offset)
+            .map_err(|e| Error::io(&self.path, "cannot read a kernel digest from the TOC", e))?;
+        if got < digest.len() {
+            // The file was shorter at open time only if it changed since.
+            return Err(self.check_unchanged().err().unwrap_or_else(|| {
+                Error::io(
+                    &self.path,
+                    format!("cannot read the kernel digest at byte {offset}"),
+                    io::Error::from(io::ErrorKind::UnexpectedEof),
+                )
+            }));
+        }
+        Ok(digest)
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -199,8 +264,33 @@ impl Archive {
     }
 
     /// Binaries with their arch entries, sorted by key.
-    pub fn binaries(&self) -> &[TocBinary] {
-        &self.toc.binaries
+    pub fn binaries(&self) -> impl ExactSizeIterator<Item = TocBinary<'_>> + '_ {
+        self.toc.kernels.binaries()
+    }
+
+    /// The binary at index `i` of [`binaries`](Self::binaries).
+    pub fn binary(&self, i: usize) -> Option<TocBinary<'_>> {
+        self.toc.kernels.binary(i)
+    }
+
+    /// Number of binaries.
+    pub fn binary_count(&self) -> usize {
+        self.toc.kernels.len()
+    }
+
+    /// Number of (key, arch) entries.
+    pub fn entry_count(&self) -> usize {
+        self.toc.kernels.entry_count()
+    }
+
+    /// The entry `binaries()[binary].arches()[entry]`.
+    pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
+        self.toc.kernels.binary(binary)?.arch(entry)
+    }
+
+    /// Bytes the parsed TOC keeps on the heap (binaries and entries).
+    pub fn toc_heap_bytes(&self) -> usize {
+        self.toc.kernels.heap_bytes()
     }
 
     /// Whether `gfx_arches` lists `arch` (exact match).
@@ -210,15 +300,8 @@ impl Archive {
 
     /// The (binary, entry) indices of a kernel in `binaries()`.
     fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
-        let b = self
-            .toc
-            .binaries
-            .binary_search_by(|b| b.key.as_str().cmp(key))
-            .ok()?;
-        let e = self.toc.binaries[b]
-            .arches
-            .iter()
-            .position(|e| e.arch == arch)?;
+        let b = self.toc.kernels.find(key)?;
+        let e = self.toc.kernels.binary(b)?.position(arch)?;
         Some((b, e))
     }
 
@@ -243,11 +326,30 @@ impl Archive {
     /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
     /// by name (the mount builds its tree from these indices and reads through them).
     pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let mut kref = self.locate_stored(binary, entry)?;
+        let entry = self.entry_at(binary, entry).expect("located");
+        kref.digest = self.entry_digest(&entry)?;
+        if self.toc.scheme == Scheme::ZstdPerKernel {
+            kref.frame_digest = self.entry_frame_digest(&entry)?;
+        }
+        Ok(kref)
+    }
+
+    /// What a read of the entry at these indices would return and store: its size and its
+    /// stored bytes, checked as [`Archive::locate_at`] checks them, without reading anything
+    /// (the mount lists a million entries with this).
+    pub fn sizes_at(&self, binary: usize, entry: usize) -> Result<(u64, Span)> {
+        self.locate_stored(binary, entry)
+            .map(|kref| (kref.size, kref.stored))
+    }
+
+    /// [`Archive::locate_at`] without the digest.
+    fn locate_stored(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
         let Some((bin, entry)) = self
             .toc
-            .binaries
-            .get(binary)
-            .and_then(|b| Some((b, b.arches.get(entry)?)))
+            .kernels
+            .binary(binary)
+            .and_then(|b| Some((b, b.arch(entry)?)))
         else {
             return Err(self.not_found(
                 &format!("#{binary}"),
@@ -255,9 +357,9 @@ impl Archive {
                 "no TOC entry at these indices",
             ));
         };
-        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
+        let (key, arch) = (bin.key, entry.arch);
         let stored = match self.lazy_frames {
-            Some((blob, count)) => self.positioned_frame(key, arch, entry, blob, count)?,
+            Some((blob, count)) => self.positioned_frame(key, arch, &entry, blob, count)?,
             None => *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
                 self.not_found(
                     key,
@@ -297,7 +399,8 @@ impl Archive {
             stored,
             size,
             size_word_unchecked: self.lazy_frames.is_some(),
-            digest: entry.blake3,
+            digest: None,
+            frame_digest: None,
         })
     }
 
@@ -313,7 +416,7 @@ impl Archive {
         &self,
         key: &str,
         arch: &str,
-        entry: &TocEntry,
+        entry: &TocEntry<'_>,
         blob: Span,
         count: u32,
     ) -> Result<Span> {
@@ -349,21 +452,25 @@ impl Archive {
     }
 
     /// Every (key, arch) entry, in key order then file order of arches.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &TocEntry)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&str, TocEntry<'_>)> {
         self.toc
-            .binaries
-            .iter()
-            .flat_map(|b| b.arches.iter().map(move |e| (b.key.as_str(), e)))
+            .kernels
+            .binaries()
+            .flat_map(|b| b.arches().map(move |e| (b.key, e)))
     }
 
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
     /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
     /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
-    /// hostile size never turns into a huge allocation), then decodes into the buffer. When the
-    /// archive records the kernel's BLAKE3 digest, the bytes are checked against it; on a
-    /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
+    /// hostile size never turns into a huge allocation), then decodes into the buffer.
     ///
-    /// When reading, decoding or the digest check fails, the source is asked first whether it
+    /// Digests: when the entry records its frame's digest (`frame_blake3`), the frame's bytes are
+    /// checked against it before decoding, and the decoded bytes are not hashed (zstd decoding is
+    /// a function of the frame, so they are the writer's). Otherwise, when it records the
+    /// kernel's digest (`blake3`), the decoded bytes are checked against it; on a mismatch the
+    /// buffer is zeroed. Either mismatch is an error, so altered code is never handed out.
+    ///
+    /// When reading, decoding or a digest check fails, the source is asked first whether it
     /// changed since open: bytes of an archive rewritten in place are expected not to decode or
     /// match, and "archive changed while open" is then the true cause to report. Only an archive
     /// that did not change gets the decode or digest error itself.
@@ -372,39 +479,151 @@ impl Archive {
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
-        self.read_checked(kref, alloc).map_err(|e| match e {
+        self.explain(self.read_checked(kref, alloc, false))
+    }
+
+    /// Reads a kernel and checks every digest its entry records: the frame's, then the decoded
+    /// bytes' (so an archive whose two digests disagree is reported). What `verify` runs.
+    pub fn verify_kernel(&self, kref: &KernelRef<'_>) -> Result<()> {
+        self.explain(self.read_checked(kref, zeroed_vec, true))
+            .map(drop)
+    }
+
+    /// Reads a zstd kernel's compressed frame into `frame` (replacing its contents) and checks
+    /// it before anything is decoded: its size word when located from the TOC, its
+    /// `frame_blake3` digest when recorded, and that its header declares `kref.size` bytes. On
+    /// success `frame` holds exactly the frame's bytes, which a caller may decode at its own
+    /// pace. When the entry has no frame digest (`kref.frame_digest` is `None`), nothing vouches
+    /// for the bytes yet: the caller must check what it decodes against `kref.digest`. On
+    /// error `frame` is left empty. A `none` archive has no frames: an invalid-argument error.
+    pub fn read_verified_frame(&self, kref: &KernelRef<'_>, frame: &mut Vec<u8>) -> Result<()> {
+        frame.clear();
+        if self.toc.scheme != Scheme::ZstdPerKernel {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {} [{}] of {}: a '{}' archive stores no zstd frames",
+                kref.key,
+                kref.arch,
+                self.path.display(),
+                self.toc.scheme.name()
+            )));
+        }
+        let word = kref.frame_word();
+        let len = usize::try_from(kref.stored.size)
+            .ok()
+            .and_then(|n| n.checked_add(word))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        frame
+            .try_reserve_exact(len)
+            .map_err(|_| Error::OutOfMemory { bytes: len })?;
+        frame.resize(len, 0);
+        let checked = self.read_frame(kref, frame).and_then(|()| {
+            codec::check_decoded_size(&frame[word..], kref.size)
+                .map_err(|reason| self.decode_error(kref, reason))
+        });
+        if let Err(e) = self.explain(checked) {
+            frame.clear();
+            return Err(e);
+        }
+        frame.drain(..word);
+        Ok(())
+    }
+
+    /// Reports a failed read of an archive that changed since open as "changed" (see
+    /// [`read_with`](Self::read_with)).
+    fn explain<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| match e {
             // Not about the bytes read: nothing a change of the archive would explain.
             Error::OutOfMemory { .. } | Error::InvalidArgument(_) => e,
             e => self.check_unchanged().err().unwrap_or(e),
         })
     }
 
-    /// [`read_unchecked`](Self::read_unchecked), then the digest check.
-    fn read_checked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    /// [`read_unchecked`](Self::read_unchecked) (which checks a frame digest), then the decoded
+    /// bytes' digest when no frame digest vouched for them, or always with `all_digests`.
+    fn read_checked<T, A>(&self, kref: &KernelRef<'_>, alloc: A, all_digests: bool) -> Result<T>
     where
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let mut out = self.read_unchecked(kref, alloc)?;
-        if let Some(recorded) = kref.digest {
+        let vouched = kref.frame_digest.is_some() && !all_digests;
+        if let (Some(recorded), false) = (kref.digest, vouched) {
             // SAFETY: read_unchecked returns a buffer only once every byte has been written.
             let bytes = unsafe { out.filled_mut() };
             let actual = *blake3::hash(bytes).as_bytes();
             if actual != recorded {
                 bytes.fill(0);
-                return Err(Error::DigestMismatch {
-                    path: self.path.clone(),
-                    key: kref.key.to_owned(),
-                    arch: kref.arch.to_owned(),
-                    recorded: Box::new(recorded),
-                    actual: Box::new(actual),
-                });
+                return Err(self.digest_error(kref, false, recorded, actual));
             }
         }
         Ok(out)
     }
 
-    /// [`read_with`](Self::read_with) without the digest check.
+    fn digest_error(
+        &self,
+        kref: &KernelRef<'_>,
+        of_frame: bool,
+        recorded: [u8; 32],
+        actual: [u8; 32],
+    ) -> Error {
+        Error::DigestMismatch {
+            path: self.path.clone(),
+            key: kref.key.to_owned(),
+            arch: kref.arch.to_owned(),
+            of_frame,
+            recorded: Box::new(recorded),
+            actual: Box::new(actual),
+        }
+    }
+
+    /// Reads a zstd kernel's frame into `buf`, which is [`KernelRef::frame_word`] bytes (its
+    /// size word, when located from the TOC) plus the frame's size, and checks it: the size word
+    /// against the TOC, then the frame's bytes against `frame_blake3` when recorded. The one
+    /// place where frame digests are checked.
+    fn read_frame(&self, kref: &KernelRef<'_>, buf: &mut [u8]) -> Result<()> {
+        let word = kref.frame_word();
+        let start = kref.stored.offset - word as u64;
+        let got = read_full_at(&*self.source, buf, start).map_err(|e| {
+            Error::io(
+                &self.path,
+                format!("cannot read frame of {} [{}]", kref.key, kref.arch),
+                e,
+            )
+        })?;
+        if got < buf.len() {
+            return Err(self.decode_error(
+                kref,
+                format!(
+                    "frame is truncated: {got} of {} bytes (file changed since open?)",
+                    buf.len()
+                ),
+            ));
+        }
+        let (head, frame) = buf.split_at(word);
+        if word != 0 {
+            let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
+            if u64::from(found) != kref.stored.size {
+                return Err(Error::ZstdIndex {
+                    path: self.path.clone(),
+                    offset: start,
+                    reason: format!(
+                        "frame of {} [{}] at byte {start}: the size word holds {found}, the TOC \
+                         says {}",
+                        kref.key, kref.arch, kref.stored.size
+                    ),
+                });
+            }
+        }
+        if let Some(recorded) = kref.frame_digest {
+            let actual = *blake3::hash(frame).as_bytes();
+            if actual != recorded {
+                return Err(self.digest_error(kref, true, recorded, actual));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`read_with`](Self::read_with) without the check of the decoded bytes' digest.
     fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
         T: KernelBuf,
@@ -436,42 +655,10 @@ impl Archive {
                 Ok(buf)
             }
             Scheme::ZstdPerKernel => {
-                // A frame located from the TOC is read with its size word, which must agree.
-                let word = if kref.size_word_unchecked { 4 } else { 0 };
+                let word = kref.frame_word();
                 with_frame_buffer(kref.stored.size as usize + word, |buf| {
-                    let start = kref.stored.offset - word as u64;
-                    let got = read_full_at(&*self.source, buf, start).map_err(|e| {
-                        Error::io(
-                            &self.path,
-                            format!("cannot read frame of {} [{}]", kref.key, kref.arch),
-                            e,
-                        )
-                    })?;
-                    if got < buf.len() {
-                        return Err(self.decode_error(
-                            kref,
-                            format!(
-                                "frame is truncated: {got} of {} bytes (file changed since open?)",
-                                buf.len()
-                            ),
-                        ));
-                    }
-                    let (head, frame) = buf.split_at_mut(word);
-                    if word != 0 {
-                        let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
-                        if u64::from(found) != kref.stored.size {
-                            return Err(Error::ZstdIndex {
-                                path: self.path.clone(),
-                                offset: start,
-                                reason: format!(
-                                    "frame of {} [{}] at byte {start}: the size word holds \
-                                     {found}, the TOC says {}",
-                                    kref.key, kref.arch, kref.stored.size
-                                ),
-                            });
-                        }
-                    }
-                    let frame = &*frame;
+                    self.read_frame(kref, buf)?;
+                    let frame = &buf[word..];
                     codec::check_decoded_size(frame, kref.size)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;
@@ -529,6 +716,28 @@ impl Archive {
     pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
         self.get_kernel_with(key, arch, zeroed_vec)
     }
+}
+
+/// The entries' digests copied out of the TOC bytes, when there are at most `limit`.
+fn kept_digests(toc: &Toc, toc_bytes: &[u8], limit: usize) -> Option<Vec<(u32, [u8; 32])>> {
+    let positions = toc
+        .kernels
+        .binaries()
+        .flat_map(|b| b.arches())
+        .flat_map(|e| [e.blake3_at, e.frame_blake3_at])
+        .flatten();
+    let mut kept = Vec::new();
+    for at in positions {
+        if kept.len() == limit {
+            return None;
+        }
+        let bytes = toc_bytes.get(at as usize..)?.get(..32)?;
+        kept.push((at, <[u8; 32]>::try_from(bytes).ok()?));
+    }
+    kept.sort_unstable_by_key(|&(at, _)| at);
+    kept.dedup_by_key(|&mut (at, _)| at);
+    kept.shrink_to_fit();
+    Some(kept)
 }
 
 /// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not
@@ -685,6 +894,122 @@ mod tests {
         fn check_unchanged(&self) -> Result<()> {
             Ok(())
         }
+    }
+
+    /// An archive of zstd kernels with digests, written to `dir`.
+    fn digested_archive(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+        let mut w = crate::writer::ArchiveWriter::new(
+            "g",
+            "f",
+            vec!["gfx90a".into()],
+            crate::writer::Compression::Zstd { level: 1 },
+        )
+        .unwrap();
+        let kernels: Vec<(String, Vec<u8>)> = (0..40u8)
+            .map(|i| (format!("lib/k{i:02}.so#0"), vec![i; 100 + usize::from(i)]))
+            .collect();
+        for (key, data) in &kernels {
+            w.add_kernel(key, "gfx90a", data.clone()).unwrap();
+        }
+        let path = dir.join("d.kpack");
+        w.write(&path, &|_| {}).unwrap();
+        (path, kernels)
+    }
+
+    fn open_local(path: &Path, keep: usize) -> Archive {
+        Archive::open_keeping(Box::new(LocalFile::open(path).unwrap()), keep).unwrap()
+    }
+
+    #[test]
+    fn digests_read_from_the_file_match_the_kept_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let (kept, read) = (open_local(&path, KEEP_DIGESTS), open_local(&path, 0));
+        assert!(kept.digests.as_ref().is_some_and(|d| !d.is_empty()));
+        assert!(read.digests.is_none(), "over the limit nothing is kept");
+        for (key, data) in &kernels {
+            let want = Some(*blake3::hash(data).as_bytes());
+            assert_eq!(kept.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.locate(key, "gfx90a").unwrap().digest, want);
+            let frame = kept.locate(key, "gfx90a").unwrap().frame_digest;
+            assert!(frame.is_some());
+            assert_eq!(read.locate(key, "gfx90a").unwrap().frame_digest, frame);
+            assert_eq!(&read.get_kernel(key, "gfx90a").unwrap(), data);
+        }
+        assert_eq!(read.kernel_digest("lib/none.so#0", "gfx90a").unwrap(), None);
+    }
+
+    /// Bytes that a test changes under an open archive, which does not notice (as a remote
+    /// object without ETags would not).
+    #[derive(Debug, Clone)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl ByteSource for Shared {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            Memory(self.0.lock().unwrap().clone()).read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.lock().unwrap().len() as u64
+        }
+        fn display_name(&self) -> String {
+            "mem://shared".into()
+        }
+        fn identity(&self) -> String {
+            "shared".into()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_digest_read_from_the_file_is_checked_and_cannot_be_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let shared = Shared(std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::read(&path).unwrap(),
+        )));
+        let a = Archive::open_keeping(Box::new(shared.clone()), 0).unwrap();
+        let key = &kernels[3].0;
+        let entry = a.entry_at(3, 0).unwrap();
+        let at = |pos: Option<u32>| a.toc_offset as usize + pos.unwrap() as usize;
+        let (blake3_at, frame_at) = (at(entry.blake3_at), at(entry.frame_blake3_at));
+        // The frame digest altered after open: the (intact) kernel is refused before decoding.
+        shared.0.lock().unwrap()[frame_at] ^= 1;
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert!(
+            matches!(e, Error::DigestMismatch { of_frame: true, .. }),
+            "{e:?}"
+        );
+        assert_eq!(e.kind(), crate::ErrorKind::DecompressionFailed);
+        shared.0.lock().unwrap()[frame_at] ^= 1;
+        // The decoded bytes' digest altered: reads trust the frame digest, verify checks both.
+        shared.0.lock().unwrap()[blake3_at] ^= 1;
+        assert_eq!(&a.get_kernel(key, "gfx90a").unwrap(), &kernels[3].1);
+        let e = a
+            .verify_kernel(&a.locate(key, "gfx90a").unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DigestMismatch {
+                    of_frame: false,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            &a.get_kernel(&kernels[4].0, "gfx90a").unwrap(),
+            &kernels[4].1
+        );
+        // The TOC cut off inside a digest: it cannot be read, and nothing is returned.
+        shared.0.lock().unwrap().truncate(blake3_at + 10);
+        let e = a.kernel_digest(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::archive::{Archive, KernelRef};
+use crate::archive::Archive;
 use crate::kernel_cache::{CacheStats, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
@@ -300,11 +300,14 @@ impl KpackFs {
 
     /// The (key, arch) names of a file.
     fn names_of(&self, f: &FileNode) -> (&str, &str) {
-        let binary = &self.archive_of(f).binaries()[f.binary as usize];
-        (
-            binary.key.as_str(),
-            binary.arches[f.entry as usize].arch.as_str(),
-        )
+        let archive = self.archive_of(f);
+        let binary = archive
+            .binary(f.binary as usize)
+            .expect("the tree holds indices of its archives' entries");
+        let entry = binary
+            .arch(f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        (binary.key, entry.arch)
     }
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
@@ -486,7 +489,7 @@ impl KpackFs {
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
             return Err(Errno::ENOENT);
         };
-        let spec = self.spec_of(file);
+        let spec = self.spec_of(file)?;
         if let Some(found) = self.store.find_in_dir(&spec) {
             return Ok(found);
         }
@@ -507,8 +510,8 @@ impl KpackFs {
             );
             Errno::EIO
         };
-        // Space is reserved only for what this frame can really produce.
-        crate::codec::check_decoded_size(&frame, file.size).map_err(|e| failed(&e))?;
+        // read_verified_frame checked that the frame can produce this many bytes, so the space
+        // reserved here is what the frame really needs.
         let mut pending = self.store.begin(&spec)?;
         fill.streaming(pending.backing());
         crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
@@ -518,8 +521,9 @@ impl KpackFs {
         self.store.finish(&spec, pending)
     }
 
-    /// Whether `file` streams, and its frame if so. Bytes are never served before they are
-    /// checked: a kernel whose only digest is of its decoded bytes is decoded whole.
+    /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
+    /// anything is decoded) and kernels without any digest. Bytes are never served before they
+    /// are checked: a kernel whose only digest is of its decoded bytes is decoded whole.
     fn plan(&self, file: &FileNode) -> Result<Plan, Errno> {
         let archive = self.archive_of(file);
         if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
@@ -542,14 +546,20 @@ impl KpackFs {
             );
             return Err(Errno::EIO);
         }
-        if kref.digest.is_some() {
+        // A frame digest vouches for every byte the frame decodes to; a digest of the decoded
+        // bytes alone can only be checked once all of them are out.
+        if kref.digest.is_some() && kref.frame_digest.is_none() {
             return Ok(Plan::Whole);
         }
         let mut frame = Vec::new();
-        read_frame(archive, &kref, &mut frame).map_err(|e| fail(&e))?;
-        // The frame is decoded from memory: what matters is that it was read whole from an
-        // archive that had not changed.
-        archive.check_unchanged().map_err(|e| fail(&e))?;
+        archive
+            .read_verified_frame(&kref, &mut frame)
+            .map_err(|e| fail(&e))?;
+        if kref.frame_digest.is_none() {
+            // Nothing vouches for these bytes: at least they were read whole from an archive
+            // that had not changed (what is decoded is this copy in memory).
+            archive.check_unchanged().map_err(|e| fail(&e))?;
+        }
         Ok(Plan::Stream(frame))
     }
 
@@ -605,18 +615,18 @@ impl KpackFs {
         }
     }
 
-    fn spec_of(&self, file: &FileNode) -> KernelSpec {
-        KernelSpec {
+    fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
+        Ok(KernelSpec {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
-            digest: self.digest_of(file),
-        }
+            digest: self.digest_of(file)?,
+        })
     }
 
     /// The backing file of a kernel, from the store or decoded into a new one.
     fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let spec = self.spec_of(file);
+        let spec = self.spec_of(file)?;
         let fetched = self
             .store
             .get(&spec, |reserve| self.decode_into(file, reserve))?;
@@ -637,8 +647,16 @@ impl KpackFs {
     }
 
     /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
-    fn digest_of(&self, f: &FileNode) -> Option<[u8; 32]> {
-        self.archive_of(f).binaries()[f.binary as usize].arches[f.entry as usize].blake3
+    /// A large archive's digests are read from its TOC in the file: a failed read is EIO.
+    fn digest_of(&self, f: &FileNode) -> Result<Option<[u8; 32]>, Errno> {
+        let archive = self.archive_of(f);
+        let entry = archive
+            .entry_at(f.binary as usize, f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        archive.entry_digest(&entry).map_err(|e| {
+            log::error!("{e}");
+            Errno::EIO
+        })
     }
 
     /// The key of a kernel in a persistent cache directory: BLAKE3 of what identifies its
@@ -772,7 +790,7 @@ impl KpackFs {
                     ),
                 ];
                 // Archives we write record each kernel's digest; reference archives do not.
-                if let Some(d) = self.digest_of(f) {
+                if let Ok(Some(d)) = self.digest_of(f) {
                     attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
                 }
                 attrs
@@ -821,43 +839,6 @@ impl KpackFs {
             frsize: BSIZE,
         }
     }
-}
-
-/// Reads a kernel's compressed frame (without its size word) into `buf`, checking the size
-/// word when the frame was located from the TOC.
-fn read_frame(archive: &Archive, kref: &KernelRef<'_>, buf: &mut Vec<u8>) -> crate::Result<()> {
-    let word = if kref.size_word_unchecked { 4 } else { 0 };
-    let start = kref.stored.offset - word;
-    let len = usize::try_from(kref.stored.size + word)
-        .map_err(|_| crate::Error::OutOfMemory { bytes: usize::MAX })?;
-    buf.clear();
-    buf.try_reserve_exact(len)
-        .map_err(|_| crate::Error::OutOfMemory { bytes: len })?;
-    buf.resize(len, 0);
-    let got = crate::byte_source::read_full_at(archive.source(), buf, start)
-        .map_err(|e| crate::Error::io(archive.path(), "cannot read a frame", e))?;
-    if got < len {
-        return Err(crate::Error::io(
-            archive.path(),
-            "cannot read a frame",
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "truncated"),
-        ));
-    }
-    if word != 0 {
-        let found = crate::bytes::le_u32(buf, 0).expect("4 bytes");
-        if u64::from(found) != kref.stored.size {
-            return Err(crate::Error::io(
-                archive.path(),
-                "cannot read a frame",
-                std::io::Error::other(format!(
-                    "its size word holds {found}, the TOC says {}",
-                    kref.stored.size
-                )),
-            ));
-        }
-        buf.drain(..4);
-    }
-    Ok(())
 }
 
 fn kernel_id(f: &FileNode) -> KernelId {
