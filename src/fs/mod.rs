@@ -493,6 +493,7 @@ impl KpackFs {
         if let Some(found) = self.store.find_in_dir(&spec) {
             return Ok(found);
         }
+        self.decodes.fetch_add(1, Ordering::Relaxed);
         let frame = match self.plan(file)? {
             Plan::Whole => {
                 return self
@@ -501,7 +502,6 @@ impl KpackFs {
             }
             Plan::Stream(frame) => frame,
         };
-        self.decodes.fetch_add(1, Ordering::Relaxed);
         let (key, arch) = self.names_of(file);
         let failed = |e: &dyn std::fmt::Display| {
             log::error!(
@@ -514,8 +514,12 @@ impl KpackFs {
         // reserved here is what the frame really needs.
         let mut pending = self.store.begin(&spec)?;
         fill.streaming(pending.backing());
+        // The last step is published by `complete`, after the file is kept: a reader that got
+        // the last byte then finds the kernel in the store on its next open.
         crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
-            fill.progress(n as u64)
+            if (n as u64) < file.size {
+                fill.progress(n as u64)
+            }
         })
         .map_err(|e| failed(&e))?;
         self.store.finish(&spec, pending)
@@ -555,11 +559,9 @@ impl KpackFs {
         archive
             .read_verified_frame(&kref, &mut frame)
             .map_err(|e| fail(&e))?;
-        if kref.frame_digest.is_none() {
-            // Nothing vouches for these bytes: at least they were read whole from an archive
-            // that had not changed (what is decoded is this copy in memory).
-            archive.check_unchanged().map_err(|e| fail(&e))?;
-        }
+        // As for every read of the mount: an archive that changed since open serves nothing
+        // more (what is decoded is this copy of the frame, read before the check).
+        archive.check_unchanged().map_err(|e| fail(&e))?;
         Ok(Plan::Stream(frame))
     }
 
@@ -627,9 +629,10 @@ impl KpackFs {
     /// The backing file of a kernel, from the store or decoded into a new one.
     fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
         let spec = self.spec_of(file)?;
-        let fetched = self
-            .store
-            .get(&spec, |reserve| self.decode_into(file, reserve))?;
+        let fetched = self.store.get(&spec, |reserve| {
+            self.decodes.fetch_add(1, Ordering::Relaxed);
+            self.decode_into(file, reserve)
+        })?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
         // the stored file then belongs to the other entry and must not be served for this one.
         if fetched.value.len() != file.size {
@@ -678,7 +681,6 @@ impl KpackFs {
         file: &FileNode,
         reserve: &backing::Reserve<'_>,
     ) -> Result<backing::MapBuf, Errno> {
-        self.decodes.fetch_add(1, Ordering::Relaxed);
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
         let fail = |e: &dyn std::fmt::Display, errno: Errno| {

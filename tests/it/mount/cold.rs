@@ -86,10 +86,10 @@ fn read_all(f: &File, len: usize, step: usize) -> Vec<u8> {
 
 /// The `cold_*` I/O child scenarios; `arg` names the arch of a cold kernel.
 pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
-    let data = if name == "cold_eio" {
-        code_like(BIG, 7)
-    } else {
-        want(archive, arg)
+    let data = match name {
+        "cold_eio" => code_like(BIG, 7),
+        "cold_refused" => Vec::new(),
+        _ => want(archive, arg),
     };
     let path = path_of(mnt, arg);
     let before = stats(mnt);
@@ -195,6 +195,22 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             }
             let after = stats(mnt);
             assert_eq!(after["decodes"] - before["decodes"], 2);
+            return;
+        }
+        // A kernel whose frame fails its digest: the open fails with EIO (twice: a failure
+        // is not kept) and no read of it ever reached the daemon.
+        "cold_refused" => {
+            for _ in 0..2 {
+                let e = File::open(&path).map(|_| ()).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+            }
+            let after = stats(mnt);
+            assert_eq!(after["decodes"] - before["decodes"], 2);
+            assert_eq!(after["daemon_reads"], before["daemon_reads"]);
+            assert_eq!(
+                after["reads_while_decoding"],
+                before["reads_while_decoding"]
+            );
             return;
         }
         other => panic!("unknown scenario {other}"),
@@ -331,4 +347,54 @@ fn walkdir(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn kernels_with_a_frame_digest_stream_once_it_matched_and_a_bad_frame_serves_nothing() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // Our writer's layout: `blake3` and `frame_blake3` on every entry.
+    let good = d.path().join("good.kpack");
+    let mut w = ArchiveWriter::new(
+        "it",
+        "cold",
+        vec!["gfx942".into()],
+        Compression::Zstd { level: 1 },
+    )
+    .unwrap();
+    w.add_kernel("lib/big.so#0", "gfx942", code_like(BIG, 3))
+        .unwrap();
+    w.write(&good, &|_| {}).unwrap();
+    assert!(
+        Archive::open(&good)
+            .unwrap()
+            .locate("lib/big.so#0", "gfx942")
+            .unwrap()
+            .frame_digest
+            .is_some()
+    );
+    let m = Mount::start(&good, &[]);
+    m.check("cold_readers", "gfx942");
+    m.stop();
+
+    // One byte of the frame flipped (it still decodes, to other bytes): refused before any
+    // byte is decoded or served.
+    let bad = d.path().join("bad.kpack");
+    let kernels = [
+        ("lib/big.so#0", "gfx942", super::pattern(1 << 20, 3)),
+        ("lib/big.so#0", "gfx900", super::pattern(5000, 4)),
+    ];
+    let bytes = crate::support::craft::flipped_archive(Compression::Zstd { level: 3 }, &kernels, 0);
+    std::fs::write(&bad, bytes).unwrap();
+    let m = Mount::start(&bad, &[]);
+    m.check("cold_refused", "gfx942");
+    m.check("walk_one", "lib/big.so#0/gfx900.hsaco");
+    let log = m.daemon_log();
+    assert!(
+        log.contains("lib/big.so#0 [gfx942]") && log.contains("compressed frame's bytes hash to"),
+        "{log}"
+    );
+    m.stop();
 }
