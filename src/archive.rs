@@ -67,17 +67,12 @@ impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let file = LocalFile::open(path)?;
-        let modified = file.modified();
-        Archive::open_boxed(Box::new(file), modified)
+        Archive::open_source(Box::new(LocalFile::open(path)?))
     }
 
     /// Opens and validates an archive read from any byte source (a local file, a remote object).
     pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
-        Archive::open_boxed(source, None)
-    }
-
-    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+        let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {

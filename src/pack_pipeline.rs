@@ -9,15 +9,17 @@
 //! and the largest kernel. The output does not depend on the number of threads.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
-use std::sync::{Condvar, Mutex};
 
 use crate::codec::FrameEncoder;
 use crate::error::Error;
 use crate::writer::Compression;
 
 mod archive_file;
+mod budget;
 pub use archive_file::{ArchiveFile, Finished};
+pub(crate) use budget::Budget;
 
 /// One kernel after the workers.
 #[derive(Debug)]
@@ -64,39 +66,6 @@ impl Options {
     }
 }
 
-/// Bytes in flight, and whether the writer gave up (so submitters stop waiting).
-struct Budget {
-    state: Mutex<(u64, bool)>,
-    freed: Condvar,
-    limit: u64,
-}
-
-impl Budget {
-    /// Waits for room for `n` bytes; false once the pipeline stopped.
-    fn acquire(&self, n: u64) -> bool {
-        let mut s = crate::sync::lock(&self.state);
-        while !s.1 && s.0 > 0 && s.0.saturating_add(n) > self.limit {
-            s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        if s.1 {
-            return false;
-        }
-        s.0 += n;
-        true
-    }
-
-    fn release(&self, n: u64) {
-        let mut s = crate::sync::lock(&self.state);
-        s.0 -= n;
-        self.freed.notify_all();
-    }
-
-    fn stop(&self) {
-        crate::sync::lock(&self.state).1 = true;
-        self.freed.notify_all();
-    }
-}
-
 type Job<T> = (u64, T, Vec<u8>);
 type Done<T> = (u64, T, Result<Encoded, String>);
 
@@ -135,11 +104,7 @@ where
     E: From<Error> + Send,
 {
     let threads = opts.threads.max(1);
-    let budget = Budget {
-        state: Mutex::new((0, false)),
-        freed: Condvar::new(),
-        limit: opts.budget.max(1),
-    };
+    let budget = Budget::new(opts.budget);
     let level = match opts.compression {
         Compression::Zstd { level } => Some(level),
         Compression::None => None,
