@@ -5,6 +5,7 @@ mod crafted;
 mod daemon;
 mod fault_io;
 mod faults;
+mod open_mode;
 mod read_path;
 mod scenarios;
 pub(crate) mod sources;
