@@ -9,7 +9,9 @@
 //! (`backing.rs`: one decode, straight into the file, shared by every handle and thread) and
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
-//! (no lookup by name, no cache lookup).
+//! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
+//! opened through the daemon: `KpackFs::read_ino` finds the kernel by inode and reads its
+//! backing file from the store.
 
 pub mod backing;
 pub mod cache_dir;
