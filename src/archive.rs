@@ -50,23 +50,29 @@ pub struct KernelRef<'a> {
     pub size_word_unchecked: bool,
     /// The entry's `blake3` digest of the decoded bytes, when the archive records one.
     pub digest: Option<[u8; 32]>,
+    /// The entry's `frame_blake3` digest of its zstd frame (zstd archives only). When present,
+    /// reads check the frame's bytes against it before decoding, and do not hash the output.
+    pub frame_digest: Option<[u8; 32]>,
+}
+
+impl KernelRef<'_> {
+    /// Bytes read before a zstd frame: its 4-byte size word when the frame was located from the
+    /// TOC (the word is then checked), else none.
+    fn frame_word(&self) -> usize {
+        if self.size_word_unchecked { 4 } else { 0 }
+    }
 }
 
 impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let file = LocalFile::open(path)?;
-        let modified = file.modified();
-        Archive::open_boxed(Box::new(file), modified)
+        Archive::open_source(Box::new(LocalFile::open(path)?))
     }
 
     /// Opens and validates an archive read from any byte source (a local file, a remote object).
     pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
-        Archive::open_boxed(source, None)
-    }
-
-    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+        let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {
@@ -298,6 +304,10 @@ impl Archive {
             size,
             size_word_unchecked: self.lazy_frames.is_some(),
             digest: entry.blake3,
+            frame_digest: match self.toc.scheme {
+                Scheme::ZstdPerKernel => entry.frame_blake3,
+                Scheme::None => None,
+            },
         })
     }
 
@@ -359,11 +369,15 @@ impl Archive {
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
     /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
     /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
-    /// hostile size never turns into a huge allocation), then decodes into the buffer. When the
-    /// archive records the kernel's BLAKE3 digest, the bytes are checked against it; on a
-    /// mismatch the buffer is zeroed and an error returned, so altered code is never handed out.
+    /// hostile size never turns into a huge allocation), then decodes into the buffer.
     ///
-    /// When reading, decoding or the digest check fails, the source is asked first whether it
+    /// Digests: when the entry records its frame's digest (`frame_blake3`), the frame's bytes are
+    /// checked against it before decoding, and the decoded bytes are not hashed (zstd decoding is
+    /// a function of the frame, so they are the writer's). Otherwise, when it records the
+    /// kernel's digest (`blake3`), the decoded bytes are checked against it; on a mismatch the
+    /// buffer is zeroed. Either mismatch is an error, so altered code is never handed out.
+    ///
+    /// When reading, decoding or a digest check fails, the source is asked first whether it
     /// changed since open: bytes of an archive rewritten in place are expected not to decode or
     /// match, and "archive changed while open" is then the true cause to report. Only an archive
     /// that did not change gets the decode or digest error itself.
@@ -372,39 +386,151 @@ impl Archive {
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
-        self.read_checked(kref, alloc).map_err(|e| match e {
+        self.explain(self.read_checked(kref, alloc, false))
+    }
+
+    /// Reads a kernel and checks every digest its entry records: the frame's, then the decoded
+    /// bytes' (so an archive whose two digests disagree is reported). What `verify` runs.
+    pub fn verify_kernel(&self, kref: &KernelRef<'_>) -> Result<()> {
+        self.explain(self.read_checked(kref, zeroed_vec, true))
+            .map(drop)
+    }
+
+    /// Reads a zstd kernel's compressed frame into `frame` (replacing its contents) and checks
+    /// it before anything is decoded: its size word when located from the TOC, its
+    /// `frame_blake3` digest when recorded, and that its header declares `kref.size` bytes. On
+    /// success `frame` holds exactly the frame's bytes, which a caller may decode at its own
+    /// pace. When the entry has no frame digest (`kref.frame_digest` is `None`), nothing vouches
+    /// for the bytes yet: the caller must check what it decodes against `kref.digest`. On
+    /// error `frame` is left empty. A `none` archive has no frames: an invalid-argument error.
+    pub fn read_verified_frame(&self, kref: &KernelRef<'_>, frame: &mut Vec<u8>) -> Result<()> {
+        frame.clear();
+        if self.toc.scheme != Scheme::ZstdPerKernel {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {} [{}] of {}: a '{}' archive stores no zstd frames",
+                kref.key,
+                kref.arch,
+                self.path.display(),
+                self.toc.scheme.name()
+            )));
+        }
+        let word = kref.frame_word();
+        let len = usize::try_from(kref.stored.size)
+            .ok()
+            .and_then(|n| n.checked_add(word))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        frame
+            .try_reserve_exact(len)
+            .map_err(|_| Error::OutOfMemory { bytes: len })?;
+        frame.resize(len, 0);
+        let checked = self.read_frame(kref, frame).and_then(|()| {
+            codec::check_decoded_size(&frame[word..], kref.size)
+                .map_err(|reason| self.decode_error(kref, reason))
+        });
+        if let Err(e) = self.explain(checked) {
+            frame.clear();
+            return Err(e);
+        }
+        frame.drain(..word);
+        Ok(())
+    }
+
+    /// Reports a failed read of an archive that changed since open as "changed" (see
+    /// [`read_with`](Self::read_with)).
+    fn explain<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| match e {
             // Not about the bytes read: nothing a change of the archive would explain.
             Error::OutOfMemory { .. } | Error::InvalidArgument(_) => e,
             e => self.check_unchanged().err().unwrap_or(e),
         })
     }
 
-    /// [`read_unchecked`](Self::read_unchecked), then the digest check.
-    fn read_checked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
+    /// [`read_unchecked`](Self::read_unchecked) (which checks a frame digest), then the decoded
+    /// bytes' digest when no frame digest vouched for them, or always with `all_digests`.
+    fn read_checked<T, A>(&self, kref: &KernelRef<'_>, alloc: A, all_digests: bool) -> Result<T>
     where
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
         let mut out = self.read_unchecked(kref, alloc)?;
-        if let Some(recorded) = kref.digest {
+        let vouched = kref.frame_digest.is_some() && !all_digests;
+        if let (Some(recorded), false) = (kref.digest, vouched) {
             // SAFETY: read_unchecked returns a buffer only once every byte has been written.
             let bytes = unsafe { out.filled_mut() };
             let actual = *blake3::hash(bytes).as_bytes();
             if actual != recorded {
                 bytes.fill(0);
-                return Err(Error::DigestMismatch {
-                    path: self.path.clone(),
-                    key: kref.key.to_owned(),
-                    arch: kref.arch.to_owned(),
-                    recorded: Box::new(recorded),
-                    actual: Box::new(actual),
-                });
+                return Err(self.digest_error(kref, false, recorded, actual));
             }
         }
         Ok(out)
     }
 
-    /// [`read_with`](Self::read_with) without the digest check.
+    fn digest_error(
+        &self,
+        kref: &KernelRef<'_>,
+        of_frame: bool,
+        recorded: [u8; 32],
+        actual: [u8; 32],
+    ) -> Error {
+        Error::DigestMismatch {
+            path: self.path.clone(),
+            key: kref.key.to_owned(),
+            arch: kref.arch.to_owned(),
+            of_frame,
+            recorded: Box::new(recorded),
+            actual: Box::new(actual),
+        }
+    }
+
+    /// Reads a zstd kernel's frame into `buf`, which is [`KernelRef::frame_word`] bytes (its
+    /// size word, when located from the TOC) plus the frame's size, and checks it: the size word
+    /// against the TOC, then the frame's bytes against `frame_blake3` when recorded. The one
+    /// place where frame digests are checked.
+    fn read_frame(&self, kref: &KernelRef<'_>, buf: &mut [u8]) -> Result<()> {
+        let word = kref.frame_word();
+        let start = kref.stored.offset - word as u64;
+        let got = read_full_at(&*self.source, buf, start).map_err(|e| {
+            Error::io(
+                &self.path,
+                format!("cannot read frame of {} [{}]", kref.key, kref.arch),
+                e,
+            )
+        })?;
+        if got < buf.len() {
+            return Err(self.decode_error(
+                kref,
+                format!(
+                    "frame is truncated: {got} of {} bytes (file changed since open?)",
+                    buf.len()
+                ),
+            ));
+        }
+        let (head, frame) = buf.split_at(word);
+        if word != 0 {
+            let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
+            if u64::from(found) != kref.stored.size {
+                return Err(Error::ZstdIndex {
+                    path: self.path.clone(),
+                    offset: start,
+                    reason: format!(
+                        "frame of {} [{}] at byte {start}: the size word holds {found}, the TOC \
+                         says {}",
+                        kref.key, kref.arch, kref.stored.size
+                    ),
+                });
+            }
+        }
+        if let Some(recorded) = kref.frame_digest {
+            let actual = *blake3::hash(frame).as_bytes();
+            if actual != recorded {
+                return Err(self.digest_error(kref, true, recorded, actual));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`read_with`](Self::read_with) without the check of the decoded bytes' digest.
     fn read_unchecked<T, A>(&self, kref: &KernelRef<'_>, alloc: A) -> Result<T>
     where
         T: KernelBuf,
@@ -436,42 +562,10 @@ impl Archive {
                 Ok(buf)
             }
             Scheme::ZstdPerKernel => {
-                // A frame located from the TOC is read with its size word, which must agree.
-                let word = if kref.size_word_unchecked { 4 } else { 0 };
+                let word = kref.frame_word();
                 with_frame_buffer(kref.stored.size as usize + word, |buf| {
-                    let start = kref.stored.offset - word as u64;
-                    let got = read_full_at(&*self.source, buf, start).map_err(|e| {
-                        Error::io(
-                            &self.path,
-                            format!("cannot read frame of {} [{}]", kref.key, kref.arch),
-                            e,
-                        )
-                    })?;
-                    if got < buf.len() {
-                        return Err(self.decode_error(
-                            kref,
-                            format!(
-                                "frame is truncated: {got} of {} bytes (file changed since open?)",
-                                buf.len()
-                            ),
-                        ));
-                    }
-                    let (head, frame) = buf.split_at_mut(word);
-                    if word != 0 {
-                        let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
-                        if u64::from(found) != kref.stored.size {
-                            return Err(Error::ZstdIndex {
-                                path: self.path.clone(),
-                                offset: start,
-                                reason: format!(
-                                    "frame of {} [{}] at byte {start}: the size word holds \
-                                     {found}, the TOC says {}",
-                                    kref.key, kref.arch, kref.stored.size
-                                ),
-                            });
-                        }
-                    }
-                    let frame = &*frame;
+                    self.read_frame(kref, buf)?;
+                    let frame = &buf[word..];
                     codec::check_decoded_size(frame, kref.size)
                         .map_err(|reason| self.decode_error(kref, reason))?;
                     let mut out = alloc(size).ok_or(Error::OutOfMemory { bytes: size })?;

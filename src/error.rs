@@ -141,12 +141,16 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
-    /// A kernel decoded to bytes whose BLAKE3 digest is not the one the archive records: the
-    /// archive was altered after it was written. The bytes are never handed out.
+    /// A kernel decoded to bytes, or its zstd frame read as bytes, whose BLAKE3 digest is not
+    /// the one the archive records: the archive was altered after it was written. The bytes are
+    /// never handed out.
     DigestMismatch {
         path: PathBuf,
         key: String,
         arch: String,
+        /// The digest compared is `frame_blake3` (of the compressed frame, checked before
+        /// decoding), not `blake3` (of the decoded bytes).
+        of_frame: bool,
         /// Boxed: two digests inline would make every `Result` of the crate larger.
         recorded: Box<[u8; 32]>,
         actual: Box<[u8; 32]>,
@@ -252,8 +256,11 @@ impl Error {
                 format!("frame at byte {offset} failed to decode: {reason}")
             }
             Error::DigestMismatch {
-                recorded, actual, ..
-            } => digest_reason(recorded, actual),
+                recorded,
+                actual,
+                of_frame,
+                ..
+            } => digest_reason(*of_frame, recorded, actual),
             other => other.to_string(),
         }
     }
@@ -268,10 +275,15 @@ impl Error {
     }
 }
 
-fn digest_reason(recorded: &[u8; 32], actual: &[u8; 32]) -> String {
+fn digest_reason(of_frame: bool, recorded: &[u8; 32], actual: &[u8; 32]) -> String {
     format!(
-        "BLAKE3 digest mismatch: the decoded bytes hash to {}, the archive records {} \
+        "BLAKE3 digest mismatch: the {} hash to {}, the archive records {} \
          (the archive was modified after it was written)",
+        if of_frame {
+            "compressed frame's bytes"
+        } else {
+            "decoded bytes"
+        },
         hex(actual),
         hex(recorded)
     )
@@ -359,13 +371,14 @@ impl fmt::Display for Error {
                 path,
                 key,
                 arch,
+                of_frame,
                 recorded,
                 actual,
             } => write!(
                 f,
                 "{}: kernel {key} [{arch}]: {}",
                 path.display(),
-                digest_reason(recorded, actual)
+                digest_reason(*of_frame, recorded, actual)
             ),
             Error::Decompress {
                 path,

@@ -18,6 +18,7 @@ pub const MAX_ZSTD_FRAMES: u32 = 1 << 20;
 /// Keys of an entry's `metadata` map that our writer adds (the reference ignores the map).
 pub const META_FRAME: &str = "frame";
 pub const META_BLAKE3: &str = "blake3";
+pub const META_FRAME_BLAKE3: &str = "frame_blake3";
 
 pub const SCHEME_NONE: &str = "none";
 pub const SCHEME_ZSTD: &str = "zstd-per-kernel";
@@ -82,6 +83,17 @@ pub struct TocEntry {
     pub frame: Option<FramePos>,
     /// `metadata.blake3`: BLAKE3 of the decoded kernel.
     pub blake3: Option<[u8; 32]>,
+    /// `metadata.frame_blake3`: BLAKE3 of the kernel's zstd frame (the bytes after its size
+    /// word). Readers check it before decoding instead of hashing the decoded bytes.
+    pub frame_blake3: Option<[u8; 32]>,
+}
+
+/// Our keys of an entry's `metadata` map, as read (absent or wrong-shaped values are `None`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct EntryMeta {
+    frame: Option<FramePos>,
+    blake3: Option<[u8; 32]>,
+    frame_blake3: Option<[u8; 32]>,
 }
 
 /// A zstd frame's position as our writer records it: `offset` is the absolute file offset of the
@@ -373,14 +385,15 @@ fn parse_binaries(
                 }
                 0
             };
-            let (frame, blake3) = metadata.unwrap_or_default();
+            let meta = metadata.unwrap_or_default();
             let entry = TocEntry {
                 arch: arch.to_owned(),
                 ordinal,
                 original_size,
                 has_original_size,
-                frame,
-                blake3,
+                frame: meta.frame,
+                blake3: meta.blake3,
+                frame_blake3: meta.frame_blake3,
             };
             arch_set.insert(&mut arches, entry);
         }
@@ -406,35 +419,38 @@ fn parse_binaries(
 /// allocation each in a TOC of a million entries). A value of the wrong shape is ignored, as the
 /// whole map is by the reference: the entry then reads as one without that key (the frame chain
 /// is walked at open, no digest is checked). A repeated key counts at its first occurrence.
-fn entry_metadata(
-    r: &mut msgpack::Reader<'_>,
-) -> Result<(Option<FramePos>, Option<[u8; 32]>), TocError> {
+fn entry_metadata(r: &mut msgpack::Reader<'_>) -> Result<EntryMeta, TocError> {
+    let mut meta = EntryMeta::default();
     let Some(count) = r.map_header()? else {
         r.value(5)?; // Not a map: nothing of ours.
-        return Ok((None, None));
+        return Ok(meta);
     };
-    let (mut frame, mut blake3) = (None, None);
-    let (mut frame_seen, mut blake3_seen) = (false, false);
+    let (mut frame_seen, mut blake3_seen, mut frame_blake3_seen) = (false, false, false);
+    let digest = |v: Value<'_>| match v {
+        Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
+        _ => None,
+    };
     for _ in 0..count {
         let key = r.value(5)?;
         match key.as_str() {
             Some(META_FRAME) if !frame_seen => {
                 frame_seen = true;
-                frame = frame_pos(r)?;
+                meta.frame = frame_pos(r)?;
             }
             Some(META_BLAKE3) if !blake3_seen => {
                 blake3_seen = true;
-                blake3 = match r.value(5)? {
-                    Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
-                    _ => None,
-                };
+                meta.blake3 = digest(r.value(5)?);
+            }
+            Some(META_FRAME_BLAKE3) if !frame_blake3_seen => {
+                frame_blake3_seen = true;
+                meta.frame_blake3 = digest(r.value(5)?);
             }
             _ => {
                 r.value(5)?;
             }
         }
     }
-    Ok((frame, blake3))
+    Ok(meta)
 }
 
 /// A `frame` value: `[offset, size]`, two unsigned integers, `size` fitting in 32 bits; anything

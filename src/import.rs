@@ -23,9 +23,11 @@ use crate::hipk;
 use crate::names;
 
 mod archives;
+mod check;
 mod host_file;
 mod submit;
 pub use archives::{ArchiveSet, FinishedArchive};
+pub use check::{CHECK_BUDGET, check_host_code_objects};
 pub use host_file::HostFile;
 pub use submit::{Tag, submit_host_code_objects};
 

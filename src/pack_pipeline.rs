@@ -9,15 +9,17 @@
 //! and the largest kernel. The output does not depend on the number of threads.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
-use std::sync::{Condvar, Mutex};
 
 use crate::codec::FrameEncoder;
 use crate::error::Error;
 use crate::writer::Compression;
 
 mod archive_file;
+mod budget;
 pub use archive_file::{ArchiveFile, Finished};
+pub(crate) use budget::Budget;
 
 /// One kernel after the workers.
 #[derive(Debug)]
@@ -28,6 +30,8 @@ pub struct Encoded {
     pub original_size: u64,
     /// BLAKE3 of the kernel's bytes, when [`Options::hash`] is set.
     pub digest: Option<[u8; 32]>,
+    /// BLAKE3 of the zstd frame in `stored`, when [`Options::hash`] is set and compressing.
+    pub frame_digest: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +41,8 @@ pub struct Options {
     pub threads: usize,
     /// Bytes of kernels in flight before a submission waits.
     pub budget: u64,
-    /// Compute each kernel's BLAKE3 digest (for the TOC's `blake3` metadata).
+    /// Compute each kernel's BLAKE3 digest and, for zstd, its frame's (for the TOC's `blake3`
+    /// and `frame_blake3` metadata).
     pub hash: bool,
 }
 
@@ -58,39 +63,6 @@ impl Options {
             budget: (threads as u64 * BUDGET_PER_THREAD).clamp(MIN_BUDGET, MAX_BUDGET),
             hash: true,
         }
-    }
-}
-
-/// Bytes in flight, and whether the writer gave up (so submitters stop waiting).
-struct Budget {
-    state: Mutex<(u64, bool)>,
-    freed: Condvar,
-    limit: u64,
-}
-
-impl Budget {
-    /// Waits for room for `n` bytes; false once the pipeline stopped.
-    fn acquire(&self, n: u64) -> bool {
-        let mut s = crate::sync::lock(&self.state);
-        while !s.1 && s.0 > 0 && s.0.saturating_add(n) > self.limit {
-            s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        if s.1 {
-            return false;
-        }
-        s.0 += n;
-        true
-    }
-
-    fn release(&self, n: u64) {
-        let mut s = crate::sync::lock(&self.state);
-        s.0 -= n;
-        self.freed.notify_all();
-    }
-
-    fn stop(&self) {
-        crate::sync::lock(&self.state).1 = true;
-        self.freed.notify_all();
     }
 }
 
@@ -132,11 +104,7 @@ where
     E: From<Error> + Send,
 {
     let threads = opts.threads.max(1);
-    let budget = Budget {
-        state: Mutex::new((0, false)),
-        freed: Condvar::new(),
-        limit: opts.budget.max(1),
-    };
+    let budget = Budget::new(opts.budget);
     let level = match opts.compression {
         Compression::Zstd { level } => Some(level),
         Compression::None => None,
@@ -233,6 +201,7 @@ fn work<T>(
             Some(Err(e)) => Err(e.clone()),
         };
         let result = stored.map(|stored| Encoded {
+            frame_digest: (hash && level.is_some()).then(|| *blake3::hash(&stored).as_bytes()),
             stored,
             original_size,
             digest,
@@ -372,6 +341,7 @@ mod tests {
                 |i, e| {
                     assert_eq!(e.original_size, input[i].len() as u64);
                     assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
+                    assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
                     got.push((i, e.stored));
                     Ok(())
                 },

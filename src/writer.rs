@@ -1,9 +1,9 @@
 //! Writes `.kpack` archives byte-identical to the reference writer for the same inputs: ordinals
 //! in insertion order, the TOC's keys in the reference's order, minimal msgpack encodings, and
 //! zstd frames made with content size and no checksum. Unless asked for the reference layout, each
-//! TOC entry also records its frame position and the BLAKE3 digest of the kernel (see
-//! docs/format.md). Compression and hashing of large inputs run on all cores; the output does not
-//! depend on the thread count.
+//! TOC entry also records its frame position and the BLAKE3 digests of the kernel and of its zstd
+//! frame (see docs/format.md). Compression and hashing of large inputs run on all cores; the
+//! output does not depend on the thread count.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -55,7 +55,7 @@ pub struct ArchiveWriter {
     /// (key, arch) pairs added so far, so that a duplicate is refused in constant time.
     added: std::collections::HashSet<(String, String)>,
     threads: usize,
-    /// Write exactly what the reference writer writes: no `frame`, no `blake3`.
+    /// Write exactly what the reference writer writes: no `frame`, `blake3` or `frame_blake3`.
     reference_layout: bool,
 }
 
@@ -86,8 +86,9 @@ impl ArchiveWriter {
         })
     }
 
-    /// With `true`, writes exactly the reference writer's bytes: entries carry no `frame` and no
-    /// `blake3` metadata (readers then validate the frame chain at open and check no digests).
+    /// With `true`, writes exactly the reference writer's bytes: entries carry no `frame`,
+    /// `blake3` or `frame_blake3` metadata (readers then validate the frame chain at open and
+    /// check no digests).
     pub fn set_reference_layout(&mut self, on: bool) {
         self.reference_layout = on;
     }
@@ -203,7 +204,7 @@ impl ArchiveWriter {
                     ));
                     bytes.extend_from_slice(&k.data);
                 }
-                let digests = encoded.into_iter().map(|e| e.digest).collect();
+                let digests = encoded.into_iter().map(|e| (e.digest, None)).collect();
                 Ok(Blob {
                     bytes,
                     spans,
@@ -216,7 +217,7 @@ impl ArchiveWriter {
                 let frames: Vec<Vec<u8>> = encoded
                     .into_iter()
                     .map(|e| {
-                        digests.push(e.digest);
+                        digests.push((e.digest, e.frame_digest));
                         e.frame
                     })
                     .collect();
@@ -285,7 +286,13 @@ impl ArchiveWriter {
                 };
                 let digest = hash.then(|| *blake3::hash(&k.data).as_bytes());
                 progress(k.data.len() as u64);
-                *crate::sync::lock(&slots[i]) = Some(frame.map(|frame| Encoded { frame, digest }));
+                let encoded = frame.map(|frame| Encoded {
+                    frame_digest: (hash && level.is_some())
+                        .then(|| *blake3::hash(&frame).as_bytes()),
+                    frame,
+                    digest,
+                });
+                *crate::sync::lock(&slots[i]) = Some(encoded);
             }
         };
         if threads == 1 {
@@ -332,12 +339,13 @@ impl ArchiveWriter {
             .kernels
             .iter()
             .zip(&blob.digests)
-            .map(|(k, digest)| TocEntry {
+            .map(|(k, (digest, frame_digest))| TocEntry {
                 key: &k.key,
                 arch: &k.arch,
                 original_size: k.data.len() as u64,
                 metadata: &k.metadata,
                 digest: *digest,
+                frame_digest: *frame_digest,
             })
             .collect();
         encode_toc(&head, &entries, &blob.spans, blob.bytes.len() as u64)
@@ -360,7 +368,10 @@ pub struct TocEntry<'a> {
     pub arch: &'a str,
     pub original_size: u64,
     pub metadata: &'a [(String, String)],
+    /// BLAKE3 of the decoded kernel (`blake3`).
     pub digest: Option<[u8; 32]>,
+    /// BLAKE3 of its zstd frame (`frame_blake3`); written only beside a `frame`.
+    pub frame_digest: Option<[u8; 32]>,
 }
 
 /// The TOC, in the reference writer's key order, for kernels in ordinal order. `spans` holds,
@@ -416,8 +427,11 @@ pub fn encode_toc(
                 _ => None,
             };
             let digest = k.digest;
-            let meta_len =
-                k.metadata.len() + usize::from(frame.is_some()) + usize::from(digest.is_some());
+            let frame_digest = k.frame_digest.filter(|_| frame.is_some());
+            let meta_len = k.metadata.len()
+                + usize::from(frame.is_some())
+                + usize::from(digest.is_some())
+                + usize::from(frame_digest.is_some());
             e::write_map_len(w, if meta_len == 0 { 3 } else { 4 }).expect("vec write");
             e::write_str(w, "type").expect("vec write");
             e::write_str(w, "hsaco").expect("vec write");
@@ -440,6 +454,10 @@ pub fn encode_toc(
                 }
                 if let Some(d) = digest {
                     e::write_str(w, format::META_BLAKE3).expect("vec write");
+                    e::write_bin(w, &d).expect("vec write");
+                }
+                if let Some(d) = frame_digest {
+                    e::write_str(w, format::META_FRAME_BLAKE3).expect("vec write");
                     e::write_bin(w, &d).expect("vec write");
                 }
             }
@@ -475,6 +493,7 @@ type FrameResult = std::result::Result<Encoded, String>;
 struct Encoded {
     frame: Vec<u8>,
     digest: Option<[u8; 32]>,
+    frame_digest: Option<[u8; 32]>,
 }
 
 struct Blob {
@@ -482,8 +501,8 @@ struct Blob {
     /// Absolute (offset, size) per ordinal. `none`: the kernel's bytes; zstd: the frame's size
     /// word and the size it holds (the `frame` metadata).
     spans: Vec<(u64, u64)>,
-    /// Per ordinal, when hashing.
-    digests: Vec<Option<[u8; 32]>>,
+    /// Per ordinal, when hashing: the kernel's digest and (zstd) its frame's.
+    digests: Vec<(Option<[u8; 32]>, Option<[u8; 32]>)>,
 }
 
 fn relabel(e: Error, path: &Path) -> Error {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::import::{self, ArchiveSet, CodeObject, HostFile, ImportError, StreamError, Tag};
+use rocm_kpack::import::{self, ArchiveSet, CodeObject, HostFile, StreamError, Tag};
 use rocm_kpack::pack_pipeline::{self, Feed, Options};
 use rocm_kpack::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
@@ -228,6 +228,7 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
         .iter()
         .map(Archive::open)
         .collect::<Result<_, _>>()?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut problems: Vec<String> = Vec::new();
     let mut checked = 0usize;
     for host in hosts {
@@ -240,19 +241,32 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
             ));
             continue;
         }
-        // Parse once under a placeholder name; keys are re-made per candidate.
-        let objects = read_host(host, "")?;
+        // One pass over the binary, under a placeholder name: each code object is checked under
+        // every candidate name (keys are re-made per candidate) while the next is being read.
+        let file = HostFile::open(host).map_err(|e| read_error(host, &e))?;
+        let per_object: Vec<Vec<Option<String>>> =
+            import::check_host_code_objects("", &file, threads, |co, scratch| {
+                candidates
+                    .iter()
+                    .map(|kernel_name| check_one(&opened, host, kernel_name, co, scratch))
+                    .collect()
+            })
+            .map_err(|e| match e {
+                // Every import failure means the input is not the fat binary it was given as.
+                StreamError::Import(e) => {
+                    CliError::new(Exit::BadFormat, format!("{}: {e}", host.display()))
+                }
+                StreamError::Read(e) => read_error(host, &e),
+                StreamError::Visit(never) => match never {},
+            })?;
         let mut best: Option<Vec<String>> = None;
-        for kernel_name in &candidates {
-            let mismatches: Vec<String> = objects
-                .iter()
-                .filter_map(|co| check_one(&opened, host, kernel_name, co))
-                .collect();
+        for c in 0..candidates.len() {
+            let mismatches: Vec<String> = per_object.iter().filter_map(|r| r[c].clone()).collect();
             if best.as_ref().is_none_or(|b| mismatches.len() < b.len()) {
                 best = Some(mismatches);
             }
         }
-        checked += objects.len();
+        checked += per_object.len();
         problems.extend(best.unwrap_or_default());
     }
     if problems.is_empty() {
@@ -276,26 +290,39 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
     ))
 }
 
-/// Checks one code object; returns a message if it is missing or different.
+fn read_error(path: &Path, e: &std::io::Error) -> CliError {
+    CliError::new(Exit::Unreadable, rocm_kpack::error::io_message(path, e))
+}
+
+/// Checks one code object, decoding the archive's kernel into `scratch`; returns a message if
+/// it is missing or different.
 fn check_one(
     archives: &[Archive],
     host: &Path,
     kernel_name: &str,
     co: &CodeObject,
+    scratch: &mut Vec<u8>,
 ) -> Option<String> {
     let key = format!("{kernel_name}#{}", co.index);
-    let holder = archives
-        .iter()
-        .find(|a| a.has_architecture(&co.arch) && a.locate(&key, &co.arch).is_ok());
-    let Some(a) = holder else {
+    let found = archives.iter().find_map(|a| {
+        a.has_architecture(&co.arch)
+            .then(|| a.locate(&key, &co.arch).ok().map(|k| (a, k)))
+            .flatten()
+    });
+    let Some((a, kref)) = found else {
         return Some(format!(
             "{}: {key} [{}]: not in any archive",
             host.display(),
             co.arch
         ));
     };
-    match a.get_kernel(&key, &co.arch) {
-        Ok(bytes) if bytes == co.data => None,
+    let read = a.read_with(&kref, |n| {
+        // Called once the archive checked that the kernel really has `n` bytes.
+        scratch.resize(n, 0);
+        Some(scratch.as_mut_slice())
+    });
+    match read {
+        Ok(bytes) if *bytes == *co.data => None,
         Ok(bytes) => {
             let first = bytes
                 .iter()
@@ -329,16 +356,6 @@ fn kernel_names_named(archives: &[Archive], file: &str) -> Vec<String> {
         }
     }
     names
-}
-
-/// Reads a host binary and keys its code objects.
-fn read_host(path: &Path, kernel_name: &str) -> CliResult<Vec<CodeObject>> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CliError::new(Exit::Unreadable, rocm_kpack::error::io_message(path, &e)))?;
-    // Every import failure means the input is not the fat binary it was given as.
-    import::host_code_objects(kernel_name, &bytes).map_err(|e: ImportError| {
-        CliError::new(Exit::BadFormat, format!("{}: {e}", path.display()))
-    })
 }
 
 /// The binary's `kernel_name`: its path below `root` (both resolved through symlinks of their

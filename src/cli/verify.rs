@@ -1,10 +1,12 @@
-//! `kpack-fuse verify`: decode every kernel, check every size, name and recorded BLAKE3 digest, and
-//! name each bad entry.
+//! `kpack-fuse verify`: decode every kernel (a worker per core), check every size, name and
+//! recorded BLAKE3 digest, and name each bad entry.
 //! With `--against HOST` (repeatable), also check that the archives hold every code object of those fat
 //! binaries byte for byte.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use rocm_kpack::format::TocEntry;
 use rocm_kpack::{Archive, Scheme, names};
 
 use super::import;
@@ -92,51 +94,83 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Checks every entry (decoding it checks its digest, when recorded); returns how many entries
-/// there were and how many had digests, and appends a line per problem.
+/// Checks every entry (decoding it checks its frame's and its own digest, when recorded) on a
+/// worker per core; returns how many entries there were and how many had digests, and appends a
+/// line per problem, in TOC order whatever the threads.
 fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
-    let file = archive.path().display();
-    let mut n = 0;
-    let mut digested = 0;
-    let bar = super::progress::bar(archive.entries().map(|(_, e)| e.original_size).sum());
-    for (key, entry) in archive.entries() {
-        if let Some(b) = &bar {
-            b.inc(entry.original_size);
-        }
-        n += 1;
-        digested += usize::from(entry.blake3.is_some());
-        let arch = entry.arch.as_str();
-        let mut bad = |why: String| problems.push(format!("{file}: {key} [{arch}]: {why}"));
-        if let Err(e) = names::key_components(key) {
-            bad(e);
-        }
-        if let Err(e) = names::check_arch(arch) {
-            bad(e);
-        }
-        if !archive.has_architecture(arch) {
-            bad("arch is missing from gfx_arches, so the loader can never find this kernel".into());
-        }
-        let kref = match archive.locate(key, arch) {
-            Ok(k) => k,
-            Err(e) => {
-                bad(e.reason());
-                continue;
-            }
-        };
-        if archive.scheme() == Scheme::None && kref.stored.size != entry.original_size {
-            bad(format!(
-                "original_size {} differs from the stored size {}",
-                entry.original_size, kref.stored.size
-            ));
-        }
-        if let Err(e) = archive.read_with(&kref, rocm_kpack::archive::zeroed_vec) {
-            bad(e.reason());
-        }
-    }
+    let entries: Vec<(&str, &TocEntry)> = archive.entries().collect();
+    let digested = entries.iter().filter(|(_, e)| e.blake3.is_some()).count();
+    let bar = super::progress::bar(entries.iter().map(|(_, e)| e.original_size).sum());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(entries.len().max(1));
+    let next = AtomicUsize::new(0);
+    let mut found: Vec<(usize, Vec<String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut found = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(key, entry)) = entries.get(i) else {
+                            return found;
+                        };
+                        let bad = check_entry(archive, key, entry);
+                        if !bad.is_empty() {
+                            found.push((i, bad));
+                        }
+                        if let Some(b) = &bar {
+                            b.inc(entry.original_size);
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    (n, digested)
+    found.sort_by_key(|(i, _)| *i);
+    problems.extend(found.into_iter().flat_map(|(_, bad)| bad));
+    (entries.len(), digested)
+}
+
+/// The problems of one entry, as `BAD` lines without the prefix.
+fn check_entry(archive: &Archive, key: &str, entry: &TocEntry) -> Vec<String> {
+    let file = archive.path().display();
+    let arch = entry.arch.as_str();
+    let mut problems = Vec::new();
+    let mut bad = |why: String| problems.push(format!("{file}: {key} [{arch}]: {why}"));
+    if let Err(e) = names::key_components(key) {
+        bad(e);
+    }
+    if let Err(e) = names::check_arch(arch) {
+        bad(e);
+    }
+    if !archive.has_architecture(arch) {
+        bad("arch is missing from gfx_arches, so the loader can never find this kernel".into());
+    }
+    let kref = match archive.locate(key, arch) {
+        Ok(k) => k,
+        Err(e) => {
+            bad(e.reason());
+            return problems;
+        }
+    };
+    if archive.scheme() == Scheme::None && kref.stored.size != entry.original_size {
+        bad(format!(
+            "original_size {} differs from the stored size {}",
+            entry.original_size, kref.stored.size
+        ));
+    }
+    if let Err(e) = archive.verify_kernel(&kref) {
+        bad(e.reason());
+    }
+    problems
 }
 
 #[cfg(test)]

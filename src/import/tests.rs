@@ -174,6 +174,7 @@ fn assign(single: bool) -> (Summary, tempfile::TempDir) {
                 original_size: data.len() as u64,
                 stored: data,
                 digest: None,
+                frame_digest: None,
             };
             set.append(tag, encoded, |p| {
                 std::fs::File::create(p).map_err(|e| crate::Error::io(p, "cannot create", e))

@@ -20,6 +20,7 @@ struct Kept {
     original_size: u64,
     metadata: Vec<(String, String)>,
     digest: Option<[u8; 32]>,
+    frame_digest: Option<[u8; 32]>,
 }
 
 pub struct ArchiveFile {
@@ -124,6 +125,7 @@ impl ArchiveFile {
             original_size: encoded.original_size,
             metadata,
             digest: encoded.digest,
+            frame_digest: encoded.frame_digest,
         });
         Ok(())
     }
@@ -152,6 +154,7 @@ impl ArchiveFile {
                 original_size: k.original_size,
                 metadata: &k.metadata,
                 digest: k.digest,
+                frame_digest: k.frame_digest,
             })
             .collect();
         let blob_len = self.at - format::BLOB_ALIGNMENT;
@@ -222,10 +225,13 @@ mod tests {
                             FrameEncoder::new(level).unwrap().encode(data).unwrap()
                         }
                     };
+                    let hash = !reference_layout;
                     let encoded = Encoded {
+                        frame_digest: (hash && compression != Compression::None)
+                            .then(|| *blake3::hash(&stored).as_bytes()),
                         stored,
                         original_size: data.len() as u64,
-                        digest: (!reference_layout).then(|| *blake3::hash(data).as_bytes()),
+                        digest: hash.then(|| *blake3::hash(data).as_bytes()),
                     };
                     f.append(key, arch, meta, encoded).unwrap();
                 }

@@ -7,6 +7,11 @@
 //! bytes, search paths resolved against the rewritten binary's directory, archives opened and
 //! searched by [`Loader::load_code_object`] — and must be byte-identical to the original's.
 //!
+//! Nothing is read whole: a rewritten binary is read without any device code it might still
+//! have, and the original through positioned reads, one code object at a time, handed to
+//! worker threads that load the archived copy and compare while the next is being read (see
+//! [`import::check_host_code_objects`]). Memory stays bounded whatever the binaries' size.
+//!
 //! The loader runs with a default configuration: `ROCM_KPACK_PATH*` and `ROCM_KPACK_DISABLE`
 //! in the caller's environment are ignored, since the point is what the binary itself carries.
 //! One loader serves the whole run, so each archive is opened once.
@@ -14,8 +19,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
-use crate::hipk::wrapper::{HIPK_MAGIC, parse_wrappers};
-use crate::import::{self, KPACK_DIR};
+use crate::hipk::wrapper::{HIPK_MAGIC, Wrapper, parse_wrappers};
+use crate::import::{self, HostFile, KPACK_DIR, StreamError};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
 
 /// What `verify_split` found.
@@ -36,23 +41,23 @@ pub struct SplitCheck {
 pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<SplitCheck> {
     let mut check = SplitCheck::default();
     let loader = Loader::new(LoaderConfig::default());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for rel in files_below(out_root)? {
         let path = out_root.join(&rel);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) => {
-                check
-                    .problems
-                    .push(format!("{}: cannot read: {e}", path.display()));
-                continue;
-            }
-        };
         // Files that are not ELF (data, scripts) are not binaries; an ELF file that does not
         // parse is a problem, never silently "not split".
-        if !bytes.starts_with(ELF_MAGIC) {
-            continue;
-        }
-        let elf = match ElfFile::parse(&bytes) {
+        let host =
+            match is_elf(&path).and_then(|elf| elf.then(|| HostFile::open(&path)).transpose()) {
+                Ok(Some(host)) => host,
+                Ok(None) => continue,
+                Err(e) => {
+                    check
+                        .problems
+                        .push(format!("{}: cannot read: {e}", path.display()));
+                    continue;
+                }
+            };
+        let elf = match ElfFile::parse(host.image()) {
             Ok(elf) => elf,
             Err(e) => {
                 check.problems.push(format!("{}: {e}", path.display()));
@@ -64,15 +69,14 @@ pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<Sp
         };
         check.binaries += 1;
         let mut problems = Vec::new();
-        check.code_objects += verify_binary(
-            &loader,
-            &path,
-            &elf,
-            marker.data,
-            marker.address,
-            &original_root.join(&rel),
-            &mut problems,
-        );
+        let binary = Binary {
+            loader: &loader,
+            path: &path,
+            elf: &elf,
+            marker: marker.data,
+            marker_address: marker.address,
+        };
+        check.code_objects += binary.verify(&original_root.join(&rel), threads, &mut problems);
         check.problems.extend(
             problems
                 .into_iter()
@@ -82,105 +86,161 @@ pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<Sp
     Ok(check)
 }
 
-/// Checks one rewritten binary; returns the number of code objects loaded and compared.
-fn verify_binary(
-    loader: &Loader,
-    path: &Path,
-    elf: &ElfFile<'_>,
-    marker: &[u8],
+/// Whether the file starts with the ELF magic (reading only that).
+fn is_elf(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path)?;
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(magic[..got].starts_with(ELF_MAGIC) && got == magic.len())
+}
+
+/// One rewritten binary being checked.
+struct Binary<'a> {
+    loader: &'a Loader,
+    path: &'a Path,
+    elf: &'a ElfFile<'a>,
+    marker: &'a [u8],
     marker_address: u64,
-    original: &Path,
-    problems: &mut Vec<String>,
-) -> usize {
-    let metadata = match HipkMetadata::parse(marker) {
-        Ok(m) => m,
-        Err(e) => {
-            problems.push(format!("marker: {e}"));
+}
+
+/// What checking one original code object found.
+struct Checked {
+    /// No HIPK wrapper carries its index.
+    unwrapped: Option<String>,
+    /// Load problems, by position of the wrapper they came through.
+    loads: Vec<(usize, String)>,
+    compared: usize,
+}
+
+impl Binary<'_> {
+    /// Checks the binary against `original`; returns the number of code objects loaded and
+    /// compared. Problems come in a fixed order: the wrappers', then each original code object
+    /// no wrapper carries, then load failures by wrapper and code object.
+    fn verify(&self, original: &Path, threads: usize, problems: &mut Vec<String>) -> usize {
+        let metadata = match HipkMetadata::parse(self.marker) {
+            Ok(m) => m,
+            Err(e) => {
+                problems.push(format!("marker: {e}"));
+                return 0;
+            }
+        };
+        let Some(seg) = self.elf.section(FATBIN_SEGMENT_SECTION) else {
+            problems.push(format!("has a marker but no {FATBIN_SEGMENT_SECTION}"));
             return 0;
+        };
+        let wrappers = parse_wrappers(seg.data, true);
+        for (i, w) in wrappers.iter().enumerate() {
+            if w.magic != HIPK_MAGIC {
+                problems.push(format!("wrapper {i} has magic {:#010x}, not HIPK", w.magic));
+            }
+            if w.pointer != self.marker_address {
+                problems.push(format!(
+                    "wrapper {i} points at {:#x}, not at the marker ({:#x})",
+                    w.pointer, self.marker_address
+                ));
+            }
         }
-    };
-    let Some(seg) = elf.section(FATBIN_SEGMENT_SECTION) else {
-        problems.push(format!("has a marker but no {FATBIN_SEGMENT_SECTION}"));
-        return 0;
-    };
-    let wrappers = parse_wrappers(seg.data, true);
-    for (i, w) in wrappers.iter().enumerate() {
-        if w.magic != HIPK_MAGIC {
-            problems.push(format!("wrapper {i} has magic {:#010x}, not HIPK", w.magic));
-        }
-        if w.pointer != marker_address {
-            problems.push(format!(
-                "wrapper {i} points at {:#x}, not at the marker ({marker_address:#x})",
-                w.pointer
-            ));
-        }
+        let checked = HostFile::open(original)
+            .map_err(|e| crate::error::describe_io(&e))
+            .and_then(|host| {
+                import::check_host_code_objects(&metadata.kernel_name, &host, threads, |co, _| {
+                    self.check_one(&metadata, &wrappers, co)
+                })
+                .map_err(|e| match e {
+                    StreamError::Import(e) => e.to_string(),
+                    StreamError::Read(e) => crate::error::describe_io(&e),
+                    StreamError::Visit(never) => match never {},
+                })
+            });
+        let checked = match checked {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(format!("original {}: {e}", original.display()));
+                return 0;
+            }
+        };
+        problems.extend(checked.iter().filter_map(|c| c.unwrapped.clone()));
+        let mut loads: Vec<&(usize, String)> = checked.iter().flat_map(|c| &c.loads).collect();
+        // Stable: code objects stay in order under each wrapper.
+        loads.sort_by_key(|(w, _)| *w);
+        problems.extend(loads.into_iter().map(|(_, m)| m.clone()));
+        checked.iter().map(|c| c.compared).sum()
     }
-    let originals = match std::fs::read(original)
-        .map_err(|e| crate::error::describe_io(&e))
-        .and_then(|b| {
-            import::host_code_objects(&metadata.kernel_name, &b).map_err(|e| e.to_string())
-        }) {
-        Ok(c) => c,
-        Err(e) => {
-            problems.push(format!("original {}: {e}", original.display()));
-            return 0;
-        }
-    };
-    let mut compared = 0;
-    for co in &originals {
-        if !wrappers
+
+    /// Loads one original code object through every HIPK wrapper carrying its index.
+    fn check_one(
+        &self,
+        metadata: &HipkMetadata,
+        wrappers: &[Wrapper],
+        co: &import::CodeObject,
+    ) -> Checked {
+        let mut checked = Checked {
+            unwrapped: None,
+            loads: Vec::new(),
+            compared: 0,
+        };
+        let carrying = wrappers
             .iter()
-            .any(|w| w.magic == HIPK_MAGIC && w.co_index == co.index)
-        {
-            problems.push(format!(
-                "{} [{}]: no HIPK wrapper carries index {}",
-                co.key, co.arch, co.index
-            ));
-        }
-    }
-    for w in wrappers.iter().filter(|w| w.magic == HIPK_MAGIC) {
-        for co in originals.iter().filter(|c| c.index == w.co_index) {
-            compared += 1;
+            .enumerate()
+            .filter(|(_, w)| w.magic == HIPK_MAGIC && w.co_index == co.index);
+        for (at, w) in carrying {
+            checked.compared += 1;
             let arch_list = [Some(co.arch.as_str())];
             let request = LoadRequest {
-                binary_path: path,
+                binary_path: self.path,
                 co_index: w.co_index,
                 arch_list: &arch_list,
             };
-            let loaded = loader.load_code_object(
+            let loaded = self.loader.load_code_object(
                 || Ok(metadata.clone()),
                 &request,
                 |n| Some(vec![0u8; n]),
                 &mut Silent,
             );
-            match loaded {
-                Ok(l) if l.data == co.data && l.target == co.arch => {}
-                Ok(l) if l.data == co.data => problems.push(format!(
+            let problem = match loaded {
+                Ok(l) if l.data == co.data && l.target == co.arch => continue,
+                Ok(l) if l.data == co.data => format!(
                     "{} [{}]: loaded as target {} from {}, not as {}",
                     co.key,
                     co.arch,
                     l.target,
                     l.archive.display(),
                     co.arch
-                )),
-                Ok(l) => problems.push(format!(
+                ),
+                Ok(l) => format!(
                     "{} [{}]: {} holds {} bytes that differ from the original's {}",
                     co.key,
                     co.arch,
                     l.archive.display(),
                     l.data.len(),
                     co.data.len()
-                )),
-                Err(e) => problems.push(format!(
+                ),
+                Err(e) => format!(
                     "{} [{}]: does not load: {} ({e})",
                     co.key,
                     co.arch,
                     e.kind().name()
-                )),
-            }
+                ),
+            };
+            checked.loads.push((at, problem));
         }
+        if checked.compared == 0 {
+            checked.unwrapped = Some(format!(
+                "{} [{}]: no HIPK wrapper carries index {}",
+                co.key, co.arch, co.index
+            ));
+        }
+        checked
     }
-    compared
 }
 
 /// Regular files below `root` (relative paths, sorted), skipping the archive folder.

@@ -85,9 +85,9 @@ fn zstd_entries_record_frame_and_digest_after_existing_keys() {
             .unwrap()
             .2;
         if key == "empty#0" {
-            assert_eq!(keys, ["frame", "blake3"]);
+            assert_eq!(keys, ["frame", "blake3", "frame_blake3"]);
         } else {
-            assert_eq!(keys, ["target", "frame", "blake3"]);
+            assert_eq!(keys, ["target", "frame", "blake3", "frame_blake3"]);
         }
         let Some(Value::Array(frame)) = meta.get("frame") else {
             panic!("{key}: no frame")
@@ -107,6 +107,13 @@ fn zstd_entries_record_frame_and_digest_after_existing_keys() {
         assert_eq!(
             meta.get("blake3"),
             Some(&Value::Bin(blake3::hash(data).as_bytes())),
+            "{key} [{arch}]"
+        );
+        assert_eq!(
+            meta.get("frame_blake3"),
+            Some(&Value::Bin(
+                blake3::hash(&bytes[offset + 4..offset + 4 + size]).as_bytes()
+            )),
             "{key} [{arch}]"
         );
     }
@@ -201,23 +208,33 @@ fn a_flipped_byte_that_still_decodes_is_refused() {
         let e = a.get_kernel("lib/a.so#0", "gfx1100").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DecompressionFailed, "{e}");
         let msg = e.to_string();
+        // zstd entries carry a frame digest, checked before decoding; `none` ones only `blake3`.
+        let kref = a.locate("lib/a.so#0", "gfx1100").unwrap();
+        let (what, recorded) = match compression {
+            Compression::None => ("decoded bytes", kref.digest),
+            Compression::Zstd { .. } => ("compressed frame's bytes", kref.frame_digest),
+        };
         assert!(
             msg.starts_with(&format!(
-                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch: the decoded bytes hash to ",
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch: the {what} hash to ",
                 path.display()
             )),
             "{msg}"
         );
-        let recorded = rocm_kpack::error::hex(&a.kernel_digest("lib/a.so#0", "gfx1100").unwrap());
+        let recorded = rocm_kpack::error::hex(&recorded.unwrap());
         assert!(
             msg.contains(&format!("the archive records {recorded}")),
             "{msg}"
         );
-        // A caller's buffer never keeps the altered bytes.
-        let kref = a.locate("lib/a.so#0", "gfx1100").unwrap();
+        // A caller's buffer never keeps the altered bytes: zeroed after a failed check of the
+        // decoded bytes, never written when the frame was refused before decoding.
         let mut buf = vec![0xaau8; kref.size as usize];
         assert!(a.read_into(&kref, &mut buf).is_err());
-        assert!(buf.iter().all(|b| *b == 0));
+        let left = match compression {
+            Compression::None => 0,
+            Compression::Zstd { .. } => 0xaa,
+        };
+        assert!(buf.iter().all(|b| *b == left));
         // Its sibling is unaffected.
         assert_eq!(
             a.get_kernel("lib/b.so#0", "gfx1100").unwrap(),
@@ -280,6 +297,15 @@ fn zero_byte_kernels_have_digests() {
         a.kernel_digest("empty#0", "gfx1100"),
         Some(*blake3::hash(b"").as_bytes())
     );
+    // An empty kernel still has a (non-empty) frame, and a digest of it.
+    let kref = a.locate("empty#0", "gfx1100").unwrap();
+    let frame =
+        &bytes[kref.stored.offset as usize..(kref.stored.offset + kref.stored.size) as usize];
+    assert!(!frame.is_empty());
+    assert_eq!(kref.frame_digest, Some(*blake3::hash(frame).as_bytes()));
+    let mut got = Vec::new();
+    a.read_verified_frame(&kref, &mut got).unwrap();
+    assert_eq!(got, frame);
     assert_eq!(a.get_kernel("empty#0", "gfx1100").unwrap(), b"");
     let o = kpack_fuse(&[&"verify", &path]);
     assert_eq!(o.status.code(), Some(0));
@@ -351,9 +377,14 @@ fn mount_gives_eio_for_a_flipped_byte_and_logs_it() {
         // Exactly EIO (twice: never cached), the neighbours byte-exact.
         m.check("corrupt", "lib/a.so#0/gfx1100.hsaco");
         let log = m.daemon_log();
+        // zstd: the frame digest caught it before decoding.
+        let what = match compression {
+            Compression::None => "decoded bytes",
+            Compression::Zstd { .. } => "compressed frame's bytes",
+        };
         assert!(
             log.contains(&format!(
-                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch",
+                "{}: kernel lib/a.so#0 [gfx1100]: BLAKE3 digest mismatch: the {what} hash to",
                 path.display()
             )),
             "the mismatch is logged with archive, key and arch:\n{log}"

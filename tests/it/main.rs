@@ -16,6 +16,7 @@ mod cli_wording;
 mod deploy;
 mod digests;
 mod fatbin;
+mod frame_digest;
 mod fuzz_regressions;
 mod golden;
 mod install;

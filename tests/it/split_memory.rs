@@ -1,6 +1,7 @@
-//! `split` and `pack --from-fatbin` hold a bounded window of device code, not the input: a
-//! synthetic fat library with 256 MiB of device code (100 bundles of 5 arches, code objects of
-//! 20 KB to 15 MB) is split and imported by the CLI in a child process whose peak resident
+//! `split`, `pack --from-fatbin` and the `verify` commands that read fat binaries
+//! (`--split`, `--against`) hold a bounded window of device code, not the input: a synthetic
+//! fat library with 256 MiB of device code (100 bundles of 5 arches, code objects of 20 KB to
+//! 15 MB) is split, imported and verified by the CLI in a child process whose peak resident
 //! memory (VmHWM, from `wait4`) must stay under 160 MiB, and the code objects come back out of
 //! the archives byte for byte.
 //!
@@ -161,15 +162,41 @@ fn split_and_import_peak_memory_does_not_follow_the_input() {
             "{name}: split and pack --from-fatbin write the same archive"
         );
     }
+    let (status, verify_split_peak) = cli_peak_rss(&[
+        "verify".into(),
+        "--split".into(),
+        out.clone().into(),
+        "--original".into(),
+        root.clone().into(),
+    ]);
+    assert!(status.success(), "verify --split: {status}");
+    let mut against: Vec<OsString> = vec!["verify".into()];
+    against.extend(
+        fat_host::ARCHES.map(|arch| imported.join(format!("fat_{arch}.kpack")).into_os_string()),
+    );
+    against.extend(["--against".into(), host.path.clone().into()]);
+    let (status, verify_against_peak) = cli_peak_rss(&against);
+    assert!(status.success(), "verify --against: {status}");
     eprintln!(
-        "input {input_len} bytes ({} of device code): split peak {} MiB, pack --from-fatbin peak {} MiB",
+        "input {input_len} bytes ({} of device code): peak RSS of split {} MiB, pack --from-fatbin \
+         {} MiB, verify --split {} MiB, verify --against {} MiB",
         host.device_bytes,
         split_peak >> 20,
-        import_peak >> 20
+        import_peak >> 20,
+        verify_split_peak >> 20,
+        verify_against_peak >> 20
     );
     assert!(split_peak < RSS_BOUND, "split peak RSS {split_peak}");
     assert!(
         import_peak < RSS_BOUND,
         "pack --from-fatbin peak RSS {import_peak}"
+    );
+    assert!(
+        verify_split_peak < RSS_BOUND,
+        "verify --split peak RSS {verify_split_peak}"
+    );
+    assert!(
+        verify_against_peak < RSS_BOUND,
+        "verify --against peak RSS {verify_against_peak}"
     );
 }

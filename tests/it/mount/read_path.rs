@@ -485,13 +485,19 @@ fn kernel_failing_its_digest_is_eio_and_never_cached() {
             ("lib/a.so#0", "gfx942", bad.clone()),
         ],
     );
-    // Change the digest the TOC records for gfx942 (frames and sizes stay valid).
+    // Change the frame digest the TOC records for gfx942 (frames and sizes stay valid): what
+    // reads check for archives we write.
     let mut bytes = fs::read(&path).unwrap();
-    let digest = blake3::hash(&bad);
+    let kref_frame = {
+        let a = rocm_kpack::Archive::open(&path).unwrap();
+        let k = a.locate("lib/a.so#0", "gfx942").unwrap();
+        k.stored.offset as usize..(k.stored.offset + k.stored.size) as usize
+    };
+    let digest = blake3::hash(&bytes[kref_frame]);
     let at = bytes
         .windows(32)
         .position(|w| w == digest.as_bytes())
-        .expect("the archive records the kernel's digest");
+        .expect("the archive records the frame's digest");
     bytes[at] ^= 0x01;
     fs::write(&path, &bytes).unwrap();
     let cache = d.path().join("cache");
