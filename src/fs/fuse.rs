@@ -194,11 +194,11 @@ impl Adapter {
     /// A page-cache mode read: on the decode pool when the kernel is not decoded yet, so
     /// request threads stay free for other files.
     fn read_ino(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
-        let serve = move |shared: &Shared, reply: ReplyData| match shared.fs.read_ino(ino, offset, size)
-        {
-            Ok(slice) => reply.data(slice.as_slice()),
-            Err(e) => reply.error(errno(e)),
-        };
+        let serve =
+            move |shared: &Shared, reply: ReplyData| match shared.fs.read_ino(ino, offset, size) {
+                Ok(slice) => reply.data(slice.as_slice()),
+                Err(e) => reply.error(errno(e)),
+            };
         if self.fs.read_needs_decode(ino) {
             let shared = self.shared.clone();
             self.decoders.run(move || serve(&shared, reply));
@@ -245,7 +245,11 @@ impl Filesystem for Adapter {
         self.fs.set_page_cache_mode(self.page_cache);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
-            if self.page_cache { "page-cache" } else { "passthrough" },
+            if self.page_cache {
+                "page-cache"
+            } else {
+                "passthrough"
+            },
             if on { "passthrough" } else { "daemon" },
             self.fs.store().kind()
         );

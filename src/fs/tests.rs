@@ -625,7 +625,10 @@ fn auto_open_mode_follows_the_median_kernel_size() {
     assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::PageCache);
     let (_d, fs) = mount_fs(&at(limit + 1), Compression::None, &options(1 << 20, &[]));
     assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::Passthrough);
-    assert_eq!(fs.resolve_open_mode(OpenMode::PageCache), OpenMode::PageCache);
+    assert_eq!(
+        fs.resolve_open_mode(OpenMode::PageCache),
+        OpenMode::PageCache
+    );
     for (s, m) in [
         ("auto", OpenMode::Auto),
         ("passthrough", OpenMode::Passthrough),
@@ -665,6 +668,9 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     }
     fs.set_page_cache_mode(true);
     let stats = fs.stats_text();
-    assert!(stats.contains("\npage_cache_mode 1\ndaemon_opens 4\n"), "{stats}");
+    assert!(
+        stats.contains("\npage_cache_mode 1\ndaemon_opens 4\n"),
+        "{stats}"
+    );
     assert!(stats.contains("\ndecodes 5\n"), "{stats}");
 }

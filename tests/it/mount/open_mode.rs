@@ -68,7 +68,10 @@ fn auto_open_mode_follows_the_median_kernel_size() {
     }
     let d = tmp();
     // Median 4097 bytes: small kernels.
-    let small = rich_archive(&d.path().join("small.kpack"), Compression::Zstd { level: 3 });
+    let small = rich_archive(
+        &d.path().join("small.kpack"),
+        Compression::Zstd { level: 3 },
+    );
     // Median 200 000 bytes (> 64 KiB), one small kernel among them.
     let large = write_archive(
         &d.path().join("large.kpack"),
@@ -80,15 +83,27 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         ],
     );
     let cases: &[(&Path, &[&str], &str)] = &[
-        (&small, &[], "page_cache_mode=1,passthrough=0,daemon_opens=1"),
-        (&small, &["-o", "open_mode=auto"], "page_cache_mode=1,daemon_opens=1"),
+        (
+            &small,
+            &[],
+            "page_cache_mode=1,passthrough=0,daemon_opens=1",
+        ),
+        (
+            &small,
+            &["-o", "open_mode=auto"],
+            "page_cache_mode=1,daemon_opens=1",
+        ),
         // Each of the 8 kernels opened by walk: 8 OPENs.
         (
             &small,
             &["--open-mode", "passthrough"],
             "page_cache_mode=0,passthrough=1,daemon_opens=8",
         ),
-        (&large, &[], "page_cache_mode=0,passthrough=1,daemon_opens=3"),
+        (
+            &large,
+            &[],
+            "page_cache_mode=0,passthrough=1,daemon_opens=3",
+        ),
         (
             &large,
             &["--open-mode", "page-cache"],
