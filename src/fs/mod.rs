@@ -398,11 +398,14 @@ impl KpackFs {
 
     /// The (key, arch) names of a file.
     fn names_of(&self, f: &FileNode) -> (&str, &str) {
-        let binary = &self.archive_of(f).binaries()[f.binary as usize];
-        (
-            binary.key.as_str(),
-            binary.arches[f.entry as usize].arch.as_str(),
-        )
+        let archive = self.archive_of(f);
+        let binary = archive
+            .binary(f.binary as usize)
+            .expect("the tree holds indices of its archives' entries");
+        let entry = binary
+            .arch(f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        (binary.key, entry.arch)
     }
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
@@ -534,7 +537,7 @@ impl KpackFs {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
-            digest: self.digest_of(file),
+            digest: self.digest_of(file)?,
         };
         let fetched = self
             .store
@@ -556,8 +559,16 @@ impl KpackFs {
     }
 
     /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
-    fn digest_of(&self, f: &FileNode) -> Option<[u8; 32]> {
-        self.archive_of(f).binaries()[f.binary as usize].arches[f.entry as usize].blake3
+    /// A large archive's digests are read from its TOC in the file: a failed read is EIO.
+    fn digest_of(&self, f: &FileNode) -> Result<Option<[u8; 32]>, Errno> {
+        let archive = self.archive_of(f);
+        let entry = archive
+            .entry_at(f.binary as usize, f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        archive.entry_digest(&entry).map_err(|e| {
+            log::error!("{e}");
+            Errno::EIO
+        })
     }
 
     /// The key of a kernel in a persistent cache directory: BLAKE3 of what identifies its
@@ -691,7 +702,7 @@ impl KpackFs {
                     ),
                 ];
                 // Archives we write record each kernel's digest; reference archives do not.
-                if let Some(d) = self.digest_of(f) {
+                if let Ok(Some(d)) = self.digest_of(f) {
                     attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
                 }
                 attrs

@@ -168,7 +168,7 @@ fn mount_pack_mount_round_trip() {
             .map(|(k, e)| {
                 (
                     k.to_owned(),
-                    e.arch.clone(),
+                    e.arch.to_owned(),
                     x.get_kernel(k, &e.arch).unwrap(),
                 )
             })

@@ -298,9 +298,8 @@ fn reference_layout_archive(path: &Path) -> PathBuf {
     assert!(
         rocm_kpack::Archive::open(path)
             .unwrap()
-            .binaries()
-            .iter()
-            .all(|b| b.arches.iter().all(|e| e.blake3.is_none()))
+            .entries()
+            .all(|(_, e)| e.blake3_at.is_none())
     );
     path.to_path_buf()
 }

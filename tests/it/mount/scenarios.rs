@@ -117,7 +117,7 @@ pub fn expected(archive: &Path) -> Vec<(String, String, Vec<u8>)> {
         .map(|(key, e)| {
             (
                 key.to_owned(),
-                e.arch.clone(),
+                e.arch.to_owned(),
                 a.get_kernel(key, &e.arch).unwrap(),
             )
         })
@@ -576,7 +576,7 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
         .map(|(key, e)| {
             (
                 key.to_owned(),
-                e.arch.clone(),
+                e.arch.to_owned(),
                 a.get_kernel(key, &e.arch).unwrap(),
             )
         })
