@@ -490,7 +490,7 @@ impl Archive {
     /// Reads a kernel and checks every digest its entry records: the frame's, then the decoded
     /// bytes' (so an archive whose two digests disagree is reported). What `verify` runs.
     pub fn verify_kernel(&self, kref: &KernelRef<'_>) -> Result<()> {
-        self.explain(self.read_checked(kref, zeroed_vec, true))
+        self.explain(self.read_checked(kref, Unfilled::new, true))
             .map(drop)
     }
 
@@ -719,7 +719,8 @@ impl Archive {
 
     /// Returns a kernel as a fresh vector.
     pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
-        self.get_kernel_with(key, arch, zeroed_vec)
+        self.get_kernel_with(key, arch, Unfilled::new)
+            .map(Unfilled::into_filled)
     }
 }
 
@@ -820,21 +821,49 @@ fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Sp
         .collect())
 }
 
-/// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh
-/// pages that are not touched until written, so a decode that fails early costs little memory.
-pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
-    if len == 0 {
-        return Some(Vec::new());
+/// A vector's allocation that a read fills: zstd decodes straight into it, so nothing clears it
+/// first (a cleared allocation is a pass of `memset` over every kernel when the allocator reuses
+/// memory, about 1% of a decode). A `none` read clears it before copying into it (`init_mut`).
+struct Unfilled {
+    /// Capacity `len`, length 0 until filled.
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Unfilled {
+    fn new(len: usize) -> Option<Unfilled> {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).ok()?;
+        Some(Unfilled { buf, len })
     }
-    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
-    // SAFETY: the layout has a non-zero size; a non-null result is a zeroed allocation of
-    // exactly `len` bytes with alignment 1, which is what a Vec<u8> of that capacity owns.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout);
-        if ptr.is_null() {
-            return None;
-        }
-        Some(Vec::from_raw_parts(ptr, len, len))
+
+    /// The vector, once a read returned this buffer (which it does only when every byte was
+    /// written).
+    fn into_filled(mut self) -> Vec<u8> {
+        // SAFETY: read_with returns a buffer only once all `len` bytes have been written.
+        unsafe { self.buf.set_len(self.len) };
+        self.buf
+    }
+}
+
+// SAFETY: `len` bytes of the vector's capacity, owned by `self`; `init_mut` initialises them
+// before handing out a slice; `filled_mut` relies on the caller's promise that they were written.
+unsafe impl KernelBuf for Unfilled {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.as_mut_ptr()
+    }
+    fn init_mut(&mut self) -> &mut [u8] {
+        self.buf.clear();
+        self.buf.resize(self.len, 0);
+        &mut self.buf
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        // SAFETY: all `len` bytes were written (the caller's promise), within the capacity.
+        unsafe { self.buf.set_len(self.len) };
+        &mut self.buf
     }
 }
 
