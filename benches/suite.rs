@@ -421,7 +421,7 @@ fn direct_api(path: &Path) -> (u64, Duration) {
     let archive = Archive::open(path).unwrap();
     let entries: Vec<(String, String)> = archive
         .entries()
-        .map(|(k, e)| (k.to_owned(), e.arch.clone()))
+        .map(|(k, e)| (k.to_owned(), e.arch.to_owned()))
         .collect();
     let (archive, entries) = (&archive, &entries);
     let total: u64 = std::thread::scope(|s| {

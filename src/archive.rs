@@ -16,6 +16,12 @@ use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
 
+/// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
+/// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
+/// million-entry archive would otherwise keep 64 MiB of digests for the life of a mount, while
+/// a small one would pay a read per kernel.
+const KEEP_DIGESTS: usize = 1 << 17;
+
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
@@ -25,6 +31,11 @@ pub struct Archive {
     file_len: u64,
     modified: Option<SystemTime>,
     toc: Toc,
+    /// Where the TOC starts in the file (digest positions count from here).
+    toc_offset: u64,
+    /// The entries' digests, sorted by their TOC position, when few enough to keep; `None`:
+    /// read from the file when needed.
+    digests: Option<Vec<(u32, [u8; 32])>>,
     /// BLAKE3 of the TOC's msgpack object.
     toc_digest: [u8; 32],
     /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
@@ -67,17 +78,17 @@ impl Archive {
     /// Opens and validates an archive. Errors follow the reference's open matrix (see
     /// `Error::kind`).
     pub fn open(path: impl AsRef<Path>) -> Result<Archive> {
-        let file = LocalFile::open(path)?;
-        let modified = file.modified();
-        Archive::open_boxed(Box::new(file), modified)
+        Archive::open_source(Box::new(LocalFile::open(path)?))
     }
 
     /// Opens and validates an archive read from any byte source (a local file, a remote object).
     pub fn open_source(source: Box<dyn ByteSource>) -> Result<Archive> {
-        Archive::open_boxed(source, None)
+        Archive::open_keeping(source, KEEP_DIGESTS)
     }
 
-    fn open_boxed(source: Box<dyn ByteSource>, modified: Option<SystemTime>) -> Result<Archive> {
+    /// Opens, keeping at most `keep_digests` digests in memory.
+    fn open_keeping(source: Box<dyn ByteSource>, keep_digests: usize) -> Result<Archive> {
+        let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
         if file_len == 0 {
@@ -132,6 +143,7 @@ impl Archive {
             reason: e.reason,
         })?;
         let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
+        let digests = kept_digests(&toc, &toc_bytes, keep_digests);
         drop(toc_bytes);
 
         let (spans, lazy_frames) = match toc.scheme {
@@ -139,7 +151,7 @@ impl Archive {
             Scheme::ZstdPerKernel => {
                 let blob = toc.zstd_blob;
                 let count = zstd_frame_count(&path, &*source, file_len, blob)?;
-                let mut entries = toc.binaries.iter().flat_map(|b| &b.arches).peekable();
+                let mut entries = toc.kernels.binaries().flat_map(|b| b.arches()).peekable();
                 let positioned = entries.peek().is_some() && entries.all(|e| e.frame.is_some());
                 if positioned {
                     (Vec::new(), Some((blob, count)))
@@ -154,6 +166,8 @@ impl Archive {
             file_len,
             modified,
             toc,
+            toc_offset,
+            digests,
             toc_digest,
             spans,
             lazy_frames,
@@ -186,10 +200,50 @@ impl Archive {
         self.toc_digest
     }
 
-    /// The `blake3` digest recorded for a kernel, when the archive has one for it.
-    pub fn kernel_digest(&self, key: &str, arch: &str) -> Option<[u8; 32]> {
-        let (b, e) = self.entry_index(key, arch)?;
-        self.toc.binaries[b].arches[e].blake3
+    /// The `blake3` digest recorded for a kernel, when the archive has one for it. In a large
+    /// archive this reads 32 bytes of the TOC from the file (see [`KEEP_DIGESTS`]).
+    pub fn kernel_digest(&self, key: &str, arch: &str) -> Result<Option<[u8; 32]>> {
+        match self.entry_index(key, arch) {
+            Some((b, e)) => self.entry_digest(&self.entry_at(b, e).expect("found")),
+            None => Ok(None),
+        }
+    }
+
+    /// The `blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry.blake3_at.map(|at| self.digest_at(at)).transpose()
+    }
+
+    /// The `frame_blake3` digest of an entry of this archive's TOC, when it has one.
+    pub fn entry_frame_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
+        entry
+            .frame_blake3_at
+            .map(|at| self.digest_at(at))
+            .transpose()
+    }
+
+    /// The 32 digest bytes at TOC position `at`: kept, or read from the file.
+    fn digest_at(&self, at: u32) -> Result<[u8; 32]> {
+        if let Some(kept) = &self.digests {
+            if let Ok(i) = kept.binary_search_by_key(&at, |&(pos, _)| pos) {
+                return Ok(kept[i].1);
+            }
+        }
+        let mut digest = [0u8; 32];
+        let offset = self.toc_offset + u64::from(at);
+        let got = read_full_at(&*self.source, &mut digest, offset)
+            .map_err(|e| Error::io(&self.path, "cannot read a kernel digest from the TOC", e))?;
+        if got < digest.len() {
+            // The file was shorter at open time only if it changed since.
+            return Err(self.check_unchanged().err().unwrap_or_else(|| {
+                Error::io(
+                    &self.path,
+                    format!("cannot read the kernel digest at byte {offset}"),
+                    io::Error::from(io::ErrorKind::UnexpectedEof),
+                )
+            }));
+        }
+        Ok(digest)
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -210,8 +264,33 @@ impl Archive {
     }
 
     /// Binaries with their arch entries, sorted by key.
-    pub fn binaries(&self) -> &[TocBinary] {
-        &self.toc.binaries
+    pub fn binaries(&self) -> impl ExactSizeIterator<Item = TocBinary<'_>> + '_ {
+        self.toc.kernels.binaries()
+    }
+
+    /// The binary at index `i` of [`binaries`](Self::binaries).
+    pub fn binary(&self, i: usize) -> Option<TocBinary<'_>> {
+        self.toc.kernels.binary(i)
+    }
+
+    /// Number of binaries.
+    pub fn binary_count(&self) -> usize {
+        self.toc.kernels.len()
+    }
+
+    /// Number of (key, arch) entries.
+    pub fn entry_count(&self) -> usize {
+        self.toc.kernels.entry_count()
+    }
+
+    /// The entry `binaries()[binary].arches()[entry]`.
+    pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
+        self.toc.kernels.binary(binary)?.arch(entry)
+    }
+
+    /// Bytes the parsed TOC keeps on the heap (binaries and entries).
+    pub fn toc_heap_bytes(&self) -> usize {
+        self.toc.kernels.heap_bytes()
     }
 
     /// Whether `gfx_arches` lists `arch` (exact match).
@@ -221,15 +300,8 @@ impl Archive {
 
     /// The (binary, entry) indices of a kernel in `binaries()`.
     fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
-        let b = self
-            .toc
-            .binaries
-            .binary_search_by(|b| b.key.as_str().cmp(key))
-            .ok()?;
-        let e = self.toc.binaries[b]
-            .arches
-            .iter()
-            .position(|e| e.arch == arch)?;
+        let b = self.toc.kernels.find(key)?;
+        let e = self.toc.kernels.binary(b)?.position(arch)?;
         Some((b, e))
     }
 
@@ -254,11 +326,30 @@ impl Archive {
     /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
     /// by name (the mount builds its tree from these indices and reads through them).
     pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        let mut kref = self.locate_stored(binary, entry)?;
+        let entry = self.entry_at(binary, entry).expect("located");
+        kref.digest = self.entry_digest(&entry)?;
+        if self.toc.scheme == Scheme::ZstdPerKernel {
+            kref.frame_digest = self.entry_frame_digest(&entry)?;
+        }
+        Ok(kref)
+    }
+
+    /// What a read of the entry at these indices would return and store: its size and its
+    /// stored bytes, checked as [`Archive::locate_at`] checks them, without reading anything
+    /// (the mount lists a million entries with this).
+    pub fn sizes_at(&self, binary: usize, entry: usize) -> Result<(u64, Span)> {
+        self.locate_stored(binary, entry)
+            .map(|kref| (kref.size, kref.stored))
+    }
+
+    /// [`Archive::locate_at`] without the digest.
+    fn locate_stored(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
         let Some((bin, entry)) = self
             .toc
-            .binaries
-            .get(binary)
-            .and_then(|b| Some((b, b.arches.get(entry)?)))
+            .kernels
+            .binary(binary)
+            .and_then(|b| Some((b, b.arch(entry)?)))
         else {
             return Err(self.not_found(
                 &format!("#{binary}"),
@@ -266,9 +357,9 @@ impl Archive {
                 "no TOC entry at these indices",
             ));
         };
-        let (key, arch) = (bin.key.as_str(), entry.arch.as_str());
+        let (key, arch) = (bin.key, entry.arch);
         let stored = match self.lazy_frames {
-            Some((blob, count)) => self.positioned_frame(key, arch, entry, blob, count)?,
+            Some((blob, count)) => self.positioned_frame(key, arch, &entry, blob, count)?,
             None => *self.spans.get(entry.ordinal as usize).ok_or_else(|| {
                 self.not_found(
                     key,
@@ -308,11 +399,8 @@ impl Archive {
             stored,
             size,
             size_word_unchecked: self.lazy_frames.is_some(),
-            digest: entry.blake3,
-            frame_digest: match self.toc.scheme {
-                Scheme::ZstdPerKernel => entry.frame_blake3,
-                Scheme::None => None,
-            },
+            digest: None,
+            frame_digest: None,
         })
     }
 
@@ -328,7 +416,7 @@ impl Archive {
         &self,
         key: &str,
         arch: &str,
-        entry: &TocEntry,
+        entry: &TocEntry<'_>,
         blob: Span,
         count: u32,
     ) -> Result<Span> {
@@ -364,11 +452,11 @@ impl Archive {
     }
 
     /// Every (key, arch) entry, in key order then file order of arches.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &TocEntry)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&str, TocEntry<'_>)> {
         self.toc
-            .binaries
-            .iter()
-            .flat_map(|b| b.arches.iter().map(move |e| (b.key.as_str(), e)))
+            .kernels
+            .binaries()
+            .flat_map(|b| b.arches().map(move |e| (b.key, e)))
     }
 
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
@@ -397,7 +485,7 @@ impl Archive {
     /// Reads a kernel and checks every digest its entry records: the frame's, then the decoded
     /// bytes' (so an archive whose two digests disagree is reported). What `verify` runs.
     pub fn verify_kernel(&self, kref: &KernelRef<'_>) -> Result<()> {
-        self.explain(self.read_checked(kref, zeroed_vec, true))
+        self.explain(self.read_checked(kref, Unfilled::new, true))
             .map(drop)
     }
 
@@ -626,8 +714,31 @@ impl Archive {
 
     /// Returns a kernel as a fresh vector.
     pub fn get_kernel(&self, key: &str, arch: &str) -> Result<Vec<u8>> {
-        self.get_kernel_with(key, arch, zeroed_vec)
+        self.get_kernel_with(key, arch, Unfilled::new)
+            .map(Unfilled::into_filled)
     }
+}
+
+/// The entries' digests copied out of the TOC bytes, when there are at most `limit`.
+fn kept_digests(toc: &Toc, toc_bytes: &[u8], limit: usize) -> Option<Vec<(u32, [u8; 32])>> {
+    let positions = toc
+        .kernels
+        .binaries()
+        .flat_map(|b| b.arches())
+        .flat_map(|e| [e.blake3_at, e.frame_blake3_at])
+        .flatten();
+    let mut kept = Vec::new();
+    for at in positions {
+        if kept.len() == limit {
+            return None;
+        }
+        let bytes = toc_bytes.get(at as usize..)?.get(..32)?;
+        kept.push((at, <[u8; 32]>::try_from(bytes).ok()?));
+    }
+    kept.sort_unstable_by_key(|&(at, _)| at);
+    kept.dedup_by_key(|&mut (at, _)| at);
+    kept.shrink_to_fit();
+    Some(kept)
 }
 
 /// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not
@@ -705,21 +816,49 @@ fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Sp
         .collect())
 }
 
-/// A zero-filled vector, or `None` when the allocation fails. Zeroed allocations come from fresh
-/// pages that are not touched until written, so a decode that fails early costs little memory.
-pub fn zeroed_vec(len: usize) -> Option<Vec<u8>> {
-    if len == 0 {
-        return Some(Vec::new());
+/// A vector's allocation that a read fills: zstd decodes straight into it, so nothing clears it
+/// first (a cleared allocation is a pass of `memset` over every kernel when the allocator reuses
+/// memory, about 1% of a decode). A `none` read clears it before copying into it (`init_mut`).
+struct Unfilled {
+    /// Capacity `len`, length 0 until filled.
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Unfilled {
+    fn new(len: usize) -> Option<Unfilled> {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).ok()?;
+        Some(Unfilled { buf, len })
     }
-    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
-    // SAFETY: the layout has a non-zero size; a non-null result is a zeroed allocation of
-    // exactly `len` bytes with alignment 1, which is what a Vec<u8> of that capacity owns.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout);
-        if ptr.is_null() {
-            return None;
-        }
-        Some(Vec::from_raw_parts(ptr, len, len))
+
+    /// The vector, once a read returned this buffer (which it does only when every byte was
+    /// written).
+    fn into_filled(mut self) -> Vec<u8> {
+        // SAFETY: read_with returns a buffer only once all `len` bytes have been written.
+        unsafe { self.buf.set_len(self.len) };
+        self.buf
+    }
+}
+
+// SAFETY: `len` bytes of the vector's capacity, owned by `self`; `init_mut` initialises them
+// before handing out a slice; `filled_mut` relies on the caller's promise that they were written.
+unsafe impl KernelBuf for Unfilled {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.as_mut_ptr()
+    }
+    fn init_mut(&mut self) -> &mut [u8] {
+        self.buf.clear();
+        self.buf.resize(self.len, 0);
+        &mut self.buf
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        // SAFETY: all `len` bytes were written (the caller's promise), within the capacity.
+        unsafe { self.buf.set_len(self.len) };
+        &mut self.buf
     }
 }
 
@@ -784,6 +923,122 @@ mod tests {
         fn check_unchanged(&self) -> Result<()> {
             Ok(())
         }
+    }
+
+    /// An archive of zstd kernels with digests, written to `dir`.
+    fn digested_archive(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+        let mut w = crate::writer::ArchiveWriter::new(
+            "g",
+            "f",
+            vec!["gfx90a".into()],
+            crate::writer::Compression::Zstd { level: 1 },
+        )
+        .unwrap();
+        let kernels: Vec<(String, Vec<u8>)> = (0..40u8)
+            .map(|i| (format!("lib/k{i:02}.so#0"), vec![i; 100 + usize::from(i)]))
+            .collect();
+        for (key, data) in &kernels {
+            w.add_kernel(key, "gfx90a", data.clone()).unwrap();
+        }
+        let path = dir.join("d.kpack");
+        w.write(&path, &|_| {}).unwrap();
+        (path, kernels)
+    }
+
+    fn open_local(path: &Path, keep: usize) -> Archive {
+        Archive::open_keeping(Box::new(LocalFile::open(path).unwrap()), keep).unwrap()
+    }
+
+    #[test]
+    fn digests_read_from_the_file_match_the_kept_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let (kept, read) = (open_local(&path, KEEP_DIGESTS), open_local(&path, 0));
+        assert!(kept.digests.as_ref().is_some_and(|d| !d.is_empty()));
+        assert!(read.digests.is_none(), "over the limit nothing is kept");
+        for (key, data) in &kernels {
+            let want = Some(*blake3::hash(data).as_bytes());
+            assert_eq!(kept.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.kernel_digest(key, "gfx90a").unwrap(), want);
+            assert_eq!(read.locate(key, "gfx90a").unwrap().digest, want);
+            let frame = kept.locate(key, "gfx90a").unwrap().frame_digest;
+            assert!(frame.is_some());
+            assert_eq!(read.locate(key, "gfx90a").unwrap().frame_digest, frame);
+            assert_eq!(&read.get_kernel(key, "gfx90a").unwrap(), data);
+        }
+        assert_eq!(read.kernel_digest("lib/none.so#0", "gfx90a").unwrap(), None);
+    }
+
+    /// Bytes that a test changes under an open archive, which does not notice (as a remote
+    /// object without ETags would not).
+    #[derive(Debug, Clone)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl ByteSource for Shared {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            Memory(self.0.lock().unwrap().clone()).read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.lock().unwrap().len() as u64
+        }
+        fn display_name(&self) -> String {
+            "mem://shared".into()
+        }
+        fn identity(&self) -> String {
+            "shared".into()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_digest_read_from_the_file_is_checked_and_cannot_be_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let shared = Shared(std::sync::Arc::new(std::sync::Mutex::new(
+            std::fs::read(&path).unwrap(),
+        )));
+        let a = Archive::open_keeping(Box::new(shared.clone()), 0).unwrap();
+        let key = &kernels[3].0;
+        let entry = a.entry_at(3, 0).unwrap();
+        let at = |pos: Option<u32>| a.toc_offset as usize + pos.unwrap() as usize;
+        let (blake3_at, frame_at) = (at(entry.blake3_at), at(entry.frame_blake3_at));
+        // The frame digest altered after open: the (intact) kernel is refused before decoding.
+        shared.0.lock().unwrap()[frame_at] ^= 1;
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert!(
+            matches!(e, Error::DigestMismatch { of_frame: true, .. }),
+            "{e:?}"
+        );
+        assert_eq!(e.kind(), crate::ErrorKind::DecompressionFailed);
+        shared.0.lock().unwrap()[frame_at] ^= 1;
+        // The decoded bytes' digest altered: reads trust the frame digest, verify checks both.
+        shared.0.lock().unwrap()[blake3_at] ^= 1;
+        assert_eq!(&a.get_kernel(key, "gfx90a").unwrap(), &kernels[3].1);
+        let e = a
+            .verify_kernel(&a.locate(key, "gfx90a").unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::DigestMismatch {
+                    of_frame: false,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            &a.get_kernel(&kernels[4].0, "gfx90a").unwrap(),
+            &kernels[4].1
+        );
+        // The TOC cut off inside a digest: it cannot be read, and nothing is returned.
+        shared.0.lock().unwrap().truncate(blake3_at + 10);
+        let e = a.kernel_digest(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
+        let e = a.get_kernel(key, "gfx90a").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
     }
 
     #[test]

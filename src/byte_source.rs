@@ -30,6 +30,10 @@ pub trait ByteSource: Send + Sync + std::fmt::Debug {
     /// Hint that [offset, offset+len) will be read soon / only these bytes are needed (fadvise
     /// for files).
     fn will_need(&self, _offset: u64, _len: u64) {}
+    /// When the object was last modified, if the source knows (shown as the mount's times).
+    fn modified(&self) -> Option<SystemTime> {
+        None
+    }
 }
 
 /// Fills `buf` from `offset`, retrying short reads and interruptions; returns how many bytes were
@@ -90,11 +94,6 @@ impl LocalFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    /// The modification time at open, when the file system reports one.
-    pub fn modified(&self) -> Option<SystemTime> {
-        self.modified
-    }
 }
 
 impl ByteSource for LocalFile {
@@ -141,6 +140,11 @@ impl ByteSource for LocalFile {
             ));
         }
         Ok(())
+    }
+
+    /// The modification time at open, when the file system reports one.
+    fn modified(&self) -> Option<SystemTime> {
+        self.modified
     }
 
     fn will_need(&self, offset: u64, len: u64) {

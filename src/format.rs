@@ -1,7 +1,10 @@
 //! The `.kpack` byte layout, as pure functions over bytes: the 16-byte header and the msgpack TOC,
 //! read with the reference's lenient rules (see docs/format.md). No I/O happens here.
 
-use std::collections::HashMap;
+mod kernels;
+
+pub use kernels::{Kernels, TocBinary, TocEntry};
+use kernels::{KernelsBuilder, NewEntry};
 
 use crate::msgpack::{self, Value};
 
@@ -69,46 +72,12 @@ impl Scheme {
     }
 }
 
-/// One `toc[key][arch]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TocEntry {
-    pub arch: String,
-    pub ordinal: u32,
-    /// For a `none` entry written without `original_size` (which the reference accepts), the
-    /// size of its blob (0 when it has none).
-    pub original_size: u64,
-    /// Whether the entry had an `original_size` field.
-    pub has_original_size: bool,
-    /// `metadata.frame`: where the frame's size word lies and the size it holds.
-    pub frame: Option<FramePos>,
-    /// `metadata.blake3`: BLAKE3 of the decoded kernel.
-    pub blake3: Option<[u8; 32]>,
-    /// `metadata.frame_blake3`: BLAKE3 of the kernel's zstd frame (the bytes after its size
-    /// word). Readers check it before decoding instead of hashing the decoded bytes.
-    pub frame_blake3: Option<[u8; 32]>,
-}
-
-/// Our keys of an entry's `metadata` map, as read (absent or wrong-shaped values are `None`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct EntryMeta {
-    frame: Option<FramePos>,
-    blake3: Option<[u8; 32]>,
-    frame_blake3: Option<[u8; 32]>,
-}
-
 /// A zstd frame's position as our writer records it: `offset` is the absolute file offset of the
 /// frame's 4-byte size word, `size` the value of that word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FramePos {
     pub offset: u64,
     pub size: u32,
-}
-
-/// One binary key with its arch entries, in file order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TocBinary {
-    pub key: String,
-    pub arches: Vec<TocEntry>,
 }
 
 /// A byte range in the file.
@@ -126,8 +95,8 @@ pub struct Toc {
     pub gfx_arch_family: Option<String>,
     /// The archive-level arch index, in file order; non-string items dropped.
     pub gfx_arches: Vec<String>,
-    /// Binaries sorted by key (byte order); each key once.
-    pub binaries: Vec<TocBinary>,
+    /// Binaries sorted by key (byte order), each key once, with their arch entries.
+    pub kernels: Kernels,
     pub scheme: Scheme,
     /// `none`: the `blobs` list, indexed by ordinal (empty when absent).
     pub blobs: Vec<Span>,
@@ -206,7 +175,7 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
         group_name: None,
         gfx_arch_family: None,
         gfx_arches: Vec::new(),
-        binaries: Vec::new(),
+        kernels: Kernels::default(),
         scheme: Scheme::None,
         blobs: Vec::new(),
         zstd_blob: Span { offset: 0, size: 0 },
@@ -227,7 +196,7 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
             seen.push(name);
         }
         if name == "toc" && !repeated {
-            (toc.binaries, missing_size) = parse_binaries(&mut r)?;
+            (toc.kernels, missing_size) = parse_binaries(&mut r)?;
             continue;
         }
         let value = r.value(1)?;
@@ -269,11 +238,10 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
         Scheme::None => {
             toc.blobs = blobs.transpose()?.unwrap_or_default();
             if missing_size.is_some() {
-                for e in toc.binaries.iter_mut().flat_map(|b| &mut b.arches) {
-                    if !e.has_original_size {
-                        e.original_size = toc.blobs.get(e.ordinal as usize).map_or(0, |s| s.size);
-                    }
-                }
+                let blobs = &toc.blobs;
+                toc.kernels.fill_missing_sizes(|ordinal| {
+                    blobs.get(ordinal as usize).map_or(0, |s| s.size)
+                });
             }
         }
         Scheme::ZstdPerKernel => {
@@ -318,15 +286,14 @@ fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
 /// The `toc` map, walked in place: binary key -> arch -> entry. Also returns the error for the
 /// first entry without `original_size` (an error only for `zstd-per-kernel`, decided by the
 /// caller once the scheme is known).
-fn parse_binaries(
-    r: &mut msgpack::Reader<'_>,
-) -> Result<(Vec<TocBinary>, Option<TocError>), TocError> {
+fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<(Kernels, Option<TocError>), TocError> {
     let Some(count) = r.map_header()? else {
         r.value(1)?; // Not a map: reads as an empty TOC.
-        return Ok((Vec::new(), None));
+        return Ok((Kernels::default(), None));
     };
     let mut missing_size = None;
-    let mut binaries: Vec<TocBinary> = Vec::with_capacity(count.min(1 << 20));
+    // The count was checked against the bytes present (two per binary at least).
+    let mut kernels = KernelsBuilder::with_capacity(count.min(1 << 20));
     for _ in 0..count {
         let key_value = r.value(2)?;
         let key = key_value.as_str();
@@ -334,8 +301,9 @@ fn parse_binaries(
             r.value(2)?;
             continue;
         };
-        let mut arches: Vec<TocEntry> = Vec::with_capacity(arch_count.min(64));
-        let mut arch_set = ArchSet::default();
+        if let Some(key) = key {
+            kernels.open_binary(key)?;
+        }
         for _ in 0..arch_count {
             let at = r.position();
             let arch_value = r.value(3)?;
@@ -376,59 +344,60 @@ fn parse_binaries(
             let ordinal = number("ordinal", ordinal)?;
             let ordinal = u32::try_from(ordinal)
                 .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
-            let has_original_size = original_size.is_some();
-            let original_size = if has_original_size {
-                number("original_size", original_size)?
-            } else {
-                if missing_size.is_none() {
-                    missing_size = Some(ctx("field 'original_size' is missing".into()));
+            let original_size = match original_size {
+                Some(_) => Some(number("original_size", original_size)?),
+                None => {
+                    if missing_size.is_none() {
+                        missing_size = Some(ctx("field 'original_size' is missing".into()));
+                    }
+                    None
                 }
-                0
             };
             let meta = metadata.unwrap_or_default();
-            let entry = TocEntry {
-                arch: arch.to_owned(),
-                ordinal,
-                original_size,
-                has_original_size,
-                frame: meta.frame,
-                blake3: meta.blake3,
-                frame_blake3: meta.frame_blake3,
-            };
-            arch_set.insert(&mut arches, entry);
-        }
-        if let Some(key) = key {
-            binaries.push(TocBinary {
-                key: key.to_owned(),
-                arches,
-            });
+            kernels
+                .add_entry(
+                    arch,
+                    NewEntry {
+                        ordinal,
+                        original_size,
+                        frame: meta.frame,
+                        blake3_at: meta.blake3_at,
+                        frame_blake3_at: meta.frame_blake3_at,
+                    },
+                )
+                .map_err(|e| ctx(e.reason))?;
         }
     }
-    // Sorted by key; a key written twice keeps its first occurrence (the sort is stable). Writers
-    // usually emit sorted keys, so check before paying for a sort.
-    if !binaries.is_sorted_by(|a, b| a.key < b.key) {
-        binaries.sort_by(|a, b| a.key.cmp(&b.key));
-        binaries.dedup_by(|later, earlier| later.key == earlier.key);
-    }
-    // Only after the first occurrence has won: `{"k": {}, "k": {...}}` has no kernels for k.
-    binaries.retain(|b| !b.arches.is_empty());
-    Ok((binaries, missing_size))
+    Ok((kernels.finish(), missing_size))
+}
+
+/// Our keys of an entry's `metadata` map.
+#[derive(Debug, Default)]
+struct EntryMeta {
+    frame: Option<FramePos>,
+    /// Where a well-formed `blake3` value's 32 bytes lie in the TOC.
+    blake3_at: Option<usize>,
+    /// Where a well-formed `frame_blake3` value's 32 bytes lie in the TOC.
+    frame_blake3_at: Option<usize>,
 }
 
 /// Our keys in an entry's `metadata` map, read in place (a map per entry would cost an
 /// allocation each in a TOC of a million entries). A value of the wrong shape is ignored, as the
 /// whole map is by the reference: the entry then reads as one without that key (the frame chain
 /// is walked at open, no digest is checked). A repeated key counts at its first occurrence.
+/// Digests are located, not copied: the archive decides whether to keep them in memory.
 fn entry_metadata(r: &mut msgpack::Reader<'_>) -> Result<EntryMeta, TocError> {
-    let mut meta = EntryMeta::default();
     let Some(count) = r.map_header()? else {
         r.value(5)?; // Not a map: nothing of ours.
-        return Ok(meta);
+        return Ok(EntryMeta::default());
     };
+    let mut meta = EntryMeta::default();
     let (mut frame_seen, mut blake3_seen, mut frame_blake3_seen) = (false, false, false);
-    let digest = |v: Value<'_>| match v {
-        Value::Bin(b) => <[u8; 32]>::try_from(b).ok(),
-        _ => None,
+    let digest_at = |r: &mut msgpack::Reader<'_>| -> Result<Option<usize>, TocError> {
+        Ok(match r.value(5)? {
+            Value::Bin(b) if b.len() == 32 => Some(r.position() - 32),
+            _ => None,
+        })
     };
     for _ in 0..count {
         let key = r.value(5)?;
@@ -439,11 +408,11 @@ fn entry_metadata(r: &mut msgpack::Reader<'_>) -> Result<EntryMeta, TocError> {
             }
             Some(META_BLAKE3) if !blake3_seen => {
                 blake3_seen = true;
-                meta.blake3 = digest(r.value(5)?);
+                meta.blake3_at = digest_at(r)?;
             }
             Some(META_FRAME_BLAKE3) if !frame_blake3_seen => {
                 frame_blake3_seen = true;
-                meta.frame_blake3 = digest(r.value(5)?);
+                meta.frame_blake3_at = digest_at(r)?;
             }
             _ => {
                 r.value(5)?;
@@ -474,43 +443,6 @@ fn frame_pos(r: &mut msgpack::Reader<'_>) -> Result<Option<FramePos>, TocError> 
             .map(|size| FramePos { offset, size }),
         _ => None,
     })
-}
-
-/// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a
-/// hash index takes over. A linear search alone made a key with many arches quadratic (found by
-/// tests/it/alloc_bounds.rs: 40,000 arches under one key took 29 s to open in a debug build).
-const LINEAR_ARCHES: usize = 16;
-
-/// Where each arch of one key sits in its entry list, so that a repeated arch is found (and
-/// ignored: the first occurrence wins) in constant time.
-#[derive(Default)]
-struct ArchSet {
-    index: Option<HashMap<String, usize>>,
-}
-
-impl ArchSet {
-    fn insert(&mut self, arches: &mut Vec<TocEntry>, entry: TocEntry) {
-        let found = match &self.index {
-            Some(index) => index.get(&entry.arch).copied(),
-            None => arches.iter().position(|e| e.arch == entry.arch),
-        };
-        if found.is_some() {
-            return;
-        }
-        if let Some(index) = &mut self.index {
-            index.insert(entry.arch.clone(), arches.len());
-        }
-        arches.push(entry);
-        if self.index.is_none() && arches.len() > LINEAR_ARCHES {
-            self.index = Some(
-                arches
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (e.arch.clone(), i))
-                    .collect(),
-            );
-        }
-    }
 }
 
 /// Walks the frame table at the start of a zstd blob: `u32 count`, then `count` times

@@ -496,13 +496,16 @@ struct Encoded {
     frame_digest: Option<[u8; 32]>,
 }
 
+/// A BLAKE3 digest, when one is recorded.
+type Digest = Option<[u8; 32]>;
+
 struct Blob {
     bytes: Vec<u8>,
     /// Absolute (offset, size) per ordinal. `none`: the kernel's bytes; zstd: the frame's size
     /// word and the size it holds (the `frame` metadata).
     spans: Vec<(u64, u64)>,
     /// Per ordinal, when hashing: the kernel's digest and (zstd) its frame's.
-    digests: Vec<(Option<[u8; 32]>, Option<[u8; 32]>)>,
+    digests: Vec<(Digest, Digest)>,
 }
 
 fn relabel(e: Error, path: &Path) -> Error {

@@ -20,23 +20,23 @@ pub fn run(args: Args) -> CliResult {
     let archive = crate::remote::open_one(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
     for (key, entry) in archive.entries() {
-        let row = match archive.locate(key, &entry.arch) {
+        let row = match archive.locate(key, entry.arch) {
             Ok(k) => Row {
                 key,
-                arch: &entry.arch,
+                arch: entry.arch,
                 ordinal: entry.ordinal,
                 size: Some(k.size),
                 stored: Some(k.stored.size),
-                blake3: entry.blake3,
+                blake3: k.digest,
                 error: None,
             },
             Err(e) => Row {
                 key,
-                arch: &entry.arch,
+                arch: entry.arch,
                 ordinal: entry.ordinal,
                 size: None,
                 stored: None,
-                blake3: entry.blake3,
+                blake3: archive.entry_digest(&entry).ok().flatten(),
                 error: Some(e.to_string()),
             },
         };

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use rocm_kpack::fs::backing::{self, Placement};
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
 use rocm_kpack::fs::source::{self, SourceOptions};
-use rocm_kpack::fs::{FsOptions, gpus, mountinfo};
+use rocm_kpack::fs::{FsOptions, OpenMode, gpus, mountinfo};
 use rocm_kpack::loader::LoaderConfig;
 
 use super::mount_daemon::{self, Ready};
@@ -64,6 +64,12 @@ pub struct MountArgs {
     /// (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN).
     #[arg(long)]
     pub no_passthrough: bool,
+    /// How files are opened: passthrough (each open reaches the daemon, which hands the kernel
+    /// the decoded file; best for large kernels), page-cache (the kernel opens files by itself
+    /// and keeps their page cache; best for many small files), or auto: page-cache when the
+    /// median kernel is at most 64 KiB [default: auto].
+    #[arg(long, value_name = "MODE", value_parser = ["auto", "passthrough", "page-cache"])]
+    pub open_mode: Option<String>,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub threads: Option<u32>,
@@ -227,6 +233,11 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         cache_dir: args.cache_dir.clone(),
         cache_dir_size: args.cache_dir_size,
         no_passthrough: args.no_passthrough,
+        open_mode: args
+            .open_mode
+            .as_deref()
+            .and_then(OpenMode::parse)
+            .unwrap_or_default(),
         remote: args.remote.clone(),
     };
     for list in &args.options {
@@ -436,6 +447,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         auto_unmount: s.auto_unmount,
         noexec: s.noexec,
         passthrough: !s.no_passthrough,
+        open_mode: s.open_mode,
     };
     let mut ready = None;
     if !args.foreground {

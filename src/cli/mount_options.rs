@@ -8,7 +8,8 @@
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
 //!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
 //!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
-//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default), and for remote
+//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default),
+//!   `open_mode=auto|passthrough|page-cache`, and for remote
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
 //!   for `_` in their names (`cache-size=1G`).
@@ -21,6 +22,8 @@
 //! * `rw` and anything else are refused with a message naming the option.
 
 use std::path::PathBuf;
+
+use rocm_kpack::fs::OpenMode;
 
 /// Every mount setting that can come from a flag or from `-o`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +44,7 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     pub cache_dir_size: Option<u64>,
     pub no_passthrough: bool,
+    pub open_mode: OpenMode,
     /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
     pub remote: crate::remote::settings::RemoteArgs,
 }
@@ -172,6 +176,13 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         "no_passthrough" => flag(s, |s| s.no_passthrough = true),
         "passthrough" => flag(s, |s| s.no_passthrough = false),
+        "open_mode" => {
+            let v = needs("auto|passthrough|page-cache")?;
+            s.open_mode = OpenMode::parse(v).ok_or_else(|| {
+                format!("mount option {raw_name}={v}: expected auto, passthrough or page-cache")
+            })?;
+            Ok(())
+        }
         other => s
             .remote
             .apply_option(other, value)
@@ -275,6 +286,15 @@ mod tests {
             ),
             ("no_passthrough", with(|s| s.no_passthrough = true)),
             ("no-passthrough,passthrough", none.clone()),
+            (
+                "open_mode=page-cache",
+                with(|s| s.open_mode = OpenMode::PageCache),
+            ),
+            (
+                "open-mode=page_cache,open_mode=passthrough",
+                with(|s| s.open_mode = OpenMode::Passthrough),
+            ),
+            ("open_mode=passthrough,open_mode=auto", none.clone()),
         ];
         for (list, want) in ok {
             let mut got = Settings::default();
@@ -298,6 +318,8 @@ mod tests {
             ("cache_dir=", "needs a value"),
             ("cache_dir_size=1X", "unknown unit"),
             ("no_passthrough=1", "takes no value"),
+            ("open_mode", "needs a value"),
+            ("open_mode=fast", "expected auto, passthrough or page-cache"),
             ("a\\b", "unknown escape"),
             ("ro\\", "lone backslash"),
         ];

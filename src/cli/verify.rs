@@ -98,8 +98,11 @@ pub fn run(args: Args) -> CliResult {
 /// worker per core; returns how many entries there were and how many had digests, and appends a
 /// line per problem, in TOC order whatever the threads.
 fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
-    let entries: Vec<(&str, &TocEntry)> = archive.entries().collect();
-    let digested = entries.iter().filter(|(_, e)| e.blake3.is_some()).count();
+    let entries: Vec<(&str, TocEntry<'_>)> = archive.entries().collect();
+    let digested = entries
+        .iter()
+        .filter(|(_, e)| e.blake3_at.is_some())
+        .count();
     let bar = super::progress::bar(entries.iter().map(|(_, e)| e.original_size).sum());
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -115,7 +118,7 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
                         let Some(&(key, entry)) = entries.get(i) else {
                             return found;
                         };
-                        let bad = check_entry(archive, key, entry);
+                        let bad = check_entry(archive, key, &entry);
                         if !bad.is_empty() {
                             found.push((i, bad));
                         }
@@ -140,9 +143,9 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
 }
 
 /// The problems of one entry, as `BAD` lines without the prefix.
-fn check_entry(archive: &Archive, key: &str, entry: &TocEntry) -> Vec<String> {
+fn check_entry(archive: &Archive, key: &str, entry: &TocEntry<'_>) -> Vec<String> {
     let file = archive.path().display();
-    let arch = entry.arch.as_str();
+    let arch = entry.arch;
     let mut problems = Vec::new();
     let mut bad = |why: String| problems.push(format!("{file}: {key} [{arch}]: {why}"));
     if let Err(e) = names::key_components(key) {

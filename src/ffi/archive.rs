@@ -20,11 +20,7 @@ pub(crate) fn open_handle(path: &Path) -> crate::Result<kpack_archive> {
         .iter()
         .map(|a| c_string(a))
         .collect();
-    let binaries = archive
-        .binaries()
-        .iter()
-        .map(|b| c_string(&b.key))
-        .collect();
+    let binaries = archive.binaries().map(|b| c_string(b.key)).collect();
     Ok(kpack_archive {
         archive,
         architectures,

@@ -9,6 +9,9 @@
 //!   serves reads itself from then on and says so once in the log.
 //! * where a cold open runs: on the decode pool (`pool.rs`), with its reply, so request
 //!   threads are never held by a decode.
+//! * the open mode ([`OpenMode`]): in page-cache mode OPEN is answered ENOSYS, after which the
+//!   kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept), and READs
+//!   arrive with handle 0 and are served by inode (a cold one on the decode pool too).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -28,7 +31,7 @@ use fuser::{
 };
 
 use super::pool::Pool;
-use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
+use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, OpenMode, TTL};
 use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
@@ -121,6 +124,8 @@ struct Adapter {
     shared: Arc<Shared>,
     /// Passthrough was asked for (not `--no-passthrough`).
     want_passthrough: bool,
+    /// Page-cache open mode (resolved from `auto` when the adapter is made).
+    page_cache: bool,
     decoders: Pool,
 }
 
@@ -185,6 +190,24 @@ impl Shared {
     }
 }
 
+impl Adapter {
+    /// A page-cache mode read: on the decode pool when the kernel is not decoded yet, so
+    /// request threads stay free for other files.
+    fn read_ino(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
+        let serve =
+            move |shared: &Shared, reply: ReplyData| match shared.fs.read_ino(ino, offset, size) {
+                Ok(slice) => reply.data(slice.as_slice()),
+                Err(e) => reply.error(errno(e)),
+            };
+        if self.fs.read_needs_decode(ino) {
+            let shared = self.shared.clone();
+            self.decoders.run(move || serve(&shared, reply));
+        } else {
+            serve(&self.shared, reply);
+        }
+    }
+}
+
 struct Sink<'a>(&'a mut ReplyDirectory);
 
 impl DirSink for Sink<'_> {
@@ -203,7 +226,8 @@ impl std::ops::Deref for Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let mut on = false;
-        if self.want_passthrough {
+        // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
+        if self.want_passthrough && !self.page_cache {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
                 // containers).
@@ -218,8 +242,14 @@ impl Filesystem for Adapter {
         let _ = config.set_max_background(64);
         self.passthrough.store(on, Ordering::Relaxed);
         self.fs.set_passthrough(on);
+        self.fs.set_page_cache_mode(self.page_cache);
         log::info!(
-            "read path: {}; backing files: {}",
+            "open mode: {}; read path: {}; backing files: {}",
+            if self.page_cache {
+                "page-cache"
+            } else {
+                "passthrough"
+            },
             if on { "passthrough" } else { "daemon" },
             self.fs.store().kind()
         );
@@ -249,6 +279,9 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.page_cache {
+            return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
+        }
         if self.fs.open_needs_decode(ino.0, flags.0) {
             let shared = self.shared.clone();
             self.decoders
@@ -269,6 +302,10 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        // Handles start at 1: handle 0 is a file the kernel opened by itself (page-cache mode).
+        if fh.0 == 0 && self.page_cache {
+            return self.read_ino(ino.0, offset, size, reply);
+        }
         match self.fs.read(ino.0, fh.0, offset, size) {
             Ok(slice) => reply.data(slice.as_slice()),
             Err(e) => reply.error(errno(e)),
@@ -504,6 +541,8 @@ pub struct MountConfig {
     pub noexec: bool,
     /// Ask the kernel to read backing files itself (FUSE passthrough) where it can.
     pub passthrough: bool,
+    /// How files are opened; `Auto` is resolved against the mounted kernels' sizes.
+    pub open_mode: OpenMode,
 }
 
 /// A live mount whose requests are not served until [`Mounted::run`].
@@ -553,6 +592,7 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
+    let page_cache = fs.resolve_open_mode(cfg.open_mode) == OpenMode::PageCache;
     Adapter {
         shared: Arc::new(Shared {
             fs,
@@ -560,6 +600,7 @@ fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
             ids: Mutex::new(BackingIds::default()),
         }),
         want_passthrough: cfg.passthrough,
+        page_cache,
         decoders: Pool::per_core("kpack-decode"),
     }
 }

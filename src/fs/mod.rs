@@ -9,7 +9,9 @@
 //! (`backing.rs`: one decode, straight into the file, shared by every handle and thread) and
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
-//! (no lookup by name, no cache lookup).
+//! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
+//! opened through the daemon: `KpackFs::read_ino` finds the kernel by inode and reads its
+//! backing file from the store.
 
 pub mod backing;
 pub mod cache_dir;
@@ -56,6 +58,7 @@ impl Errno {
     pub const EROFS: Errno = Errno(libc::EROFS);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
 }
 
 /// The one mapping of core errors to what a reader of the mount sees: an allocation that
@@ -128,6 +131,55 @@ impl ReadSlice {
     }
 }
 
+/// How the mount opens files.
+///
+/// * `Passthrough`: every `open` reaches the daemon, which makes sure the kernel's decoded
+///   bytes exist as a backing file and hands it to the kernel (FUSE passthrough where the
+///   kernel allows it, else the daemon reads the file). Best for large kernels: cold reads never
+///   cross into the daemon. Each open and close costs a round trip, which dominates for
+///   small files.
+/// * `PageCache`: the daemon answers the first `open` with ENOSYS, so the kernel stops sending
+///   OPEN and RELEASE for the whole mount and keeps every file's page cache. A file's first
+///   read is served by the daemon (by inode, from the decoded backing file); warm opens and
+///   reads never reach it.
+/// * `Auto`: `PageCache` when the mounted kernels are small (median decoded size at most
+///   [`PAGE_CACHE_MEDIAN_MAX`]), `Passthrough` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenMode {
+    #[default]
+    Auto,
+    Passthrough,
+    PageCache,
+}
+
+impl OpenMode {
+    /// The spelling of `--open-mode` and `-o open_mode=`.
+    pub fn parse(s: &str) -> Option<OpenMode> {
+        match s {
+            "auto" => Some(OpenMode::Auto),
+            "passthrough" => Some(OpenMode::Passthrough),
+            "page-cache" | "page_cache" => Some(OpenMode::PageCache),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpenMode::Auto => "auto",
+            OpenMode::Passthrough => "passthrough",
+            OpenMode::PageCache => "page-cache",
+        }
+    }
+}
+
+/// `--open-mode auto` picks page-cache mode when the median decoded kernel is at most this
+/// large. Below it the two round trips of an open and a close cost more than reading the file
+/// from page cache (a warm open through the daemon is tens of microseconds; a 64 KiB copy from
+/// page cache is a few), so skipping them is what brings warm reads to local-disk speed. Above
+/// it, passthrough's cold reads without daemon copies win, and warm reads of large files are
+/// page-cache speed in both modes.
+pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
+
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
@@ -157,6 +209,12 @@ pub struct KpackFs {
     store: BackingStore,
     /// Whether the kernel serves reads of open files itself (FUSE passthrough).
     passthrough: AtomicBool,
+    /// Page-cache open mode (see [`OpenMode`]): opens are refused with ENOSYS, reads come by
+    /// inode.
+    page_cache: AtomicBool,
+    /// OPEN requests answered (in page-cache mode only the ones before the kernel stopped
+    /// sending them).
+    opens: AtomicU64,
     handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
@@ -219,6 +277,8 @@ impl KpackFs {
             archive_tokens,
             store,
             passthrough: AtomicBool::new(false),
+            page_cache: AtomicBool::new(false),
+            opens: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
@@ -260,6 +320,67 @@ impl KpackFs {
         self.passthrough.store(on, Ordering::Relaxed);
     }
 
+    /// The open mode to use for `asked`: `Auto` becomes `PageCache` when the median decoded
+    /// size of the mounted kernels is at most [`PAGE_CACHE_MEDIAN_MAX`], else `Passthrough`.
+    pub fn resolve_open_mode(&self, asked: OpenMode) -> OpenMode {
+        match asked {
+            OpenMode::Auto => match self.median_kernel_size() {
+                Some(m) if m > PAGE_CACHE_MEDIAN_MAX => OpenMode::Passthrough,
+                _ => OpenMode::PageCache,
+            },
+            other => other,
+        }
+    }
+
+    /// The median decoded size of the tree's kernel files (the lower one of the middle two);
+    /// `None` for an empty tree.
+    pub fn median_kernel_size(&self) -> Option<u64> {
+        let mut sizes: Vec<u64> = self.tree.files().iter().map(|f| f.size).collect();
+        if sizes.is_empty() {
+            return None;
+        }
+        let mid = (sizes.len() - 1) / 2;
+        Some(*sizes.select_nth_unstable(mid).1)
+    }
+
+    /// Records that the mount runs in page-cache open mode (shown in `user.kpack.stats`).
+    pub fn set_page_cache_mode(&self, on: bool) {
+        self.page_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// The answer to an OPEN in page-cache mode: the errors `open` would give (so a bad open
+    /// fails the same way in both modes), else ENOSYS, which tells the kernel to open every
+    /// file of the mount by itself from now on, with no handle and no RELEASE.
+    pub fn refuse_open(&self, ino: Ino, flags: i32) -> Errno {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        match self.openable(ino, flags) {
+            Ok(_) => Errno::ENOSYS,
+            Err(e) => e,
+        }
+    }
+
+    /// Whether a read of `ino` by inode (page-cache mode) would have to decode first.
+    pub fn read_needs_decode(&self, ino: Ino) -> bool {
+        self.open_needs_decode(ino, libc::O_RDONLY)
+    }
+
+    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): the
+    /// kernel's backing file comes from the store (decoded on a miss) and is read once; the
+    /// kernel keeps the bytes in its page cache, so a file is read here about once.
+    pub fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let file = match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
+            Entry::File(f) => f,
+            Entry::Dir(_) => return Err(Errno::EISDIR),
+            Entry::Link(_) => return Err(Errno::EINVAL),
+        };
+        if offset >= file.size {
+            return Ok(ReadSlice(Vec::new()));
+        }
+        let backing = self.backing_for(file)?;
+        read_from(&backing, offset, size)
+    }
+
     /// Number of open file handles.
     pub fn open_handles(&self) -> usize {
         lock(&self.handles).len()
@@ -277,11 +398,14 @@ impl KpackFs {
 
     /// The (key, arch) names of a file.
     fn names_of(&self, f: &FileNode) -> (&str, &str) {
-        let binary = &self.archive_of(f).binaries()[f.binary as usize];
-        (
-            binary.key.as_str(),
-            binary.arches[f.entry as usize].arch.as_str(),
-        )
+        let archive = self.archive_of(f);
+        let binary = archive
+            .binary(f.binary as usize)
+            .expect("the tree holds indices of its archives' entries");
+        let entry = binary
+            .arch(f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        (binary.key, entry.arch)
     }
 
     fn attr_of(&self, ino: Ino, entry: Entry<'_>) -> Attr {
@@ -381,6 +505,7 @@ impl KpackFs {
     /// exists, decoding the kernel if needed, and returns the new handle. A kernel that cannot
     /// be decoded fails here, with EIO.
     pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        self.opens.fetch_add(1, Ordering::Relaxed);
         let file = self.openable(ino, flags)?;
         let backing = self.backing_for(file)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -403,14 +528,7 @@ impl KpackFs {
     pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let backing = self.backing_of(fh).ok_or(Errno::EBADF)?;
-        let want = u64::from(size).min(backing.len().saturating_sub(offset));
-        let mut buf = vec![0u8; want as usize];
-        let n = backing.read_at(&mut buf, offset).map_err(|e| {
-            log::error!("cannot read a backing file: {e}");
-            Errno::EIO
-        })?;
-        buf.truncate(n);
-        Ok(ReadSlice(buf))
+        read_from(&backing, offset, size)
     }
 
     /// The backing file of a kernel, from the store or decoded into a new one.
@@ -419,7 +537,7 @@ impl KpackFs {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
-            digest: self.digest_of(file),
+            digest: self.digest_of(file)?,
         };
         let fetched = self
             .store
@@ -441,8 +559,16 @@ impl KpackFs {
     }
 
     /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
-    fn digest_of(&self, f: &FileNode) -> Option<[u8; 32]> {
-        self.archive_of(f).binaries()[f.binary as usize].arches[f.entry as usize].blake3
+    /// A large archive's digests are read from its TOC in the file: a failed read is EIO.
+    fn digest_of(&self, f: &FileNode) -> Result<Option<[u8; 32]>, Errno> {
+        let archive = self.archive_of(f);
+        let entry = archive
+            .entry_at(f.binary as usize, f.entry as usize)
+            .expect("the tree holds indices of its archives' entries");
+        archive.entry_digest(&entry).map_err(|e| {
+            log::error!("{e}");
+            Errno::EIO
+        })
     }
 
     /// The key of a kernel in a persistent cache directory: BLAKE3 of what identifies its
@@ -518,20 +644,23 @@ impl KpackFs {
 
     /// The `user.kpack.stats` text, one `name value` per line: the backing store's counters
     /// (`decodes` counts kernels actually decoded), the lookup counters, then the read path
-    /// (`passthrough 1` when the kernel reads backing files itself; `daemon_reads` counts the
-    /// READ requests the daemon served), where backing files live
+    /// (`passthrough 1` when the kernel reads backing files itself; `page_cache_mode 1` in
+    /// page-cache open mode; `daemon_opens` and `daemon_reads` count the OPEN and READ
+    /// requests the daemon answered), where backing files live
     /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
     /// counters; then the program's (see [`KpackFs::add_stats`]).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
         let mut text = format!(
-            "{}lookups {}\nlookups_missing {}\npassthrough {}\ndaemon_reads {}\nbacking_in_memory {}\n\
+            "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\ndaemon_opens {}\ndaemon_reads {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
             self.cache_stats().to_text(),
             self.lookups.load(Ordering::Relaxed),
             self.lookups_missing.load(Ordering::Relaxed),
             u8::from(self.passthrough.load(Ordering::Relaxed)),
+            u8::from(self.page_cache.load(Ordering::Relaxed)),
+            self.opens.load(Ordering::Relaxed),
             self.reads.load(Ordering::Relaxed),
             u8::from(self.store.kind() == "memory"),
             self.store.live_bytes(),
@@ -573,7 +702,7 @@ impl KpackFs {
                     ),
                 ];
                 // Archives we write record each kernel's digest; reference archives do not.
-                if let Some(d) = self.digest_of(f) {
+                if let Ok(Some(d)) = self.digest_of(f) {
                     attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
                 }
                 attrs
@@ -622,6 +751,18 @@ impl KpackFs {
             frsize: BSIZE,
         }
     }
+}
+
+/// Up to `size` bytes of `backing` at `offset`; short only at end of file.
+fn read_from(backing: &BackingFile, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+    let want = u64::from(size).min(backing.len().saturating_sub(offset));
+    let mut buf = vec![0u8; want as usize];
+    let n = backing.read_at(&mut buf, offset).map_err(|e| {
+        log::error!("cannot read a backing file: {e}");
+        Errno::EIO
+    })?;
+    buf.truncate(n);
+    Ok(ReadSlice(buf))
 }
 
 fn kernel_id(f: &FileNode) -> KernelId {

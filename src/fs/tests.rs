@@ -383,7 +383,7 @@ fn xattrs_describe_the_entry() {
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
         "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
-         passthrough 0\ndaemon_reads 4\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
+         passthrough 0\npage_cache_mode 0\ndaemon_opens 2\ndaemon_reads 4\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
          cache_dir_rejected 0\ncache_dir_evictions 0\n"
     );
 }
@@ -597,4 +597,80 @@ fn statfs_counts_blocks_and_inodes() {
             frsize: 4096
         }
     );
+}
+
+#[test]
+fn auto_open_mode_follows_the_median_kernel_size() {
+    let small = sample();
+    let (_d, fs) = mount_fs(&small, Compression::None, &options(1 << 20, &[]));
+    // Sizes 180, 300, 350, 500, 3000: median 350.
+    assert_eq!(fs.median_kernel_size(), Some(350));
+    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::PageCache);
+    assert_eq!(
+        fs.resolve_open_mode(OpenMode::Passthrough),
+        OpenMode::Passthrough
+    );
+    let at = |len: usize| -> Kernels {
+        vec![
+            ("k#0", "gfx900", vec![1; 10]),
+            ("k#1", "gfx900", vec![2; len]),
+            ("k#2", "gfx900", vec![3; len + 1]),
+            ("k#3", "gfx900", vec![4; 1 << 20]),
+        ]
+    };
+    // Four kernels: the lower middle one decides.
+    let limit = PAGE_CACHE_MEDIAN_MAX as usize;
+    let (_d, fs) = mount_fs(&at(limit), Compression::None, &options(1 << 20, &[]));
+    assert_eq!(fs.median_kernel_size(), Some(PAGE_CACHE_MEDIAN_MAX));
+    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::PageCache);
+    let (_d, fs) = mount_fs(&at(limit + 1), Compression::None, &options(1 << 20, &[]));
+    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::Passthrough);
+    assert_eq!(
+        fs.resolve_open_mode(OpenMode::PageCache),
+        OpenMode::PageCache
+    );
+    for (s, m) in [
+        ("auto", OpenMode::Auto),
+        ("passthrough", OpenMode::Passthrough),
+        ("page-cache", OpenMode::PageCache),
+    ] {
+        assert_eq!(OpenMode::parse(s), Some(m));
+        assert_eq!(m.name(), s);
+    }
+    assert_eq!(OpenMode::parse("fast"), None);
+}
+
+#[test]
+fn page_cache_mode_refuses_opens_and_reads_by_inode() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    let dir = attr(&fs, "bin/app#0").ino;
+    assert_eq!(fs.refuse_open(f, libc::O_RDONLY), Errno::ENOSYS);
+    assert_eq!(fs.refuse_open(f, libc::O_WRONLY), Errno::EROFS);
+    assert_eq!(fs.refuse_open(dir, libc::O_RDONLY), Errno::EISDIR);
+    assert_eq!(fs.refuse_open(999_999, libc::O_RDONLY), Errno::ENOENT);
+    assert_eq!(fs.open_handles(), 0);
+    assert!(fs.read_needs_decode(f));
+    assert_eq!(fs.read_ino(f, 0, 2).unwrap().as_slice(), [0xee, 0xee]);
+    assert!(!fs.read_needs_decode(f));
+    assert_eq!(fs.read_ino(f, 2990, 100).unwrap().as_slice(), [0xee; 10]);
+    assert!(fs.read_ino(f, 3000, 100).unwrap().as_slice().is_empty());
+    assert!(fs.read_ino(f, u64::MAX, 100).unwrap().as_slice().is_empty());
+    assert_eq!(fs.read_ino(dir, 0, 1).unwrap_err(), Errno::EISDIR);
+    assert_eq!(fs.read_ino(999_999, 0, 1).unwrap_err(), Errno::ENOENT);
+    for (key, arch, data) in sample() {
+        let ino = attr(&fs, &format!("{key}/{arch}.hsaco")).ino;
+        assert_eq!(fs.read_ino(ino, 0, 1 << 20).unwrap().as_slice(), data);
+    }
+    fs.set_page_cache_mode(true);
+    let stats = fs.stats_text();
+    assert!(
+        stats.contains("\npage_cache_mode 1\ndaemon_opens 4\n"),
+        "{stats}"
+    );
+    assert!(stats.contains("\ndecodes 5\n"), "{stats}");
 }

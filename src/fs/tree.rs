@@ -432,9 +432,8 @@ impl TreeBuilder {
         // above are mostly shared); only a key's new upper directories can go beyond this.
         let (keys, files) = archive
             .binaries()
-            .iter()
-            .filter(|b| keep(&b.key))
-            .fold((0, 0), |(k, f), b| (k + 1, f + b.arches.len()));
+            .filter(|b| keep(b.key))
+            .fold((0, 0), |(k, f), b| (k + 1, f + b.len()));
         self.recs.reserve(keys + files);
         self.files.reserve(files);
         self.dirs.reserve(keys);
@@ -442,8 +441,8 @@ impl TreeBuilder {
         // The directories of the previous key: TOC keys are sorted, so neighbours share most of
         // their path and only the components that differ need the index.
         let mut path: Vec<(&str, u32)> = Vec::new();
-        for (bi, binary) in archive.binaries().iter().enumerate() {
-            let key = binary.key.as_str();
+        for (bi, binary) in archive.binaries().enumerate() {
+            let key = binary.key;
             if !keep(key) {
                 continue;
             }
@@ -460,8 +459,8 @@ impl TreeBuilder {
                 path.push((comp, dir));
             }
             let dir = path.last().map_or(0, |&(_, d)| d);
-            for (ei, entry) in binary.arches.iter().enumerate() {
-                let name = self.arch_name(&entry.arch).map_err(|r| err(key, r))?;
+            for (ei, entry) in binary.arches().enumerate() {
+                let name = self.arch_name(entry.arch).map_err(|r| err(key, r))?;
                 let found = self
                     .index
                     .find(&self.recs, &self.names, dir, self.names.get(name));
@@ -471,7 +470,7 @@ impl TreeBuilder {
                         Some(f) => {
                             duplicates.push(Duplicate {
                                 key: key.to_owned(),
-                                arch: entry.arch.clone(),
+                                arch: entry.arch.to_owned(),
                                 kept: self.files[f].archive,
                                 dropped: id,
                             });
@@ -486,8 +485,8 @@ impl TreeBuilder {
                         }
                     },
                 };
-                let (size, stored_size) = match archive.locate_at(bi, ei) {
-                    Ok(k) => (k.size, k.stored.size),
+                let (size, stored_size) = match archive.sizes_at(bi, ei) {
+                    Ok((size, stored)) => (size, stored.size),
                     // The entry points at nothing usable. Show it with the size it claims (the
                     // blob's for `none`, else the TOC's); reading it gives EIO, with the reason
                     // in the log.

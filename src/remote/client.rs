@@ -87,6 +87,8 @@ impl fmt::Display for FetchError {
 pub struct Version {
     pub etag: Option<String>,
     pub last_modified: String,
+    /// The same time, for the mount's directory and file times.
+    pub modified: std::time::SystemTime,
     pub size: u64,
 }
 
@@ -95,6 +97,7 @@ impl Version {
         Version {
             etag: meta.e_tag.clone(),
             last_modified: meta.last_modified.to_rfc3339(),
+            modified: meta.last_modified.into(),
             size: meta.size,
         }
     }
@@ -429,6 +432,11 @@ fn classify(e: &object_store::Error) -> Class {
         _ => {}
     }
     if let Some(r) = transport_error(e) {
+        // A certificate the client does not trust (or one the server rejects) fails the same
+        // way on every attempt: retrying only delays the error.
+        if certificate_refused(e) {
+            return Class::Fatal;
+        }
         return if r.is_timeout() || r.is_connect() || r.is_request() || r.is_body() {
             Class::Retry
         } else {
@@ -454,6 +462,19 @@ fn transport_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a r
         cur = x.source();
     }
     None
+}
+
+/// Whether a TLS handshake failed over a certificate. rustls reports it only as an error value
+/// deep in the chain (wrapped in the connector's `io::Error`), so its text is what is stable.
+fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if x.to_string().to_ascii_lowercase().contains("certificate") {
+            return true;
+        }
+        cur = x.source();
+    }
+    false
 }
 
 /// The HTTP status in an object_store error text ("... status code: 503 Service ...").
@@ -517,6 +538,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn certificate_failures_are_found_anywhere_in_the_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error sending request")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let tls = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert!(certificate_refused(&Outer(tls)));
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(!certificate_refused(&Outer(refused)));
+    }
+
+    #[test]
     fn status_and_reason_are_read_from_error_texts() {
         assert_eq!(
             status_in("Server returned non-2xx status code: 503 Service Unavailable: x"),
@@ -555,6 +596,7 @@ mod tests {
         let v = |etag: Option<&str>, lm: &str, size| Version {
             etag: etag.map(str::to_owned),
             last_modified: lm.into(),
+            modified: std::time::SystemTime::UNIX_EPOCH,
             size,
         };
         assert!(v(Some("\"a\""), "t1", 5).same(&v(Some("\"a\""), "t2", 5)));

@@ -113,6 +113,10 @@ impl RemoteObject {
 }
 
 impl ByteSource for RemoteObject {
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        Some(self.version.modified)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if self.changed.load(Ordering::SeqCst) {
             return Err(self.changed_error());

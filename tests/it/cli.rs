@@ -78,7 +78,7 @@ fn pack_list_cat_extract_verify_round_trip() {
     // Sorted by key, then arch: bin/testapp#0 gets ordinal 0.
     let ordinals: Vec<(String, String, u32)> = a
         .entries()
-        .map(|(k, e)| (k.to_owned(), e.arch.clone(), e.ordinal))
+        .map(|(k, e)| (k.to_owned(), e.arch.to_owned(), e.ordinal))
         .collect();
     assert_eq!(
         ordinals,
@@ -163,10 +163,11 @@ fn pack_arch_order_and_coverage() {
     assert_eq!(a.architectures(), ["gfx1101", "gfx1100"]);
     assert_eq!(a.group_name(), Some("o"));
     assert_eq!(a.gfx_arch_family(), Some("mixed"));
-    let lib: Vec<(&str, u32)> = a.binaries()[1]
-        .arches
-        .iter()
-        .map(|e| (e.arch.as_str(), e.ordinal))
+    let lib: Vec<(&str, u32)> = a
+        .binary(1)
+        .unwrap()
+        .arches()
+        .map(|e| (e.arch, e.ordinal))
         .collect();
     assert_eq!(lib, vec![("gfx1101", 1), ("gfx1100", 2)]);
 

@@ -255,13 +255,7 @@ fn fatbin_per_arch_archives_round_trip() {
             .collect();
         let mut want_keys: Vec<&str> = want.iter().map(|(k, _, _)| k.as_str()).collect();
         want_keys.sort();
-        assert_eq!(
-            a.binaries()
-                .iter()
-                .map(|b| b.key.as_str())
-                .collect::<Vec<_>>(),
-            want_keys
-        );
+        assert_eq!(a.binaries().map(|b| b.key).collect::<Vec<_>>(), want_keys);
         for (key, arch, data) in &want {
             assert_eq!(&a.get_kernel(key, arch).unwrap(), data, "{key} [{arch}]");
         }
@@ -315,10 +309,7 @@ fn fatbin_single_archive_from_library_and_executable() {
     let a = Archive::open(&path).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack-", "gfx1030"]);
     assert_eq!(
-        a.binaries()
-            .iter()
-            .map(|b| b.key.as_str())
-            .collect::<Vec<_>>(),
+        a.binaries().map(|b| b.key).collect::<Vec<_>>(),
         [
             "bin/app#0",
             "lib/libsynth.so#0",
@@ -500,13 +491,7 @@ fn fatbin_committed_sample_archive() {
     );
     assert_eq!(a.group_name(), Some("rocrand-sample"));
     let key = "lib/x86_64-linux-gnu/librocrand.so.1.1#0";
-    assert_eq!(
-        a.binaries()
-            .iter()
-            .map(|b| b.key.as_str())
-            .collect::<Vec<_>>(),
-        [key]
-    );
+    assert_eq!(a.binaries().map(|b| b.key).collect::<Vec<_>>(), [key]);
     let mut decoded = Vec::new();
     for (arch, size) in [
         ("gfx1030", 1_642_416),

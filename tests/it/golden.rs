@@ -70,13 +70,7 @@ fn reader_returns_golden_kernels() {
         let a = Archive::open(fixture(file)).unwrap();
         assert_eq!(a.scheme(), scheme);
         assert_eq!(a.architectures(), arches);
-        assert_eq!(
-            a.binaries()
-                .iter()
-                .map(|b| b.key.as_str())
-                .collect::<Vec<_>>(),
-            bins
-        );
+        assert_eq!(a.binaries().map(|b| b.key).collect::<Vec<_>>(), bins);
         assert_eq!(a.group_name(), Some("test"));
         for (key, arch, data) in kernels {
             assert_eq!(
@@ -87,17 +81,17 @@ fn reader_returns_golden_kernels() {
             assert_eq!(a.locate(key, arch).unwrap().size, data.len() as u64);
         }
         // Locating by index finds the same kernel as locating by name, and past the end refuses.
-        for (b, binary) in a.binaries().iter().enumerate() {
-            for (e, entry) in binary.arches.iter().enumerate() {
+        for (b, binary) in a.binaries().enumerate() {
+            for (e, entry) in binary.arches().enumerate() {
                 assert_eq!(
                     a.locate_at(b, e).unwrap(),
-                    a.locate(&binary.key, &entry.arch).unwrap()
+                    a.locate(binary.key, entry.arch).unwrap()
                 );
             }
-            let past = a.locate_at(b, binary.arches.len()).unwrap_err();
+            let past = a.locate_at(b, binary.len()).unwrap_err();
             assert_eq!(past.kind(), rocm_kpack::ErrorKind::KernelNotFound, "{past}");
         }
-        let past = a.locate_at(a.binaries().len(), 0).unwrap_err();
+        let past = a.locate_at(a.binary_count(), 0).unwrap_err();
         assert_eq!(past.kind(), rocm_kpack::ErrorKind::KernelNotFound, "{past}");
     }
 }

@@ -68,7 +68,7 @@ fn random_trees_round_trip_through_both_schemes() {
             for (k, a, d) in &kernels {
                 assert_eq!(&archive.get_kernel(k, a).unwrap(), d, "seed {seed} {k} {a}");
             }
-            let keys: Vec<&str> = archive.binaries().iter().map(|b| b.key.as_str()).collect();
+            let keys: Vec<&str> = archive.binaries().map(|b| b.key).collect();
             let mut sorted = keys.clone();
             sorted.sort();
             sorted.dedup();

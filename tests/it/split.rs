@@ -531,10 +531,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     );
     let a = Archive::open(out.join(".kpack/splt_gfx900.kpack")).unwrap();
     assert_eq!(
-        a.binaries()
-            .iter()
-            .map(|b| b.key.as_str())
-            .collect::<Vec<_>>(),
+        a.binaries().map(|b| b.key).collect::<Vec<_>>(),
         [
             "bin/app#0",
             "bin/app#1",

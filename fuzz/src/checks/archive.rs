@@ -76,7 +76,7 @@ pub fn run(data: &[u8]) -> Outcome {
     let entries: Vec<(String, String, u32)> = archive
         .entries()
         .take(MAX_ENTRIES)
-        .map(|(k, e)| (k.to_owned(), e.arch.clone(), e.ordinal))
+        .map(|(k, e)| (k.to_owned(), e.arch.to_owned(), e.ordinal))
         .collect();
     let reads = entries
         .iter()

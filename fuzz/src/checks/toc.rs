@@ -62,7 +62,8 @@ pub fn run(data: &[u8]) {
         Ok(&toc),
         "trailing bytes changed the TOC"
     );
-    for pair in toc.binaries.windows(2) {
+    let binaries: Vec<_> = toc.kernels.binaries().collect();
+    for pair in binaries.windows(2) {
         assert!(
             pair[0].key < pair[1].key,
             "keys not sorted and unique: {:?} {:?}",
@@ -70,10 +71,12 @@ pub fn run(data: &[u8]) {
             pair[1].key
         );
     }
-    for b in &toc.binaries {
-        for (i, e) in b.arches.iter().enumerate() {
+    for b in &binaries {
+        assert!(!b.is_empty(), "binary {:?} without entries", b.key);
+        let arches: Vec<_> = b.arches().collect();
+        for (i, e) in arches.iter().enumerate() {
             assert!(
-                b.arches[..i].iter().all(|x| x.arch != e.arch),
+                arches[..i].iter().all(|x| x.arch != e.arch),
                 "arch {:?} twice under {:?}",
                 e.arch,
                 b.key

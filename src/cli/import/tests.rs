@@ -102,10 +102,7 @@ fn import_with_root_writes_archives_and_metadata() {
     let a = Archive::open(kpack.join("synth_gfx900.kpack")).unwrap();
     assert_eq!(a.architectures(), ["gfx900"]);
     assert_eq!(
-        a.binaries()
-            .iter()
-            .map(|b| b.key.as_str())
-            .collect::<Vec<_>>(),
+        a.binaries().map(|b| b.key).collect::<Vec<_>>(),
         [
             "lib/hip/libother.so.2#0",
             "lib/hip/libother.so.2#1",
@@ -171,10 +168,7 @@ fn import_single_default_prefix_and_names() {
     let a = Archive::open(out.join("rocfoo.kpack")).unwrap();
     assert_eq!(a.architectures(), ["gfx900", "gfx90a:xnack+"]);
     assert_eq!(
-        a.binaries()
-            .iter()
-            .map(|b| b.key.as_str())
-            .collect::<Vec<_>>(),
+        a.binaries().map(|b| b.key).collect::<Vec<_>>(),
         ["librocfoo.so.1.2#0", "librocfoo.so.1.2#1"]
     );
     // No root: kernel_name is the file name and the archives sit in .kpack/ beside it.

@@ -5,6 +5,7 @@ mod crafted;
 mod daemon;
 mod fault_io;
 mod faults;
+mod open_mode;
 mod read_path;
 mod scenarios;
 pub(crate) mod sources;
@@ -41,6 +42,15 @@ fn io_child_entry() {
 }
 
 /// Deterministic, compressible bytes.
+/// Mounts with `--open-mode passthrough` added: for tests of what happens at open (backing
+/// files, passthrough, cache directory, open-time errors), which `auto` would not exercise on
+/// their small kernels (it picks page-cache mode for those).
+pub fn start_passthrough(archive: &Path, extra: &[&str]) -> Mount {
+    let mut args = extra.to_vec();
+    args.extend_from_slice(&["--open-mode", "passthrough"]);
+    Mount::start(archive, &args)
+}
+
 pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| ((i / 7).wrapping_mul(31).wrapping_add(seed) % 251) as u8)
@@ -158,7 +168,7 @@ fn mount_pack_mount_round_trip() {
             .map(|(k, e)| {
                 (
                     k.to_owned(),
-                    e.arch.clone(),
+                    e.arch.to_owned(),
                     x.get_kernel(k, &e.arch).unwrap(),
                 )
             })
@@ -227,7 +237,7 @@ fn rereads_are_served_by_the_page_cache() {
         return;
     }
     let d = tmp();
-    let m = Mount::start(
+    let m = start_passthrough(
         &rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 }),
         &[],
     );

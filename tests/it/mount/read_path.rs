@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use rocm_kpack::Compression;
 
 use super::scenarios::{expected, kernel_path, stats};
-use super::{pattern, rich_archive, write_archive};
-use crate::support::mount::{Mount, fuse_available};
+use super::{pattern, rich_archive, start_passthrough, write_archive};
+use crate::support::mount::fuse_available;
 
 /// I/O child scenarios.
 pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
@@ -131,7 +131,7 @@ fn passthrough_and_daemon_paths_serve_exact_bytes() {
         ),
     ];
     for (extra, want) in cases {
-        let m = Mount::start(&archive, extra);
+        let m = start_passthrough(&archive, extra);
         m.check("walk", "");
         m.check("pread", "");
         m.check("mmap", "");
@@ -153,7 +153,7 @@ fn many_readers_of_one_cold_kernel_decode_it_once_on_both_paths() {
         &[("lib/big.so#0", "gfx942", pattern(3 << 20, 9))],
     );
     for extra in [&[][..], &["--no-passthrough", "-s"][..]] {
-        let m = Mount::start(&path, extra);
+        let m = start_passthrough(&path, extra);
         m.check("cold_concurrent", "lib/big.so#0/gfx942.hsaco");
         m.check("rp_stats", "decodes=1");
         m.stop();
@@ -173,7 +173,7 @@ fn evicted_kernels_keep_reading_through_open_handles() {
         // others are opened, yet each handle still reads its own bytes.
         let mut args = vec!["--backing", "memory", "--cache-size", "8K"];
         args.extend_from_slice(extra);
-        let m = Mount::start(&archive, &args);
+        let m = start_passthrough(&archive, &args);
         m.check("rp_hold_all", "");
         m.check(
             "rp_stats",
@@ -202,7 +202,7 @@ fn memory_backing_stays_within_the_cache_size_over_a_set_four_times_larger() {
         Compression::Zstd { level: 3 },
         &refs,
     );
-    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "256K"]);
+    let m = start_passthrough(&path, &["--backing", "memory", "--cache-size", "256K"]);
     for _ in 0..2 {
         m.check("walk", "");
     }
@@ -222,7 +222,7 @@ fn scratch_directory_is_made_per_mount_and_removed_at_unmount() {
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::None);
     let scratch = d.path().join("scratch");
     fs::create_dir(&scratch).unwrap();
-    let m = Mount::start(&archive, &["--scratch-dir", scratch.to_str().unwrap()]);
+    let m = start_passthrough(&archive, &["--scratch-dir", scratch.to_str().unwrap()]);
     m.check("walk", "");
     let made: Vec<_> = fs::read_dir(&scratch)
         .unwrap()
@@ -257,7 +257,7 @@ fn cache_dir_is_reused_across_remounts_without_decoding() {
     let (_, all) = counts(&archive);
     let cache = d.path().join("cache");
     let c = cache.to_str().unwrap();
-    let m = Mount::start(&archive, &["--cache-dir", c]);
+    let m = start_passthrough(&archive, &["--cache-dir", c]);
     m.check("walk", "");
     m.check(
         "rp_stats",
@@ -269,7 +269,7 @@ fn cache_dir_is_reused_across_remounts_without_decoding() {
         &["--cache-dir", c][..],
         &["-o", &format!("cache_dir={c}")][..],
     ] {
-        let m = Mount::start(&archive, extra);
+        let m = start_passthrough(&archive, extra);
         m.check("walk", "");
         m.check("pread", "");
         m.check(
@@ -298,9 +298,8 @@ fn reference_layout_archive(path: &Path) -> PathBuf {
     assert!(
         rocm_kpack::Archive::open(path)
             .unwrap()
-            .binaries()
-            .iter()
-            .all(|b| b.arches.iter().all(|e| e.blake3.is_none()))
+            .entries()
+            .all(|(_, e)| e.blake3_at.is_none())
     );
     path.to_path_buf()
 }
@@ -328,7 +327,7 @@ fn truncated_and_altered(archive: &Path, cache: &Path) {
     let (archive, cache) = (archive.to_path_buf(), cache.to_path_buf());
     let (_, all) = counts(&archive);
     let c = cache.to_str().unwrap();
-    let m = Mount::start(&archive, &["--cache-dir", c]);
+    let m = start_passthrough(&archive, &["--cache-dir", c]);
     m.check("walk", "");
     m.stop();
     let files = cache_files(&cache);
@@ -350,7 +349,7 @@ fn truncated_and_altered(archive: &Path, cache: &Path) {
     f.read_exact_at(&mut b, 500).unwrap();
     f.write_all_at(&[b[0] ^ 0x40], 500).unwrap();
     drop(f);
-    let m = Mount::start(&archive, &["--cache-dir", c]);
+    let m = start_passthrough(&archive, &["--cache-dir", c]);
     m.check("walk", "");
     m.check(
         "rp_stats",
@@ -380,14 +379,14 @@ fn cache_dir_of_a_replaced_archive_never_serves_the_old_bytes() {
     write_archive(&path, Compression::Zstd { level: 3 }, &kernels(1));
     let cache = d.path().join("cache");
     let c = cache.to_str().unwrap();
-    let m = Mount::start(&path, &["--cache-dir", c]);
+    let m = start_passthrough(&path, &["--cache-dir", c]);
     m.check("walk", "");
     m.stop();
     // Same names and sizes, other bytes, written over the same path.
     let tmp_path = d.path().join("new.kpack");
     write_archive(&tmp_path, Compression::Zstd { level: 3 }, &kernels(50));
     fs::rename(&tmp_path, &path).unwrap();
-    let m = Mount::start(&path, &["--cache-dir", c]);
+    let m = start_passthrough(&path, &["--cache-dir", c]);
     // walk compares with the archive as it is now.
     m.check("walk", "");
     m.check("rp_stats", "decodes=2,cache_dir_hits=0,cache_dir_misses=2");
@@ -404,8 +403,8 @@ fn two_daemons_share_one_cache_dir() {
     let (_, all) = counts(&archive);
     let cache = d.path().join("cache");
     let c = cache.to_str().unwrap();
-    let a = Mount::start(&archive, &["--cache-dir", c]);
-    let b = Mount::start(&archive, &["--cache-dir", c, "--no-passthrough"]);
+    let a = start_passthrough(&archive, &["--cache-dir", c]);
+    let b = start_passthrough(&archive, &["--cache-dir", c, "--no-passthrough"]);
     for _ in 0..3 {
         let (ra, rb) = (a.spawn_child("walk", ""), b.spawn_child("concurrent", ""));
         let (oa, ob) = (a.finish(ra), b.finish(rb));
@@ -416,7 +415,7 @@ fn two_daemons_share_one_cache_dir() {
     b.stop();
     assert_eq!(cache_files(&cache).len(), all);
     // A third mount finds every kernel there, valid.
-    let m = Mount::start(&archive, &["--cache-dir", c]);
+    let m = start_passthrough(&archive, &["--cache-dir", c]);
     m.check("walk", "");
     m.check("rp_stats", &format!("decodes=0,cache_dir_hits={all}"));
     m.stop();
@@ -431,7 +430,7 @@ fn cache_dir_stays_within_its_size() {
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
     let cache = d.path().join("cache");
     let c = cache.to_str().unwrap();
-    let m = Mount::start(
+    let m = start_passthrough(
         &archive,
         &["-o", &format!("cache_dir={c},cache_dir_size=100K")],
     );
@@ -453,7 +452,7 @@ fn daemon_path_reads_in_large_requests() {
         Compression::Zstd { level: 3 },
         &[("lib/big.so#0", "gfx942", pattern(4 << 20, 3))],
     );
-    let m = Mount::start(&path, &["--no-passthrough"]);
+    let m = start_passthrough(&path, &["--no-passthrough"]);
     let entry = rocm_kpack::fs::mountinfo::mount_at(&m.mountpoint)
         .unwrap()
         .unwrap();
@@ -502,7 +501,7 @@ fn kernel_failing_its_digest_is_eio_and_never_cached() {
     fs::write(&path, &bytes).unwrap();
     let cache = d.path().join("cache");
     for extra in [&[][..], &["--cache-dir", cache.to_str().unwrap()][..]] {
-        let m = Mount::start(&path, extra);
+        let m = start_passthrough(&path, extra);
         m.check("rp_open_errno", "lib/a.so#0/gfx942.hsaco=5");
         m.check("walk_one", "lib/a.so#0/gfx900.hsaco");
         // Each open of the bad kernel decoded it again: a failure is never kept.

@@ -68,6 +68,7 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             assert!(fs::read(mnt.join(arg)).unwrap() == want);
         }
         other if other.starts_with("rp_") => super::read_path::run(other, mnt, archive, arg),
+        other if other.starts_with("om_") => super::open_mode::run(other, mnt, archive, arg),
         other if other.starts_with("remote_") => crate::remote::scenarios::run(other, mnt, arg),
         other => super::fault_io::run(other, mnt, archive, arg),
     }
@@ -116,7 +117,7 @@ pub fn expected(archive: &Path) -> Vec<(String, String, Vec<u8>)> {
         .map(|(key, e)| {
             (
                 key.to_owned(),
-                e.arch.clone(),
+                e.arch.to_owned(),
                 a.get_kernel(key, &e.arch).unwrap(),
             )
         })
@@ -575,7 +576,7 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
         .map(|(key, e)| {
             (
                 key.to_owned(),
-                e.arch.clone(),
+                e.arch.to_owned(),
                 a.get_kernel(key, &e.arch).unwrap(),
             )
         })

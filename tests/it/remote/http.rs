@@ -35,6 +35,15 @@ fn http_mount_serves_every_file_byte_identical() {
             "remote_xattr",
             &format!("lib/librich.so#0/gfx900.hsaco|user.kpack.archive|{url}"),
         );
+        // Times come from the server's Last-Modified (whole seconds), not the epoch.
+        let mtime = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(archive).unwrap().mtime()
+        };
+        m.check(
+            "remote_mtime",
+            &format!("lib/librich.so#0/gfx900.hsaco|{mtime}"),
+        );
         let s = stats(&m);
         assert!(s["remote_requests"] >= 1, "{s:?}");
         assert!(s["remote_bytes_fetched"] > 0, "{s:?}");
@@ -352,13 +361,14 @@ fn https_mount_verifies_the_server_certificate() {
     let m = mount(&url, &[], &[("SSL_CERT_FILE".to_owned(), ca)]);
     m.check("tree", want.path().to_str().unwrap());
     m.stop();
-    // A certificate nobody vouches for is refused at open.
+    // A certificate nobody vouches for is refused at open, at once: with the default retry
+    // count, a refused certificate is not retried like a lost connection.
     let unknown = tls.path().join("cert.pem").display().to_string();
-    let (code, err) = refused_mount(
-        &url,
-        &["-o", "remote_retries=0"],
-        &[("SSL_CERT_FILE".to_owned(), unknown)],
-    );
+    let (code, err) = refused_mount(&url, &[], &[("SSL_CERT_FILE".to_owned(), unknown)]);
     assert_eq!(code, Some(3), "{err}");
     assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert!(
+        !err.contains("retry"),
+        "a certificate failure was retried: {err}"
+    );
 }

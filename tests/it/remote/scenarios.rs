@@ -18,6 +18,18 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
             assert_eq!(e.raw_os_error(), Some(libc::EIO), "{arg}: {e}");
         }
         // `REL|NAME|VALUE`: the extended attribute NAME of REL is VALUE.
+        "remote_mtime" => {
+            // `REL|SECONDS`: the mount's root and REL show the object's Last-Modified time.
+            use std::os::unix::fs::MetadataExt;
+            let (rel, secs) = arg.split_once('|').unwrap();
+            let secs: i64 = secs.parse().unwrap();
+            assert_eq!(std::fs::metadata(mnt).unwrap().mtime(), secs, "root");
+            assert_eq!(
+                std::fs::metadata(mnt.join(rel)).unwrap().mtime(),
+                secs,
+                "{rel}"
+            );
+        }
         "remote_xattr" => {
             let mut parts = arg.splitn(3, '|');
             let (rel, name, value) = (
