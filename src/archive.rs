@@ -273,6 +273,11 @@ impl Archive {
         self.toc.kernels.binary(i)
     }
 
+    /// The key of the binary at index `i` of [`binaries`](Self::binaries).
+    pub fn binary_key(&self, i: usize) -> Option<&str> {
+        (i < self.toc.kernels.len()).then(|| self.toc.kernels.key(i))
+    }
+
     /// Number of binaries.
     pub fn binary_count(&self) -> usize {
         self.toc.kernels.len()

@@ -2,8 +2,9 @@
 //! an open archive (and so every mount) keeps them for its whole life.
 //!
 //! Every key lives once in one byte arena, in key order; every arch name once in a small
-//! interned list. A binary is two `u32`s (where its key and its entries start; both end where
-//! the next binary's start), an entry a fixed 36-byte record. No entry owns a heap allocation.
+//! interned list. A binary is where its key starts in the arena and where its entries start
+//! (both end where the next binary's start; the second is left out when every binary has one
+//! entry, the usual layout), an entry a fixed 36-byte record. No entry owns a heap allocation.
 //! Digests are not held here: an entry records where its `blake3` and `frame_blake3` values lie
 //! in the TOC, and the archive reads or keeps them (see `Archive`).
 
@@ -34,18 +35,15 @@ pub(crate) struct EntryRec {
     frame_blake3_at: u32,
 }
 
-/// A binary: where its key starts in the arena and where its entries start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BinRec {
-    key: u32,
-    first: u32,
-}
-
 /// Binaries sorted by key (byte order), each key once, each with at least one entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Kernels {
     keys: Vec<u8>,
-    bins: Vec<BinRec>,
+    /// Where each binary's key starts in `keys`.
+    key_starts: Vec<u32>,
+    /// Where each binary's entries start in `entries`; empty when each binary has exactly one
+    /// (binary `i`'s entry is then entry `i`).
+    firsts: Vec<u32>,
     entries: Vec<EntryRec>,
     arches: Vec<Box<str>>,
 }
@@ -116,11 +114,11 @@ impl<'a> TocBinary<'a> {
 impl Kernels {
     /// Number of binaries.
     pub fn len(&self) -> usize {
-        self.bins.len()
+        self.key_starts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bins.is_empty()
+        self.key_starts.is_empty()
     }
 
     /// Number of arch entries over all binaries.
@@ -128,26 +126,33 @@ impl Kernels {
         self.entries.len()
     }
 
-    fn key_of(&self, i: usize) -> &str {
-        let start = self.bins[i].key as usize;
+    /// The key of binary `i`; panics when out of range.
+    pub fn key(&self, i: usize) -> &str {
+        let start = self.key_starts[i] as usize;
         let end = self
-            .bins
+            .key_starts
             .get(i + 1)
-            .map_or(self.keys.len(), |b| b.key as usize);
+            .map_or(self.keys.len(), |&k| k as usize);
         // Only keys that are valid UTF-8 are stored; an empty result cannot occur.
         std::str::from_utf8(&self.keys[start..end]).unwrap_or_default()
     }
 
     /// The binary at index `i` (in key order).
     pub fn binary(&self, i: usize) -> Option<TocBinary<'_>> {
-        let bin = self.bins.get(i)?;
-        let first = bin.first as usize;
-        let end = self
-            .bins
-            .get(i + 1)
-            .map_or(self.entries.len(), |b| b.first as usize);
+        if i >= self.len() {
+            return None;
+        }
+        let (first, end) = if self.firsts.is_empty() {
+            (i, i + 1)
+        } else {
+            let end = self
+                .firsts
+                .get(i + 1)
+                .map_or(self.entries.len(), |&f| f as usize);
+            (self.firsts[i] as usize, end)
+        };
         Some(TocBinary {
-            key: self.key_of(i),
+            key: self.key(i),
             kernels: self,
             first,
             entries: &self.entries[first..end],
@@ -156,16 +161,16 @@ impl Kernels {
 
     /// Every binary, in key order.
     pub fn binaries(&self) -> impl ExactSizeIterator<Item = TocBinary<'_>> + '_ {
-        (0..self.bins.len()).map(|i| self.binary(i).expect("in range"))
+        (0..self.len()).map(|i| self.binary(i).expect("in range"))
     }
 
     /// The index of the binary with this key.
     pub fn find(&self, key: &str) -> Option<usize> {
         let mut lo = 0;
-        let mut hi = self.bins.len();
+        let mut hi = self.len();
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.key_of(mid).as_bytes().cmp(key.as_bytes()) {
+            match self.key(mid).as_bytes().cmp(key.as_bytes()) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Some(mid),
@@ -204,7 +209,7 @@ impl Kernels {
     /// Bytes this keeps on the heap (for the docs' and benchmarks' accounting).
     pub fn heap_bytes(&self) -> usize {
         self.keys.capacity()
-            + self.bins.capacity() * std::mem::size_of::<BinRec>()
+            + (self.key_starts.capacity() + self.firsts.capacity()) * 4
             + self.entries.capacity() * std::mem::size_of::<EntryRec>()
             + self
                 .arches
@@ -372,34 +377,35 @@ impl KernelsBuilder {
             ok
         }) && next_key == keys.len() as u64
             && next_entry == entries.len() as u64;
-        let (mut keys, mut entries, bins) = if packed {
-            let bins = bins
-                .iter()
-                .map(|b| BinRec {
-                    key: b.key,
-                    first: b.first,
-                })
-                .collect();
-            (keys, entries, bins)
+        let (mut keys, mut entries, key_starts, firsts) = if packed {
+            let key_starts = bins.iter().map(|b| b.key).collect();
+            let firsts: Vec<u32> = bins.iter().map(|b| b.first).collect();
+            (keys, entries, key_starts, firsts)
         } else {
             let mut new_keys = Vec::with_capacity(bins.iter().map(|b| b.key_len as usize).sum());
             let mut new_entries = Vec::with_capacity(bins.iter().map(|b| b.count as usize).sum());
-            let mut new_bins = Vec::with_capacity(bins.len());
+            let mut key_starts = Vec::with_capacity(bins.len());
+            let mut firsts = Vec::with_capacity(bins.len());
             for b in &bins {
-                new_bins.push(BinRec {
-                    key: new_keys.len() as u32,
-                    first: new_entries.len() as u32,
-                });
+                key_starts.push(new_keys.len() as u32);
+                firsts.push(new_entries.len() as u32);
                 new_keys.extend_from_slice(key(b));
                 new_entries.extend_from_slice(&entries[b.first as usize..][..b.count as usize]);
             }
-            (new_keys, new_entries, new_bins)
+            (new_keys, new_entries, key_starts, firsts)
         };
         keys.shrink_to_fit();
         entries.shrink_to_fit();
+        // Every binary has at least one entry, so as many entries as binaries means one each.
+        let firsts = if entries.len() == firsts.len() {
+            Vec::new()
+        } else {
+            firsts
+        };
         Kernels {
             keys,
-            bins,
+            key_starts,
+            firsts,
             entries,
             arches,
         }
@@ -421,7 +427,6 @@ mod tests {
     #[test]
     fn records_are_small() {
         assert_eq!(std::mem::size_of::<EntryRec>(), 36);
-        assert_eq!(std::mem::size_of::<BinRec>(), 8);
     }
 
     #[test]
@@ -456,6 +461,24 @@ mod tests {
         assert_eq!(k.find("c"), None);
         assert_eq!(k.entry_count(), 3);
         assert_eq!(k.binary(1).unwrap().position("gfx2"), Some(1));
+    }
+
+    #[test]
+    fn one_entry_per_binary_keeps_no_entry_starts() {
+        let mut b = KernelsBuilder::with_capacity(3);
+        for (i, key) in ["c", "a", "b"].into_iter().enumerate() {
+            b.open_binary(key).unwrap();
+            b.add_entry("gfx1", entry(i as u32)).unwrap();
+        }
+        let k = b.finish();
+        assert!(k.firsts.is_empty());
+        let got: Vec<(&str, u32)> = k
+            .binaries()
+            .flat_map(|b| b.arches().map(move |e| (b.key, e.ordinal)))
+            .collect();
+        assert_eq!(got, [("a", 1), ("b", 2), ("c", 0)]);
+        assert!(k.binary(3).is_none());
+        assert_eq!(k.binary(2).unwrap().len(), 1);
     }
 
     #[test]

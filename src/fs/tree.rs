@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use crate::arch;
 use crate::archive::Archive;
@@ -65,18 +66,21 @@ pub struct DirNode {
     first: u32,
     /// Number of children.
     count: u32,
-    /// Number of child directories (for `nlink`).
+    /// Number of child directories (for `nlink`), with [`HAS_FILES`] set when any child is a
+    /// kernel file (only those directories answer fallback names).
     subdirs: u32,
     /// Inode of the file `native.hsaco` links to, 0 when no GPU resolves here.
     native: u32,
-    /// Whether any child is a kernel file (only those directories answer fallback names).
-    has_files: bool,
 }
+
+/// Marks a directory that holds kernel files, in [`DirNode::subdirs`]. A directory's subdirectory
+/// count stays below it (nodes are at most [`MAX_NODES`]).
+const HAS_FILES: u32 = 1 << 31;
 
 impl DirNode {
     /// Number of child directories (for `nlink`).
     pub fn subdirs(&self) -> u32 {
-        self.subdirs
+        self.subdirs & !HAS_FILES
     }
 
     /// The file `native.hsaco` links to, when a GPU resolves here.
@@ -86,7 +90,7 @@ impl DirNode {
 
     /// Whether any child is a kernel file.
     pub fn has_files(&self) -> bool {
-        self.has_files
+        self.subdirs & HAS_FILES != 0
     }
 
     /// Number of real children (without `.`, `..` and `native.hsaco`).
@@ -178,10 +182,59 @@ impl Arena {
         let len = u8::try_from(name.len())
             .map_err(|_| format!("name of {} bytes (limit {NAME_MAX})", name.len()))?;
         let at = u32::try_from(self.0.len())
-            .map_err(|_| "the names of the mount exceed 4 GiB".to_owned())?;
+            .ok()
+            .filter(|&at| at < KEY_NAME)
+            .ok_or_else(|| "the names of the mount exceed 2 GiB".to_owned())?;
         self.0.push(len);
         self.0.extend_from_slice(name.as_bytes());
         Ok(at)
+    }
+}
+
+/// Marks a node name that is not in the arena but is the last component of a TOC key: the rest
+/// of the name is the key's binary index among all the tree's archives (see [`Names`]).
+const KEY_NAME: u32 = 1 << 31;
+
+/// The names of a tree's nodes. The directory a key ends in is named by the key's last
+/// component, which the archive holds already (and keeps as long as the mount): such a name is
+/// a reference to the key instead of a copy, which saves the arena one name per key (16 MB for a
+/// million keys). Other names (shared upper directories, file names) are in the arena.
+#[derive(Debug, Default)]
+struct Names {
+    arena: Arena,
+    /// Each archive the tree shows, with the index its first binary has among all of them.
+    sources: Vec<(u32, Arc<Archive>)>,
+    /// The index the next archive's first binary gets.
+    next_binary: u64,
+}
+
+impl Names {
+    fn get(&self, name: u32) -> &[u8] {
+        if name & KEY_NAME == 0 {
+            return self.arena.get(name);
+        }
+        let binary = name & !KEY_NAME;
+        let source = self.sources.partition_point(|&(first, _)| first <= binary) - 1;
+        let (first, archive) = &self.sources[source];
+        let key = archive
+            .binary_key((binary - first) as usize)
+            .expect("a key name refers to a binary of its archive");
+        key.as_bytes()
+            .rsplit(|&b| b == b'/')
+            .next()
+            .expect("rsplit yields at least one piece")
+    }
+
+    /// Records an archive whose keys may name directories; returns the index its first binary
+    /// gets, when all of its binaries can be referred to.
+    fn add_source(&mut self, archive: &Arc<Archive>) -> Option<u32> {
+        let first = self.next_binary;
+        self.next_binary += archive.binary_count() as u64;
+        let first = u32::try_from(first)
+            .ok()
+            .filter(|_| self.next_binary <= u64::from(KEY_NAME))?;
+        self.sources.push((first, Arc::clone(archive)));
+        Some(first)
     }
 }
 
@@ -189,7 +242,7 @@ impl Arena {
 #[derive(Debug)]
 pub struct Tree {
     recs: Vec<Rec>,
-    names: Arena,
+    names: Names,
     dirs: Vec<DirNode>,
     files: Vec<FileNode>,
     /// Node indices, one range per directory, each range sorted by name.
@@ -277,7 +330,7 @@ impl Tree {
     /// kernel files present in `dir`. Returns the file it resolves to.
     pub fn fallback(&self, dir: &DirNode, name: &str) -> Option<Ino> {
         let target = names::arch_from_hsaco_name(name)?;
-        if !dir.has_files {
+        if !dir.has_files() {
             return None;
         }
         let found = arch::resolve_in(&arch::device_arch_list(target), |candidate| {
@@ -318,7 +371,7 @@ impl Index {
     }
 
     /// The node named `name` under `parent`, or the free slot where it would go.
-    fn find(&self, recs: &[Rec], names: &Arena, parent: u32, name: &[u8]) -> Result<u32, usize> {
+    fn find(&self, recs: &[Rec], names: &Names, parent: u32, name: &[u8]) -> Result<u32, usize> {
         let mask = self.slots.len() - 1;
         let mut at = self.hash(parent, name) & mask;
         loop {
@@ -336,7 +389,7 @@ impl Index {
     }
 
     /// Records node `node` in the free slot `at` that `find` returned.
-    fn insert(&mut self, recs: &[Rec], names: &Arena, at: usize, node: u32) {
+    fn insert(&mut self, recs: &[Rec], names: &Names, at: usize, node: u32) {
         self.slots[at] = node + 1;
         self.used += 1;
         if self.used * 2 > self.slots.len() {
@@ -347,7 +400,7 @@ impl Index {
     /// Makes room for `extra` more nodes at once: re-hashing every node touches all of them
     /// (cache misses on a large tree), so a builder that knows how many are coming sizes the
     /// index once.
-    fn reserve(&mut self, recs: &[Rec], names: &Arena, extra: usize) {
+    fn reserve(&mut self, recs: &[Rec], names: &Names, extra: usize) {
         let want = self
             .used
             .saturating_add(extra)
@@ -358,7 +411,7 @@ impl Index {
         }
     }
 
-    fn rebuild(&mut self, recs: &[Rec], names: &Arena, len: usize) {
+    fn rebuild(&mut self, recs: &[Rec], names: &Names, len: usize) {
         let mut grown = Index {
             slots: vec![0; len],
             used: 0,
@@ -380,7 +433,7 @@ impl Index {
 #[derive(Debug)]
 pub struct TreeBuilder {
     recs: Vec<Rec>,
-    names: Arena,
+    names: Names,
     dirs: Vec<DirNode>,
     files: Vec<FileNode>,
     index: Index,
@@ -396,8 +449,8 @@ impl Default for TreeBuilder {
 
 impl TreeBuilder {
     pub fn new() -> Self {
-        let mut names = Arena::default();
-        let root = names.push("").expect("the empty name fits");
+        let mut names = Names::default();
+        let root = names.arena.push("").expect("the empty name fits");
         TreeBuilder {
             recs: vec![Rec {
                 parent: 0,
@@ -419,10 +472,11 @@ impl TreeBuilder {
     pub fn add_archive_keys(
         &mut self,
         id: u32,
-        archive: &Archive,
+        archive: &Arc<Archive>,
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<Duplicate>, TreeError> {
         let mut duplicates = Vec::new();
+        let first_binary = self.names.add_source(archive);
         let err = |key: &str, reason: String| TreeError {
             archive: archive.path().display().to_string(),
             key: key.to_owned(),
@@ -453,9 +507,15 @@ impl TreeBuilder {
                 .take_while(|((have, _), want)| have == *want)
                 .count();
             path.truncate(shared);
-            for comp in &components[shared..] {
+            for (i, comp) in components.iter().enumerate().skip(shared) {
                 let parent = path.last().map_or(0, |&(_, d)| d);
-                let dir = self.subdir(parent, comp).map_err(|r| err(key, r))?;
+                let last = i + 1 == components.len();
+                let key_name = first_binary
+                    .filter(|_| last)
+                    .map(|first| KEY_NAME | (first + bi as u32));
+                let dir = self
+                    .subdir(parent, comp, key_name)
+                    .map_err(|r| err(key, r))?;
                 path.push((comp, dir));
             }
             let dir = path.last().map_or(0, |&(_, d)| d);
@@ -507,7 +567,7 @@ impl TreeBuilder {
                 });
                 self.push(dir, name, slot | FILE, free)
                     .map_err(|r| err(key, r))?;
-                self.dirs[self.recs[dir as usize].slot as usize].has_files = true;
+                self.dirs[self.recs[dir as usize].slot as usize].subdirs |= HAS_FILES;
             }
         }
         Ok(duplicates)
@@ -519,7 +579,7 @@ impl TreeBuilder {
             return known.clone();
         }
         let named =
-            names::check_arch(arch).and_then(|()| self.names.push(&names::hsaco_name(arch)));
+            names::check_arch(arch).and_then(|()| self.names.arena.push(&names::hsaco_name(arch)));
         self.arch_names.insert(arch.to_owned(), named.clone());
         named
     }
@@ -537,8 +597,9 @@ impl TreeBuilder {
         Ok(node)
     }
 
-    /// The directory `name` under `parent`, created if missing.
-    fn subdir(&mut self, parent: u32, name: &str) -> Result<u32, String> {
+    /// The directory `name` under `parent`, created if missing. `key_name`, when given, names
+    /// it without a copy (see [`Names`]).
+    fn subdir(&mut self, parent: u32, name: &str, key_name: Option<u32>) -> Result<u32, String> {
         match self
             .index
             .find(&self.recs, &self.names, parent, name.as_bytes())
@@ -548,7 +609,10 @@ impl TreeBuilder {
                 "directory {name} would replace a kernel file of the same name"
             )),
             Err(free) => {
-                let at = self.names.push(name)?;
+                let at = match key_name {
+                    Some(at) => at,
+                    None => self.names.arena.push(name)?,
+                };
                 let slot = u32::try_from(self.dirs.len())
                     .map_err(|_| "too many directories".to_owned())?;
                 let node = self.push(parent, at, slot, free)?;
@@ -573,7 +637,7 @@ impl TreeBuilder {
         drop(index);
         // Give back what the vectors reserved beyond their use (up to half of each).
         recs.shrink_to_fit();
-        names.0.shrink_to_fit();
+        names.arena.0.shrink_to_fit();
         dirs.shrink_to_fit();
         files.shrink_to_fit();
         // Group the children by parent (a counting sort), then sort each group by name.
@@ -629,7 +693,7 @@ impl TreeBuilder {
             .enumerate()
             .filter_map(|(i, d)| {
                 // A real entry of that name wins over the link.
-                if !d.has_files || tree.child(d, NATIVE).is_some() {
+                if !d.has_files() || tree.child(d, NATIVE).is_some() {
                     return None;
                 }
                 let target = candidates
@@ -654,14 +718,65 @@ mod tests {
         let mut b = TreeBuilder::new();
         let at = b.arch_name("gfx942:sramecc+:xnack-").unwrap();
         assert_eq!(b.names.get(at), b"gfx942:sramecc+:xnack-.hsaco");
-        let len = b.names.0.len();
+        let len = b.names.arena.0.len();
         assert_eq!(b.arch_name("gfx942:sramecc+:xnack-").unwrap(), at);
-        assert_eq!(b.names.0.len(), len, "a second use adds no bytes");
+        assert_eq!(b.names.arena.0.len(), len, "a second use adds no bytes");
         for bad in ["", ".", "..", "gfx/900", "gfx\0", &"g".repeat(250)] {
             assert!(b.arch_name(bad).is_err(), "{bad:?} must be refused");
             assert!(b.arch_name(bad).is_err(), "{bad:?} must stay refused");
         }
         assert!(b.arch_name(&"g".repeat(249)).is_ok());
+    }
+
+    fn dir_of(tree: &Tree, ino: Ino) -> DirNode {
+        match tree.entry(ino) {
+            Some(Entry::Dir(d)) => d.clone(),
+            other => panic!("{ino} is {other:?}"),
+        }
+    }
+
+    #[test]
+    fn key_directories_are_named_by_their_keys_without_a_copy() {
+        use crate::writer::{ArchiveWriter, Compression};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.kpack");
+        let mut w = ArchiveWriter::new("g", "f", vec!["gfx942".into()], Compression::None).unwrap();
+        let keys = ["lib/a.so#0", "lib/b.so#0", "lib/sub/c.so#1", "top#0"];
+        for key in keys {
+            w.add_kernel(key, "gfx942", key.as_bytes().to_vec())
+                .unwrap();
+        }
+        w.write(&path, &|_| {}).unwrap();
+        let archive = Arc::new(Archive::open(&path).unwrap());
+        let mut b = TreeBuilder::new();
+        assert_eq!(b.add_archive_keys(0, &archive, &|_| true).unwrap(), []);
+        // The same keys again: the second archive's binaries are numbered after the first's.
+        let dups = b.add_archive_keys(1, &archive, &|_| true).unwrap();
+        assert_eq!(dups.len(), 4);
+        assert_eq!((dups[2].kept, dups[2].dropped), (0, 1));
+        let arena = String::from_utf8_lossy(&b.names.arena.0).into_owned();
+        for leaf in ["a.so#0", "b.so#0", "c.so#1", "top#0"] {
+            assert!(!arena.contains(leaf), "{leaf} was copied: {arena:?}");
+        }
+        assert!(arena.contains("lib") && arena.contains("sub"), "{arena:?}");
+        let tree = b.finish(&[]);
+        let root = dir_of(&tree, ROOT);
+        let names = |d: &DirNode| tree.children(d).map(|c| c.0).collect::<Vec<_>>();
+        assert_eq!(names(&root), ["lib", "top#0"]);
+        let lib = dir_of(&tree, tree.child(&root, "lib").unwrap());
+        assert_eq!(names(&lib), ["a.so#0", "b.so#0", "sub"]);
+        assert_eq!((lib.subdirs(), lib.has_files()), (3, false));
+        let sub = dir_of(&tree, tree.child(&lib, "sub").unwrap());
+        let c = tree.child(&sub, "c.so#1").unwrap();
+        assert_eq!(tree.name(c), Some("c.so#1"));
+        let c_dir = dir_of(&tree, c);
+        assert_eq!((c_dir.subdirs(), c_dir.has_files()), (0, true));
+        let f = tree.child(&c_dir, "gfx942.hsaco").unwrap();
+        match tree.entry(f) {
+            Some(Entry::File(file)) => assert_eq!((file.archive, file.size), (0, 14)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(tree.child(&lib, "c.so#1"), None);
     }
 
     #[test]
@@ -672,12 +787,12 @@ mod tests {
         let parent = |made: &[u32], i: usize| if i < 7 { 0 } else { made[i / 7 - 1] };
         for i in 0..5000 {
             let p = parent(&made, i);
-            made.push(b.subdir(p, &format!("d{i}")).unwrap());
+            made.push(b.subdir(p, &format!("d{i}"), None).unwrap());
         }
         assert!(b.index.slots.len() > 1024, "the index grew");
         for (i, &node) in made.iter().enumerate() {
             let p = parent(&made, i);
-            assert_eq!(b.subdir(p, &format!("d{i}")), Ok(node));
+            assert_eq!(b.subdir(p, &format!("d{i}"), None), Ok(node));
         }
         assert_eq!(b.recs.len(), 5001, "finding adds nothing");
         let tree = b.finish(&[]);

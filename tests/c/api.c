@@ -406,6 +406,9 @@ static const matrix_row rows[] = {
     {"digest_zstd_flipped.kpack", 0, ZSTD_KEY, 6, NULL, 0, 0},
     {"digest_zstd_flipped.kpack", 0, "lib/b.so#0", "gfx1100", 0, ZSTD_DATA},
     {"digest_noop_flipped.kpack", 0, NOOP_KEY, 6, NULL, 0, 0},
+    {"digest_zstd_frame_digest_altered.kpack", 0, ZSTD_KEY, 6, NULL, 0, 0},
+    {"digest_zstd_blake3_only_flipped.kpack", 0, ZSTD_KEY, 6, NULL, 0, 0},
+    {"digest_zstd_blake3_only_flipped.kpack", 0, "lib/b.so#0", "gfx1100", 0, ZSTD_DATA},
     {"a_directory.kpack", 3, NULL, NULL, 0, NULL, 0, 0},
     {"does_not_exist.kpack", 2, NULL, NULL, 0, NULL, 0, 0},
 };

@@ -510,19 +510,46 @@ pub fn write_error_matrix(dir: &Path) {
     ok.add_kernel("lib/a.so#0", "gfx1100", zk.clone()).unwrap();
     let mut bytes = Vec::new();
     ok.write_to(&mut bytes, &|_| {}).unwrap();
+    // The frame digest's 32 bytes follow its key and a `bin 8` header of length 32.
+    let frame_key = b"\xacframe_blake3\xc4\x20";
+    let at = |bytes: &[u8]| {
+        bytes
+            .windows(frame_key.len())
+            .position(|w| w == frame_key)
+            .expect("our writer records frame digests")
+            + frame_key.len()
+    };
+    let mut altered = bytes.clone();
+    let d = at(&altered);
+    altered[d] ^= 0x01;
+    w("digest_zstd_frame_digest_altered.kpack", altered);
     w("digest_zstd_ok.kpack", bytes);
     let raw = incompressible(7, 4096);
-    w(
-        "digest_zstd_flipped.kpack",
-        flipped_archive(
-            zstd3,
-            &[
-                ("lib/a.so#0", "gfx1100", raw),
-                ("lib/b.so#0", "gfx1100", zk.clone()),
-            ],
-            0,
-        ),
+    let flipped = flipped_archive(
+        zstd3,
+        &[
+            ("lib/a.so#0", "gfx1100", raw),
+            ("lib/b.so#0", "gfx1100", zk.clone()),
+        ],
+        0,
     );
+    // The same archive as written before frame digests: their key renamed to one no reader
+    // knows, so only the decoded bytes' digest can catch the flipped byte.
+    let mut blake3_only = flipped.clone();
+    while let Some(p) = blake3_only
+        .windows(frame_key.len())
+        .position(|w| w == frame_key)
+    {
+        blake3_only[p + 12] = b'X';
+    }
+    w("digest_zstd_blake3_only_flipped.kpack", blake3_only);
+    let b3 = rocm_kpack::Archive::open(dir.join("digest_zstd_blake3_only_flipped.kpack")).unwrap();
+    let kref = b3.locate("lib/a.so#0", "gfx1100").unwrap();
+    assert!(
+        kref.frame_digest.is_none() && kref.digest.is_some(),
+        "{kref:?}"
+    );
+    w("digest_zstd_flipped.kpack", flipped);
     w(
         "digest_noop_flipped.kpack",
         flipped_archive(Compression::None, &[("lib/a.so#0", "gfx900", k.clone())], 0),
