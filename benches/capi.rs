@@ -11,7 +11,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::kernel_bytes;
+use common::CodeLike;
 
 use std::ffi::{CString, c_char, c_void};
 use std::hint::black_box;
@@ -110,9 +110,9 @@ fn main() {
     let keys: Vec<String> = (0..objects)
         .map(|i| format!("lib/libbench.so#{i}"))
         .collect();
-    for (i, k) in keys.iter().enumerate() {
-        w.add_kernel(k, "gfx942", kernel_bytes(i as u64, size))
-            .unwrap();
+    let mut code = CodeLike::new(7);
+    for k in &keys {
+        w.add_kernel(k, "gfx942", code.kernel(size)).unwrap();
     }
     w.write(&archive_path, &|_| {}).unwrap();
     let meta = hipk_metadata("lib/libbench.so", "../.kpack/bench_@GFXARCH@.kpack");

@@ -8,7 +8,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{best_of, kernel_bytes};
+use common::{CodeLike, best_of, kernel_bytes};
 
 use std::hint::black_box;
 use std::path::Path;
@@ -43,9 +43,10 @@ fn main() {
     let mut kernels = Vec::new();
     let mut sum = 0usize;
     let mut i = 0u64;
+    let mut code = CodeLike::new(42);
     while sum < total {
         let len = 20_000 + (i as usize * 7919 * 4099) % 2_000_000;
-        kernels.push((format!("lib/libbench{}.so#0", i), kernel_bytes(i, len)));
+        kernels.push((format!("lib/libbench{}.so#0", i), code.kernel(len)));
         sum += len;
         i += 1;
     }

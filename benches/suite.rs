@@ -442,65 +442,24 @@ fn direct_api(path: &Path) -> (u64, Duration) {
     (total, t.elapsed())
 }
 
-/// Code-like synthetic kernels that compress and decode like real AMDGPU code objects (about 6x
-/// smaller at zstd-3, and fast to decode): each library has a vocabulary of 4-byte words and a
-/// dictionary of instruction blocks built from it (with random operands); a kernel is blocks
-/// drawn with a skew towards common ones, a few words of each changed, and runs of zero padding.
-/// Sizes spread from 20 KB to 15 MB.
+/// Kernels from [`common::CodeLike`] (compressing and decoding like real code objects), four
+/// arches per library, sizes spread from 20 KB to 15 MB.
 fn write_synthetic(tree: &Path, total_mib: u64) {
-    let mut x = 0x0123_4567_89ab_cdefu64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    // A heavy-tailed index below `n`: small values are the common blocks and words.
-    fn skewed(r: u64, shape: f64, n: usize) -> usize {
-        let u = (r >> 11) as f64 / (1u64 << 53) as f64;
-        ((1.0 / (1.0 - u).powf(1.0 / shape)) as usize) % n
-    }
+    let mut g = common::CodeLike::new(0x0123_4567_89ab_cdef);
     let arches = ["gfx90a:xnack-", "gfx942", "gfx1100", "gfx1201"];
     let mut written = 0u64;
     let mut i = 0;
-    let mut blocks: Vec<Vec<u8>> = Vec::new();
     while written < total_mib << 20 {
-        if i % arches.len() == 0 {
-            let vocab: Vec<[u8; 4]> = (0..96).map(|_| (next() as u32).to_le_bytes()).collect();
-            blocks = (0..1024)
-                .map(|_| {
-                    let words = 8 + next() % 41;
-                    let mut b = Vec::new();
-                    for _ in 0..words {
-                        b.extend_from_slice(&vocab[skewed(next(), 1.2, 96)]);
-                        if next() % 10 < 3 {
-                            b.extend_from_slice(&(next() as u32).to_le_bytes());
-                        }
-                    }
-                    b
-                })
-                .collect();
+        if i % arches.len() == 0 && i > 0 {
+            g.new_library();
         }
         // Mostly small and medium files, some large ones, as in real libraries.
-        let size = match next() % 10 {
-            0 => 4_000_000 + next() % 11_000_000,
-            1..=3 => 500_000 + next() % 3_500_000,
-            _ => 20_000 + next() % 480_000,
+        let size = match g.next() % 10 {
+            0 => 4_000_000 + g.next() % 11_000_000,
+            1..=3 => 500_000 + g.next() % 3_500_000,
+            _ => 20_000 + g.next() % 480_000,
         } as usize;
-        let mut data = Vec::with_capacity(size + 8192);
-        while data.len() < size {
-            if next() % 100 < 3 {
-                data.resize(data.len() + 64 + (next() % 1985) as usize, 0);
-                continue;
-            }
-            let mut blk = blocks[skewed(next(), 0.8, blocks.len())].clone();
-            for _ in 0..3 {
-                let at = (next() as usize % (blk.len() / 4)) * 4;
-                blk[at..at + 4].copy_from_slice(&(next() as u32).to_le_bytes());
-            }
-            data.extend_from_slice(&blk);
-        }
-        data.truncate(size);
+        let data = g.kernel(size);
         let dir = tree.join(format!("lib/libsynth{}.so#{}", i / arches.len(), 0));
         fs::create_dir_all(&dir).unwrap();
         fs::write(

@@ -461,10 +461,20 @@ fn walking_a_file_finds_what_parsing_memory_finds() {
         walked[1],
         format!("end {} {} Uncompressed", (1 << 20) - 10, small.len())
     );
+    // Reads land the file's own bytes, from the range's offset.
+    let tail = section.len() - 5000;
+    assert!(src.read(tail as u64, 5000).unwrap()[..] == section[tail..]);
+    assert!(src.read(0, 0).unwrap().is_empty());
     // Truncating the file under the walk is a read error, not a short code object.
     file.set_len(6 + (1 << 20)).unwrap();
-    assert!(matches!(
-        walk_fatbin(&src, |_| Ok::<(), ()>(())),
-        Err(WalkError::Read(_))
-    ));
+    let Err(WalkError::Read(e)) = walk_fatbin(&src, |_| Ok::<(), ()>(())) else {
+        panic!("a truncated file walked")
+    };
+    assert_eq!(
+        (e.kind(), e.to_string().as_str()),
+        (
+            std::io::ErrorKind::UnexpectedEof,
+            "the file ended inside its .hip_fatbin section (it changed while being read)"
+        )
+    );
 }

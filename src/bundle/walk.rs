@@ -8,7 +8,6 @@
 use std::borrow::Cow;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
 use super::{
     BUNDLE_MAGIC, BundleError, CCOB_V3_HEADER, Entry, Layout, TableError, ccob_header,
@@ -52,18 +51,50 @@ impl Source for FileRange<'_> {
     }
 
     fn read(&self, at: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
-        let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, self.offset + at)
+        read_exact_at_new(self.file, len, self.offset + at)
+            .map(Cow::Owned)
             .map_err(|e| match e.kind() {
                 io::ErrorKind::UnexpectedEof => io::Error::new(
                     e.kind(),
                     "the file ended inside its .hip_fatbin section (it changed while being read)",
                 ),
                 _ => e,
-            })?;
-        Ok(Cow::Owned(buf))
+            })
     }
+}
+
+/// `len` bytes of `file` at `offset`, in a new vector the file is read straight into: every
+/// byte of device code passes through here, and zeroing the buffer first would be one more
+/// pass over all of it.
+fn read_exact_at_new(file: &File, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::new();
+    buf.try_reserve_exact(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, "cannot allocate"))?;
+    while buf.len() < len {
+        let at = offset
+            .checked_add(buf.len() as u64)
+            .and_then(|at| libc::off_t::try_from(at).ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+        let filled = buf.len();
+        let spare = &mut buf.spare_capacity_mut()[..len - filled];
+        // SAFETY: pread writes at most `spare.len()` bytes into memory we own and do not read
+        // until it reports them written.
+        let n =
+            unsafe { libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            // SAFETY: the first `n` bytes of the spare capacity were just written by pread.
+            n => unsafe { buf.set_len(buf.len() + n as usize) },
+        }
+    }
+    Ok(buf)
 }
 
 /// Where a bundle is in the section, as [`super::Bundle`] without its entries.

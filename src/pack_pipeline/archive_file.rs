@@ -3,6 +3,10 @@
 //! [`crate::ArchiveWriter`] writes for the same kernels) goes after it, and the header and the
 //! zstd frame count, which depend on everything before, are written last at their places.
 //! Only the TOC's per-kernel records stay in memory.
+//!
+//! Writeback of the blob is started as it grows (`sync_file_range`, asynchronous), so the
+//! disk writes overlap with compressing the next kernels and the final `fsync` of the caller
+//! has little left to wait for: that wait is otherwise a serial phase at the end of every pack.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -23,6 +27,10 @@ struct Kept {
     frame_digest: Option<[u8; 32]>,
 }
 
+/// Blob bytes between two writeback starts: large enough to be a handful of calls per
+/// hundred megabytes, small enough that little is left for the final `fsync`.
+const WRITEBACK_CHUNK: u64 = 8 << 20;
+
 pub struct ArchiveFile {
     file: File,
     /// Named in errors.
@@ -31,6 +39,8 @@ pub struct ArchiveFile {
     reference_layout: bool,
     /// Where the next kernel goes.
     at: u64,
+    /// Writeback was started for the blob up to here.
+    kicked: u64,
     kernels: Vec<Kept>,
     /// Per ordinal, as `encode_toc` wants them.
     spans: Vec<(u64, u64)>,
@@ -55,6 +65,7 @@ impl ArchiveFile {
             compression,
             reference_layout,
             at: blob_start,
+            kicked: 0,
             kernels: Vec::new(),
             spans: Vec::new(),
             added: HashSet::new(),
@@ -119,6 +130,7 @@ impl ArchiveFile {
                 self.at = end;
             }
         }
+        self.start_writeback();
         self.kernels.push(Kept {
             key,
             arch: arch.to_owned(),
@@ -128,6 +140,31 @@ impl ArchiveFile {
             frame_digest: encoded.frame_digest,
         });
         Ok(())
+    }
+
+    /// Starts writing the blob written since the last call to disk once there is enough of it.
+    /// Only a hint: errors (and file systems without the call) surface, if ever, at `fsync`.
+    fn start_writeback(&mut self) {
+        use std::os::fd::AsRawFd;
+        if self.at - self.kicked < WRITEBACK_CHUNK {
+            return;
+        }
+        let (Ok(from), Ok(len)) = (
+            libc::off64_t::try_from(self.kicked),
+            libc::off64_t::try_from(self.at - self.kicked),
+        ) else {
+            return;
+        };
+        // SAFETY: a plain system call on a descriptor we own; no memory is passed.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                from,
+                len,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        self.kicked = self.at;
     }
 
     /// Writes the TOC, the frame count and the header; returns the file, its size and its TOC
