@@ -123,6 +123,78 @@ pub fn decode_frame_into<B: KernelBuf + ?Sized>(frame: &[u8], dst: &mut B) -> Re
     })
 }
 
+/// Decodes `frame` (one or more complete zstd frames) into `dst` in steps of at most `step`
+/// bytes, calling `progress(n)` once the first `n` bytes of `dst` are final, so a reader can be
+/// served the start of a kernel while the rest is still decoding. `dst` must come out exactly
+/// full, with nothing of the frames left over.
+pub fn decode_frame_stepwise(
+    frame: &[u8],
+    dst: &mut [u8],
+    step: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<(), String> {
+    let expected = dst.len();
+    let failed = |code: usize| {
+        format!(
+            "{} (the TOC says {expected} bytes)",
+            zstd_safe::get_error_name(code)
+        )
+    };
+    let mut run = |dctx: &mut DCtx<'static>| -> Result<(), String> {
+        dctx.reset(zstd_safe::ResetDirective::SessionOnly)
+            .map_err(failed)?;
+        let mut input = zstd_safe::InBuffer::around(frame);
+        let mut done = 0usize;
+        // What the last call returned: 0 when a frame had just ended and been flushed.
+        let mut hint = 1usize;
+        while done < expected {
+            let end = expected.min(done + step.max(1));
+            let mut out = zstd_safe::OutBuffer::around(&mut dst[done..end]);
+            while out.pos() < out.capacity() {
+                let before = (input.pos(), out.pos());
+                hint = dctx
+                    .decompress_stream(&mut out, &mut input)
+                    .map_err(failed)?;
+                if (input.pos(), out.pos()) == before {
+                    return Err(format!(
+                        "decoded {} bytes, the TOC says {expected}",
+                        done + out.pos()
+                    ));
+                }
+            }
+            done = end;
+            progress(done);
+        }
+        // Every expected byte is out: what is left must end the frames without producing more.
+        let mut spare = [0u8; 1];
+        while hint != 0 || input.pos() < frame.len() {
+            let mut out = zstd_safe::OutBuffer::around(&mut spare[..]);
+            let before = input.pos();
+            hint = dctx
+                .decompress_stream(&mut out, &mut input)
+                .map_err(failed)?;
+            if out.pos() != 0 {
+                return Err(format!(
+                    "decodes to more than the {expected} bytes the TOC says"
+                ));
+            }
+            if input.pos() == before && hint != 0 {
+                return Err(format!(
+                    "frame is truncated (the TOC says {expected} bytes)"
+                ));
+            }
+        }
+        Ok(())
+    };
+    DCTX.with(move |cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let dctx = slot.get_or_insert_with(DCtx::create);
+            run(dctx)
+        }
+        Err(_) => run(&mut DCtx::create()),
+    })
+}
+
 /// The most output one compressed byte can yield: a 4-byte RLE block expands to at most 128 KiB.
 pub const MAX_EXPANSION: u64 = 128 * 1024 / 4;
 
@@ -199,6 +271,34 @@ mod tests {
         assert!(decode_frame_into(&frame, &mut short).is_err());
         let mut long = vec![0u8; data.len() + 1];
         assert!(decode_frame_into(&frame, &mut long).is_err());
+    }
+
+    #[test]
+    fn stepwise_decode_reports_progress_and_exact_size() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let frame = FrameEncoder::new(3).unwrap().encode(&data).unwrap();
+        let mut out = vec![0u8; data.len()];
+        let mut steps = Vec::new();
+        decode_frame_stepwise(&frame, &mut out, 128 << 10, |n| steps.push(n)).unwrap();
+        assert!(out == data);
+        assert_eq!(steps, [131_072, 262_144, 300_000]);
+        // One byte short, one byte too many, a truncated frame, trailing garbage.
+        let mut short = vec![0u8; data.len() - 1];
+        assert!(decode_frame_stepwise(&frame, &mut short, 1 << 20, |_| {}).is_err());
+        let mut long = vec![0u8; data.len() + 1];
+        assert!(decode_frame_stepwise(&frame, &mut long, 1 << 20, |_| {}).is_err());
+        let mut out = vec![0u8; data.len()];
+        let cut = &frame[..frame.len() - 3];
+        assert!(decode_frame_stepwise(cut, &mut out, 1 << 20, |_| {}).is_err());
+        let mut extra = frame.clone();
+        extra.extend_from_slice(b"junk");
+        assert!(decode_frame_stepwise(&extra, &mut out, 1 << 20, |_| {}).is_err());
+        // Two concatenated frames decode as one kernel.
+        let mut two = frame.clone();
+        two.extend_from_slice(&frame);
+        let mut out = vec![0u8; 2 * data.len()];
+        decode_frame_stepwise(&two, &mut out, 1 << 20, |_| {}).unwrap();
+        assert!(out[..data.len()] == data[..] && out[data.len()..] == data[..]);
     }
 
     #[test]

@@ -253,6 +253,27 @@ impl<V: Weighed, E: Clone> KernelCache<V, E> {
         true
     }
 
+    /// The cached kernel `id`, counted as a hit or a miss. For callers that run their own
+    /// single flight (the mount's streaming decodes) and then [`put`](Self::put) the result.
+    pub fn get(&self, id: KernelId) -> Option<V> {
+        let found = lock(&self.inner).lru.get(&id).cloned();
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Keeps a kernel decoded outside [`get_or_load`](Self::get_or_load), counted as a decode;
+    /// evicts as an insert there does. Returns whether it was kept (not when larger than the
+    /// whole cache).
+    pub fn put(&self, id: KernelId, value: &V) -> bool {
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        self.insert(id, value)
+    }
+
     /// Whether `id` is cached now. Not counted as a lookup and leaves the LRU order alone.
     pub fn contains(&self, id: KernelId) -> bool {
         lock(&self.inner).lru.contains(&id)
@@ -319,6 +340,24 @@ mod tests {
                 evictions: 0,
                 capacity: 100
             }
+        );
+    }
+
+    #[test]
+    fn get_and_put_count_and_bound_like_get_or_load() {
+        let c: KernelCache<Bytes, String> = KernelCache::new(25);
+        assert!(c.get(id(1)).is_none());
+        assert!(c.put(id(1), &b(vec![1u8; 10])));
+        assert!(c.put(id(2), &b(vec![2u8; 10])));
+        assert_eq!(*c.get(id(1)).unwrap(), vec![1u8; 10]);
+        // 3 pushes out the least recently used (2); one larger than the cache is not kept.
+        assert!(c.put(id(3), &b(vec![3u8; 10])));
+        assert!(!c.put(id(4), &b(vec![4u8; 26])));
+        assert!(c.get(id(2)).is_none());
+        let s = c.stats();
+        assert_eq!(
+            (s.hits, s.misses, s.decodes, s.bytes_cached, s.evictions),
+            (1, 2, 4, 20, 1)
         );
     }
 

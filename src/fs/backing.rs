@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Errno;
-use super::cache_dir::CacheDir;
+use super::cache_dir::{CacheDir, TmpFile};
 use crate::codec::KernelBuf;
 use crate::kernel_cache::{CacheStats, Fetched, KernelCache, KernelId, Weighed};
 
@@ -176,7 +176,7 @@ impl BackingStore {
     ) -> Result<Fetched<Arc<BackingFile>>, Errno> {
         let fetched = self
             .cache
-            .get_or_load(spec.id, || self.make(spec, decode))?;
+            .get_or_load(spec.id, || self.make(spec, decode, true))?;
         if fetched.cached {
             if let Where::CacheDir(dir) = &self.place {
                 dir.touch(fetched.value.file());
@@ -185,10 +185,13 @@ impl BackingStore {
         Ok(fetched)
     }
 
+    /// A new backing file filled by `decode`; with a cache directory, one found valid there
+    /// when `look` is set.
     fn make(
         &self,
         spec: &KernelSpec,
         decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
+        look: bool,
     ) -> Result<Arc<BackingFile>, Errno> {
         let file = match &self.place {
             Where::Scratch(dir) => {
@@ -203,7 +206,7 @@ impl BackingStore {
                 file
             }
             // The archive's digest, when there is one, was already checked by the decode.
-            Where::CacheDir(dir) => dir.get_or_fill(spec, |file, hash| {
+            Where::CacheDir(dir) => dir.get_or_fill(spec, look, |file, hash| {
                 let digest = fill(file, spec.len, decode, hash && spec.digest.is_none())?;
                 Ok(digest.or(spec.digest).unwrap_or([0; 32]))
             })?,
@@ -214,6 +217,111 @@ impl BackingStore {
             len: spec.len,
             live: self.live.clone(),
         }))
+    }
+
+    /// The stored backing file of `id`, counted as a hit or a miss.
+    pub fn cached(&self, id: KernelId) -> Option<Arc<BackingFile>> {
+        let found = self.cache.get(id)?;
+        if let Where::CacheDir(dir) = &self.place {
+            dir.touch(found.file());
+        }
+        Some(found)
+    }
+
+    /// A valid file of `spec` in the cache directory (none without one), now kept in the store.
+    pub fn find_in_dir(&self, spec: &KernelSpec) -> Option<Arc<BackingFile>> {
+        let Where::CacheDir(dir) = &self.place else {
+            return None;
+        };
+        let file = dir.find(spec)?;
+        Some(self.keep(spec, file))
+    }
+
+    /// Makes the file for a decode that serves readers while it writes (see `fill.rs`): the
+    /// file, its space reserved, mapped for writing. Call it only once the archive has checked
+    /// that the stored kernel really produces `spec.len` bytes.
+    pub fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
+        let (file, tmp) = match &self.place {
+            Where::Scratch(dir) => (self.scratch_file(dir)?, None),
+            Where::Memory => (
+                memfd(spec.id).map_err(|e| fail("cannot create a memfd", &e))?,
+                None,
+            ),
+            Where::CacheDir(dir) => {
+                let (file, tmp) = dir.create(spec)?;
+                (file, Some(tmp))
+            }
+        };
+        let map = if spec.len == 0 {
+            None
+        } else {
+            let size = usize::try_from(spec.len).map_err(|_| Errno::ENOMEM)?;
+            let mapped = reserve(&file, spec.len).and_then(|()| Mapping::new(&file, size));
+            Some(mapped.map_err(|e| fail(&format!("cannot reserve {} bytes", spec.len), &e))?)
+        };
+        self.live.fetch_add(spec.len, Ordering::Relaxed);
+        let backing = Arc::new(BackingFile {
+            file,
+            len: spec.len,
+            live: self.live.clone(),
+        });
+        Ok(Pending { backing, map, tmp })
+    }
+
+    /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
+    /// renames a cache-directory file into place (with its record), and keeps it in the store.
+    pub fn finish(
+        &self,
+        spec: &KernelSpec,
+        mut pending: Pending,
+    ) -> Result<Arc<BackingFile>, Errno> {
+        let written = pending.bytes();
+        // A frame that matched its digest decodes to the writer's bytes, whose digest the
+        // archive records; only archives without one need the bytes hashed for the record.
+        let digest = match (&self.place, spec.digest) {
+            (Where::CacheDir(_), None) => Some(*blake3::hash(written).as_bytes()),
+            _ => spec.digest,
+        };
+        // Unmapped before sealing: a memfd with a writable mapping cannot be sealed.
+        pending.map = None;
+        match &self.place {
+            Where::Memory => seal(pending.backing.file()),
+            Where::CacheDir(dir) => {
+                let tmp = pending
+                    .tmp
+                    .take()
+                    .expect("a cache-directory file has a temporary name");
+                dir.commit(tmp, spec, digest.unwrap_or([0; 32]))?;
+            }
+            Where::Scratch(_) => {}
+        }
+        self.cache.put(spec.id, &pending.backing);
+        Ok(pending.backing.clone())
+    }
+
+    /// Decodes a kernel whole into a new backing file (through `decode`, as [`get`](Self::get)
+    /// does) and keeps it, without a single flight of its own (the caller runs one) and without
+    /// looking in the cache directory (the caller did, with [`find_in_dir`](Self::find_in_dir)).
+    pub fn make_and_keep(
+        &self,
+        spec: &KernelSpec,
+        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
+    ) -> Result<Arc<BackingFile>, Errno> {
+        let made = self.make(spec, decode, false)?;
+        self.cache.put(spec.id, &made);
+        Ok(made)
+    }
+
+    /// A file found valid in the cache directory, as a backing file kept in the store.
+    fn keep(&self, spec: &KernelSpec, file: File) -> Arc<BackingFile> {
+        self.live.fetch_add(spec.len, Ordering::Relaxed);
+        let backing = Arc::new(BackingFile {
+            file,
+            len: spec.len,
+            live: self.live.clone(),
+        });
+        self.cache.put(spec.id, &backing);
+        backing
     }
 
     /// A new file in the scratch directory, already unlinked: it lives as long as it is open.
@@ -339,6 +447,30 @@ fn seal(file: &File) {
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
     // SAFETY: fcntl with integer arguments on a descriptor we own.
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+}
+
+/// A backing file being written by [`BackingStore::begin`]: readable through
+/// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
+pub struct Pending {
+    backing: Arc<BackingFile>,
+    map: Option<Mapping>,
+    tmp: Option<TmpFile>,
+}
+
+impl Pending {
+    pub fn backing(&self) -> &Arc<BackingFile> {
+        &self.backing
+    }
+
+    /// The file's bytes, to decode into (they read as zeros until written).
+    pub fn bytes(&mut self) -> &mut [u8] {
+        match &self.map {
+            // SAFETY: a shared writable mapping of exactly `len` bytes of a file sized to
+            // them, alive as long as `self.map`; `&mut self` makes this the only slice of it.
+            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.ptr.cast::<u8>(), m.len) },
+            None => &mut [],
+        }
+    }
 }
 
 /// Where a decode writes: called by the archive (as its allocator) once it has checked the

@@ -96,66 +96,93 @@ impl CacheDir {
         unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
     }
 
-    /// The valid cached file of `spec`, or a new one filled by `fill(file, true)`, which
-    /// returns the BLAKE3 of what it wrote.
+    /// The valid cached file of `spec` (when `look` is set), or a new one filled by
+    /// `fill(file, true)`, which returns the BLAKE3 of what it wrote.
     pub fn get_or_fill(
         &self,
         spec: &KernelSpec,
+        look: bool,
         fill: impl FnOnce(&File, bool) -> Result<[u8; 32], Errno>,
     ) -> Result<File, Errno> {
-        let (data, meta, sub) = self.paths(&spec.cache_key);
-        if let Ok(file) = File::open(&data) {
-            match self.validate(&file, &meta, spec) {
-                Ok(()) => {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    self.touch(&file);
-                    return Ok(file);
-                }
-                Err(why) => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
-                    log::warn!("{}: {why}; decoding it again", data.display());
-                }
+        if let Some(file) = look.then(|| self.find(spec)).flatten() {
+            return Ok(file);
+        }
+        let (file, tmp) = self.create(spec)?;
+        let digest = fill(&file, true)?;
+        self.commit(tmp, spec, digest)?;
+        Ok(file)
+    }
+
+    /// The cached file of `spec` if there is one and it is valid (a hit); an invalid one is
+    /// counted and left for the next write to replace.
+    pub fn find(&self, spec: &KernelSpec) -> Option<File> {
+        let (data, meta, _) = self.paths(&spec.cache_key);
+        let file = File::open(&data).ok()?;
+        match self.validate(&file, &meta, spec) {
+            Ok(()) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                self.touch(&file);
+                Some(file)
+            }
+            Err(why) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                log::warn!("{}: {why}; decoding it again", data.display());
+                None
             }
         }
+    }
+
+    /// A new temporary file for `spec` (a miss), removed again unless it is committed.
+    pub fn create(&self, spec: &KernelSpec) -> Result<(File, TmpFile), Errno> {
         self.misses.fetch_add(1, Ordering::Relaxed);
+        let (_, _, sub) = self.paths(&spec.cache_key);
         std::fs::create_dir_all(&sub)
             .map_err(|e| fail(&format!("cannot create {}", sub.display()), &e))?;
-        let tmp_data = self.tmp_path(&sub);
+        let path = self.tmp_path(&sub);
         let file = File::options()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o644)
-            .open(&tmp_data)
-            .map_err(|e| fail(&format!("cannot create {}", tmp_data.display()), &e))?;
-        let written = fill(&file, true).and_then(|digest| {
-            if spec.digest.is_some_and(|d| d != digest) {
-                log::error!(
-                    "{}: decoded bytes do not match the archive's digest",
-                    data.display()
-                );
-                return Err(Errno::EIO);
-            }
-            let tmp_meta = self.tmp_path(&sub);
-            let text = format!("{META_HEADER}\nlen {}\nblake3 {}\n", spec.len, hex(&digest));
-            std::fs::write(&tmp_meta, text)
-                .and_then(|()| std::fs::rename(&tmp_meta, &meta))
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&tmp_meta);
-                    fail(&format!("cannot write {}", meta.display()), &e)
-                })?;
-            std::fs::rename(&tmp_data, &data)
-                .map_err(|e| fail(&format!("cannot rename into {}", data.display()), &e))
-        });
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp_data);
-            return Err(e);
+            .open(&path)
+            .map_err(|e| fail(&format!("cannot create {}", path.display()), &e))?;
+        Ok((file, TmpFile { path: Some(path) }))
+    }
+
+    /// Puts a completely written file (still open by the caller) in place, with its record (`digest`: the BLAKE3 of what
+    /// was written), and keeps the directory within its bound.
+    pub fn commit(
+        &self,
+        mut tmp: TmpFile,
+        spec: &KernelSpec,
+        digest: [u8; 32],
+    ) -> Result<(), Errno> {
+        let (data, meta, sub) = self.paths(&spec.cache_key);
+        if spec.digest.is_some_and(|d| d != digest) {
+            log::error!(
+                "{}: decoded bytes do not match the archive's digest",
+                data.display()
+            );
+            return Err(Errno::EIO);
+        }
+        let tmp_meta = self.tmp_path(&sub);
+        let text = format!("{META_HEADER}\nlen {}\nblake3 {}\n", spec.len, hex(&digest));
+        std::fs::write(&tmp_meta, text)
+            .and_then(|()| std::fs::rename(&tmp_meta, &meta))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp_meta);
+                fail(&format!("cannot write {}", meta.display()), &e)
+            })?;
+        let path = tmp.path.take().expect("a TmpFile is committed once");
+        if let Err(e) = std::fs::rename(&path, &data) {
+            let _ = std::fs::remove_file(&path);
+            return Err(fail(&format!("cannot rename into {}", data.display()), &e));
         }
         let total = self.estimate.fetch_add(spec.len, Ordering::Relaxed) + spec.len;
         if total > self.capacity {
             self.sweep(Some(&data));
         }
-        Ok(file)
+        Ok(())
     }
 
     fn tmp_path(&self, sub: &Path) -> PathBuf {
@@ -237,6 +264,20 @@ impl CacheDir {
             }
         }
         self.estimate.store(total, Ordering::Relaxed);
+    }
+}
+
+/// The temporary name of a file being written; the file is removed on drop unless committed.
+pub struct TmpFile {
+    /// `None` once committed.
+    path: Option<PathBuf>,
+}
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

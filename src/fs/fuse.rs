@@ -7,11 +7,18 @@
 //!   by handle (strongly); the id is closed when the inode's last handle is released. When the
 //!   kernel does not offer passthrough, or refuses a backing id (no `CAP_SYS_ADMIN`), the mount
 //!   serves reads itself from then on and says so once in the log.
-//! * where a cold open runs: on the decode pool (`pool.rs`), with its reply, so request
-//!   threads are never held by a decode.
-//! * the open mode ([`OpenMode`]): in page-cache mode OPEN is answered ENOSYS, after which the
-//!   kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept), and READs
-//!   arrive with handle 0 and are served by inode (a cold one on the decode pool too).
+//! * where a cold kernel decodes: on the decode pool (`pool.rs`), so request threads are never
+//!   held by a decode. Opens and reads that must wait for it travel with the job as callbacks
+//!   that own their replies (`fill.rs`).
+//! * which handles the kernel reads itself: a file still being decoded is opened in the
+//!   kernel's page-cache mode (its reads come to the daemon and wait for their bytes), a
+//!   complete one with passthrough. The kernel refuses a passthrough open of an inode that has
+//!   page-cache handles open, and the reverse, so the mode is decided per inode: page-cache
+//!   handles are counted, and while any is open new opens get that mode too; while the inode
+//!   has a backing id, every open gets passthrough with it (its file holds the same bytes).
+//! * the open mode ([`OpenMode`]): in page-cache open mode OPEN is answered ENOSYS, after
+//!   which the kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept),
+//!   and READs arrive with handle 0 and are served by inode (a cold one on the decode pool too).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -30,6 +37,7 @@ use fuser::{
     SessionUnmounter, TimeOrNow, WriteFlags,
 };
 
+use super::fill::OpenedFile;
 use super::pool::Pool;
 use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, OpenMode, TTL};
 use crate::sync::lock;
@@ -104,11 +112,14 @@ pub fn escape_fsname(name: &str) -> String {
     out
 }
 
-/// Backing ids: shared per inode, held per handle.
+/// Backing ids: shared per inode, held per handle; and the handles opened in page-cache mode
+/// while passthrough is on, per inode.
 #[derive(Default)]
 struct BackingIds {
     by_ino: HashMap<u64, Weak<BackingId>>,
     by_fh: HashMap<u64, Arc<BackingId>>,
+    cached_by_ino: HashMap<u64, u32>,
+    cached_fh: HashMap<u64, u64>,
 }
 
 /// What the adapter and the jobs it sends to the decode pool share.
@@ -130,36 +141,54 @@ struct Adapter {
 }
 
 impl Shared {
-    /// Opens `ino` and replies: with the inode's backing id when passthrough is on, else as a
-    /// cached file the daemon reads.
-    fn open(&self, ino: u64, flags: i32, reply: ReplyOpen) {
-        let fh = match self.fs.open(ino, flags) {
-            Ok(fh) => fh,
+    /// Replies to an open once the file is there: with the inode's backing id when
+    /// passthrough is on and the file is complete (or the inode already has an id), else in
+    /// page-cache mode, read by the daemon.
+    fn opened(&self, ino: u64, opened: Result<OpenedFile, Errno>, reply: ReplyOpen) {
+        let opened = match opened {
+            Ok(o) => o,
             Err(e) => return reply.error(errno(e)),
         };
+        let complete = opened.is_complete();
+        let fh = self.fs.add_handle(opened);
         if self.passthrough.load(Ordering::Relaxed) {
-            match self.backing_id(ino, fh, &reply) {
-                Ok(id) => {
-                    return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-                }
-                Err(e) => {
-                    if self.passthrough.swap(false, Ordering::Relaxed) {
-                        log::warn!(
-                            "the kernel refused a passthrough backing file ({e}); \
-                             reads go through the daemon from now on"
-                        );
-                        self.fs.set_passthrough(false);
+            let mut ids = lock(&self.ids);
+            let has_id = ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() > 0);
+            let cached_open = ids.cached_by_ino.get(&ino).copied().unwrap_or(0) > 0;
+            if has_id || (complete && !cached_open) {
+                match self.backing_id(&mut ids, ino, fh, &reply) {
+                    Ok(id) => {
+                        return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                    }
+                    Err(e) => {
+                        if self.passthrough.swap(false, Ordering::Relaxed) {
+                            log::warn!(
+                                "the kernel refused a passthrough backing file ({e}); \
+                                 reads go through the daemon from now on"
+                            );
+                            self.fs.set_passthrough(false);
+                        }
                     }
                 }
             }
+            if self.passthrough.load(Ordering::Relaxed) {
+                *ids.cached_by_ino.entry(ino).or_insert(0) += 1;
+                ids.cached_fh.insert(fh, ino);
+            }
         }
-        // Keep the page cache across opens: the archive does not change while mounted.
+        // Keep the page cache across opens: the archive does not change while mounted (and
+        // pages only ever hold bytes a decode has finished).
         reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
     }
 
     /// The inode's backing id (registering the handle's file when the inode has none open).
-    fn backing_id(&self, ino: u64, fh: u64, reply: &ReplyOpen) -> io::Result<Arc<BackingId>> {
-        let mut ids = lock(&self.ids);
+    fn backing_id(
+        &self,
+        ids: &mut BackingIds,
+        ino: u64,
+        fh: u64,
+        reply: &ReplyOpen,
+    ) -> io::Result<Arc<BackingId>> {
         let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
             Some(id) => id,
             None => {
@@ -184,6 +213,14 @@ impl Shared {
                 && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 0)
             {
                 ids.by_ino.remove(&ino);
+            }
+            if let Some(ino) = ids.cached_fh.remove(&fh) {
+                if let Some(n) = ids.cached_by_ino.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        ids.cached_by_ino.remove(&ino);
+                    }
+                }
             }
         }
         self.fs.release(fh);
@@ -282,12 +319,11 @@ impl Filesystem for Adapter {
         if self.page_cache {
             return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
         }
-        if self.fs.open_needs_decode(ino.0, flags.0) {
+        let shared = self.shared.clone();
+        let done = Box::new(move |r| shared.opened(ino.0, r, reply));
+        if let Some(job) = self.fs.open_start(ino.0, flags.0, done) {
             let shared = self.shared.clone();
-            self.decoders
-                .run(move || shared.open(ino.0, flags.0, reply));
-        } else {
-            self.shared.open(ino.0, flags.0, reply);
+            self.decoders.run(move || shared.fs.run_fill(job));
         }
     }
 
@@ -306,10 +342,11 @@ impl Filesystem for Adapter {
         if fh.0 == 0 && self.page_cache {
             return self.read_ino(ino.0, offset, size, reply);
         }
-        match self.fs.read(ino.0, fh.0, offset, size) {
-            Ok(slice) => reply.data(slice.as_slice()),
+        let done = Box::new(move |r: Result<&[u8], Errno>| match r {
+            Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(e)),
-        }
+        });
+        self.fs.read_start(fh.0, offset, size, done);
     }
 
     fn release(

@@ -15,6 +15,7 @@
 
 pub mod backing;
 pub mod cache_dir;
+pub mod fill;
 pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
@@ -31,6 +32,7 @@ use std::time::{Duration, SystemTime};
 use crate::archive::Archive;
 use crate::kernel_cache::{CacheStats, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
+use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
@@ -194,10 +196,24 @@ pub struct FsOptions {
     pub gid: u32,
 }
 
-/// One open file: the kernel's backing file, held until release (so eviction from the store
-/// never pulls bytes from under a reader).
-struct OpenFile {
-    backing: Arc<BackingFile>,
+/// How far a streaming decode gets before it publishes the bytes it wrote (and answers the
+/// reads waiting for them): large enough that publishing costs nothing next to decoding.
+const STREAM_STEP: usize = 1 << 20;
+
+/// A decode job to run off the request threads (on the decode pool) with [`KpackFs::run_fill`].
+pub struct FillJob {
+    ino: Ino,
+    id: KernelId,
+    fill: Arc<Fill>,
+}
+
+/// How a kernel's bytes are produced.
+enum Plan {
+    /// Decoded whole, then served: its digest covers only the decoded bytes.
+    Whole,
+    /// Decoded in steps from this frame (verified against its digest when it has one), served
+    /// as it goes.
+    Stream(Vec<u8>),
 }
 
 /// The filesystem.
@@ -215,7 +231,9 @@ pub struct KpackFs {
     /// OPEN requests answered (in page-cache mode only the ones before the kernel stopped
     /// sending them).
     opens: AtomicU64,
-    handles: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    handles: Mutex<HashMap<u64, OpenedFile>>,
+    /// Decode jobs running now, one per kernel (see `fill.rs`).
+    fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -223,6 +241,9 @@ pub struct KpackFs {
     lookups_missing: AtomicU64,
     /// READ requests the daemon served (none while passthrough is on).
     reads: AtomicU64,
+    /// Of those, reads of a kernel still being decoded (answered at once or once their bytes
+    /// were written).
+    reads_while_decoding: AtomicU64,
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
@@ -280,10 +301,12 @@ impl KpackFs {
             page_cache: AtomicBool::new(false),
             opens: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
+            fills: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            reads_while_decoding: AtomicU64::new(0),
             decodes: AtomicU64::new(0),
             uid: opts.uid,
             gid: opts.gid,
@@ -492,8 +515,8 @@ impl KpackFs {
         }
     }
 
-    /// Whether opening `ino` now would have to decode (so the caller can do it off the
-    /// request thread). Errors are left for `open` to report.
+    /// Whether serving `ino` now would have to decode (so the caller can do it off the
+    /// request thread). Errors are left for the caller to report.
     pub fn open_needs_decode(&self, ino: Ino, flags: i32) -> bool {
         match self.openable(ino, flags) {
             Ok(f) => f.size > 0 && !self.store.contains(kernel_id(f)),
@@ -501,16 +524,183 @@ impl KpackFs {
         }
     }
 
-    /// Opens a file for reading (any write access is EROFS): makes sure its backing file
-    /// exists, decoding the kernel if needed, and returns the new handle. A kernel that cannot
-    /// be decoded fails here, with EIO.
+    /// Opens a file for reading (any write access is EROFS) and waits for it: makes sure its
+    /// backing file exists, decoding the kernel on this thread if no other is, and returns the
+    /// new handle. A kernel that cannot be decoded fails here, with EIO. (The mount itself uses
+    /// [`open_start`](Self::open_start), which never waits.)
     pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(job) = self.open_start(ino, flags, Box::new(move |r| drop(tx.send(r)))) {
+            self.run_fill(job);
+        }
+        let opened = rx.recv().map_err(|_| Errno::EIO)??;
+        Ok(self.add_handle(opened))
+    }
+
+    /// Starts an open without waiting: `done` gets the file at once when it is stored, when
+    /// its decode starts streaming, or when the decode completes (a kernel that must be
+    /// checked whole first), or the error. A returned job must be run
+    /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
+    /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
+    /// the answer into a handle.
+    pub fn open_start(&self, ino: Ino, flags: i32, done: OpenDone) -> Option<FillJob> {
         self.opens.fetch_add(1, Ordering::Relaxed);
-        let file = self.openable(ino, flags)?;
-        let backing = self.backing_for(file)?;
+        let file = match self.openable(ino, flags) {
+            Ok(f) => f,
+            Err(e) => {
+                done(Err(e));
+                return None;
+            }
+        };
+        if file.size == 0 {
+            done(self.backing_for(file).map(OpenedFile::complete));
+            return None;
+        }
+        // Two TOC entries may name the same ordinal with different sizes (a malformed
+        // archive): the file of the other entry must not be served for this one.
+        let size = file.size;
+        let done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
+            done(r.and_then(|o| {
+                if o.backing.len() == size {
+                    Ok(o)
+                } else {
+                    log::error!(
+                        "a kernel decodes to {} bytes, its TOC entry says {size}",
+                        o.backing.len()
+                    );
+                    Err(Errno::EIO)
+                }
+            }))
+        });
+        let id = kernel_id(file);
+        let (fill, job) = {
+            let mut fills = lock(&self.fills);
+            if let Some(b) = self.store.cached(id) {
+                drop(fills);
+                done(Ok(OpenedFile::complete(b)));
+                return None;
+            } else if let Some(f) = fills.get(&id) {
+                (f.clone(), None)
+            } else {
+                let f = Arc::new(Fill::new());
+                fills.insert(id, f.clone());
+                let job = FillJob {
+                    ino,
+                    id,
+                    fill: f.clone(),
+                };
+                (f, Some(job))
+            }
+        };
+        fill.join(done);
+        job
+    }
+
+    /// Runs a decode job to its end, answering everyone waiting on it.
+    pub fn run_fill(&self, job: FillJob) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.fill_kernel(job.ino, &job.fill)
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("a decode job panicked");
+            Err(Errno::EIO)
+        });
+        // Unregistered first: a later open finds the kept file in the store, or (after a
+        // failure) starts a new decode; opens that joined already are answered here.
+        lock(&self.fills).remove(&job.id);
+        match result {
+            Ok(b) => job.fill.complete(&b),
+            Err(e) => job.fill.fail(e),
+        }
+    }
+
+    /// Makes the backing file of `ino`'s kernel: from the cache directory, decoded in steps
+    /// (serving readers through `fill` as it goes), or decoded whole.
+    fn fill_kernel(&self, ino: Ino, fill: &Arc<Fill>) -> Result<Arc<BackingFile>, Errno> {
+        let Some(Entry::File(file)) = self.tree.entry(ino) else {
+            return Err(Errno::ENOENT);
+        };
+        let spec = self.spec_of(file)?;
+        if let Some(found) = self.store.find_in_dir(&spec) {
+            return Ok(found);
+        }
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        let frame = match self.plan(file)? {
+            Plan::Whole => {
+                return self
+                    .store
+                    .make_and_keep(&spec, |reserve| self.decode_into(file, reserve));
+            }
+            Plan::Stream(frame) => frame,
+        };
+        let (key, arch) = self.names_of(file);
+        let failed = |e: &dyn std::fmt::Display| {
+            log::error!(
+                "{}: {key} [{arch}]: {e}",
+                self.archive_of(file).path().display()
+            );
+            Errno::EIO
+        };
+        // read_verified_frame checked that the frame can produce this many bytes, so the space
+        // reserved here is what the frame really needs.
+        let mut pending = self.store.begin(&spec)?;
+        fill.streaming(pending.backing());
+        // The last step is published by `complete`, after the file is kept: a reader that got
+        // the last byte then finds the kernel in the store on its next open.
+        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
+            if (n as u64) < file.size {
+                fill.progress(n as u64)
+            }
+        })
+        .map_err(|e| failed(&e))?;
+        self.store.finish(&spec, pending)
+    }
+
+    /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
+    /// anything is decoded) and kernels without any digest. Bytes are never served before they
+    /// are checked: a kernel whose only digest is of its decoded bytes is decoded whole.
+    fn plan(&self, file: &FileNode) -> Result<Plan, Errno> {
+        let archive = self.archive_of(file);
+        if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
+            return Ok(Plan::Whole);
+        }
+        let (key, arch) = self.names_of(file);
+        let fail = |e: &crate::Error| {
+            log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
+            Errno::from(e)
+        };
+        let kref = archive
+            .locate_at(file.binary as usize, file.entry as usize)
+            .map_err(|e| fail(&e))?;
+        if kref.size != file.size {
+            log::error!(
+                "{}: {key} [{arch}]: size changed from {} to {}",
+                archive.path().display(),
+                file.size,
+                kref.size
+            );
+            return Err(Errno::EIO);
+        }
+        // A frame digest vouches for every byte the frame decodes to; a digest of the decoded
+        // bytes alone can only be checked once all of them are out.
+        if kref.digest.is_some() && kref.frame_digest.is_none() {
+            return Ok(Plan::Whole);
+        }
+        let mut frame = Vec::new();
+        archive
+            .read_verified_frame(&kref, &mut frame)
+            .map_err(|e| fail(&e))?;
+        // As for every read of the mount: an archive that changed since open serves nothing
+        // more (what is decoded is this copy of the frame, read before the check).
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(Plan::Stream(frame))
+    }
+
+    /// Registers an opened file as a new handle.
+    pub fn add_handle(&self, opened: OpenedFile) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Arc::new(OpenFile { backing }));
-        Ok(fh)
+        lock(&self.handles).insert(fh, opened);
+        fh
     }
 
     /// The backing file an open handle reads.
@@ -523,25 +713,57 @@ impl KpackFs {
         lock(&self.handles).remove(&fh);
     }
 
-    /// Reads up to `size` bytes at `offset` from the handle's backing file; short only at end
-    /// of file. (The daemon read path: with passthrough the kernel reads the file itself.)
+    /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
     pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let backing = self.backing_of(fh).ok_or(Errno::EBADF)?;
-        read_from(&backing, offset, size)
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.read_start(
+            fh,
+            offset,
+            size,
+            Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec)))),
+        );
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
-    /// The backing file of a kernel, from the store or decoded into a new one.
-    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let spec = KernelSpec {
+    /// Reads up to `size` bytes at `offset` from the handle's backing file (the daemon read
+    /// path: with passthrough the kernel reads the file itself). `done` gets them at once, or,
+    /// while the file is still being decoded, as soon as the job has written them.
+    pub fn read_start(&self, fh: u64, offset: u64, size: u32, done: ReadDone) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let Some(h) = lock(&self.handles).get(&fh).cloned() else {
+            return done(Err(Errno::EBADF));
+        };
+        if let Some(fill) = h.fill.as_ref().filter(|f| !f.is_done()) {
+            self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
+            return fill.read(&h.backing, offset, size, done);
+        }
+        let want = u64::from(size).min(h.backing.len().saturating_sub(offset));
+        let mut buf = vec![0u8; want as usize];
+        match h.backing.read_at(&mut buf, offset) {
+            Ok(n) => done(Ok(&buf[..n])),
+            Err(e) => {
+                log::error!("cannot read a backing file: {e}");
+                done(Err(Errno::EIO))
+            }
+        }
+    }
+
+    fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
+        Ok(KernelSpec {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
             digest: self.digest_of(file)?,
-        };
-        let fetched = self
-            .store
-            .get(&spec, |reserve| self.decode_into(file, reserve))?;
+        })
+    }
+
+    /// The backing file of a kernel, from the store or decoded into a new one.
+    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
+        let spec = self.spec_of(file)?;
+        let fetched = self.store.get(&spec, |reserve| {
+            self.decodes.fetch_add(1, Ordering::Relaxed);
+            self.decode_into(file, reserve)
+        })?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
         // the stored file then belongs to the other entry and must not be served for this one.
         if fetched.value.len() != file.size {
@@ -590,7 +812,6 @@ impl KpackFs {
         file: &FileNode,
         reserve: &backing::Reserve<'_>,
     ) -> Result<backing::MapBuf, Errno> {
-        self.decodes.fetch_add(1, Ordering::Relaxed);
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
         let fail = |e: &dyn std::fmt::Display, errno: Errno| {
@@ -646,13 +867,15 @@ impl KpackFs {
     /// (`decodes` counts kernels actually decoded), the lookup counters, then the read path
     /// (`passthrough 1` when the kernel reads backing files itself; `page_cache_mode 1` in
     /// page-cache open mode; `daemon_opens` and `daemon_reads` count the OPEN and READ
-    /// requests the daemon answered), where backing files live
+    /// requests the daemon answered, `reads_while_decoding` the READs of kernels still being
+    /// decoded), where backing files live
     /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
     /// counters; then the program's (see [`KpackFs::add_stats`]).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
         let mut text = format!(
-            "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\ndaemon_opens {}\ndaemon_reads {}\nbacking_in_memory {}\n\
+            "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\n\
+             daemon_opens {}\ndaemon_reads {}\nreads_while_decoding {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
             self.cache_stats().to_text(),
@@ -662,6 +885,7 @@ impl KpackFs {
             u8::from(self.page_cache.load(Ordering::Relaxed)),
             self.opens.load(Ordering::Relaxed),
             self.reads.load(Ordering::Relaxed),
+            self.reads_while_decoding.load(Ordering::Relaxed),
             u8::from(self.store.kind() == "memory"),
             self.store.live_bytes(),
             d.hits,

@@ -17,20 +17,35 @@ use crate::support::mount::fuse_available;
 /// I/O child scenarios.
 pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
     match name {
-        // `arg`: `name=value`, `name<value` or `name>value` checks of `user.kpack.stats`, comma-separated.
+        // `arg`: `name=value`, `name<value` or `name>value` checks of `user.kpack.stats`, comma-separated
+        // (`value`: a number or another counter's name).
         "rp_stats" => {
             let s = stats(mnt);
             println!("stats {s:?}");
             for check in arg.split(',').filter(|c| !c.is_empty()) {
                 let at = check.find(['=', '<', '>']).unwrap();
                 let (k, op, v) = (&check[..at], &check[at..at + 1], &check[at + 1..]);
-                let (got, want) = (s[k], v.parse::<u64>().unwrap());
+                // A value is a number or the name of another counter.
+                let (got, want) = (s[k], v.parse::<u64>().unwrap_or_else(|_| s[v]));
                 match op {
                     "=" => assert_eq!(got, want, "{k}"),
                     "<" => assert!(got < want, "{k} = {got}, expected < {want}"),
                     _ => assert!(got > want, "{k} = {got}, expected > {want}"),
                 }
             }
+        }
+        // `arg`: scenarios, comma-separated, run here in turn: none of their reads reaches the
+        // daemon (every kernel was decoded before, and passthrough serves complete ones).
+        "rp_no_daemon_reads" => {
+            let before = stats(mnt)["daemon_reads"];
+            for scenario in arg.split(',') {
+                super::scenarios::run(scenario, mnt, archive, "");
+            }
+            assert_eq!(
+                stats(mnt)["daemon_reads"],
+                before,
+                "reads reached the daemon"
+            );
         }
         // Opens every kernel first, holding all of them, then reads each through its handle.
         "rp_hold_all" => {
@@ -115,11 +130,11 @@ fn passthrough_and_daemon_paths_serve_exact_bytes() {
     let d = tmp();
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
     let cases: &[(&[&str], &str)] = &[
-        // The default: backing files on disk, read by the kernel itself.
-        (&[], "passthrough=1,daemon_reads=0,backing_in_memory=0"),
+        // The default: backing files on disk, read by the kernel itself once complete.
+        (&[], "passthrough=1,backing_in_memory=0"),
         (
             &["--backing", "memory"],
-            "passthrough=1,daemon_reads=0,backing_in_memory=1",
+            "passthrough=1,backing_in_memory=1",
         ),
         (
             &["--no-passthrough"],
@@ -133,9 +148,15 @@ fn passthrough_and_daemon_paths_serve_exact_bytes() {
     for (extra, want) in cases {
         let m = start_passthrough(&archive, extra);
         m.check("walk", "");
-        m.check("pread", "");
-        m.check("mmap", "");
-        m.check("concurrent", "");
+        if want.starts_with("passthrough=1") {
+            // Cold kernels were read through the daemon while they decoded; now they are
+            // complete, and no read reaches it.
+            m.check("rp_no_daemon_reads", "pread,mmap,concurrent");
+        } else {
+            m.check("pread", "");
+            m.check("mmap", "");
+            m.check("concurrent", "");
+        }
         m.check("rp_stats", want);
         m.stop();
     }
