@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use crate::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
-use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry};
+use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocReadError};
 
 /// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
 /// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
@@ -124,27 +124,21 @@ impl Archive {
             });
         }
         let toc_offset = header.toc_offset;
-        let toc_len = usize::try_from(file_len - toc_offset).map_err(|_| Error::TocParse {
-            path: path.clone(),
-            offset: toc_offset,
-            reason: "TOC too large".into(),
-        })?;
-        let mut toc_bytes = Vec::new();
-        toc_bytes
-            .try_reserve_exact(toc_len)
-            .map_err(|_| Error::OutOfMemory { bytes: toc_len })?;
-        toc_bytes.resize(toc_len, 0);
-        let got = read_full_at(&*source, &mut toc_bytes, toc_offset)
-            .map_err(|e| Error::io(&path, "cannot read TOC", e))?;
-        toc_bytes.truncate(got);
-        let toc = format::parse_toc(&toc_bytes).map_err(|e| Error::TocParse {
-            path: path.clone(),
-            offset: toc_offset + e.offset as u64,
-            reason: e.reason,
-        })?;
-        let toc_digest = *blake3::hash(&toc_bytes[..toc.byte_len]).as_bytes();
-        let digests = kept_digests(&toc, &toc_bytes, keep_digests);
-        drop(toc_bytes);
+        // Streamed through a bounded window, hashed on the way (see format/window.rs).
+        let mut read = |at: u64, buf: &mut [u8]| source.read_at(buf, toc_offset + at);
+        let (mut toc, toc_digest) =
+            format::read_toc(file_len - toc_offset, &mut read, keep_digests).map_err(
+                |e| match e {
+                    TocReadError::Io(e) => Error::io(&path, "cannot read TOC", e),
+                    TocReadError::Toc(e) => Error::TocParse {
+                        path: path.clone(),
+                        offset: toc_offset + e.offset as u64,
+                        reason: e.reason,
+                    },
+                    TocReadError::OutOfMemory(bytes) => Error::OutOfMemory { bytes },
+                },
+            )?;
+        let digests = toc.kernels.take_digests();
 
         let (spans, lazy_frames) = match toc.scheme {
             Scheme::None => (toc.blobs.clone(), None),
@@ -722,28 +716,6 @@ impl Archive {
         self.get_kernel_with(key, arch, Unfilled::new)
             .map(Unfilled::into_filled)
     }
-}
-
-/// The entries' digests copied out of the TOC bytes, when there are at most `limit`.
-fn kept_digests(toc: &Toc, toc_bytes: &[u8], limit: usize) -> Option<Vec<(u32, [u8; 32])>> {
-    let positions = toc
-        .kernels
-        .binaries()
-        .flat_map(|b| b.arches())
-        .flat_map(|e| [e.blake3_at, e.frame_blake3_at])
-        .flatten();
-    let mut kept = Vec::new();
-    for at in positions {
-        if kept.len() == limit {
-            return None;
-        }
-        let bytes = toc_bytes.get(at as usize..)?.get(..32)?;
-        kept.push((at, <[u8; 32]>::try_from(bytes).ok()?));
-    }
-    kept.sort_unstable_by_key(|&(at, _)| at);
-    kept.dedup_by_key(|&mut (at, _)| at);
-    kept.shrink_to_fit();
-    Some(kept)
 }
 
 /// Checks the zstd blob's bounds and reads its frame count word: the open-time checks that do not

@@ -2,9 +2,14 @@
 //! read with the reference's lenient rules (see docs/format.md). No I/O happens here.
 
 mod kernels;
+mod window;
+
+use std::collections::HashSet;
 
 pub use kernels::{Kernels, TocBinary, TocEntry};
 use kernels::{KernelsBuilder, NewEntry};
+use window::Window;
+pub use window::{ReadAt, TocReadError};
 
 use crate::msgpack::{self, Value};
 
@@ -148,7 +153,7 @@ fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64
     }
 }
 
-/// Parses TOC bytes (the first msgpack object; trailing bytes ignored) with the reference's
+/// Parses the TOC (the first msgpack object of the `len` bytes `read` gives; trailing bytes ignored) with the reference's
 /// rules: unknown or missing scheme means `none`; a non-array `gfx_arches` or non-map `toc` reads
 /// as empty; non-string keys and non-map arch values are skipped; numeric fields of the wrong
 /// type, negative or out of range are errors; a missing `ordinal` is an error, as is a missing
@@ -160,16 +165,26 @@ fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64
 /// map holds no entries is not a binary that has kernels and is left out.
 ///
 /// The root map and the big `toc` map are walked with a pull reader rather than decoded into a
-/// tree: a TOC of 100,000 entries then costs a few allocations per entry, not a dozen.
-pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
-    let mut r = msgpack::Reader::new(bytes);
-    let Some(fields) = r.map_header()? else {
-        let root = r.value(0)?;
-        return Err(TocError {
-            offset: 0,
-            reason: format!("TOC is a {}, not a map", root.type_name()),
-        });
-    };
+/// tree, one unit at a time through a bounded window (see `window.rs`): a TOC of a million
+/// entries is never held whole, and its entries cost no allocation each.
+/// Also returns the BLAKE3 of the TOC object's bytes (`Toc::byte_len` of them).
+/// Up to `keep_digests` digest values are copied out as they pass (`Kernels::take_digests`).
+pub fn read_toc(
+    len: u64,
+    read: ReadAt<'_>,
+    keep_digests: usize,
+) -> Result<(Toc, [u8; 32]), TocReadError> {
+    let mut w = Window::new(len, read);
+    let (fields, mut at) = w.unit(0, |r| match r.map_header()? {
+        Some(fields) => Ok(fields),
+        None => {
+            let root = r.value(0)?;
+            Err(TocError {
+                offset: 0,
+                reason: format!("TOC is a {}, not a map", root.type_name()),
+            })
+        }
+    })?;
     let mut toc = Toc {
         format_version: None,
         group_name: None,
@@ -186,54 +201,63 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
     let mut zstd_offset: Option<Result<u64, TocError>> = None;
     let mut zstd_size: Option<Result<u64, TocError>> = None;
     let mut missing_size: Option<TocError> = None;
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for _ in 0..fields {
-        let at = r.position();
-        let key = r.value(1)?;
-        let name = key.as_str().unwrap_or("");
-        let repeated = !name.is_empty() && seen.contains(&name);
-        if !repeated && !name.is_empty() {
-            seen.push(name);
-        }
-        if name == "toc" && !repeated {
-            (toc.kernels, missing_size) = parse_binaries(&mut r)?;
-            continue;
-        }
-        let value = r.value(1)?;
-        if repeated {
-            continue;
-        }
-        let located = |e: TocError| TocError {
-            offset: at,
-            reason: e.reason,
-        };
-        match name {
-            "format_version" => toc.format_version = value.as_u64(),
-            "group_name" => toc.group_name = value.as_str().map(str::to_owned),
-            "gfx_arch_family" => toc.gfx_arch_family = value.as_str().map(str::to_owned),
-            "gfx_arches" => {
-                toc.gfx_arches = match &value {
-                    Value::Array(items) => items
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect(),
-                    _ => Vec::new(),
-                }
+        let field_at = at as usize;
+        // The field's key; its value too unless it is the first `toc`, which is walked in units.
+        let ((name, is_toc), end) = w.unit(at, |r| {
+            let key = r.value(1)?;
+            let name = key.as_str().unwrap_or("");
+            let repeated = !name.is_empty() && seen.contains(name);
+            if name == "toc" && !repeated {
+                return Ok((name.to_owned(), true));
             }
-            "compression_scheme" => {
-                toc.scheme = match value.as_str() {
-                    Some(SCHEME_ZSTD) => Scheme::ZstdPerKernel,
-                    _ => Scheme::None,
-                }
+            let value = r.value(1)?;
+            if repeated {
+                return Ok((String::new(), false));
             }
-            "blobs" => blobs = Some(parse_blobs(&value).map_err(located)),
-            "zstd_offset" => zstd_offset = Some(zstd_field("zstd_offset", &value).map_err(located)),
-            "zstd_size" => zstd_size = Some(zstd_field("zstd_size", &value).map_err(located)),
-            _ => {}
+            let located = |e: TocError| TocError {
+                offset: field_at,
+                reason: e.reason,
+            };
+            match name {
+                "format_version" => toc.format_version = value.as_u64(),
+                "group_name" => toc.group_name = value.as_str().map(str::to_owned),
+                "gfx_arch_family" => toc.gfx_arch_family = value.as_str().map(str::to_owned),
+                "gfx_arches" => {
+                    toc.gfx_arches = match &value {
+                        Value::Array(items) => items
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect(),
+                        _ => Vec::new(),
+                    }
+                }
+                "compression_scheme" => {
+                    toc.scheme = match value.as_str() {
+                        Some(SCHEME_ZSTD) => Scheme::ZstdPerKernel,
+                        _ => Scheme::None,
+                    }
+                }
+                "blobs" => blobs = Some(parse_blobs(&value).map_err(located)),
+                "zstd_offset" => {
+                    zstd_offset = Some(zstd_field("zstd_offset", &value).map_err(located))
+                }
+                "zstd_size" => zstd_size = Some(zstd_field("zstd_size", &value).map_err(located)),
+                _ => {}
+            }
+            Ok((name.to_owned(), false))
+        })?;
+        at = end;
+        if !name.is_empty() {
+            seen.insert(name);
+        }
+        if is_toc {
+            (toc.kernels, missing_size, at) = parse_binaries(&mut w, at, keep_digests)?;
         }
     }
-    toc.byte_len = r.position();
+    toc.byte_len = at as usize;
     match toc.scheme {
         Scheme::None => {
             toc.blobs = blobs.transpose()?.unwrap_or_default();
@@ -246,7 +270,7 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
         }
         Scheme::ZstdPerKernel => {
             if let Some(e) = missing_size {
-                return Err(e);
+                return Err(e.into());
             }
             toc.zstd_blob = Span {
                 offset: zstd_offset.transpose()?.unwrap_or(0),
@@ -254,7 +278,26 @@ pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
             }
         }
     }
-    Ok(toc)
+    let digest = w.digest(at);
+    Ok((toc, digest))
+}
+
+/// [`read_toc`] over bytes in memory.
+pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
+    let mut read = |at: u64, buf: &mut [u8]| -> std::io::Result<usize> {
+        let at = (at as usize).min(bytes.len());
+        let n = buf.len().min(bytes.len() - at);
+        buf[..n].copy_from_slice(&bytes[at..at + n]);
+        Ok(n)
+    };
+    match read_toc(bytes.len() as u64, &mut read, 0) {
+        Ok((toc, _)) => Ok(toc),
+        Err(TocReadError::Toc(e)) => Err(e),
+        Err(e) => Err(TocError {
+            offset: 0,
+            reason: format!("{e:?}"),
+        }),
+    }
 }
 
 fn zstd_field(field: &str, v: &Value<'_>) -> Result<u64, TocError> {
@@ -283,92 +326,121 @@ fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
     Ok(blobs)
 }
 
-/// The `toc` map, walked in place: binary key -> arch -> entry. Also returns the error for the
-/// first entry without `original_size` (an error only for `zstd-per-kernel`, decided by the
-/// caller once the scheme is known).
-fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<(Kernels, Option<TocError>), TocError> {
-    let Some(count) = r.map_header()? else {
-        r.value(1)?; // Not a map: reads as an empty TOC.
-        return Ok((Kernels::default(), None));
+/// The `toc` map starting at TOC offset `at`, walked one binary at a time: binary key -> arch
+/// -> entry. Also returns the error for the first entry without `original_size` (an error only
+/// for `zstd-per-kernel`, decided by the caller once the scheme is known), and where the map ends.
+fn parse_binaries(
+    w: &mut Window<'_>,
+    at: u64,
+    keep_digests: usize,
+) -> Result<(Kernels, Option<TocError>, u64), TocReadError> {
+    let (count, mut at) = w.unit(at, |r| match r.map_header()? {
+        Some(count) => Ok(Some(count)),
+        None => {
+            r.value(1)?; // Not a map: reads as an empty TOC.
+            Ok(None)
+        }
+    })?;
+    let Some(count) = count else {
+        return Ok((Kernels::default(), None, at));
     };
     let mut missing_size = None;
     // The count was checked against the bytes present (two per binary at least).
-    let mut kernels = KernelsBuilder::with_capacity(count.min(1 << 20));
+    let mut kernels = KernelsBuilder::with_capacity(count.min(1 << 20), keep_digests);
     for _ in 0..count {
-        let key_value = r.value(2)?;
-        let key = key_value.as_str();
-        let Some(arch_count) = r.map_header()? else {
-            r.value(2)?;
+        let mark = kernels.mark();
+        let missing_before = missing_size.clone();
+        ((), at) = w.unit(at, |r| {
+            // A run on a window too small left a partial binary behind.
+            kernels.rewind(mark);
+            missing_size.clone_from(&missing_before);
+            parse_binary(r, at as usize, &mut kernels, &mut missing_size)
+        })?;
+    }
+    Ok((kernels.finish(), missing_size, at))
+}
+
+/// One binary of the `toc` map: its key, its arch map and every entry in it. `r` starts at TOC
+/// offset `base`.
+fn parse_binary(
+    r: &mut msgpack::Reader<'_>,
+    base: usize,
+    kernels: &mut KernelsBuilder,
+    missing_size: &mut Option<TocError>,
+) -> Result<(), TocError> {
+    let key_value = r.value(2)?;
+    let key = key_value.as_str();
+    let Some(arch_count) = r.map_header()? else {
+        r.value(2)?;
+        return Ok(());
+    };
+    if let Some(key) = key {
+        kernels.open_binary(key)?;
+    }
+    for _ in 0..arch_count {
+        let at = r.position();
+        let arch_value = r.value(3)?;
+        let Some(entry_fields) = r.map_header()? else {
+            r.value(3)?;
             continue;
         };
-        if let Some(key) = key {
-            kernels.open_binary(key)?;
-        }
-        for _ in 0..arch_count {
-            let at = r.position();
-            let arch_value = r.value(3)?;
-            let Some(entry_fields) = r.map_header()? else {
-                r.value(3)?;
+        let mut ordinal = None;
+        let mut original_size = None;
+        let mut metadata = None;
+        for _ in 0..entry_fields {
+            let field = r.value(4)?;
+            if field.as_str() == Some("metadata") && metadata.is_none() {
+                metadata = Some(entry_metadata(r)?);
                 continue;
-            };
-            let mut ordinal = None;
-            let mut original_size = None;
-            let mut metadata = None;
-            for _ in 0..entry_fields {
-                let field = r.value(4)?;
-                if field.as_str() == Some("metadata") && metadata.is_none() {
-                    metadata = Some(entry_metadata(r)?);
-                    continue;
-                }
-                let value = r.value(4)?;
-                let slot = match field.as_str() {
-                    Some("ordinal") => &mut ordinal,
-                    Some("original_size") => &mut original_size,
-                    _ => continue,
-                };
-                slot.get_or_insert(value);
             }
-            // Entries under a non-string key are skipped, but only after being read whole.
-            let (Some(key), Some(arch)) = (key, arch_value.as_str()) else {
-                continue;
+            let value = r.value(4)?;
+            let slot = match field.as_str() {
+                Some("ordinal") => &mut ordinal,
+                Some("original_size") => &mut original_size,
+                _ => continue,
             };
-            let ctx = |what: String| TocError {
-                offset: at,
-                reason: format!("toc[{key:?}][{arch:?}]: {what}"),
-            };
-            let number = |field: &str, v: Option<Value<'_>>| -> Result<u64, TocError> {
-                let v = v.ok_or_else(|| ctx(format!("field '{field}' is missing")))?;
-                v.as_u64()
-                    .ok_or_else(|| ctx(type_error(field, &v, "an unsigned 64-bit integer").reason))
-            };
-            let ordinal = number("ordinal", ordinal)?;
-            let ordinal = u32::try_from(ordinal)
-                .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
-            let original_size = match original_size {
-                Some(_) => Some(number("original_size", original_size)?),
-                None => {
-                    if missing_size.is_none() {
-                        missing_size = Some(ctx("field 'original_size' is missing".into()));
-                    }
-                    None
-                }
-            };
-            let meta = metadata.unwrap_or_default();
-            kernels
-                .add_entry(
-                    arch,
-                    NewEntry {
-                        ordinal,
-                        original_size,
-                        frame: meta.frame,
-                        blake3_at: meta.blake3_at,
-                        frame_blake3_at: meta.frame_blake3_at,
-                    },
-                )
-                .map_err(|e| ctx(e.reason))?;
+            slot.get_or_insert(value);
         }
+        // Entries under a non-string key are skipped, but only after being read whole.
+        let (Some(key), Some(arch)) = (key, arch_value.as_str()) else {
+            continue;
+        };
+        let ctx = |what: String| TocError {
+            offset: at,
+            reason: format!("toc[{key:?}][{arch:?}]: {what}"),
+        };
+        let number = |field: &str, v: Option<Value<'_>>| -> Result<u64, TocError> {
+            let v = v.ok_or_else(|| ctx(format!("field '{field}' is missing")))?;
+            v.as_u64()
+                .ok_or_else(|| ctx(type_error(field, &v, "an unsigned 64-bit integer").reason))
+        };
+        let ordinal = number("ordinal", ordinal)?;
+        let ordinal = u32::try_from(ordinal)
+            .map_err(|_| ctx(format!("ordinal {ordinal} does not fit in 32 bits")))?;
+        let original_size = match original_size {
+            Some(_) => Some(number("original_size", original_size)?),
+            None => {
+                if missing_size.is_none() {
+                    *missing_size = Some(ctx("field 'original_size' is missing".into()));
+                }
+                None
+            }
+        };
+        let meta = metadata.unwrap_or_default();
+        kernels
+            .add_entry(
+                arch,
+                NewEntry {
+                    ordinal,
+                    original_size,
+                    frame: meta.frame,
+                    blake3: meta.blake3.map(|(at, d)| (base + at, d)),
+                    frame_blake3: meta.frame_blake3.map(|(at, d)| (base + at, d)),
+                },
+            )
+            .map_err(|e| ctx(e.reason))?;
     }
-    Ok((kernels.finish(), missing_size))
+    Ok(())
 }
 
 /// Our keys of an entry's `metadata` map.
@@ -376,9 +448,9 @@ fn parse_binaries(r: &mut msgpack::Reader<'_>) -> Result<(Kernels, Option<TocErr
 struct EntryMeta {
     frame: Option<FramePos>,
     /// Where a well-formed `blake3` value's 32 bytes lie in the TOC.
-    blake3_at: Option<usize>,
+    blake3: Option<(usize, [u8; 32])>,
     /// Where a well-formed `frame_blake3` value's 32 bytes lie in the TOC.
-    frame_blake3_at: Option<usize>,
+    frame_blake3: Option<(usize, [u8; 32])>,
 }
 
 /// Our keys in an entry's `metadata` map, read in place (a map per entry would cost an
@@ -393,9 +465,9 @@ fn entry_metadata(r: &mut msgpack::Reader<'_>) -> Result<EntryMeta, TocError> {
     };
     let mut meta = EntryMeta::default();
     let (mut frame_seen, mut blake3_seen, mut frame_blake3_seen) = (false, false, false);
-    let digest_at = |r: &mut msgpack::Reader<'_>| -> Result<Option<usize>, TocError> {
+    let digest_at = |r: &mut msgpack::Reader<'_>| -> Result<_, TocError> {
         Ok(match r.value(5)? {
-            Value::Bin(b) if b.len() == 32 => Some(r.position() - 32),
+            Value::Bin(b) => <[u8; 32]>::try_from(b).ok().map(|d| (r.position() - 32, d)),
             _ => None,
         })
     };
@@ -408,11 +480,11 @@ fn entry_metadata(r: &mut msgpack::Reader<'_>) -> Result<EntryMeta, TocError> {
             }
             Some(META_BLAKE3) if !blake3_seen => {
                 blake3_seen = true;
-                meta.blake3_at = digest_at(r)?;
+                meta.blake3 = digest_at(r)?;
             }
             Some(META_FRAME_BLAKE3) if !frame_blake3_seen => {
                 frame_blake3_seen = true;
-                meta.frame_blake3_at = digest_at(r)?;
+                meta.frame_blake3 = digest_at(r)?;
             }
             _ => {
                 r.value(5)?;

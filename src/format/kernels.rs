@@ -46,6 +46,8 @@ pub struct Kernels {
     firsts: Vec<u32>,
     entries: Vec<EntryRec>,
     arches: Vec<Box<str>>,
+    /// The digest values by TOC position, when few enough were kept while parsing.
+    digests: Option<Vec<(u32, [u8; 32])>>,
 }
 
 /// One binary key with its arch entries, in file order.
@@ -197,6 +199,12 @@ impl Kernels {
         }
     }
 
+    /// The digest values kept while parsing (every entry's, sorted by TOC position), or `None`
+    /// when there were more than the parse was asked to keep; leaves `None` behind.
+    pub fn take_digests(&mut self) -> Option<Vec<(u32, [u8; 32])>> {
+        self.digests.take()
+    }
+
     /// Gives entries read without `original_size` a size (a `none` archive's blob sizes).
     pub(crate) fn fill_missing_sizes(&mut self, size_of: impl Fn(u32) -> u64) {
         for rec in &mut self.entries {
@@ -225,8 +233,9 @@ pub(crate) struct NewEntry {
     pub ordinal: u32,
     pub original_size: Option<u64>,
     pub frame: Option<FramePos>,
-    pub blake3_at: Option<usize>,
-    pub frame_blake3_at: Option<usize>,
+    /// Where the 32 bytes of `blake3` lie in the TOC, and what they are.
+    pub blake3: Option<(usize, [u8; 32])>,
+    pub frame_blake3: Option<(usize, [u8; 32])>,
 }
 
 /// A binary while parsing: its key in the arena and its entries.
@@ -236,6 +245,15 @@ struct OpenBin {
     key_len: u32,
     first: u32,
     count: u32,
+}
+
+/// A point of a [`KernelsBuilder`]'s progress.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    keys: usize,
+    bins: usize,
+    entries: usize,
+    digests: usize,
 }
 
 /// Up to this many arches under one key, a repeated arch is found by a linear search; past it, a
@@ -253,6 +271,10 @@ pub(crate) struct KernelsBuilder {
     arch_ids: HashMap<Box<str>, u32>,
     /// The open binary's arches, once it has more than [`LINEAR_ARCHES`].
     arch_set: Option<HashSet<u32>>,
+    /// Digest values seen so far with their TOC positions, while there are at most
+    /// `keep_digests`; `None` once there are more.
+    digests: Option<Vec<(u32, [u8; 32])>>,
+    keep_digests: usize,
 }
 
 fn too_big(what: &str) -> TocError {
@@ -265,13 +287,37 @@ fn too_big(what: &str) -> TocError {
 impl KernelsBuilder {
     /// Room for `binaries` binaries of one entry each (the usual layout), already checked
     /// against the bytes present.
-    pub fn with_capacity(binaries: usize) -> Self {
+    /// Up to `keep_digests` digest values are kept (see [`Kernels::take_digests`]).
+    pub fn with_capacity(binaries: usize, keep_digests: usize) -> Self {
         KernelsBuilder {
             bins: Vec::with_capacity(binaries),
             entries: Vec::with_capacity(binaries),
             keys: Vec::with_capacity(binaries.saturating_mul(24)),
+            digests: Some(Vec::new()),
+            keep_digests,
             ..Default::default()
         }
+    }
+
+    /// Where the builder stands, to [`rewind`](Self::rewind) to.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            keys: self.keys.len(),
+            bins: self.bins.len(),
+            entries: self.entries.len(),
+            digests: self.digests.as_ref().map_or(0, Vec::len),
+        }
+    }
+
+    /// Drops every binary and entry added since `mark` (arch names stay interned).
+    pub fn rewind(&mut self, mark: Mark) {
+        self.keys.truncate(mark.keys);
+        self.bins.truncate(mark.bins);
+        self.entries.truncate(mark.entries);
+        if let Some(d) = &mut self.digests {
+            d.truncate(mark.digests);
+        }
+        self.arch_set = None;
     }
 
     /// Starts the binary `key`; its entries follow.
@@ -342,10 +388,19 @@ impl KernelsBuilder {
             ordinal: e.ordinal,
             frame_size: frame.size,
             arch: id | flags,
-            blake3_at: pos(e.blake3_at)?,
-            frame_blake3_at: pos(e.frame_blake3_at)?,
+            blake3_at: pos(e.blake3.map(|(at, _)| at))?,
+            frame_blake3_at: pos(e.frame_blake3.map(|(at, _)| at))?,
         });
         u32::try_from(self.entries.len()).map_err(|_| too_big("entries"))?;
+        for (at, digest) in [e.blake3, e.frame_blake3].into_iter().flatten() {
+            let Some(kept) = &mut self.digests else { break };
+            if kept.len() >= self.keep_digests {
+                // Too many to keep: the archive reads them from the file instead.
+                self.digests = None;
+                break;
+            }
+            kept.push((at as u32, digest));
+        }
         self.bins.last_mut().expect("an open binary").count += 1;
         Ok(())
     }
@@ -358,8 +413,17 @@ impl KernelsBuilder {
             mut bins,
             entries,
             arches,
+            mut digests,
             ..
         } = self;
+        if let Some(d) = &mut digests {
+            // In file order already, unless a parse was rewound and redone (positions are
+            // unique: each is a distinct place in the TOC).
+            if !d.is_sorted_by_key(|&(at, _)| at) {
+                d.sort_unstable_by_key(|&(at, _)| at);
+            }
+            d.shrink_to_fit();
+        }
         let key = |b: &OpenBin| &keys[b.key as usize..][..b.key_len as usize];
         // Writers usually emit sorted keys, so check before paying for a sort.
         if !bins.is_sorted_by(|a, b| key(a) < key(b)) {
@@ -408,6 +472,7 @@ impl KernelsBuilder {
             firsts,
             entries,
             arches,
+            digests,
         }
     }
 }
@@ -431,7 +496,7 @@ mod tests {
 
     #[test]
     fn sorts_dedups_and_drops_empty_binaries() {
-        let mut b = KernelsBuilder::with_capacity(4);
+        let mut b = KernelsBuilder::with_capacity(4, 0);
         b.open_binary("b").unwrap();
         b.add_entry("gfx1", entry(0)).unwrap();
         b.add_entry("gfx1", entry(9)).unwrap();
@@ -465,7 +530,7 @@ mod tests {
 
     #[test]
     fn one_entry_per_binary_keeps_no_entry_starts() {
-        let mut b = KernelsBuilder::with_capacity(3);
+        let mut b = KernelsBuilder::with_capacity(3, 0);
         for (i, key) in ["c", "a", "b"].into_iter().enumerate() {
             b.open_binary(key).unwrap();
             b.add_entry("gfx1", entry(i as u32)).unwrap();
@@ -483,7 +548,7 @@ mod tests {
 
     #[test]
     fn many_arches_under_one_key_keep_the_first() {
-        let mut b = KernelsBuilder::with_capacity(1);
+        let mut b = KernelsBuilder::with_capacity(1, 0);
         b.open_binary("k").unwrap();
         for round in 0..2u32 {
             for i in 0..100u32 {
