@@ -217,3 +217,113 @@ fn answer(file: &BackingFile, r: Parked) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::backing::{BackingStore, KernelSpec, Placement};
+    use crate::kernel_cache::KernelId;
+    use std::sync::mpsc::{Receiver, channel};
+
+    type Got = Result<Vec<u8>, Errno>;
+
+    fn spec(len: u64) -> KernelSpec {
+        KernelSpec {
+            id: KernelId {
+                archive: 0,
+                ordinal: 1,
+            },
+            len,
+            cache_key: [0; 32],
+            digest: None,
+        }
+    }
+
+    /// A read whose answer lands in the returned channel.
+    fn read(fill: &Fill, file: &Arc<BackingFile>, offset: u64, size: u32) -> Receiver<Got> {
+        let (tx, rx) = channel();
+        fill.read(
+            file,
+            offset,
+            size,
+            Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        );
+        rx
+    }
+
+    fn open(fill: &Arc<Fill>) -> Receiver<Result<bool, Errno>> {
+        let (tx, rx) = channel();
+        fill.join(Box::new(move |r| {
+            tx.send(r.map(|o| o.is_complete())).unwrap()
+        }));
+        rx
+    }
+
+    #[test]
+    fn reads_wait_for_their_bytes_and_opens_for_the_stream() {
+        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let fill = Arc::new(Fill::new());
+        let early = open(&fill);
+        assert!(early.try_recv().is_err(), "no answer while preparing");
+        let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
+        let file = pending.backing().clone();
+        fill.streaming(&file);
+        assert_eq!(
+            early.try_recv().unwrap(),
+            Ok(false),
+            "answered once streaming"
+        );
+        let (head, tail, past) = (
+            read(&fill, &file, 0, 100),
+            read(&fill, &file, 9_000, 5_000),
+            read(&fill, &file, 20_000, 10),
+        );
+        assert_eq!(
+            past.try_recv().unwrap(),
+            Ok(Vec::new()),
+            "past the end: at once"
+        );
+        assert!(head.try_recv().is_err() && tail.try_recv().is_err());
+        pending.bytes().copy_from_slice(&data);
+        fill.progress(&data[..4096]);
+        assert_eq!(head.try_recv().unwrap(), Ok(data[..100].to_vec()));
+        assert!(tail.try_recv().is_err(), "its bytes are not final yet");
+        // A read of final bytes is answered at once (from the file).
+        assert_eq!(
+            read(&fill, &file, 10, 20).try_recv().unwrap(),
+            Ok(data[10..30].to_vec())
+        );
+        let kept = store.finish(&spec(data.len() as u64), pending).unwrap();
+        fill.complete(&kept);
+        assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
+        assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
+    }
+
+    #[test]
+    fn a_failure_answers_every_waiter_and_later_reads_with_eio() {
+        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let fill = Arc::new(Fill::new());
+        let waiting = open(&fill);
+        let pending = store.begin(&spec(8192)).unwrap();
+        let file = pending.backing().clone();
+        fill.streaming(&file);
+        let late_open = open(&fill);
+        let parked = read(&fill, &file, 4096, 4096);
+        fill.fail(Errno::ENOMEM);
+        assert_eq!(waiting.try_recv().unwrap(), Ok(false));
+        assert_eq!(late_open.try_recv().unwrap(), Ok(false));
+        assert_eq!(parked.try_recv().unwrap(), Err(Errno::EIO));
+        assert_eq!(
+            read(&fill, &file, 0, 1).try_recv().unwrap(),
+            Err(Errno::EIO)
+        );
+        // An open arriving after the failure gets the job's error.
+        assert_eq!(open(&fill).try_recv().unwrap(), Err(Errno::ENOMEM));
+        // One that waited in preparation gets it too.
+        let fill = Arc::new(Fill::new());
+        let waiting = open(&fill);
+        fill.fail(Errno::EIO);
+        assert_eq!(waiting.try_recv().unwrap(), Err(Errno::EIO));
+    }
+}
