@@ -228,19 +228,17 @@ impl Shared {
 }
 
 impl Adapter {
-    /// A page-cache mode read: on the decode pool when the kernel is not decoded yet, so
-    /// request threads stay free for other files.
+    /// A page-cache mode read: answered at once for a stored kernel, else by the kernel's
+    /// decode job (started on the decode pool when none runs), so request threads stay free
+    /// for other files.
     fn read_ino(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
-        let serve =
-            move |shared: &Shared, reply: ReplyData| match shared.fs.read_ino(ino, offset, size) {
-                Ok(slice) => reply.data(slice.as_slice()),
-                Err(e) => reply.error(errno(e)),
-            };
-        if self.fs.read_needs_decode(ino) {
+        let done = Box::new(move |r: Result<&[u8], Errno>| match r {
+            Ok(bytes) => reply.data(bytes),
+            Err(e) => reply.error(errno(e)),
+        });
+        if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
             let shared = self.shared.clone();
-            self.decoders.run(move || serve(&shared, reply));
-        } else {
-            serve(&self.shared, reply);
+            self.decoders.run(move || shared.fs.run_fill(job));
         }
     }
 }

@@ -387,26 +387,67 @@ impl KpackFs {
         self.open_needs_decode(ino, libc::O_RDONLY)
     }
 
-    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): the
-    /// kernel's backing file comes from the store (decoded on a miss) and is read once; the
-    /// kernel keeps the bytes in its page cache, so a file is read here about once.
+    /// Reads by inode and waits for the bytes (see [`read_ino_start`](Self::read_ino_start)),
+    /// running the kernel's decode on this thread when no other thread runs it.
     pub fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
+        if let Some(job) = self.read_ino_start(ino, offset, size, done) {
+            self.run_fill(job);
+        }
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
+    }
+
+    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): from
+    /// the kernel's backing file in the store; a kernel not there joins (or starts: the
+    /// returned job, to run off the request threads) its decode job, and the read is answered
+    /// as soon as its bytes are decoded, as for a handle opened while decoding. The kernel
+    /// keeps the bytes in its page cache, so a file is read here about once.
+    pub fn read_ino_start(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        done: ReadDone,
+    ) -> Option<FillJob> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let file = match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
-            Entry::File(f) => f,
-            Entry::Dir(_) => return Err(Errno::EISDIR),
-            Entry::Link(_) => return Err(Errno::EINVAL),
+        let file = match self.tree.entry(ino) {
+            Some(Entry::File(f)) => f,
+            other => {
+                done(Err(match other {
+                    Some(Entry::Dir(_)) => Errno::EISDIR,
+                    Some(_) => Errno::EINVAL,
+                    None => Errno::ENOENT,
+                }));
+                return None;
+            }
         };
         if offset >= file.size {
-            return Ok(ReadSlice(Vec::new()));
+            done(Ok(&[]));
+            return None;
         }
         // A stored kernel is read with no more than the store's lookup: its cache key and
         // digest (which a large archive keeps in the file) are only needed to make one.
-        let backing = match self.store.cached(kernel_id(file)) {
-            Some(b) if b.len() == file.size => b,
-            _ => self.backing_for(file)?,
-        };
-        read_from(&backing, offset, size)
+        if let Some(b) = self
+            .store
+            .cached(kernel_id(file))
+            .filter(|b| b.len() == file.size)
+        {
+            read_into(&b, offset, size, done);
+            return None;
+        }
+        self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
+        self.start_or_join(
+            ino,
+            file,
+            Box::new(move |r: Result<OpenedFile, Errno>| match r {
+                Ok(o) => match o.fill.as_ref().filter(|f| !f.is_done()) {
+                    Some(fill) => fill.read(&o.backing, offset, size, done),
+                    None => read_into(&o.backing, offset, size, done),
+                },
+                Err(e) => done(Err(e)),
+            }),
+        )
     }
 
     /// Number of open file handles.
@@ -561,6 +602,12 @@ impl KpackFs {
             done(self.backing_for(file).map(OpenedFile::complete));
             return None;
         }
+        self.start_or_join(ino, file, done)
+    }
+
+    /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
+    /// or starts one (returned, to be run).
+    fn start_or_join(&self, ino: Ino, file: &FileNode, done: OpenDone) -> Option<FillJob> {
         // Two TOC entries may name the same ordinal with different sizes (a malformed
         // archive): the file of the other entry must not be served for this one.
         let size = file.size;
@@ -742,15 +789,7 @@ impl KpackFs {
             self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
             return fill.read(&h.backing, offset, size, done);
         }
-        let want = u64::from(size).min(h.backing.len().saturating_sub(offset));
-        let mut buf = vec![0u8; want as usize];
-        match h.backing.read_at(&mut buf, offset) {
-            Ok(n) => done(Ok(&buf[..n])),
-            Err(e) => {
-                log::error!("cannot read a backing file: {e}");
-                done(Err(Errno::EIO))
-            }
-        }
+        read_into(&h.backing, offset, size, done);
     }
 
     fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
@@ -979,6 +1018,14 @@ impl KpackFs {
             namelen: tree::NAME_MAX as u32,
             frsize: BSIZE,
         }
+    }
+}
+
+/// Answers `done` with up to `size` bytes of `backing` at `offset` (see [`read_from`]).
+fn read_into(backing: &BackingFile, offset: u64, size: u32, done: ReadDone) {
+    match read_from(backing, offset, size) {
+        Ok(slice) => done(Ok(slice.as_slice())),
+        Err(e) => done(Err(e)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Cold reads while the kernel is still decoding (serve while filling): concurrent readers
-//! from byte 0, random offsets, `mmap`, page-cache handles then passthrough, and a decode that
-//! fails part way. Archives without digests stream; scenarios named `cold_*` run in the I/O
+//! from byte 0, random offsets, `mmap`, page-cache handles then passthrough (and the same in
+//! page-cache open mode), and a decode that fails part way. Archives without digests stream; scenarios named `cold_*` run in the I/O
 //! child and check bytes against the archive API and counters in `user.kpack.stats`.
 
 use std::fs::File;
@@ -304,6 +304,8 @@ fn cold_reads_are_served_while_the_kernel_decodes() {
         &["--no-passthrough"],
         &["--backing", "memory"],
         &["--cache-dir", cache.to_str().unwrap()],
+        // No OPEN reaches the daemon: READs by inode join the decode job the same way.
+        &["--open-mode", "page-cache"],
     ];
     for extra in modes {
         let m = Mount::start(&archive, extra);
