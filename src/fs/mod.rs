@@ -668,9 +668,9 @@ impl KpackFs {
         fill.streaming(pending.backing());
         // The last step is published by `complete`, after the file is kept: a reader that got
         // the last byte then finds the kernel in the store on its next open.
-        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
-            if (n as u64) < file.size {
-                fill.progress(n as u64)
+        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |done| {
+            if (done.len() as u64) < file.size {
+                fill.progress(done)
             }
         })
         .map_err(|e| failed(&e))?;
