@@ -236,8 +236,16 @@ impl Adapter {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(e)),
         });
+        let shared = self.shared.clone();
+        if self.fs.read_decodes_into_reply(ino) {
+            // A small kernel decoded into the reply: that decode, too, runs off this thread.
+            return self.decoders.run(move || {
+                if let Some(job) = shared.fs.read_ino_start(ino, offset, size, done) {
+                    shared.fs.run_fill(job);
+                }
+            });
+        }
         if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
-            let shared = self.shared.clone();
             self.decoders.run(move || shared.fs.run_fill(job));
         }
     }

@@ -182,6 +182,10 @@ impl OpenMode {
 /// page-cache speed in both modes.
 pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 
+/// In page-cache mode, kernels up to this size are decoded straight into the READ reply and not
+/// kept by the daemon (the largest READ the kernel sends by default is 128 KiB).
+const DIRECT_READ_MAX: u64 = 128 << 10;
+
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
@@ -387,6 +391,24 @@ impl KpackFs {
         self.open_needs_decode(ino, libc::O_RDONLY)
     }
 
+    /// Whether a read of `ino` by inode now decodes the kernel straight into its reply, on the
+    /// calling thread (so the caller can call from a thread of the decode pool).
+    pub fn read_decodes_into_reply(&self, ino: Ino) -> bool {
+        match self.tree.entry(ino) {
+            Some(Entry::File(f)) => {
+                self.decodes_into_reply(f) && !self.store.contains(kernel_id(f))
+            }
+            _ => false,
+        }
+    }
+
+    /// A kernel that fits in one READ is decoded straight into the reply and not kept: the
+    /// kernel's page cache keeps it, and a backing file (create, reserve, map, unlink) would
+    /// cost more than the decode. A cache directory still gets its file.
+    fn decodes_into_reply(&self, f: &FileNode) -> bool {
+        f.size <= DIRECT_READ_MAX && self.store.kind() != "cache-dir"
+    }
+
     /// Reads by inode and waits for the bytes (see [`read_ino_start`](Self::read_ino_start)),
     /// running the kernel's decode on this thread when no other thread runs it.
     pub fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
@@ -434,6 +456,18 @@ impl KpackFs {
             .filter(|b| b.len() == file.size)
         {
             read_into(&b, offset, size, done);
+            return None;
+        }
+        if self.decodes_into_reply(file) {
+            self.decodes.fetch_add(1, Ordering::Relaxed);
+            match self.decode_with(file, |n| Some(vec![0u8; n])) {
+                Ok(bytes) => {
+                    let start = offset as usize;
+                    let end = start.saturating_add(size as usize).min(bytes.len());
+                    done(Ok(&bytes[start..end]));
+                }
+                Err(e) => done(Err(e)),
+            }
             return None;
         }
         self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
@@ -856,6 +890,17 @@ impl KpackFs {
         file: &FileNode,
         reserve: &backing::Reserve<'_>,
     ) -> Result<backing::MapBuf, Errno> {
+        self.decode_with(file, |n| reserve.alloc(n))
+    }
+
+    /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked
+    /// that the stored kernel produces that many bytes). Failures are logged with archive, key
+    /// and arch.
+    fn decode_with<T: crate::codec::KernelBuf>(
+        &self,
+        file: &FileNode,
+        alloc: impl FnOnce(usize) -> Option<T>,
+    ) -> Result<T, Errno> {
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
         let fail = |e: &dyn std::fmt::Display, errno: Errno| {
@@ -876,7 +921,7 @@ impl KpackFs {
         // read_with already reports a failed read of a changed archive as "changed"; bytes of a
         // file rewritten in place may also decode without any error, hence the check after.
         let buf = archive
-            .read_with(&kref, |n| reserve.alloc(n))
+            .read_with(&kref, alloc)
             .map_err(|e| fail(&e, Errno::from(&e)))?;
         archive
             .check_unchanged()
