@@ -341,7 +341,13 @@ fn open_tables_reads_only_what_lists_the_sections() {
         crate::elf::ElfFile::parse(tables.image()).unwrap(),
         crate::elf::ElfFile::parse(&whole).unwrap(),
     );
-    for name in [".text", ".hip_fatbin", ".dynsym", ".shstrtab", ".rocm_kpack_ref"] {
+    for name in [
+        ".text",
+        ".hip_fatbin",
+        ".dynsym",
+        ".shstrtab",
+        ".rocm_kpack_ref",
+    ] {
         let (ts, ws) = (t.section(name), w.section(name));
         assert_eq!(
             ts.as_ref().map(|s| (s.address, s.file_offset)),
@@ -350,7 +356,13 @@ fn open_tables_reads_only_what_lists_the_sections() {
         );
     }
     // Section contents were not read (the device code least of all), the name table was.
-    assert!(t.section(".hip_fatbin").unwrap().data.iter().all(|b| *b == 0));
+    assert!(
+        t.section(".hip_fatbin")
+            .unwrap()
+            .data
+            .iter()
+            .all(|b| *b == 0)
+    );
     assert!(w.section(".hip_fatbin").unwrap().data.contains(&0x5a));
     assert!(t.section(".text").unwrap().data.iter().all(|b| *b == 0));
     assert_eq!(
