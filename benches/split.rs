@@ -9,7 +9,9 @@
 //!   peak RSS (`wait4`), target <= 512 MiB, for the library and for one twice as large;
 //! - `kpack-fuse pack` of a tree of the same code objects (`<key>/<arch>.hsaco`) with
 //!   `--threads 2` against `bench/python_pack.py tree`, target <= 0.5x;
-//! - the same split ratio and RSS on rocRAND.
+//! - the same split ratio and RSS on rocRAND;
+//! - `verify --split` of the split tree and `verify --against` the original library: wall time
+//!   and peak RSS (<= 512 MiB: they stream the binary like split does).
 //!
 //! Run: `cargo bench --bench split` (full), `cargo bench --bench split -- --size-mb 200` (a
 //! smaller library; the twice-as-large one follows), `cargo bench --bench split -- --quick` (a
@@ -93,12 +95,28 @@ struct SplitFigures {
     split: Duration,
     split_peak: u64,
     python: Duration,
+    /// `verify --split` and `verify --against`: wall time and peak RSS.
+    verify_split: (Duration, u64),
+    verify_against: (Duration, u64),
 }
 
 /// Splits `host` (below `root`) and packs the same code objects with Python, in `work`.
 fn split_vs_python(host: &Path, root: &Path, work: &Path) -> SplitFigures {
     let out = work.join("split");
     let (split, split_peak) = measure(&mut split_cmd(host, root, &out));
+    let verify_split = measure(
+        Command::new(bin())
+            .args(["verify", "--split"])
+            .arg(&out)
+            .arg("--original")
+            .arg(root),
+    );
+    let mut against = Command::new(bin());
+    against.arg("verify");
+    for entry in std::fs::read_dir(out.join(".kpack")).unwrap() {
+        against.arg(entry.unwrap().path());
+    }
+    let verify_against = measure(against.arg("--against").arg(host));
     std::fs::remove_dir_all(&out).unwrap();
     let py_out = work.join("python");
     let (python, _) = measure(&mut python(&[
@@ -111,6 +129,8 @@ fn split_vs_python(host: &Path, root: &Path, work: &Path) -> SplitFigures {
         split,
         split_peak,
         python,
+        verify_split,
+        verify_against,
     }
 }
 
@@ -128,6 +148,17 @@ fn report_split(quick: bool, what: &str, f: &SplitFigures) {
         f.split_peak / MIB,
         verdict(quick, f.split_peak <= 512 * MIB, "<= 512 MiB")
     );
+    for (what, (wall, peak)) in [
+        ("verify --split", f.verify_split),
+        ("verify --against", f.verify_against),
+    ] {
+        println!(
+            "    {what} {:.2} s, peak RSS {} MiB {}",
+            wall.as_secs_f64(),
+            peak / MIB,
+            verdict(quick, peak <= 512 * MIB, "<= 512 MiB")
+        );
+    }
 }
 
 /// Writes the library's code objects as a pack tree `<key>/<arch>.hsaco`.

@@ -124,14 +124,15 @@ pub fn decode_frame_into<B: KernelBuf + ?Sized>(frame: &[u8], dst: &mut B) -> Re
 }
 
 /// Decodes `frame` (one or more complete zstd frames) into `dst` in steps of at most `step`
-/// bytes, calling `progress(n)` once the first `n` bytes of `dst` are final, so a reader can be
-/// served the start of a kernel while the rest is still decoding. `dst` must come out exactly
+/// bytes, calling `progress(done)` with the finished prefix of `dst` after each step, so a
+/// reader can be served the start of a kernel (straight from `done`) while the rest is still
+/// decoding. `dst` must come out exactly
 /// full, with nothing of the frames left over.
 pub fn decode_frame_stepwise(
     frame: &[u8],
     dst: &mut [u8],
     step: usize,
-    mut progress: impl FnMut(usize),
+    mut progress: impl FnMut(&[u8]),
 ) -> Result<(), String> {
     let expected = dst.len();
     let failed = |code: usize| {
@@ -163,7 +164,7 @@ pub fn decode_frame_stepwise(
                 }
             }
             done = end;
-            progress(done);
+            progress(&dst[..done]);
         }
         // Every expected byte is out: what is left must end the frames without producing more.
         let mut spare = [0u8; 1];
@@ -279,7 +280,11 @@ mod tests {
         let frame = FrameEncoder::new(3).unwrap().encode(&data).unwrap();
         let mut out = vec![0u8; data.len()];
         let mut steps = Vec::new();
-        decode_frame_stepwise(&frame, &mut out, 128 << 10, |n| steps.push(n)).unwrap();
+        decode_frame_stepwise(&frame, &mut out, 128 << 10, |done| {
+            assert!(done == &data[..done.len()]);
+            steps.push(done.len())
+        })
+        .unwrap();
         assert!(out == data);
         assert_eq!(steps, [131_072, 262_144, 300_000]);
         // One byte short, one byte too many, a truncated frame, trailing garbage.

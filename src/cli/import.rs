@@ -229,45 +229,36 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
         .map(Archive::open)
         .collect::<Result<_, _>>()?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bar = progress::bar(
+        hosts
+            .iter()
+            .filter_map(|h| std::fs::metadata(h).ok())
+            .map(|m| m.len())
+            .sum(),
+    );
+    let tick = |n: u64| {
+        if let Some(b) = &bar {
+            b.inc(n)
+        }
+    };
     let mut problems: Vec<String> = Vec::new();
     let mut checked = 0usize;
     for host in hosts {
-        let name = file_name(host)?;
-        let candidates = kernel_names_named(&opened, &name);
-        if candidates.is_empty() {
-            problems.push(format!(
-                "{}: no key in the archives names a binary called {name:?}",
-                host.display()
-            ));
-            continue;
-        }
-        // One pass over the binary, under a placeholder name: each code object is checked under
-        // every candidate name (keys are re-made per candidate) while the next is being read.
-        let file = HostFile::open(host).map_err(|e| read_error(host, &e))?;
-        let per_object: Vec<Vec<Option<String>>> =
-            import::check_host_code_objects("", &file, threads, |co, scratch| {
-                candidates
-                    .iter()
-                    .map(|kernel_name| check_one(&opened, host, kernel_name, co, scratch))
-                    .collect()
-            })
-            .map_err(|e| match e {
-                // Every import failure means the input is not the fat binary it was given as.
-                StreamError::Import(e) => {
-                    CliError::new(Exit::BadFormat, format!("{}: {e}", host.display()))
+        match check_host(&opened, host, threads, &tick) {
+            Ok((n, found)) => {
+                checked += n;
+                problems.extend(found);
+            }
+            Err(e) => {
+                if let Some(b) = &bar {
+                    b.finish_and_clear();
                 }
-                StreamError::Read(e) => read_error(host, &e),
-                StreamError::Visit(never) => match never {},
-            })?;
-        let mut best: Option<Vec<String>> = None;
-        for c in 0..candidates.len() {
-            let mismatches: Vec<String> = per_object.iter().filter_map(|r| r[c].clone()).collect();
-            if best.as_ref().is_none_or(|b| mismatches.len() < b.len()) {
-                best = Some(mismatches);
+                return Err(e);
             }
         }
-        checked += per_object.len();
-        problems.extend(best.unwrap_or_default());
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
     }
     if problems.is_empty() {
         println!(
@@ -288,6 +279,59 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
             super::words::count_of(checked, "code object is", "code objects are")
         ),
     ))
+}
+
+/// Checks one host binary's code objects against the archives in one pass; returns how many
+/// there were and a line per one missing or different (for the best-matching kernel name).
+fn check_host(
+    opened: &[Archive],
+    host: &Path,
+    threads: usize,
+    tick: &dyn Fn(u64),
+) -> CliResult<(usize, Vec<String>)> {
+    let name = file_name(host)?;
+    let candidates = kernel_names_named(opened, &name);
+    if candidates.is_empty() {
+        return Ok((
+            0,
+            vec![format!(
+                "{}: no key in the archives names a binary called {name:?}",
+                host.display()
+            )],
+        ));
+    }
+    // One pass over the binary, under a placeholder name: each code object is checked under
+    // every candidate name (keys are re-made per candidate) while the next is being read.
+    let file = HostFile::open(host).map_err(|e| read_error(host, &e))?;
+    let per_object: Vec<Vec<Option<String>>> = import::check_host_code_objects(
+        "",
+        &file,
+        threads,
+        |co, scratch| {
+            candidates
+                .iter()
+                .map(|kernel_name| check_one(opened, host, kernel_name, co, scratch))
+                .collect()
+        },
+        tick,
+    )
+    .map_err(|e| match e {
+        // Every import failure means the input is not the fat binary it was given as.
+        StreamError::Import(e) => {
+            CliError::new(Exit::BadFormat, format!("{}: {e}", host.display()))
+        }
+        StreamError::Read(e) => read_error(host, &e),
+        StreamError::Visit(never) => match never {},
+    })?;
+    let mut best: Option<Vec<String>> = None;
+    for c in 0..candidates.len() {
+        let mismatches: Vec<String> = per_object.iter().filter_map(|r| r[c].clone()).collect();
+        if best.as_ref().is_none_or(|b| mismatches.len() < b.len()) {
+            best = Some(mismatches);
+        }
+    }
+    tick(file.len() - file.fatbin().map_or(0, |f| f.len));
+    Ok((per_object.len(), best.unwrap_or_default()))
 }
 
 fn read_error(path: &Path, e: &std::io::Error) -> CliError {

@@ -449,6 +449,9 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         passthrough: !s.no_passthrough,
         open_mode: s.open_mode,
     };
+    // In the foreground without --log-file the log is standard error, where the command
+    // prints a failure itself: logging it too would show it twice.
+    let log_failures = !args.foreground || log_file.is_some();
     let mut ready = None;
     if !args.foreground {
         let mp = match &target {
@@ -477,7 +480,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         r.fail(e);
         std::process::exit(e.exit as i32);
     }
-    if let Err(e) = &result {
+    if let (true, Err(e)) = (log_failures, &result) {
         log::error!("{e}");
     }
     result

@@ -81,8 +81,24 @@ pub fn run(args: Args) -> CliResult {
 
 /// `verify --split OUTROOT --original ROOT`.
 pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
-    let check = split::verify_split(out_root, original_root)
-        .map_err(|e| CliError::io(Exit::Unreadable, out_root, &e))?;
+    // Known once the library has listed the tree.
+    let bar = std::cell::OnceCell::new();
+    let check = split::verify_split_with_progress(
+        out_root,
+        original_root,
+        &mut |total| {
+            let _ = bar.set(super::progress::bar(total));
+        },
+        &|n| {
+            if let Some(Some(b)) = bar.get() {
+                b.inc(n)
+            }
+        },
+    );
+    if let Some(Some(b)) = bar.get() {
+        b.finish_and_clear();
+    }
+    let check = check.map_err(|e| CliError::io(Exit::Unreadable, out_root, &e))?;
     // A binary that does not parse is a problem to report, not a reason to say "none found".
     if check.binaries == 0 && check.problems.is_empty() {
         return Err(CliError::new(

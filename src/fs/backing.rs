@@ -377,29 +377,42 @@ pub(super) fn fail(what: &str, e: &io::Error) -> Errno {
 }
 
 /// How many backing files the store may keep open: each is a descriptor. The soft limit is
-/// raised to the hard one first (the default soft limit, 1024, is small for large trees); the
-/// store then takes half of it, leaving the rest to archives, FUSE channels and open handles.
+/// raised to the hard one first (the default soft limit, 1024, is small for large trees), and
+/// the hard one to the system's ceiling (`fs.nr_open`) where the daemon may (root): a tree of
+/// 100,000 small kernels with a budget of 10,000 files evicted every file before its next open,
+/// so every warm open decoded again. The store then takes half of the limit, leaving the rest to
+/// archives, FUSE channels and open handles.
 fn descriptor_budget() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(0);
     // SAFETY: getrlimit/setrlimit with a valid struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 256;
         }
-        if lim.rlim_cur < lim.rlim_max {
+        for max in [ceiling.max(lim.rlim_max), lim.rlim_max] {
+            if lim.rlim_cur >= max {
+                break;
+            }
             let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
+                rlim_cur: max,
+                rlim_max: max,
             };
+            // Raising the hard limit needs CAP_SYS_RESOURCE; without it, the soft one still
+            // goes up to the hard one.
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
+                lim = raised;
+                break;
             }
         }
     }
-    (lim.rlim_cur / 2).clamp(16, 1 << 16) as usize
+    (lim.rlim_cur / 2).clamp(16, 1 << 19) as usize
 }
 
 fn make_scratch_dir(base: &Path) -> io::Result<PathBuf> {

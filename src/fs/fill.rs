@@ -133,21 +133,22 @@ impl Fill {
         }
     }
 
-    /// The first `ready` bytes are final: parked reads they cover are answered.
-    pub fn progress(&self, ready: u64) {
-        let (file, due) = {
+    /// The bytes of `done` (the file's first bytes, in the job's mapping) are final: parked
+    /// reads they cover are answered from them, with no copy through the file.
+    pub fn progress(&self, done: &[u8]) {
+        let ready = done.len() as u64;
+        let due = {
             let mut s = lock(&self.state);
             s.ready = ready;
             let (due, wait): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.reads)
                 .into_iter()
                 .partition(|r| r.end <= ready);
             s.reads = wait;
-            (s.file.clone(), due)
+            due
         };
-        if let Some(file) = file {
-            for r in due {
-                answer(&file, r);
-            }
+        for r in due {
+            let from = (r.offset as usize).min(done.len());
+            (r.done)(Ok(&done[from..r.end as usize]));
         }
     }
 

@@ -400,7 +400,12 @@ impl KpackFs {
         if offset >= file.size {
             return Ok(ReadSlice(Vec::new()));
         }
-        let backing = self.backing_for(file)?;
+        // A stored kernel is read with no more than the store's lookup: its cache key and
+        // digest (which a large archive keeps in the file) are only needed to make one.
+        let backing = match self.store.cached(kernel_id(file)) {
+            Some(b) if b.len() == file.size => b,
+            _ => self.backing_for(file)?,
+        };
         read_from(&backing, offset, size)
     }
 
@@ -647,9 +652,9 @@ impl KpackFs {
         fill.streaming(pending.backing());
         // The last step is published by `complete`, after the file is kept: a reader that got
         // the last byte then finds the kernel in the store on its next open.
-        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |n| {
-            if (n as u64) < file.size {
-                fill.progress(n as u64)
+        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |done| {
+            if (done.len() as u64) < file.size {
+                fill.progress(done)
             }
         })
         .map_err(|e| failed(&e))?;

@@ -24,12 +24,14 @@ pub const CHECK_BUDGET: u64 = 48 << 20;
 /// Visits the code objects of `host` (keyed with `kernel_name`, as
 /// [`visit_host_code_objects`] keys them) and runs `check` on each on one of `threads` workers;
 /// returns the results in code-object order. `check` gets a scratch buffer the worker keeps from
-/// one code object to the next, to decode into without allocating each time.
+/// one code object to the next, to decode into without allocating each time. `progress`
+/// receives section bytes as bundles are read (see [`visit_host_code_objects`]), on this thread.
 pub fn check_host_code_objects<P, F>(
     kernel_name: &str,
     host: &HostFile,
     threads: usize,
     check: F,
+    progress: &dyn Fn(u64),
 ) -> Result<Vec<P>, StreamError<Infallible>>
 where
     P: Send,
@@ -60,7 +62,7 @@ where
                 seq += 1;
                 Ok::<(), Infallible>(())
             },
-            &|_| {},
+            progress,
         );
         drop(job_tx);
         walked

@@ -274,33 +274,44 @@ fn checks_come_back_in_code_object_order_whatever_the_threads() {
     let dir = tempfile::tempdir().unwrap();
     let mut section = Vec::new();
     let mut expect = Vec::new();
+    let mut bundle_bytes = 0u64;
     for tu in 0..20usize {
         let a = vec![tu as u8; 100 + tu * 37];
         let b = vec![!(tu as u8); 900 - tu * 11];
-        section.extend_from_slice(&build_uncompressed(
-            &[(HOST, &[]), (GFX900, &a), (GFX90A, &b)],
-            64,
-        ));
+        let bundle = build_uncompressed(&[(HOST, &[]), (GFX900, &a), (GFX90A, &b)], 64);
+        bundle_bytes += bundle.len() as u64;
+        section.extend_from_slice(&bundle);
         section.resize(section.len().next_multiple_of(256), 0);
         expect.push(format!("lib/libfat.so#{tu} gfx900 {}", a.len()));
         expect.push(format!("lib/libfat.so#{tu} gfx90a:xnack- {}", b.len()));
     }
     let host = HostFile::open(&fat_library(dir.path(), &section)).unwrap();
     for threads in [1, 3] {
-        let got = check_host_code_objects("lib/libfat.so", &host, threads, |co, scratch| {
-            // Early code objects take longest, so with several workers they finish last.
-            std::thread::sleep(std::time::Duration::from_micros(
-                2000u64.saturating_sub(co.index as u64 * 100),
-            ));
-            // The scratch buffer is the worker's own: nobody else wrote to it meanwhile.
-            scratch.clear();
-            scratch.extend_from_slice(&co.data);
-            std::thread::yield_now();
-            assert!(*scratch == co.data);
-            format!("{} {} {}", co.key, co.arch, co.data.len())
-        })
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let got = check_host_code_objects(
+            "lib/libfat.so",
+            &host,
+            threads,
+            |co, scratch| {
+                // Early code objects take longest, so with several workers they finish last.
+                std::thread::sleep(std::time::Duration::from_micros(
+                    2000u64.saturating_sub(co.index as u64 * 100),
+                ));
+                // The scratch buffer is the worker's own: nobody else wrote to it meanwhile.
+                scratch.clear();
+                scratch.extend_from_slice(&co.data);
+                std::thread::yield_now();
+                assert!(*scratch == co.data);
+                format!("{} {} {}", co.key, co.arch, co.data.len())
+            },
+            &|n| {
+                read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            },
+        )
         .unwrap();
         assert_eq!(got, expect, "threads {threads}");
+        // Every bundle's bytes are reported read once.
+        assert_eq!(read.into_inner(), bundle_bytes, "threads {threads}");
     }
 
     // A section that stops being a bundle is the walk's error, whatever was checked before.
@@ -310,7 +321,7 @@ fn checks_come_back_in_code_object_order_whatever_the_threads() {
     broken.extend_from_slice(b"__CLANG_OFFLOAD_BUNDLE__\xff\xff\xff\xff\xff\xff\xff\xff");
     let sub = tempfile::tempdir().unwrap();
     let host = HostFile::open(&fat_library(sub.path(), &broken)).unwrap();
-    let r = check_host_code_objects("x", &host, 2, |co, _| co.index);
+    let r = check_host_code_objects("x", &host, 2, |co, _| co.index, &|_| {});
     assert!(
         matches!(r, Err(StreamError::Import(ImportError::Bundle(_)))),
         "{r:?}"

@@ -39,51 +39,96 @@ pub struct SplitCheck {
 /// binary (unreadable, malformed, missing original, load failure, different bytes) is a problem
 /// line.
 pub fn verify_split(out_root: &Path, original_root: &Path) -> std::io::Result<SplitCheck> {
+    verify_split_with_progress(out_root, original_root, &mut |_| {}, &|_| {})
+}
+
+/// [`verify_split`], reporting progress in bytes of the original binaries: `total` is called
+/// once, before any is read, with the size of every original a file below `out_root` has;
+/// `progress` then receives each original's bytes as it is read (all of them once it is done,
+/// or skipped).
+pub fn verify_split_with_progress(
+    out_root: &Path,
+    original_root: &Path,
+    total: &mut dyn FnMut(u64),
+    progress: &dyn Fn(u64),
+) -> std::io::Result<SplitCheck> {
     let mut check = SplitCheck::default();
     let loader = Loader::new(LoaderConfig::default());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for rel in files_below(out_root)? {
-        let path = out_root.join(&rel);
-        // Files that are not ELF (data, scripts) are not binaries; an ELF file that does not
-        // parse is a problem, never silently "not split".
-        let host =
-            match is_elf(&path).and_then(|elf| elf.then(|| HostFile::open(&path)).transpose()) {
-                Ok(Some(host)) => host,
-                Ok(None) => continue,
-                Err(e) => {
-                    check
-                        .problems
-                        .push(format!("{}: cannot read: {e}", path.display()));
-                    continue;
-                }
-            };
-        let elf = match ElfFile::parse(host.image()) {
-            Ok(elf) => elf,
-            Err(e) => {
-                check.problems.push(format!("{}: {e}", path.display()));
-                continue;
-            }
+    let files = files_below(out_root)?;
+    let sizes: Vec<u64> = files
+        .iter()
+        .map(|rel| std::fs::metadata(original_root.join(rel)).map_or(0, |m| m.len()))
+        .collect();
+    total(sizes.iter().sum());
+    for (rel, size) in files.iter().zip(sizes) {
+        let given = std::cell::Cell::new(0u64);
+        let tick = |n: u64| {
+            given.set(given.get() + n);
+            progress(n);
         };
-        let Some(marker) = elf.section(KPACK_REF_SECTION) else {
-            continue;
-        };
-        check.binaries += 1;
-        let mut problems = Vec::new();
-        let binary = Binary {
-            loader: &loader,
-            path: &path,
-            elf: &elf,
-            marker: marker.data,
-            marker_address: marker.address,
-        };
-        check.code_objects += binary.verify(&original_root.join(&rel), threads, &mut problems);
-        check.problems.extend(
-            problems
-                .into_iter()
-                .map(|m| format!("{}: {m}", path.display())),
+        check_file(
+            &mut check,
+            &loader,
+            out_root,
+            original_root,
+            rel,
+            threads,
+            &tick,
         );
+        progress(size.saturating_sub(given.get()));
     }
     Ok(check)
+}
+
+/// Checks one file below the output root (nothing if it is not a split binary).
+fn check_file(
+    check: &mut SplitCheck,
+    loader: &Loader,
+    out_root: &Path,
+    original_root: &Path,
+    rel: &Path,
+    threads: usize,
+    progress: &dyn Fn(u64),
+) {
+    let path = out_root.join(rel);
+    // Files that are not ELF (data, scripts) are not binaries; an ELF file that does not
+    // parse is a problem, never silently "not split".
+    let host = match is_elf(&path).and_then(|elf| elf.then(|| HostFile::open(&path)).transpose()) {
+        Ok(Some(host)) => host,
+        Ok(None) => return,
+        Err(e) => {
+            check
+                .problems
+                .push(format!("{}: cannot read: {e}", path.display()));
+            return;
+        }
+    };
+    let elf = match ElfFile::parse(host.image()) {
+        Ok(elf) => elf,
+        Err(e) => {
+            check.problems.push(format!("{}: {e}", path.display()));
+            return;
+        }
+    };
+    let Some(marker) = elf.section(KPACK_REF_SECTION) else {
+        return;
+    };
+    check.binaries += 1;
+    let mut problems = Vec::new();
+    let binary = Binary {
+        loader,
+        path: &path,
+        elf: &elf,
+        marker: marker.data,
+        marker_address: marker.address,
+    };
+    check.code_objects += binary.verify(&original_root.join(rel), threads, &mut problems, progress);
+    check.problems.extend(
+        problems
+            .into_iter()
+            .map(|m| format!("{}: {m}", path.display())),
+    );
 }
 
 /// Whether the file starts with the ELF magic (reading only that).
@@ -125,7 +170,13 @@ impl Binary<'_> {
     /// Checks the binary against `original`; returns the number of code objects loaded and
     /// compared. Problems come in a fixed order: the wrappers', then each original code object
     /// no wrapper carries, then load failures by wrapper and code object.
-    fn verify(&self, original: &Path, threads: usize, problems: &mut Vec<String>) -> usize {
+    fn verify(
+        &self,
+        original: &Path,
+        threads: usize,
+        problems: &mut Vec<String>,
+        progress: &dyn Fn(u64),
+    ) -> usize {
         let metadata = match HipkMetadata::parse(self.marker) {
             Ok(m) => m,
             Err(e) => {
@@ -152,9 +203,13 @@ impl Binary<'_> {
         let checked = HostFile::open(original)
             .map_err(|e| crate::error::describe_io(&e))
             .and_then(|host| {
-                import::check_host_code_objects(&metadata.kernel_name, &host, threads, |co, _| {
-                    self.check_one(&metadata, &wrappers, co)
-                })
+                import::check_host_code_objects(
+                    &metadata.kernel_name,
+                    &host,
+                    threads,
+                    |co, _| self.check_one(&metadata, &wrappers, co),
+                    progress,
+                )
                 .map_err(|e| match e {
                     StreamError::Import(e) => e.to_string(),
                     StreamError::Read(e) => crate::error::describe_io(&e),

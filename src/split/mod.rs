@@ -15,7 +15,7 @@ mod tree;
 
 use std::fmt;
 
-pub use check::{SplitCheck, verify_split};
+pub use check::{SplitCheck, verify_split, verify_split_with_progress};
 pub use emit::Rewrite;
 pub use rewrite::{Prepared, is_split, prepare, split_elf};
 pub use stage::{StageError, Staging};

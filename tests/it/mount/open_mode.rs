@@ -1,8 +1,10 @@
-//! Open modes: page-cache mode (the daemon refuses the first OPEN with ENOSYS, the kernel then
-//! opens files by itself and keeps their page cache) serves the same bytes as passthrough, and
-//! `auto` picks it for small kernels only. Scenarios named `om_*` run in the I/O child.
+//! The open path: page-cache mode (the daemon refuses the first OPEN with ENOSYS, the kernel
+//! then opens files by itself and keeps their page cache) serves the same bytes as passthrough,
+//! and `auto` picks it for small kernels only; a daemon without CAP_SYS_ADMIN falls back to
+//! serving reads itself. Scenarios named `om_*` run in the I/O child.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rocm_kpack::Compression;
 
@@ -22,6 +24,56 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             for k in ["daemon_opens", "daemon_reads", "decodes"] {
                 assert_eq!(after[k], before[k], "{k} changed on a warm pass");
             }
+        }
+        // `arg`: comma-separated kernel paths, read whole (to decode them).
+        "om_read" => {
+            for rel in arg.split(',') {
+                std::fs::read(mnt.join(rel)).unwrap();
+            }
+        }
+        // `arg`: `ARCHIVE|BIG|WARM,...|COLD,...` (paths of kernels, ARCHIVE a local copy of the
+        // mounted one). Reads BIG (cold, from a slow source) on a thread; meanwhile stats the
+        // COLD names (never looked up) and reads the WARM kernels (already decoded). Those must
+        // all finish, with the right bytes, before BIG's read does.
+        "om_isolated" => {
+            let parts: Vec<&str> = arg.split('|').collect();
+            let a = rocm_kpack::Archive::open(parts[0]).unwrap();
+            let want = |rel: &str| {
+                let (key, arch) = rel.rsplit_once('/').unwrap();
+                a.get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+                    .unwrap()
+            };
+            let list = |s: &str| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
+            let (big, warm, cold) = (parts[1].to_owned(), list(parts[2]), list(parts[3]));
+            let big_want = want(&big);
+            let start = Instant::now();
+            let big_reader = {
+                let path = mnt.join(&big);
+                std::thread::spawn(move || {
+                    let got = std::fs::read(path).unwrap();
+                    (got, start.elapsed())
+                })
+            };
+            std::thread::sleep(Duration::from_millis(200));
+            for rel in &cold {
+                let len = std::fs::metadata(mnt.join(rel)).unwrap().len();
+                assert_eq!(len, want(rel).len() as u64, "{rel}");
+            }
+            for rel in &warm {
+                assert!(std::fs::read(mnt.join(rel)).unwrap() == want(rel), "{rel}");
+            }
+            let others = start.elapsed();
+            let (got, big_took) = big_reader.join().unwrap();
+            assert!(got == big_want, "{big}: {} bytes", got.len());
+            println!("others done after {others:?}, the cold kernel after {big_took:?}");
+            assert!(
+                others < big_took,
+                "other files waited for the cold kernel: {others:?} >= {big_took:?}"
+            );
+            assert!(
+                big_took > Duration::from_millis(1500),
+                "the cold read was not slow ({big_took:?}): the test shows nothing"
+            );
         }
         other => panic!("unknown scenario {other}"),
     }
@@ -114,6 +166,108 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         let m = Mount::start(archive, extra);
         m.check("walk", "");
         m.check("rp_stats", want);
+        m.stop();
+    }
+}
+
+/// `CAP_SYS_ADMIN` (Linux's `capability.h`): what the kernel requires of a daemon registering a
+/// passthrough backing file.
+const CAP_SYS_ADMIN: libc::c_ulong = 21;
+
+#[test]
+fn without_cap_sys_admin_the_daemon_serves_reads_itself() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    // The test mounts (as a privileged launcher does for /dev/fd/N) and starts the daemon with
+    // CAP_SYS_ADMIN dropped from its bounding set, so the root daemon runs without it after
+    // exec. The kernel still offers passthrough at init but refuses every backing id (EPERM).
+    let drop_admin = |cmd: &mut std::process::Command| {
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let m = Mount::start_fd_configured(&archive, &["--open-mode", "passthrough"], &drop_admin);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", m.daemon_pid())).unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        eff & (1 << CAP_SYS_ADMIN),
+        0,
+        "the daemon still has CAP_SYS_ADMIN"
+    );
+    m.check("walk", "");
+    m.check("pread", "");
+    m.check("mmap", "");
+    m.check("concurrent", "");
+    m.check("rp_stats", "passthrough=0,page_cache_mode=0,daemon_reads>0");
+    let log = m.daemon_log();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused a passthrough backing file"))
+        .collect();
+    assert_eq!(refused.len(), 1, "one log line:\n{log}");
+    assert!(refused[0].contains("Operation not permitted"), "{log}");
+    // The launcher owns the mount: unmounting it ends the daemon, which exits 0.
+    crate::support::mount::umount_lazy(&m.mountpoint);
+    assert_eq!(m.wait_exit().code(), Some(0));
+}
+
+#[test]
+fn a_slow_cold_kernel_does_not_hold_up_other_files() {
+    if !fuse_available() {
+        return;
+    }
+    use crate::remote::servers::{Nginx, SlowProxy};
+    use crate::support::craft::incompressible;
+    let www = tmp();
+    // The big kernel comes first in the file, so the archive's tail (read at mount with the
+    // TOC) does not hold it.
+    let mut kernels: Vec<(String, Vec<u8>)> =
+        vec![("lib/big.so#0".to_owned(), incompressible(7, 4 << 20))];
+    kernels.extend((0..20).map(|i| (format!("lib/s{i}.so#0"), pattern(1000 + i, i as u32))));
+    let list: Vec<(&str, &str, Vec<u8>)> = kernels
+        .iter()
+        .map(|(k, b)| (k.as_str(), "gfx942", b.clone()))
+        .collect();
+    let archive = write_archive(&www.path().join("x.kpack"), Compression::None, &list);
+    let nginx = Nginx::start(www.path());
+    let rel = |i: usize| format!("{}/gfx942.hsaco", kernels[i].0);
+    let warm: Vec<String> = (1..11).map(rel).collect();
+    let cold: Vec<String> = (11..21).map(rel).collect();
+    let arg = format!(
+        "{}|{}|{}|{}",
+        archive.display(),
+        rel(0),
+        warm.join(","),
+        cold.join(",")
+    );
+    for mode in ["passthrough", "page-cache"] {
+        let proxy = SlowProxy::start(nginx.port);
+        let url = format!("http://127.0.0.1:{}/x.kpack", proxy.port);
+        // One request thread, and one remote request at a time: nothing but the decode pool
+        // keeps the daemon answering while the big kernel trickles in.
+        let m = Mount::start(
+            Path::new(&url),
+            &["-s", "--open-mode", mode, "--remote-requests", "1"],
+        );
+        // Warm the small kernels, then slow the source to 50 ms per 64 KiB: the big kernel
+        // (4 MiB) takes seconds.
+        m.check("om_read", &warm.join(","));
+        proxy.set_delay(Duration::from_millis(50));
+        m.check("om_isolated", &arg);
         m.stop();
     }
 }

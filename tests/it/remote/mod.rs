@@ -7,7 +7,7 @@ mod http;
 mod link;
 mod s3;
 pub mod scenarios;
-mod servers;
+pub(crate) mod servers;
 
 use std::collections::BTreeMap;
 use std::path::Path;

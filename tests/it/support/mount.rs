@@ -397,6 +397,16 @@ impl Mount {
     /// `/dev/fuse`, calls `mount(2)` with it, and starts `kpack-fuse mount SOURCE /dev/fd/N -f`
     /// with the descriptor inherited. Stopping is the launcher's job: `umount` it.
     pub fn start_fd(source: &Path, extra: &[&str]) -> Mount {
+        Mount::start_fd_configured(source, extra, &|_| {})
+    }
+
+    /// [`Mount::start_fd`] with a hook that adjusts the daemon's command before it starts (for
+    /// a daemon without privileges the mount itself would need).
+    pub fn start_fd_configured(
+        source: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         const CHILD_FD: i32 = 7;
@@ -451,6 +461,7 @@ impl Mount {
                 Ok(())
             });
         }
+        configure(&mut cmd);
         let spawned = cmd.spawn();
         drop(dev);
         let entry = mountinfo::mount_at(&mountpoint).unwrap().unwrap();
