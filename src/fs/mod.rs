@@ -182,6 +182,10 @@ impl OpenMode {
 /// page-cache speed in both modes.
 pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 
+/// In page-cache mode, kernels up to this size are decoded straight into the READ reply and not
+/// kept by the daemon (the largest READ the kernel sends by default is 128 KiB).
+const DIRECT_READ_MAX: u64 = 128 << 10;
+
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
@@ -404,6 +408,18 @@ impl KpackFs {
         // digest (which a large archive keeps in the file) are only needed to make one.
         let backing = match self.store.cached(kernel_id(file)) {
             Some(b) if b.len() == file.size => b,
+            // A kernel that fits in one READ is decoded straight into the reply and not kept:
+            // the kernel's page cache keeps it, and a backing file (create, reserve, map,
+            // unlink) would cost more than the decode. A cache directory still gets its file.
+            _ if file.size <= DIRECT_READ_MAX && self.store.kind() != "cache-dir" => {
+                self.decodes.fetch_add(1, Ordering::Relaxed);
+                let mut bytes = self.decode_with(file, |n| Some(vec![0u8; n]))?;
+                let start = offset as usize;
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                bytes.truncate(end);
+                bytes.drain(..start);
+                return Ok(ReadSlice(bytes));
+            }
             _ => self.backing_for(file)?,
         };
         read_from(&backing, offset, size)
@@ -817,6 +833,17 @@ impl KpackFs {
         file: &FileNode,
         reserve: &backing::Reserve<'_>,
     ) -> Result<backing::MapBuf, Errno> {
+        self.decode_with(file, |n| reserve.alloc(n))
+    }
+
+    /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked
+    /// that the stored kernel produces that many bytes). Failures are logged with archive, key
+    /// and arch.
+    fn decode_with<T: crate::codec::KernelBuf>(
+        &self,
+        file: &FileNode,
+        alloc: impl FnOnce(usize) -> Option<T>,
+    ) -> Result<T, Errno> {
         let archive = self.archive_of(file);
         let (key, arch) = self.names_of(file);
         let fail = |e: &dyn std::fmt::Display, errno: Errno| {
@@ -837,7 +864,7 @@ impl KpackFs {
         // read_with already reports a failed read of a changed archive as "changed"; bytes of a
         // file rewritten in place may also decode without any error, hence the check after.
         let buf = archive
-            .read_with(&kref, |n| reserve.alloc(n))
+            .read_with(&kref, alloc)
             .map_err(|e| fail(&e, Errno::from(&e)))?;
         archive
             .check_unchanged()

@@ -656,8 +656,11 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     assert_eq!(fs.open_handles(), 0);
     assert!(fs.read_needs_decode(f));
     assert_eq!(fs.read_ino(f, 0, 2).unwrap().as_slice(), [0xee, 0xee]);
-    assert!(!fs.read_needs_decode(f));
+    // Small kernels are decoded into the reply and not kept (the kernel's page cache keeps
+    // them): each read decodes.
+    assert!(fs.read_needs_decode(f));
     assert_eq!(fs.read_ino(f, 2990, 100).unwrap().as_slice(), [0xee; 10]);
+    assert_eq!(fs.read_ino(f, 2990, 0).unwrap().as_slice(), []);
     assert!(fs.read_ino(f, 3000, 100).unwrap().as_slice().is_empty());
     assert!(fs.read_ino(f, u64::MAX, 100).unwrap().as_slice().is_empty());
     assert_eq!(fs.read_ino(dir, 0, 1).unwrap_err(), Errno::EISDIR);
@@ -672,5 +675,30 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
         stats.contains("\npage_cache_mode 1\ndaemon_opens 4\n"),
         "{stats}"
     );
-    assert!(stats.contains("\ndecodes 5\n"), "{stats}");
+    assert!(stats.contains("\ndecodes 8\nbytes_cached 0\n"), "{stats}");
+}
+
+#[test]
+fn page_cache_reads_keep_kernels_larger_than_one_read() {
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let kernels: Kernels = vec![("k#0", "gfx900", big.clone())];
+    let (_d, fs) = mount_fs(
+        &kernels,
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let ino = attr(&fs, "k#0/gfx900.hsaco").ino;
+    assert!(fs.read_needs_decode(ino));
+    let mut got = Vec::new();
+    while (got.len() as u64) < big.len() as u64 {
+        let s = fs.read_ino(ino, got.len() as u64, 128 << 10).unwrap();
+        got.extend_from_slice(s.as_slice());
+    }
+    assert!(got == big);
+    assert!(!fs.read_needs_decode(ino));
+    let stats = fs.stats_text();
+    assert!(
+        stats.contains("\ndecodes 1\nbytes_cached 300000\n"),
+        "{stats}"
+    );
 }

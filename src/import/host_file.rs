@@ -49,6 +49,27 @@ impl HostFile {
         })
     }
 
+    /// Opens `path` reading only the tables that list its sections: the ELF header, the program
+    /// and section header tables and the section-name table; everything else reads as zeros.
+    /// Enough to parse the file and see which sections it has (not to read their contents), at
+    /// the cost of a few small reads whatever the file's size. A file whose tables cannot be
+    /// read this way is read whole, so that the parser reports what is wrong with it.
+    pub fn open_tables(path: &Path) -> io::Result<HostFile> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let len_usize = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+        let mut image = vec![0u8; len_usize];
+        if !read_tables(&file, &mut image)? {
+            fill(&file, &mut image, 0, len)?;
+        }
+        Ok(HostFile {
+            file,
+            image,
+            fatbin: None,
+        })
+    }
+
     /// The whole file as bytes, with the device code range zeroed.
     pub fn image(&self) -> &[u8] {
         &self.image
@@ -97,29 +118,14 @@ fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
 /// table) into `image`. `None` when the file is not little-endian ELF64 with in-bounds tables
 /// or has no such section with file contents.
 fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>> {
-    let len = image.len() as u64;
-    let read = |image: &mut [u8], at: u64, n: u64| -> io::Result<bool> {
-        match at.checked_add(n).filter(|end| *end <= len) {
-            Some(end) => fill(file, image, at, end).map(|_| true),
-            None => Ok(false),
-        }
-    };
-    if !read(image, 0, 64)? || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
+    if !read_tables(file, image)? {
         return Ok(None);
     }
-    // Only called on bytes `read` has just filled.
-    let le16 = |b: &[u8], at: usize| crate::bytes::le_u16(b, at).expect("read above");
-    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read above");
-    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read above");
-    let (shoff, shentsize, shnum, shstrndx) = (
-        le64(image, 40),
-        u64::from(le16(image, 58)),
-        u64::from(le16(image, 60)),
-        u64::from(le16(image, 62)),
-    );
-    if shentsize != 64 || shnum == 0 || shstrndx >= shnum || !read(image, shoff, shnum * 64)? {
-        return Ok(None);
-    }
+    // `read_tables` read, and checked the bounds of, everything looked at here.
+    let le16 = |b: &[u8], at: usize| u64::from(crate::bytes::le_u16(b, at).expect("read"));
+    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read");
+    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read");
+    let (shoff, shnum, shstrndx) = (le64(image, 40), le16(image, 60), le16(image, 62));
     let shdr = |image: &[u8], i: u64| -> (u32, u32, u64, u64) {
         let at = (shoff + i * 64) as usize;
         (
@@ -129,13 +135,10 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
             le64(image, at + 32),
         )
     };
-    const SHT_NOBITS: u32 = 8;
-    let (_, names_type, names_off, names_len) = shdr(image, shstrndx);
-    if names_type == SHT_NOBITS || !read(image, names_off, names_len)? {
-        return Ok(None);
-    }
+    let (_, _, names_off, names_len) = shdr(image, shstrndx);
     let names = &image[names_off as usize..(names_off + names_len) as usize];
     let wanted = HIP_FATBIN_SECTION.as_bytes();
+    let len = image.len() as u64;
     for i in 0..shnum {
         let (name, kind, offset, size) = shdr(image, i);
         let named = names
@@ -147,4 +150,46 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
         }
     }
     Ok(None)
+}
+
+const SHT_NOBITS: u32 = 8;
+
+/// Reads the ELF64 header, program header table, section header table and section-name table
+/// into `image`; false (with part of them read) when the file is not little-endian ELF64 with
+/// those tables inside it.
+fn read_tables(file: &File, image: &mut [u8]) -> io::Result<bool> {
+    let len = image.len() as u64;
+    let read = |image: &mut [u8], at: u64, n: u64| -> io::Result<bool> {
+        match at.checked_add(n).filter(|end| *end <= len) {
+            Some(end) => fill(file, image, at, end).map(|_| true),
+            None => Ok(false),
+        }
+    };
+    if !read(image, 0, 64)? || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
+        return Ok(false);
+    }
+    // Only called on bytes `read` has just filled.
+    let le16 = |b: &[u8], at: usize| u64::from(crate::bytes::le_u16(b, at).expect("read above"));
+    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read above");
+    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read above");
+    let (phoff, phentsize, phnum) = (le64(image, 32), le16(image, 54), le16(image, 56));
+    let (shoff, shentsize, shnum, shstrndx) = (
+        le64(image, 40),
+        le16(image, 58),
+        le16(image, 60),
+        le16(image, 62),
+    );
+    if phnum != 0 && !read(image, phoff, phentsize * phnum)? {
+        return Ok(false);
+    }
+    if shentsize != 64 || shnum == 0 || shstrndx >= shnum || !read(image, shoff, shnum * 64)? {
+        return Ok(false);
+    }
+    let at = (shoff + shstrndx * 64) as usize;
+    let (names_type, names_off, names_len) = (
+        le32(image, at + 4),
+        le64(image, at + 24),
+        le64(image, at + 32),
+    );
+    Ok(names_type != SHT_NOBITS && read(image, names_off, names_len)?)
 }

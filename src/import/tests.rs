@@ -327,3 +327,53 @@ fn checks_come_back_in_code_object_order_whatever_the_threads() {
         "{r:?}"
     );
 }
+
+#[test]
+fn open_tables_reads_only_what_lists_the_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let section = build_uncompressed(&[(HOST, &[]), (GFX900, &[0x5a; 5000])], 64);
+    let lib = fat_library(dir.path(), &section);
+    let whole = std::fs::read(&lib).unwrap();
+    let tables = HostFile::open_tables(&lib).unwrap();
+    assert_eq!(tables.len(), whole.len() as u64);
+    assert!(tables.fatbin().is_none());
+    let (t, w) = (
+        crate::elf::ElfFile::parse(tables.image()).unwrap(),
+        crate::elf::ElfFile::parse(&whole).unwrap(),
+    );
+    for name in [
+        ".text",
+        ".hip_fatbin",
+        ".dynsym",
+        ".shstrtab",
+        ".rocm_kpack_ref",
+    ] {
+        let (ts, ws) = (t.section(name), w.section(name));
+        assert_eq!(
+            ts.as_ref().map(|s| (s.address, s.file_offset)),
+            ws.as_ref().map(|s| (s.address, s.file_offset)),
+            "{name}"
+        );
+    }
+    // Section contents were not read (the device code least of all), the name table was.
+    assert!(
+        t.section(".hip_fatbin")
+            .unwrap()
+            .data
+            .iter()
+            .all(|b| *b == 0)
+    );
+    assert!(w.section(".hip_fatbin").unwrap().data.contains(&0x5a));
+    assert!(t.section(".text").unwrap().data.iter().all(|b| *b == 0));
+    assert_eq!(
+        t.section(".shstrtab").unwrap().data,
+        w.section(".shstrtab").unwrap().data
+    );
+
+    // A file whose tables do not read as ELF64 is read whole, for the parser to judge.
+    let odd = dir.path().join("odd");
+    let mut bytes = whole.clone();
+    bytes[4] = 1; // ELFCLASS32
+    std::fs::write(&odd, &bytes).unwrap();
+    assert!(HostFile::open_tables(&odd).unwrap().image() == &bytes[..]);
+}

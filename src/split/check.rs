@@ -92,17 +92,33 @@ fn check_file(
     progress: &dyn Fn(u64),
 ) {
     let path = out_root.join(rel);
+    let cannot_read = |check: &mut SplitCheck, e: std::io::Error| {
+        check
+            .problems
+            .push(format!("{}: cannot read: {e}", path.display()))
+    };
     // Files that are not ELF (data, scripts) are not binaries; an ELF file that does not
-    // parse is a problem, never silently "not split".
-    let host = match is_elf(&path).and_then(|elf| elf.then(|| HostFile::open(&path)).transpose()) {
-        Ok(Some(host)) => host,
-        Ok(None) => return,
+    // parse is a problem, never silently "not split". Whether it is split is seen from its
+    // section tables alone, so the many binaries a tree holds unchanged are never read.
+    let tables =
+        match is_elf(&path).and_then(|elf| elf.then(|| HostFile::open_tables(&path)).transpose()) {
+            Ok(Some(tables)) => tables,
+            Ok(None) => return,
+            Err(e) => return cannot_read(check, e),
+        };
+    match ElfFile::parse(tables.image()) {
+        Ok(elf) if elf.section(KPACK_REF_SECTION).is_none() => return,
+        Ok(_) => {}
         Err(e) => {
-            check
-                .problems
-                .push(format!("{}: cannot read: {e}", path.display()));
+            check.problems.push(format!("{}: {e}", path.display()));
             return;
         }
+    }
+    drop(tables);
+    // A split binary: read it (it holds no device code any more) for the marker and wrappers.
+    let host = match HostFile::open(&path) {
+        Ok(host) => host,
+        Err(e) => return cannot_read(check, e),
     };
     let elf = match ElfFile::parse(host.image()) {
         Ok(elf) => elf,

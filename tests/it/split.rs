@@ -587,13 +587,11 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     // not split), and exactly that much is reported read.
     let mut total = 0;
     let read = std::cell::Cell::new(0u64);
-    let with_progress = rocm_kpack::split::verify_split_with_progress(
-        &out,
-        &root,
-        &mut |t| total = t,
-        &|n| read.set(read.get() + n),
-    )
-    .unwrap();
+    let with_progress =
+        rocm_kpack::split::verify_split_with_progress(&out, &root, &mut |t| total = t, &|n| {
+            read.set(read.get() + n)
+        })
+        .unwrap();
     assert_eq!(with_progress, check);
     let originals: u64 = inputs.iter().map(|b| b.len() as u64).sum();
     assert_eq!((total, read.get()), (originals, originals));

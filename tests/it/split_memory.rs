@@ -3,7 +3,8 @@
 //! fat library with 256 MiB of device code (100 bundles of 5 arches, code objects of 20 KB to
 //! 15 MB) is split, imported and verified by the CLI in a child process whose peak resident
 //! memory (VmHWM, from `wait4`) must stay under 160 MiB, and the code objects come back out of
-//! the archives byte for byte.
+//! the archives byte for byte. `verify --split` also meets a 256 MiB binary left unsplit in
+//! the tree, which it must not read.
 //!
 //! The CLI is not started from the test process itself but from a fresh copy of this test
 //! binary (`peak_rss_child_entry`): at exec Linux folds the high-water RSS of the address space
@@ -162,6 +163,18 @@ fn split_and_import_peak_memory_does_not_follow_the_input() {
             "{name}: split and pack --from-fatbin write the same archive"
         );
     }
+    // A large binary the tree holds unchanged (no device code, no marker): verify --split must
+    // see that from its section tables, not read it. Here, the fat library with its device
+    // code section renamed: 256 MiB of data in a plain ELF file.
+    let plain = out.join("lib/libplain.so");
+    let renamed = std::process::Command::new("objcopy")
+        .args(["--rename-section", ".hip_fatbin=.rodata.blob"])
+        .arg(&host.path)
+        .arg(&plain)
+        .status()
+        .unwrap();
+    assert!(renamed.success(), "objcopy: {renamed}");
+    assert!(std::fs::metadata(&plain).unwrap().len() > DEVICE_CODE * 9 / 10);
     let (status, verify_split_peak) = cli_peak_rss(&[
         "verify".into(),
         "--split".into(),

@@ -9,7 +9,7 @@ use std::process::Command;
 use rocm_kpack::fs::mountinfo;
 use rocm_kpack::{Archive, Compression};
 
-use super::{lazy_unmount_then_remount, rich_archive, tmp, write_archive};
+use super::{lazy_unmount_then_remount, rich_archive, start_passthrough, tmp, write_archive};
 use crate::support::fixture;
 use crate::support::mount::{ChildOutput, Mount, fuse_available};
 
@@ -65,6 +65,10 @@ fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         * 1024
 }
 
+// The in-place tests and the pressure test run in passthrough open mode: they check what the
+// daemon's backing files keep serving (page-cache mode keeps no file for small kernels, so a
+// kernel whose pages were dropped is decoded again: EIO once the archive changed).
+
 #[test]
 fn archive_truncated_in_place_gives_eio_for_what_was_not_read() {
     if !fuse_available() {
@@ -74,7 +78,7 @@ fn archive_truncated_in_place_gives_eio_for_what_was_not_read() {
         let d = tmp();
         let path = rich_archive(&d.path().join("t.kpack"), compression);
         let original = keep_original(&path);
-        let m = Mount::start(&path, &[]);
+        let m = start_passthrough(&path, &[]);
         m.check("walk_one", READ_FIRST);
         let len = std::fs::metadata(&path).unwrap().len();
         std::fs::OpenOptions::new()
@@ -129,7 +133,7 @@ fn archive_overwritten_in_place_gives_eio_for_what_was_not_read() {
         let old = std::fs::read(&path).unwrap();
         assert_eq!(other.len(), old.len(), "{compression:?}: same layout");
         assert_ne!(other, old);
-        let m = Mount::start(&path, &[]);
+        let m = start_passthrough(&path, &[]);
         m.check("walk_one", READ_FIRST);
         // The whole file rewritten with an ordinary write: same inode, same length, every frame
         // still valid. Only the modification time the write sets tells the change apart, so
@@ -305,7 +309,7 @@ fn tiny_cache_under_pressure_serves_exact_bytes_with_bounded_memory() {
         &kernels,
     );
     let decoded_total: usize = kernels.iter().map(|k| k.2.len()).sum();
-    let m = Mount::start(
+    let m = start_passthrough(
         &path,
         &[
             "--backing",

@@ -25,6 +25,16 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 assert_eq!(after[k], before[k], "{k} changed on a warm pass");
             }
         }
+        // `arg`: a kernel path. It opens (page-cache mode opens without the daemon) but every
+        // read of it is EIO, twice (a failure is not kept).
+        "om_read_eio" => {
+            for _ in 0..2 {
+                let f = std::fs::File::open(mnt.join(arg)).unwrap();
+                let mut buf = [0u8; 16];
+                let e = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{arg}: {e}");
+            }
+        }
         // `arg`: comma-separated kernel paths, read whole (to decode them).
         "om_read" => {
             for rel in arg.split(',') {
@@ -270,4 +280,54 @@ fn a_slow_cold_kernel_does_not_hold_up_other_files() {
         m.check("om_isolated", &arg);
         m.stop();
     }
+}
+
+#[test]
+fn page_cache_mode_reads_of_a_kernel_failing_its_digest_are_eio() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let path = d.path().join("d.kpack");
+    // One kernel small enough to be decoded into the reply, one kept in a backing file.
+    write_archive(
+        &path,
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/a.so#0", "gfx900", pattern(9000, 1)),
+            ("lib/a.so#0", "gfx90a", pattern(200_000, 2)),
+            ("lib/a.so#0", "gfx942", pattern(50_000, 7)),
+            ("lib/b.so#0", "gfx942", pattern(300_000, 8)),
+        ],
+    );
+    // Flip a bit of the frame digests the TOC records for both gfx942 kernels.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let a = rocm_kpack::Archive::open(&path).unwrap();
+    for key in ["lib/a.so#0", "lib/b.so#0"] {
+        let k = a.locate(key, "gfx942").unwrap();
+        let frame = k.stored.offset as usize..(k.stored.offset + k.stored.size) as usize;
+        let digest = blake3::hash(&bytes[frame]);
+        let at = bytes
+            .windows(32)
+            .position(|w| w == digest.as_bytes())
+            .expect("the archive records the frame's digest");
+        bytes[at] ^= 0x01;
+    }
+    drop(a);
+    std::fs::write(&path, &bytes).unwrap();
+    let m = Mount::start(&path, &["--open-mode", "page-cache"]);
+    m.check("om_read_eio", "lib/a.so#0/gfx942.hsaco");
+    m.check("om_read_eio", "lib/b.so#0/gfx942.hsaco");
+    m.check("walk_one", "lib/a.so#0/gfx900.hsaco");
+    m.check("walk_one", "lib/a.so#0/gfx90a.hsaco");
+    // Only the large good kernel is kept.
+    m.check("rp_stats", "page_cache_mode=1,backing_bytes=200000");
+    let log = m.daemon_log();
+    for key in ["lib/a.so#0", "lib/b.so#0"] {
+        assert!(
+            log.contains(&format!("{key} [gfx942]")) && log.contains("BLAKE3 digest mismatch"),
+            "{log}"
+        );
+    }
+    m.stop();
 }
