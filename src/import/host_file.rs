@@ -118,29 +118,14 @@ fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
 /// table) into `image`. `None` when the file is not little-endian ELF64 with in-bounds tables
 /// or has no such section with file contents.
 fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>> {
-    let len = image.len() as u64;
-    let read = |image: &mut [u8], at: u64, n: u64| -> io::Result<bool> {
-        match at.checked_add(n).filter(|end| *end <= len) {
-            Some(end) => fill(file, image, at, end).map(|_| true),
-            None => Ok(false),
-        }
-    };
-    if !read(image, 0, 64)? || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
+    if !read_tables(file, image)? {
         return Ok(None);
     }
-    // Only called on bytes `read` has just filled.
-    let le16 = |b: &[u8], at: usize| crate::bytes::le_u16(b, at).expect("read above");
-    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read above");
-    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read above");
-    let (shoff, shentsize, shnum, shstrndx) = (
-        le64(image, 40),
-        u64::from(le16(image, 58)),
-        u64::from(le16(image, 60)),
-        u64::from(le16(image, 62)),
-    );
-    if shentsize != 64 || shnum == 0 || shstrndx >= shnum || !read(image, shoff, shnum * 64)? {
-        return Ok(None);
-    }
+    // `read_tables` read, and checked the bounds of, everything looked at here.
+    let le16 = |b: &[u8], at: usize| u64::from(crate::bytes::le_u16(b, at).expect("read"));
+    let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read");
+    let le64 = |b: &[u8], at: usize| crate::bytes::le_u64(b, at).expect("read");
+    let (shoff, shnum, shstrndx) = (le64(image, 40), le16(image, 60), le16(image, 62));
     let shdr = |image: &[u8], i: u64| -> (u32, u32, u64, u64) {
         let at = (shoff + i * 64) as usize;
         (
@@ -150,13 +135,10 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
             le64(image, at + 32),
         )
     };
-    const SHT_NOBITS: u32 = 8;
-    let (_, names_type, names_off, names_len) = shdr(image, shstrndx);
-    if names_type == SHT_NOBITS || !read(image, names_off, names_len)? {
-        return Ok(None);
-    }
+    let (_, _, names_off, names_len) = shdr(image, shstrndx);
     let names = &image[names_off as usize..(names_off + names_len) as usize];
     let wanted = HIP_FATBIN_SECTION.as_bytes();
+    let len = image.len() as u64;
     for i in 0..shnum {
         let (name, kind, offset, size) = shdr(image, i);
         let named = names
@@ -169,6 +151,8 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
     }
     Ok(None)
 }
+
+const SHT_NOBITS: u32 = 8;
 
 /// Reads the ELF64 header, program header table, section header table and section-name table
 /// into `image`; false (with part of them read) when the file is not little-endian ELF64 with
@@ -195,14 +179,13 @@ fn read_tables(file: &File, image: &mut [u8]) -> io::Result<bool> {
         le16(image, 60),
         le16(image, 62),
     );
-    if !read(image, phoff, phentsize * phnum)? {
+    if phnum != 0 && !read(image, phoff, phentsize * phnum)? {
         return Ok(false);
     }
     if shentsize != 64 || shnum == 0 || shstrndx >= shnum || !read(image, shoff, shnum * 64)? {
         return Ok(false);
     }
     let at = (shoff + shstrndx * 64) as usize;
-    const SHT_NOBITS: u32 = 8;
     let (names_type, names_off, names_len) = (
         le32(image, at + 4),
         le64(image, at + 24),

@@ -160,9 +160,9 @@ fn split_cli_tree_then_verify_split_through_the_loader() {
         let data = if b.key == "lib/libsplit.so#2" {
             vec![7; 3]
         } else {
-            originals.get_kernel(&b.key, "gfx900").unwrap()
+            originals.get_kernel(b.key, "gfx900").unwrap()
         };
-        w.add_kernel(&b.key, "gfx900", data).unwrap();
+        w.add_kernel(b.key, "gfx900", data).unwrap();
     }
     drop(originals);
     w.write(&k900, &|_| {}).unwrap();
