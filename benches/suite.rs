@@ -387,7 +387,7 @@ fn zstd_ceiling(archive: &Archive) -> (u64, Duration) {
     let frames: Vec<(Vec<u8>, usize)> = archive
         .entries()
         .map(|(k, e)| {
-            let r = archive.locate(k, &e.arch).unwrap();
+            let r = archive.locate(k, e.arch).unwrap();
             let mut f = vec![0u8; r.stored.size as usize];
             file.read_exact_at(&mut f, r.stored.offset).unwrap();
             (f, r.size as usize)

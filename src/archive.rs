@@ -287,11 +287,6 @@ impl Archive {
         self.toc.kernels.binary(binary)?.arch(entry)
     }
 
-    /// Bytes the parsed TOC keeps on the heap (binaries and entries).
-    pub fn toc_heap_bytes(&self) -> usize {
-        self.toc.kernels.heap_bytes()
-    }
-
     /// Whether `gfx_arches` lists `arch` (exact match).
     pub fn has_architecture(&self, arch: &str) -> bool {
         self.toc.gfx_arches.iter().any(|a| a == arch)

@@ -34,7 +34,7 @@ pub fn run(args: Args) -> CliResult {
             )
         };
         let parts = names::key_components(key).map_err(refuse)?;
-        names::check_arch(&entry.arch).map_err(refuse)?;
+        names::check_arch(entry.arch).map_err(refuse)?;
         plan.push((key, entry.arch, parts));
     }
     let out_err = |p: &Path, e: std::io::Error| CliError::io(Exit::Output, p, &e);

@@ -213,18 +213,6 @@ impl Kernels {
             }
         }
     }
-
-    /// Bytes this keeps on the heap (for the docs' and benchmarks' accounting).
-    pub fn heap_bytes(&self) -> usize {
-        self.keys.capacity()
-            + (self.key_starts.capacity() + self.firsts.capacity()) * 4
-            + self.entries.capacity() * std::mem::size_of::<EntryRec>()
-            + self
-                .arches
-                .iter()
-                .map(|a| a.len() + std::mem::size_of::<Box<str>>())
-                .sum::<usize>()
-    }
 }
 
 /// What the parser knows about one entry once it has read it whole.
@@ -507,7 +495,8 @@ mod tests {
         b.open_binary("b").unwrap();
         b.add_entry("gfx3", entry(3)).unwrap();
         let k = b.finish();
-        let got: Vec<(&str, Vec<(&str, u32, u32)>)> = k
+        type Listed<'a> = Vec<(&'a str, Vec<(&'a str, u32, u32)>)>;
+        let got: Listed<'_> = k
             .binaries()
             .map(|b| {
                 let arches = b.arches().map(|e| (e.arch, e.ordinal, e.index)).collect();

@@ -179,8 +179,10 @@ mod tests {
         b
     }
 
-    /// Reads `bytes` (plus `trailing` junk) as a source would, recording the largest read.
-    fn read(bytes: &[u8], keep: usize) -> (Result<(Toc, [u8; 32]), TocReadError>, usize, usize) {
+    type Read = Result<(Toc, [u8; 32]), TocReadError>;
+
+    /// Reads `bytes` as a source would; also returns the largest read and the bytes read.
+    fn read(bytes: &[u8], keep: usize) -> (Read, usize, usize) {
         let (mut largest, mut total) = (0, 0);
         let mut read = |at: u64, buf: &mut [u8]| -> io::Result<usize> {
             largest = largest.max(buf.len());

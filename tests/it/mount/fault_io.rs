@@ -30,8 +30,8 @@ fn kernels(mnt: &Path, archive: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     a.entries()
         .map(|(key, e)| {
             (
-                kernel_path(mnt, key, &e.arch),
-                a.get_kernel(key, &e.arch).unwrap(),
+                kernel_path(mnt, key, e.arch),
+                a.get_kernel(key, e.arch).unwrap(),
             )
         })
         .filter(|(_, d)| !d.is_empty())

@@ -172,7 +172,7 @@ fn archive_replaced_by_rename_then_deleted_keeps_serving_the_old_content() {
     let kernels: Vec<(String, String, Vec<u8>)> = a
         .entries()
         .map(|(k, e)| {
-            let mut data = a.get_kernel(k, &e.arch).unwrap();
+            let mut data = a.get_kernel(k, e.arch).unwrap();
             data.iter_mut().for_each(|b| *b ^= 0xa5);
             (k.to_owned(), e.arch.to_owned(), data)
         })

@@ -170,7 +170,7 @@ fn mount_pack_mount_round_trip() {
                 (
                     k.to_owned(),
                     e.arch.to_owned(),
-                    x.get_kernel(k, &e.arch).unwrap(),
+                    x.get_kernel(k, e.arch).unwrap(),
                 )
             })
             .collect();
@@ -334,7 +334,7 @@ fn archive_rewritten_in_place_gives_eio_not_wrong_bytes() {
     let mut bytes = std::fs::read(&path).unwrap();
     let a = Archive::open(&path).unwrap();
     for (key, e) in a.entries() {
-        let s = a.locate(key, &e.arch).unwrap().stored;
+        let s = a.locate(key, e.arch).unwrap().stored;
         for b in &mut bytes[s.offset as usize..(s.offset + s.size) as usize] {
             *b ^= 0x5a;
         }

@@ -311,7 +311,7 @@ fn reference_layout_archive(path: &Path) -> PathBuf {
             .unwrap();
     w.set_reference_layout(true);
     for (key, e) in a.entries() {
-        w.add_kernel(key, &e.arch, a.get_kernel(key, &e.arch).unwrap())
+        w.add_kernel(key, e.arch, a.get_kernel(key, e.arch).unwrap())
             .unwrap();
     }
     drop(a);

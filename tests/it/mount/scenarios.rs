@@ -119,7 +119,7 @@ pub fn expected(archive: &Path) -> Vec<(String, String, Vec<u8>)> {
             (
                 key.to_owned(),
                 e.arch.to_owned(),
-                a.get_kernel(key, &e.arch).unwrap(),
+                a.get_kernel(key, e.arch).unwrap(),
             )
         })
         .collect()
@@ -573,12 +573,12 @@ fn corrupt(mnt: &Path, archive: &Path, arg: &str) {
     // Every kernel but the corrupt one, via the archive API (which fails on that one too).
     let want: Vec<(String, String, Vec<u8>)> = a
         .entries()
-        .filter(|(key, e)| kernel_path(mnt, key, &e.arch) != bad)
+        .filter(|(key, e)| kernel_path(mnt, key, e.arch) != bad)
         .map(|(key, e)| {
             (
                 key.to_owned(),
                 e.arch.to_owned(),
-                a.get_kernel(key, &e.arch).unwrap(),
+                a.get_kernel(key, e.arch).unwrap(),
             )
         })
         .collect();

@@ -28,7 +28,7 @@ pub fn expected_dir(archives: &[&Path], dir: &Path) {
                 continue; // the first archive wins, as in the mount
             }
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, a.get_kernel(key, &entry.arch).unwrap()).unwrap();
+            std::fs::write(p, a.get_kernel(key, entry.arch).unwrap()).unwrap();
         }
     }
 }
