@@ -262,6 +262,20 @@ impl std::ops::Deref for Adapter {
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
+        // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
+        // open would fail, so the mount opens through the daemon instead.
+        if self.page_cache
+            && config
+                .add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT)
+                .is_err()
+        {
+            log::warn!(
+                "the kernel cannot open files without the daemon (Linux 4.19+); \
+                 using passthrough open mode"
+            );
+            self.page_cache = false;
+        }
         let mut on = false;
         // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
         if self.want_passthrough && !self.page_cache {

@@ -100,10 +100,18 @@ fn page_cache_mode_serves_exact_bytes_without_opens() {
     }
     let d = tmp();
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let cache = d.path().join("cache");
     let cases: &[&[&str]] = &[
         &["--open-mode", "page-cache"],
         &["-o", "open_mode=page-cache,backing=memory"],
         &["--open-mode", "page-cache", "--no-passthrough", "-s"],
+        // Small kernels still get their file in a cache directory.
+        &[
+            "--open-mode",
+            "page-cache",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
     ];
     for extra in cases {
         let m = Mount::start_env(&archive, extra, &[("RUST_LOG", "info")]);
@@ -117,6 +125,9 @@ fn page_cache_mode_serves_exact_bytes_without_opens() {
             "page_cache_mode=1,passthrough=0,daemon_opens=1,daemon_reads>0",
         );
         m.check("om_warm", "");
+        if extra.contains(&"--cache-dir") {
+            m.check("rp_stats", "cache_dir_misses=7");
+        }
         let log = m.daemon_log();
         assert!(log.contains("open mode: page-cache"), "{extra:?}: {log}");
         m.stop();
