@@ -1,5 +1,7 @@
-//! The `.kpack` byte layout, as pure functions over bytes: the 16-byte header and the msgpack TOC,
-//! read with the reference's lenient rules (see docs/format.md). No I/O happens here.
+//! The `.kpack` byte layout: the 16-byte header and the msgpack TOC, read with the reference's
+//! lenient rules (see docs/format.md). No I/O happens here: the TOC is pulled through a read
+//! function the caller supplies (`read_toc`, see `window.rs`) into the compact form of
+//! `kernels.rs`.
 
 mod kernels;
 mod window;
