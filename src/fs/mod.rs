@@ -964,7 +964,7 @@ impl KpackFs {
         let d = self.store.dir_stats();
         let mut text = format!(
             "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\n\
-             daemon_opens {}\ndaemon_reads {}\nreads_while_decoding {}\nbacking_in_memory {}\n\
+             daemon_opens {}\nopen_handles {}\ndaemon_reads {}\nreads_while_decoding {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
             self.cache_stats().to_text(),
@@ -973,6 +973,7 @@ impl KpackFs {
             u8::from(self.passthrough.load(Ordering::Relaxed)),
             u8::from(self.page_cache.load(Ordering::Relaxed)),
             self.opens.load(Ordering::Relaxed),
+            self.open_handles(),
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
             u8::from(self.store.kind() == "memory"),

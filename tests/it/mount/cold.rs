@@ -168,6 +168,13 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             drop_cache(&b);
             assert!(read_all(&b, data.len(), 128 << 10) == data, "second handle");
             drop((a, b));
+            // RELEASE reaches the daemon after close returns: the third open is a passthrough
+            // candidate only once the daemon has seen both handles go.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while stats(mnt)["open_handles"] != 0 {
+                assert!(std::time::Instant::now() < deadline, "handles never released");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             let c = File::open(&path).unwrap();
             drop_cache(&c);
             let reads = stats(mnt)["daemon_reads"];
