@@ -11,7 +11,7 @@ use std::collections::HashSet;
 pub use kernels::{Kernels, TocBinary, TocEntry};
 use kernels::{KernelsBuilder, NewEntry};
 use window::Window;
-pub use window::{ReadAt, TocReadError};
+pub use window::{CHUNK as TOC_WINDOW, ReadAt, TocReadError};
 
 use crate::msgpack::{self, Value};
 
@@ -176,7 +176,20 @@ pub fn read_toc(
     read: ReadAt<'_>,
     keep_digests: usize,
 ) -> Result<(Toc, [u8; 32]), TocReadError> {
-    let mut w = Window::new(len, read);
+    read_toc_windowed(len, read, keep_digests, TOC_WINDOW)
+}
+
+/// [`read_toc`] through a window of `window` bytes instead of [`TOC_WINDOW`]. The result (TOC,
+/// digest, error and its offset) does not depend on `window`; tests and the fuzzer use tiny
+/// windows to run the grow-and-retry path on small TOCs.
+#[doc(hidden)]
+pub fn read_toc_windowed(
+    len: u64,
+    read: ReadAt<'_>,
+    keep_digests: usize,
+    window: usize,
+) -> Result<(Toc, [u8; 32]), TocReadError> {
+    let mut w = Window::new(len, read, window);
     let (fields, mut at) = w.unit(0, |r| match r.map_header()? {
         Some(fields) => Ok(fields),
         None => {
@@ -423,7 +436,11 @@ fn parse_binary(
             Some(_) => Some(number("original_size", original_size)?),
             None => {
                 if missing_size.is_none() {
-                    *missing_size = Some(ctx("field 'original_size' is missing".into()));
+                    // Kept past this unit, so rebased here: `Window::unit` rebases only the
+                    // errors a unit returns.
+                    let mut e = ctx("field 'original_size' is missing".into());
+                    e.offset += base;
+                    *missing_size = Some(e);
                 }
                 None
             }
