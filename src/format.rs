@@ -341,6 +341,10 @@ fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
     Ok(blobs)
 }
 
+/// The fewest bytes a binary with one entry takes: a one-byte key, arch map header and arch
+/// key, an entry map header, then `"ordinal"` (8 bytes) and a one-byte value.
+const MIN_BINARY_BYTES: u64 = 13;
+
 /// The `toc` map starting at TOC offset `at`, walked one binary at a time: binary key -> arch
 /// -> entry. Also returns the error for the first entry without `original_size` (an error only
 /// for `zstd-per-kernel`, decided by the caller once the scheme is known), and where the map ends.
@@ -360,8 +364,11 @@ fn parse_binaries(
         return Ok((Kernels::default(), None, at));
     };
     let mut missing_size = None;
-    // The count was checked against the bytes present (two per binary at least).
-    let mut kernels = KernelsBuilder::with_capacity(count.min(1 << 20), keep_digests);
+    // The count was checked against the bytes present at two per binary, but room is made only
+    // for binaries that could have an entry in the bytes left (a binary with kernels takes at
+    // least MIN_BINARY_BYTES), so a TOC of empty binaries cannot make us reserve 38x its size.
+    let fit = usize::try_from(w.remaining(at) / MIN_BINARY_BYTES).unwrap_or(usize::MAX);
+    let mut kernels = KernelsBuilder::with_capacity(count.min(fit).min(1 << 20), keep_digests);
     for _ in 0..count {
         let mark = kernels.mark();
         let missing_before = missing_size.clone();

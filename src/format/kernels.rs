@@ -273,8 +273,8 @@ fn too_big(what: &str) -> TocError {
 }
 
 impl KernelsBuilder {
-    /// Room for `binaries` binaries of one entry each (the usual layout), already checked
-    /// against the bytes present.
+    /// Room for `binaries` binaries of one entry each (the usual layout); the caller bounds it
+    /// by the bytes present.
     /// Up to `keep_digests` digest values are kept (see [`Kernels::take_digests`]).
     pub fn with_capacity(binaries: usize, keep_digests: usize) -> Self {
         KernelsBuilder {

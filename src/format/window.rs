@@ -72,6 +72,11 @@ impl<'r> Window<'r> {
         self.base + self.buf.len() as u64
     }
 
+    /// Bytes of the TOC from `at` to its end, as far as the source has shown so far.
+    pub fn remaining(&self, at: u64) -> u64 {
+        self.len.saturating_sub(at)
+    }
+
     /// Whether the window holds every byte of the TOC from its start.
     fn is_final(&self) -> bool {
         self.end() >= self.len
