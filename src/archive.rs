@@ -447,10 +447,22 @@ impl Archive {
 
     /// Every (key, arch) entry, in key order then file order of arches.
     pub fn entries(&self) -> impl Iterator<Item = (&str, TocEntry<'_>)> {
+        self.indexed_entries().map(|(_, key, e)| (key, e))
+    }
+
+    /// [`entries`](Self::entries) with the (binary, entry) indices that
+    /// [`locate_at`](Self::locate_at) takes: walking every entry through them costs no search
+    /// by name (which is linear in a binary's arches, so quadratic over one key with many).
+    pub fn indexed_entries(&self) -> impl Iterator<Item = ((usize, usize), &str, TocEntry<'_>)> {
         self.toc
             .kernels
             .binaries()
-            .flat_map(|b| b.arches().map(move |e| (b.key, e)))
+            .enumerate()
+            .flat_map(|(b, bin)| {
+                bin.arches()
+                    .enumerate()
+                    .map(move |(e, entry)| ((b, e), bin.key, entry))
+            })
     }
 
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`

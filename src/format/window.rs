@@ -314,7 +314,10 @@ mod tests {
             .rposition(|w| w == needle)
             .unwrap();
         bytes[at + needle.len() - 1] = b'X';
-        bytes[..at].windows(5).rposition(|w| w == b"\xa4gfx0").unwrap()
+        bytes[..at]
+            .windows(5)
+            .rposition(|w| w == b"\xa4gfx0")
+            .unwrap()
     }
 
     #[test]
@@ -362,7 +365,10 @@ mod tests {
                 errors += same(&bad, &what).starts_with("Err(") as usize;
             }
         }
-        assert!(errors > 100, "the corruptions reach the error paths: {errors}");
+        assert!(
+            errors > 100,
+            "the corruptions reach the error paths: {errors}"
+        );
     }
 
     #[test]

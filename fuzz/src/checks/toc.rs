@@ -63,7 +63,10 @@ pub fn run(data: &[u8]) {
             Ok(n)
         };
         // Shown as text: the error type has no `==`; every digest is kept so they compare too.
-        format!("{:?}", read_toc_windowed(data.len() as u64, &mut read, usize::MAX, window))
+        format!(
+            "{:?}",
+            read_toc_windowed(data.len() as u64, &mut read, usize::MAX, window)
+        )
     };
     let whole = windowed(TOC_WINDOW);
     for window in [16, 64, 4096] {
