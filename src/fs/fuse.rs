@@ -176,9 +176,18 @@ impl Shared {
                 ids.cached_fh.insert(fh, ino);
             }
         }
-        // Keep the page cache across opens: the archive does not change while mounted (and
-        // pages only ever hold bytes a decode has finished).
-        reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+        // With passthrough, a kernel still decoding is read with direct I/O: each read goes to
+        // the daemon, which answers from the part already written, and the kernel keeps no
+        // second copy of pages that later opens read from the backing file (measured: the
+        // first warm pass after a cold one ran at about half speed with those copies).
+        // Otherwise keep the page cache across opens (it is the warm cache of the daemon read
+        // path): the archive does not change while mounted.
+        let flags = if complete || !self.passthrough.load(Ordering::Relaxed) {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_DIRECT_IO
+        };
+        reply.opened(FileHandle(fh), flags);
     }
 
     /// The inode's backing id (registering the handle's file when the inode has none open).
@@ -295,6 +304,9 @@ impl Filesystem for Adapter {
                 ),
             }
         }
+        // Files still decoding are opened for direct I/O (see `opened`); this keeps `mmap`
+        // working on them (Linux 6.6+; older kernels allow only private mappings).
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // More readahead requests in flight for the daemon read path (fuser's default is 16).
         let _ = config.set_max_background(64);
         self.passthrough.store(on, Ordering::Relaxed);

@@ -172,7 +172,10 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             // candidate only once the daemon has seen both handles go.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             while stats(mnt)["open_handles"] != 0 {
-                assert!(std::time::Instant::now() < deadline, "handles never released");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "handles never released"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             let c = File::open(&path).unwrap();
