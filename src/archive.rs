@@ -277,11 +277,6 @@ impl Archive {
         self.toc.kernels.len()
     }
 
-    /// Number of (key, arch) entries.
-    pub fn entry_count(&self) -> usize {
-        self.toc.kernels.entry_count()
-    }
-
     /// The entry `binaries()[binary].arches()[entry]`.
     pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
         self.toc.kernels.binary(binary)?.arch(entry)
