@@ -224,10 +224,44 @@ impl Archive {
             }
         }
         let mut digest = [0u8; 32];
+        self.read_toc_bytes(at, &mut digest)?;
+        Ok(digest)
+    }
+
+    /// The digests at TOC positions `kernel` (`blake3`) and `frame` (`frame_blake3`). When both
+    /// come from the file and lie close together (our writer puts them 47 bytes apart), one read
+    /// fetches both.
+    fn digests_at(
+        &self,
+        kernel: Option<u32>,
+        frame: Option<u32>,
+    ) -> Result<(Option<[u8; 32]>, Option<[u8; 32]>)> {
+        /// Farthest apart two digests may start and still be read together.
+        const NEAR: u32 = 96;
+        if let (None, Some(k), Some(f)) = (&self.digests, kernel, frame) {
+            let (lo, hi) = (k.min(f), k.max(f));
+            if hi - lo <= NEAR {
+                let mut both = [0u8; NEAR as usize + 32];
+                let both = &mut both[..(hi - lo) as usize + 32];
+                self.read_toc_bytes(lo, both)?;
+                let take = |at: u32| -> [u8; 32] {
+                    both[(at - lo) as usize..][..32]
+                        .try_into()
+                        .expect("32 bytes")
+                };
+                return Ok((Some(take(k)), Some(take(f))));
+            }
+        }
+        let read = |at: Option<u32>| at.map(|at| self.digest_at(at)).transpose();
+        Ok((read(kernel)?, read(frame)?))
+    }
+
+    /// Fills `buf` from TOC position `at` (digests of archives too large to keep them).
+    fn read_toc_bytes(&self, at: u32, buf: &mut [u8]) -> Result<()> {
         let offset = self.toc_offset + u64::from(at);
-        let got = read_full_at(&*self.source, &mut digest, offset)
+        let got = read_full_at(&*self.source, buf, offset)
             .map_err(|e| Error::io(&self.path, "cannot read a kernel digest from the TOC", e))?;
-        if got < digest.len() {
+        if got < buf.len() {
             // The file was shorter at open time only if it changed since.
             return Err(self.check_unchanged().err().unwrap_or_else(|| {
                 Error::io(
@@ -237,7 +271,7 @@ impl Archive {
                 )
             }));
         }
-        Ok(digest)
+        Ok(())
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -315,12 +349,33 @@ impl Archive {
     /// [`Archive::locate`] for the entry `binaries()[binary].arches[entry]`, without the search
     /// by name (the mount builds its tree from these indices and reads through them).
     pub fn locate_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        self.locate_digests(binary, entry, true)
+    }
+
+    /// [`Archive::locate_at`] for a read ([`read_with`](Self::read_with)) and nothing else:
+    /// `digest` is left `None` when a frame digest vouches for the decoded bytes, so that an
+    /// archive whose digests are read from the file pays one 32-byte read, not two.
+    pub fn locate_for_read_at(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
+        self.locate_digests(binary, entry, false)
+    }
+
+    /// Locates an entry with its frame digest (zstd) and, when `kernel_digest` is set or no frame
+    /// digest vouches for the bytes, its kernel digest.
+    fn locate_digests(
+        &self,
+        binary: usize,
+        entry: usize,
+        kernel_digest: bool,
+    ) -> Result<KernelRef<'_>> {
         let mut kref = self.locate_stored(binary, entry)?;
         let entry = self.entry_at(binary, entry).expect("located");
-        kref.digest = self.entry_digest(&entry)?;
-        if self.toc.scheme == Scheme::ZstdPerKernel {
-            kref.frame_digest = self.entry_frame_digest(&entry)?;
-        }
+        let frame_at = entry
+            .frame_blake3_at
+            .filter(|_| self.toc.scheme == Scheme::ZstdPerKernel);
+        let kernel_at = entry
+            .blake3_at
+            .filter(|_| kernel_digest || frame_at.is_none());
+        (kref.digest, kref.frame_digest) = self.digests_at(kernel_at, frame_at)?;
         Ok(kref)
     }
 
@@ -747,7 +802,10 @@ impl Archive {
         T: KernelBuf,
         A: FnOnce(usize) -> Option<T>,
     {
-        let kref = self.locate(key, arch)?;
+        let (b, e) = self
+            .entry_index(key, arch)
+            .ok_or_else(|| self.not_found(key, arch, "no such entry in the TOC"))?;
+        let kref = self.locate_for_read_at(b, e)?;
         self.read_with(&kref, alloc)
     }
 
@@ -984,6 +1042,77 @@ mod tests {
             assert_eq!(&read.get_kernel(key, "gfx90a").unwrap(), data);
         }
         assert_eq!(read.kernel_digest("lib/none.so#0", "gfx90a").unwrap(), None);
+    }
+
+    /// A file source that counts its reads.
+    #[derive(Debug)]
+    struct Counted(LocalFile, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl ByteSource for Counted {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn display_name(&self) -> String {
+            self.0.display_name()
+        }
+        fn identity(&self) -> String {
+            self.0.identity()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            self.0.check_unchanged()
+        }
+    }
+
+    #[test]
+    fn digests_from_the_file_cost_one_read_and_only_the_needed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let source = Counted(LocalFile::open(&path).unwrap(), reads.clone());
+        let a = Archive::open_keeping(Box::new(source), 0).unwrap();
+        let count = |f: &dyn Fn()| {
+            let before = reads.load(std::sync::atomic::Ordering::SeqCst);
+            f();
+            reads.load(std::sync::atomic::Ordering::SeqCst) - before
+        };
+        for (i, (key, data)) in kernels.iter().enumerate() {
+            let frame = *blake3::hash(&{
+                let k = a.locate_at(i, 0).unwrap();
+                let mut f = Vec::new();
+                a.read_verified_frame(&k, &mut f).unwrap();
+                f
+            })
+            .as_bytes();
+            // Both digests: one read.
+            assert_eq!(
+                count(&|| {
+                    let k = a.locate_at(i, 0).unwrap();
+                    assert_eq!(k.digest, Some(*blake3::hash(data).as_bytes()));
+                    assert_eq!(k.frame_digest, Some(frame));
+                }),
+                1,
+                "{key}"
+            );
+            // For a read, the frame digest vouches: only it is read.
+            assert_eq!(
+                count(&|| {
+                    let k = a.locate_for_read_at(i, 0).unwrap();
+                    assert_eq!((k.digest, k.frame_digest), (None, Some(frame)));
+                }),
+                1,
+                "{key}"
+            );
+            // A whole get: that digest, then the frame with its size word.
+            assert_eq!(
+                count(&|| assert_eq!(&a.get_kernel(key, "gfx90a").unwrap(), data)),
+                2,
+                "{key}"
+            );
+        }
     }
 
     /// Bytes that a test changes under an open archive, which does not notice (as a remote
