@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::archive::Archive;
+use crate::archive::{Archive, KernelRef};
 use crate::kernel_cache::{CacheStats, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
@@ -460,7 +460,10 @@ impl KpackFs {
         }
         if self.decodes_into_reply(file) {
             self.decodes.fetch_add(1, Ordering::Relaxed);
-            match self.decode_with(file, |n| Some(vec![0u8; n])) {
+            let decoded = self
+                .locate_for_read(file)
+                .and_then(|kref| self.decode_with(file, &kref, |n| Some(vec![0u8; n])));
+            match decoded {
                 Ok(bytes) => {
                     let start = offset as usize;
                     let end = start.saturating_add(size as usize).min(bytes.len());
@@ -706,16 +709,25 @@ impl KpackFs {
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
             return Err(Errno::ENOENT);
         };
-        let spec = self.spec_of(file)?;
+        // Located once for the whole job, with both digests (one read when they come from the
+        // file): the kernel's for the cache directory, the frame's for the decode. A failure
+        // is reported only if the cache directory cannot serve the kernel either.
+        let archive = self.archive_of(file);
+        let located = archive.locate_at(file.binary as usize, file.entry as usize);
+        let spec = match &located {
+            Ok(kref) => self.spec_with(file, kref.digest),
+            Err(_) => self.spec_of(file)?,
+        };
         if let Some(found) = self.store.find_in_dir(&spec) {
             return Ok(found);
         }
         self.decodes.fetch_add(1, Ordering::Relaxed);
-        let frame = match self.plan(file)? {
+        let kref = self.checked(file, located)?;
+        let frame = match self.plan(file, &kref)? {
             Plan::Whole => {
                 return self
                     .store
-                    .make_and_keep(&spec, |reserve| self.decode_into(file, reserve));
+                    .make_and_keep(&spec, |reserve| self.decode_into(file, &kref, reserve));
             }
             Plan::Stream(frame) => frame,
         };
@@ -745,7 +757,7 @@ impl KpackFs {
     /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
     /// anything is decoded) and kernels without any digest. Bytes are never served before they
     /// are checked: a kernel whose only digest is of its decoded bytes is decoded whole.
-    fn plan(&self, file: &FileNode) -> Result<Plan, Errno> {
+    fn plan(&self, file: &FileNode, kref: &KernelRef<'_>) -> Result<Plan, Errno> {
         let archive = self.archive_of(file);
         if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
             return Ok(Plan::Whole);
@@ -755,18 +767,6 @@ impl KpackFs {
             log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
             Errno::from(e)
         };
-        let kref = archive
-            .locate_at(file.binary as usize, file.entry as usize)
-            .map_err(|e| fail(&e))?;
-        if kref.size != file.size {
-            log::error!(
-                "{}: {key} [{arch}]: size changed from {} to {}",
-                archive.path().display(),
-                file.size,
-                kref.size
-            );
-            return Err(Errno::EIO);
-        }
         // A frame digest vouches for every byte the frame decodes to; a digest of the decoded
         // bytes alone can only be checked once all of them are out.
         if kref.digest.is_some() && kref.frame_digest.is_none() {
@@ -774,7 +774,7 @@ impl KpackFs {
         }
         let mut frame = Vec::new();
         archive
-            .read_verified_frame(&kref, &mut frame)
+            .read_verified_frame(kref, &mut frame)
             .map_err(|e| fail(&e))?;
         // As for every read of the mount: an archive that changed since open serves nothing
         // more (what is decoded is this copy of the frame, read before the check).
@@ -827,12 +827,51 @@ impl KpackFs {
     }
 
     fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
-        Ok(KernelSpec {
+        Ok(self.spec_with(file, self.digest_of(file)?))
+    }
+
+    /// [`spec_of`](Self::spec_of) with the kernel's digest already at hand.
+    fn spec_with(&self, file: &FileNode, digest: Option<[u8; 32]>) -> KernelSpec {
+        KernelSpec {
             id: kernel_id(file),
             len: file.size,
             cache_key: self.cache_key(file),
-            digest: self.digest_of(file)?,
-        })
+            digest,
+        }
+    }
+
+    /// Locates a kernel for a read (see [`Archive::locate_for_read_at`]), checked as
+    /// [`checked`](Self::checked) checks it.
+    fn locate_for_read(&self, file: &FileNode) -> Result<KernelRef<'_>, Errno> {
+        let located = self
+            .archive_of(file)
+            .locate_for_read_at(file.binary as usize, file.entry as usize);
+        self.checked(file, located)
+    }
+
+    /// A located kernel, or the error logged with archive, key and arch; a kernel whose size
+    /// is no longer the one the tree shows is EIO.
+    fn checked<'a>(
+        &self,
+        file: &FileNode,
+        located: crate::Result<KernelRef<'a>>,
+    ) -> Result<KernelRef<'a>, Errno> {
+        let archive = self.archive_of(file);
+        let (key, arch) = self.names_of(file);
+        let kref = located.map_err(|e| {
+            log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
+            Errno::from(&e)
+        })?;
+        if kref.size != file.size {
+            log::error!(
+                "{}: {key} [{arch}]: size changed from {} to {}",
+                archive.path().display(),
+                file.size,
+                kref.size
+            );
+            return Err(Errno::EIO);
+        }
+        Ok(kref)
     }
 
     /// The backing file of a kernel, from the store or decoded into a new one.
@@ -840,7 +879,8 @@ impl KpackFs {
         let spec = self.spec_of(file)?;
         let fetched = self.store.get(&spec, |reserve| {
             self.decodes.fetch_add(1, Ordering::Relaxed);
-            self.decode_into(file, reserve)
+            let kref = self.locate_for_read(file)?;
+            self.decode_into(file, &kref, reserve)
         })?;
         // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
         // the stored file then belongs to the other entry and must not be served for this one.
@@ -888,9 +928,10 @@ impl KpackFs {
     fn decode_into(
         &self,
         file: &FileNode,
+        kref: &KernelRef<'_>,
         reserve: &backing::Reserve<'_>,
     ) -> Result<backing::MapBuf, Errno> {
-        self.decode_with(file, |n| reserve.alloc(n))
+        self.decode_with(file, kref, |n| reserve.alloc(n))
     }
 
     /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked
@@ -899,6 +940,7 @@ impl KpackFs {
     fn decode_with<T: crate::codec::KernelBuf>(
         &self,
         file: &FileNode,
+        kref: &KernelRef<'_>,
         alloc: impl FnOnce(usize) -> Option<T>,
     ) -> Result<T, Errno> {
         let archive = self.archive_of(file);
@@ -907,21 +949,12 @@ impl KpackFs {
             log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
             errno
         };
-        let kref = archive
-            .locate_at(file.binary as usize, file.entry as usize)
-            .map_err(|e| fail(&e, Errno::from(&e)))?;
-        if kref.size != file.size {
-            return Err(fail(
-                &format!("size changed from {} to {}", file.size, kref.size),
-                Errno::EIO,
-            ));
-        }
         // read_with checks that a frame can produce the TOC's size before allocating, and the
         // bytes against the archive's digest when it records one.
         // read_with already reports a failed read of a changed archive as "changed"; bytes of a
         // file rewritten in place may also decode without any error, hence the check after.
         let buf = archive
-            .read_with(&kref, alloc)
+            .read_with(kref, alloc)
             .map_err(|e| fail(&e, Errno::from(&e)))?;
         archive
             .check_unchanged()
