@@ -548,11 +548,14 @@ impl Archive {
     /// Reads a zstd kernel's compressed frame into `frame` (replacing its contents) and checks
     /// it before anything is decoded: its size word when located from the TOC, its
     /// `frame_blake3` digest when recorded, and that its header declares `kref.size` bytes. On
-    /// success `frame` holds exactly the frame's bytes, which a caller may decode at its own
-    /// pace. When the entry has no frame digest (`kref.frame_digest` is `None`), nothing vouches
-    /// for the bytes yet: the caller must check what it decodes against `kref.digest`. On
-    /// error `frame` is left empty. A `none` archive has no frames: an invalid-argument error.
-    pub fn read_verified_frame(&self, kref: &KernelRef<'_>, frame: &mut Vec<u8>) -> Result<()> {
+    /// success returns where the frame starts in `frame`: `frame[start..]` is exactly the
+    /// frame's bytes, which a caller may decode at its own pace (`start` is 4 when the size
+    /// word was read with it: one read, and no move of the frame to drop the word; a buffer
+    /// reused from an earlier frame is not zeroed again). When the entry has no frame digest
+    /// (`kref.frame_digest` is `None`), nothing vouches for the bytes yet: the caller must
+    /// check what it decodes against `kref.digest`. On error `frame` is left empty. A `none`
+    /// archive has no frames: an invalid-argument error.
+    pub fn read_verified_frame(&self, kref: &KernelRef<'_>, frame: &mut Vec<u8>) -> Result<usize> {
         if self.toc.scheme != Scheme::ZstdPerKernel {
             frame.clear();
             return Err(Error::InvalidArgument(format!(
@@ -563,10 +566,11 @@ impl Archive {
                 self.toc.scheme.name()
             )));
         }
-        // The size word is read on its own so that the frame lands where the caller wants it
-        // (no move afterwards); a buffer reused from an earlier frame is not zeroed again.
+        let word = kref.frame_word();
         let checked = usize::try_from(kref.stored.size)
-            .map_err(|_| Error::OutOfMemory { bytes: usize::MAX })
+            .ok()
+            .and_then(|n| n.checked_add(word))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })
             .and_then(|len| {
                 if len > frame.len() {
                     frame
@@ -574,22 +578,15 @@ impl Archive {
                         .map_err(|_| Error::OutOfMemory { bytes: len })?;
                 }
                 frame.resize(len, 0);
-                let mut word = [0u8; 4];
-                let head = &mut word[..kref.frame_word()];
-                if !head.is_empty() {
-                    let start = self.frame_start(kref)?;
-                    self.read_frame_bytes(kref, head, start)?;
-                }
-                self.read_frame_bytes(kref, frame, kref.stored.offset)?;
-                self.check_frame(kref, head, frame)?;
-                codec::check_decoded_size(frame, kref.size)
+                self.read_frame(kref, frame)?;
+                codec::check_decoded_size(&frame[word..], kref.size)
                     .map_err(|reason| self.decode_error(kref, reason))
             });
         if let Err(e) = self.explain(checked) {
             frame.clear();
             return Err(e);
         }
-        Ok(())
+        Ok(word)
     }
 
     /// Reports a failed read of an archive that changed since open as "changed" (see
@@ -1083,8 +1080,8 @@ mod tests {
             let frame = *blake3::hash(&{
                 let k = a.locate_at(i, 0).unwrap();
                 let mut f = Vec::new();
-                a.read_verified_frame(&k, &mut f).unwrap();
-                f
+                let start = a.read_verified_frame(&k, &mut f).unwrap();
+                f.split_off(start)
             })
             .as_bytes();
             // Both digests: one read.
@@ -1198,9 +1195,14 @@ mod tests {
         let mut frame = vec![0xee; 7];
         for (key, _) in kernels.iter().rev() {
             let kref = a.locate(key, "gfx90a").unwrap();
-            a.read_verified_frame(&kref, &mut frame).unwrap();
+            let start = a.read_verified_frame(&kref, &mut frame).unwrap();
+            assert_eq!(start, 4, "read with its size word");
             let at = kref.stored.offset as usize;
-            assert_eq!(frame, bytes[at..at + kref.stored.size as usize], "{key}");
+            assert_eq!(
+                frame[start..],
+                bytes[at..at + kref.stored.size as usize],
+                "{key}"
+            );
         }
         // A size word that disagrees with the TOC: refused, the buffer left empty.
         let mut bad = bytes.clone();

@@ -215,9 +215,9 @@ pub struct FillJob {
 enum Plan {
     /// Decoded whole, then served: its digest covers only the decoded bytes.
     Whole,
-    /// Decoded in steps from this frame (verified against its digest when it has one), served
-    /// as it goes.
-    Stream(Vec<u8>),
+    /// Decoded in steps from this frame, `.0[.1..]` (verified against its digest when it has
+    /// one), served as it goes.
+    Stream(Vec<u8>, usize),
 }
 
 /// The filesystem.
@@ -723,13 +723,13 @@ impl KpackFs {
         }
         self.decodes.fetch_add(1, Ordering::Relaxed);
         let kref = self.checked(file, located)?;
-        let frame = match self.plan(file, &kref)? {
+        let (buf, start) = match self.plan(file, &kref)? {
             Plan::Whole => {
                 return self
                     .store
                     .make_and_keep(&spec, |reserve| self.decode_into(file, &kref, reserve));
             }
-            Plan::Stream(frame) => frame,
+            Plan::Stream(buf, start) => (buf, start),
         };
         let (key, arch) = self.names_of(file);
         let failed = |e: &dyn std::fmt::Display| {
@@ -745,7 +745,8 @@ impl KpackFs {
         fill.streaming(pending.backing());
         // The last step is published by `complete`, after the file is kept: a reader that got
         // the last byte then finds the kernel in the store on its next open.
-        crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |done| {
+        let frame = &buf[start..];
+        crate::codec::decode_frame_stepwise(frame, pending.bytes(), STREAM_STEP, |done| {
             if (done.len() as u64) < file.size {
                 fill.progress(done)
             }
@@ -773,13 +774,13 @@ impl KpackFs {
             return Ok(Plan::Whole);
         }
         let mut frame = Vec::new();
-        archive
+        let start = archive
             .read_verified_frame(kref, &mut frame)
             .map_err(|e| fail(&e))?;
         // As for every read of the mount: an archive that changed since open serves nothing
         // more (what is decoded is this copy of the frame, read before the check).
         archive.check_unchanged().map_err(|e| fail(&e))?;
-        Ok(Plan::Stream(frame))
+        Ok(Plan::Stream(frame, start))
     }
 
     /// Registers an opened file as a new handle.

@@ -307,8 +307,8 @@ fn zero_byte_kernels_have_digests() {
     assert!(!frame.is_empty());
     assert_eq!(kref.frame_digest, Some(*blake3::hash(frame).as_bytes()));
     let mut got = Vec::new();
-    a.read_verified_frame(&kref, &mut got).unwrap();
-    assert_eq!(got, frame);
+    let start = a.read_verified_frame(&kref, &mut got).unwrap();
+    assert_eq!(&got[start..], frame);
     assert_eq!(a.get_kernel("empty#0", "gfx1100").unwrap(), b"");
     let o = kpack_fuse(&[&"verify", &path]);
     assert_eq!(o.status.code(), Some(0));
