@@ -277,11 +277,6 @@ impl Archive {
         self.toc.kernels.len()
     }
 
-    /// Number of (key, arch) entries.
-    pub fn entry_count(&self) -> usize {
-        self.toc.kernels.entry_count()
-    }
-
     /// The entry `binaries()[binary].arches()[entry]`.
     pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
         self.toc.kernels.binary(binary)?.arch(entry)
@@ -447,10 +442,22 @@ impl Archive {
 
     /// Every (key, arch) entry, in key order then file order of arches.
     pub fn entries(&self) -> impl Iterator<Item = (&str, TocEntry<'_>)> {
+        self.indexed_entries().map(|(_, key, e)| (key, e))
+    }
+
+    /// [`entries`](Self::entries) with the (binary, entry) indices that
+    /// [`locate_at`](Self::locate_at) takes: walking every entry through them costs no search
+    /// by name (which is linear in a binary's arches, so quadratic over one key with many).
+    pub fn indexed_entries(&self) -> impl Iterator<Item = ((usize, usize), &str, TocEntry<'_>)> {
         self.toc
             .kernels
             .binaries()
-            .flat_map(|b| b.arches().map(move |e| (b.key, e)))
+            .enumerate()
+            .flat_map(|(b, bin)| {
+                bin.arches()
+                    .enumerate()
+                    .map(move |(e, entry)| ((b, e), bin.key, entry))
+            })
     }
 
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
@@ -491,8 +498,8 @@ impl Archive {
     /// for the bytes yet: the caller must check what it decodes against `kref.digest`. On
     /// error `frame` is left empty. A `none` archive has no frames: an invalid-argument error.
     pub fn read_verified_frame(&self, kref: &KernelRef<'_>, frame: &mut Vec<u8>) -> Result<()> {
-        frame.clear();
         if self.toc.scheme != Scheme::ZstdPerKernel {
+            frame.clear();
             return Err(Error::InvalidArgument(format!(
                 "kernel {} [{}] of {}: a '{}' archive stores no zstd frames",
                 kref.key,
@@ -501,24 +508,32 @@ impl Archive {
                 self.toc.scheme.name()
             )));
         }
-        let word = kref.frame_word();
-        let len = usize::try_from(kref.stored.size)
-            .ok()
-            .and_then(|n| n.checked_add(word))
-            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
-        frame
-            .try_reserve_exact(len)
-            .map_err(|_| Error::OutOfMemory { bytes: len })?;
-        frame.resize(len, 0);
-        let checked = self.read_frame(kref, frame).and_then(|()| {
-            codec::check_decoded_size(&frame[word..], kref.size)
-                .map_err(|reason| self.decode_error(kref, reason))
-        });
+        // The size word is read on its own so that the frame lands where the caller wants it
+        // (no move afterwards); a buffer reused from an earlier frame is not zeroed again.
+        let checked = usize::try_from(kref.stored.size)
+            .map_err(|_| Error::OutOfMemory { bytes: usize::MAX })
+            .and_then(|len| {
+                if len > frame.len() {
+                    frame
+                        .try_reserve_exact(len - frame.len())
+                        .map_err(|_| Error::OutOfMemory { bytes: len })?;
+                }
+                frame.resize(len, 0);
+                let mut word = [0u8; 4];
+                let head = &mut word[..kref.frame_word()];
+                if !head.is_empty() {
+                    let start = self.frame_start(kref)?;
+                    self.read_frame_bytes(kref, head, start)?;
+                }
+                self.read_frame_bytes(kref, frame, kref.stored.offset)?;
+                self.check_frame(kref, head, frame)?;
+                codec::check_decoded_size(frame, kref.size)
+                    .map_err(|reason| self.decode_error(kref, reason))
+            });
         if let Err(e) = self.explain(checked) {
             frame.clear();
             return Err(e);
         }
-        frame.drain(..word);
         Ok(())
     }
 
@@ -571,12 +586,34 @@ impl Archive {
     }
 
     /// Reads a zstd kernel's frame into `buf`, which is [`KernelRef::frame_word`] bytes (its
-    /// size word, when located from the TOC) plus the frame's size, and checks it: the size word
-    /// against the TOC, then the frame's bytes against `frame_blake3` when recorded. The one
-    /// place where frame digests are checked.
+    /// size word, when located from the TOC) plus the frame's size, in one read, and checks it
+    /// (see [`check_frame`](Self::check_frame)).
     fn read_frame(&self, kref: &KernelRef<'_>, buf: &mut [u8]) -> Result<()> {
-        let word = kref.frame_word();
-        let start = kref.stored.offset - word as u64;
+        let start = self.frame_start(kref)?;
+        self.read_frame_bytes(kref, buf, start)?;
+        let (head, frame) = buf.split_at(kref.frame_word());
+        self.check_frame(kref, head, frame)
+    }
+
+    /// Where a frame's read starts: at its size word when that is checked, else at the frame.
+    /// A `KernelRef` built by hand may claim a word before byte 4: refused, not wrapped around.
+    fn frame_start(&self, kref: &KernelRef<'_>) -> Result<u64> {
+        kref.stored
+            .offset
+            .checked_sub(kref.frame_word() as u64)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "kernel {} [{}] of {}: a frame at byte {} has no room for its size word",
+                    kref.key,
+                    kref.arch,
+                    self.path.display(),
+                    kref.stored.offset
+                ))
+            })
+    }
+
+    /// Fills `buf` from `start`; a short read means the frame is truncated.
+    fn read_frame_bytes(&self, kref: &KernelRef<'_>, buf: &mut [u8], start: u64) -> Result<()> {
         let got = read_full_at(&*self.source, buf, start).map_err(|e| {
             Error::io(
                 &self.path,
@@ -588,13 +625,21 @@ impl Archive {
             return Err(self.decode_error(
                 kref,
                 format!(
-                    "frame is truncated: {got} of {} bytes (file changed since open?)",
+                    "frame is truncated: {got} of {} bytes at byte {start} (file changed since \
+                     open?)",
                     buf.len()
                 ),
             ));
         }
-        let (head, frame) = buf.split_at(word);
-        if word != 0 {
+        Ok(())
+    }
+
+    /// Checks a frame read from the file: its size word `head` (empty when not located from the
+    /// TOC) against the TOC, then its bytes against `frame_blake3` when recorded. The one place
+    /// where frame digests are checked.
+    fn check_frame(&self, kref: &KernelRef<'_>, head: &[u8], frame: &[u8]) -> Result<()> {
+        if !head.is_empty() {
+            let start = kref.stored.offset - head.len() as u64;
             let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
             if u64::from(found) != kref.stored.size {
                 return Err(Error::ZstdIndex {
@@ -1011,6 +1056,57 @@ mod tests {
         assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
         let e = a.get_kernel(key, "gfx90a").unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
+    }
+
+    #[test]
+    fn verified_frames_are_the_file_bytes_and_their_size_word_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let a = open_local(&path, KEEP_DIGESTS);
+        assert!(a.frames_positioned());
+        // One buffer reused from frame to frame, larger or smaller than the next one.
+        let mut frame = vec![0xee; 7];
+        for (key, _) in kernels.iter().rev() {
+            let kref = a.locate(key, "gfx90a").unwrap();
+            a.read_verified_frame(&kref, &mut frame).unwrap();
+            let at = kref.stored.offset as usize;
+            assert_eq!(frame, bytes[at..at + kref.stored.size as usize], "{key}");
+        }
+        // A size word that disagrees with the TOC: refused, the buffer left empty.
+        let mut bad = bytes.clone();
+        let kref = a.locate(&kernels[5].0, "gfx90a").unwrap();
+        let word = kref.stored.offset as usize - 4;
+        bad[word] ^= 0x40;
+        let bad_path = dir.path().join("bad.kpack");
+        std::fs::write(&bad_path, &bad).unwrap();
+        let b = open_local(&bad_path, KEEP_DIGESTS);
+        let kref = b.locate(&kernels[5].0, "gfx90a").unwrap();
+        let e = b.read_verified_frame(&kref, &mut frame).unwrap_err();
+        assert!(
+            matches!(e, Error::ZstdIndex { offset, .. } if offset == word as u64),
+            "{e:?}"
+        );
+        assert!(frame.is_empty());
+    }
+
+    #[test]
+    fn a_hand_built_frame_before_byte_4_is_an_invalid_argument() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, kernels) = digested_archive(dir.path());
+        let a = open_local(&path, KEEP_DIGESTS);
+        let mut kref = a.locate(&kernels[0].0, "gfx90a").unwrap();
+        assert!(kref.size_word_unchecked);
+        kref.stored.offset = 2;
+        let Err(e) = a.read_with(&kref, Unfilled::new) else {
+            panic!("read a frame before byte 4")
+        };
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("no room for its size word"), "{e}");
+        let mut frame = Vec::new();
+        let e = a.read_verified_frame(&kref, &mut frame).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(a.verify_kernel(&kref).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 pub use kernels::{Kernels, TocBinary, TocEntry};
 use kernels::{KernelsBuilder, NewEntry};
 use window::Window;
-pub use window::{ReadAt, TocReadError};
+pub use window::{CHUNK as TOC_WINDOW, ReadAt, TocReadError};
 
 use crate::msgpack::{self, Value};
 
@@ -176,7 +176,20 @@ pub fn read_toc(
     read: ReadAt<'_>,
     keep_digests: usize,
 ) -> Result<(Toc, [u8; 32]), TocReadError> {
-    let mut w = Window::new(len, read);
+    read_toc_windowed(len, read, keep_digests, TOC_WINDOW)
+}
+
+/// [`read_toc`] through a window of `window` bytes instead of [`TOC_WINDOW`]. The result (TOC,
+/// digest, error and its offset) does not depend on `window`; tests and the fuzzer use tiny
+/// windows to run the grow-and-retry path on small TOCs.
+#[doc(hidden)]
+pub fn read_toc_windowed(
+    len: u64,
+    read: ReadAt<'_>,
+    keep_digests: usize,
+    window: usize,
+) -> Result<(Toc, [u8; 32]), TocReadError> {
+    let mut w = Window::new(len, read, window);
     let (fields, mut at) = w.unit(0, |r| match r.map_header()? {
         Some(fields) => Ok(fields),
         None => {
@@ -328,6 +341,10 @@ fn parse_blobs(value: &Value<'_>) -> Result<Vec<Span>, TocError> {
     Ok(blobs)
 }
 
+/// The fewest bytes a binary with one entry takes: a one-byte key, arch map header and arch
+/// key, an entry map header, then `"ordinal"` (8 bytes) and a one-byte value.
+const MIN_BINARY_BYTES: u64 = 13;
+
 /// The `toc` map starting at TOC offset `at`, walked one binary at a time: binary key -> arch
 /// -> entry. Also returns the error for the first entry without `original_size` (an error only
 /// for `zstd-per-kernel`, decided by the caller once the scheme is known), and where the map ends.
@@ -347,8 +364,11 @@ fn parse_binaries(
         return Ok((Kernels::default(), None, at));
     };
     let mut missing_size = None;
-    // The count was checked against the bytes present (two per binary at least).
-    let mut kernels = KernelsBuilder::with_capacity(count.min(1 << 20), keep_digests);
+    // The count was checked against the bytes present at two per binary, but room is made only
+    // for binaries that could have an entry in the bytes left (a binary with kernels takes at
+    // least MIN_BINARY_BYTES), so a TOC of empty binaries cannot make us reserve 38x its size.
+    let fit = usize::try_from(w.remaining(at) / MIN_BINARY_BYTES).unwrap_or(usize::MAX);
+    let mut kernels = KernelsBuilder::with_capacity(count.min(fit).min(1 << 20), keep_digests);
     for _ in 0..count {
         let mark = kernels.mark();
         let missing_before = missing_size.clone();
@@ -423,7 +443,11 @@ fn parse_binary(
             Some(_) => Some(number("original_size", original_size)?),
             None => {
                 if missing_size.is_none() {
-                    *missing_size = Some(ctx("field 'original_size' is missing".into()));
+                    // Kept past this unit, so rebased here: `Window::unit` rebases only the
+                    // errors a unit returns.
+                    let mut e = ctx("field 'original_size' is missing".into());
+                    e.offset += base;
+                    *missing_size = Some(e);
                 }
                 None
             }

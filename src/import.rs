@@ -27,7 +27,7 @@ mod check;
 mod host_file;
 mod submit;
 pub use archives::{ArchiveSet, FinishedArchive};
-pub use check::{CHECK_BUDGET, check_host_code_objects};
+pub use check::check_host_code_objects;
 pub use host_file::HostFile;
 pub use submit::{Tag, submit_host_code_objects};
 

@@ -41,8 +41,8 @@ pub struct Options {
     pub threads: usize,
     /// Bytes of kernels in flight before a submission waits.
     pub budget: u64,
-    /// Compute each kernel's BLAKE3 digest and, for zstd, its frame's (for the TOC's `blake3`
-    /// and `frame_blake3` metadata).
+    /// Compute the digests our layout records (off for `--reference-layout`); which ones is
+    /// decided by [`crate::writer::Digests`].
     pub hash: bool,
 }
 
@@ -184,13 +184,14 @@ fn work<T>(
     hash: bool,
 ) {
     let mut encoder = level.map(FrameEncoder::new);
+    let digests = crate::writer::Digests::written(hash, level.is_some());
     loop {
         let job = crate::sync::lock(jobs).recv();
         let Ok((seq, tag, data)) = job else {
             return;
         };
         let original_size = data.len() as u64;
-        let digest = hash.then(|| *blake3::hash(&data).as_bytes());
+        let digest = digests.of_kernel(&data);
         let stored = match &mut encoder {
             None => Ok(data),
             Some(Ok(enc)) => enc.encode(&data).map(|mut frame| {
@@ -201,7 +202,7 @@ fn work<T>(
             Some(Err(e)) => Err(e.clone()),
         };
         let result = stored.map(|stored| Encoded {
-            frame_digest: (hash && level.is_some()).then(|| *blake3::hash(&stored).as_bytes()),
+            frame_digest: digests.of_frame(&stored),
             stored,
             original_size,
             digest,

@@ -272,7 +272,7 @@ impl ArchiveWriter {
         let slots: Vec<Mutex<Option<FrameResult>>> =
             self.kernels.iter().map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
-        let hash = !self.reference_layout;
+        let digests = Digests::written(!self.reference_layout, level.is_some());
         let work = || -> std::result::Result<(), String> {
             let mut enc = level.map(FrameEncoder::new).transpose()?;
             loop {
@@ -284,11 +284,10 @@ impl ArchiveWriter {
                     Some(enc) => enc.encode(&k.data),
                     None => Ok(Vec::new()),
                 };
-                let digest = hash.then(|| *blake3::hash(&k.data).as_bytes());
+                let digest = digests.of_kernel(&k.data);
                 progress(k.data.len() as u64);
                 let encoded = frame.map(|frame| Encoded {
-                    frame_digest: (hash && level.is_some())
-                        .then(|| *blake3::hash(&frame).as_bytes()),
+                    frame_digest: digests.of_frame(&frame),
                     frame,
                     digest,
                 });
@@ -352,13 +351,46 @@ impl ArchiveWriter {
     }
 }
 
+/// Which digests an archive we write records for each kernel. Every writer (the in-memory
+/// [`ArchiveWriter`], the streaming pack pipeline, [`encode_toc`]) asks this one rule: nothing
+/// in the reference layout; otherwise `blake3` of every kernel, and for zstd archives also the
+/// frame's position (`frame`) and `frame_blake3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digests {
+    /// `blake3`: the decoded kernel's digest.
+    pub kernel: bool,
+    /// `frame` and `frame_blake3`: the zstd frame's position and digest.
+    pub frame: bool,
+}
+
+impl Digests {
+    /// What is written when `ours` (not `--reference-layout`) and kernels are stored as zstd
+    /// frames (`zstd`).
+    pub fn written(ours: bool, zstd: bool) -> Digests {
+        Digests {
+            kernel: ours,
+            frame: ours && zstd,
+        }
+    }
+
+    /// The `blake3` value for a kernel's decoded bytes, when one is written.
+    pub fn of_kernel(self, data: &[u8]) -> Option<[u8; 32]> {
+        self.kernel.then(|| *blake3::hash(data).as_bytes())
+    }
+
+    /// The `frame_blake3` value for a kernel's stored frame, when one is written.
+    pub fn of_frame(self, frame: &[u8]) -> Option<[u8; 32]> {
+        self.frame.then(|| *blake3::hash(frame).as_bytes())
+    }
+}
+
 /// The archive-wide fields of a TOC.
 pub struct TocHead<'a> {
     pub group_name: &'a str,
     pub gfx_arch_family: &'a str,
     pub gfx_arches: &'a [String],
     pub compression: Compression,
-    /// No `frame` metadata (digests are left out by passing none).
+    /// No `frame` and no digests (see [`Digests`]), whatever the entries carry.
     pub reference_layout: bool,
 }
 
@@ -370,7 +402,7 @@ pub struct TocEntry<'a> {
     pub metadata: &'a [(String, String)],
     /// BLAKE3 of the decoded kernel (`blake3`).
     pub digest: Option<[u8; 32]>,
-    /// BLAKE3 of its zstd frame (`frame_blake3`); written only beside a `frame`.
+    /// BLAKE3 of its zstd frame (`frame_blake3`); written only beside a `frame` (see [`Digests`]).
     pub frame_digest: Option<[u8; 32]>,
 }
 
@@ -385,6 +417,10 @@ pub fn encode_toc(
     blob_len: u64,
 ) -> Vec<u8> {
     use rmp::encode as e;
+    let written = Digests::written(
+        !head.reference_layout,
+        matches!(head.compression, Compression::Zstd { .. }),
+    );
     let mut t = Vec::new();
     let w = &mut t;
     let scheme_fields = match head.compression {
@@ -422,12 +458,9 @@ pub fn encode_toc(
         for &i in idx {
             let k = &entries[i];
             e::write_str(w, k.arch).expect("vec write");
-            let frame = match head.compression {
-                Compression::Zstd { .. } if !head.reference_layout => Some(spans[i]),
-                _ => None,
-            };
-            let digest = k.digest;
-            let frame_digest = k.frame_digest.filter(|_| frame.is_some());
+            let frame = written.frame.then(|| spans[i]);
+            let digest = k.digest.filter(|_| written.kernel);
+            let frame_digest = k.frame_digest.filter(|_| written.frame);
             let meta_len = k.metadata.len()
                 + usize::from(frame.is_some())
                 + usize::from(digest.is_some())
@@ -516,5 +549,26 @@ fn relabel(e: Error, path: &Path) -> Error {
             source,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Digests;
+
+    #[test]
+    fn one_rule_decides_which_digests_are_written() {
+        let both = Digests::written(true, true);
+        assert_eq!((both.kernel, both.frame), (true, true));
+        let plain = Digests::written(true, false);
+        assert_eq!((plain.kernel, plain.frame), (true, false));
+        for zstd in [false, true] {
+            let reference = Digests::written(false, zstd);
+            assert_eq!((reference.kernel, reference.frame), (false, false));
+            assert_eq!(reference.of_kernel(b"k"), None);
+        }
+        assert_eq!(plain.of_kernel(b"k"), Some(*blake3::hash(b"k").as_bytes()));
+        assert_eq!(plain.of_frame(b"f"), None);
+        assert_eq!(both.of_frame(b"f"), Some(*blake3::hash(b"f").as_bytes()));
     }
 }

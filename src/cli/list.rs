@@ -19,8 +19,8 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let archive = crate::remote::open_one(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
-    for (key, entry) in archive.entries() {
-        let row = match archive.locate(key, entry.arch) {
+    for ((b, e), key, entry) in archive.indexed_entries() {
+        let row = match archive.locate_at(b, e) {
             Ok(k) => Row {
                 key,
                 arch: entry.arch,

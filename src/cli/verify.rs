@@ -3,6 +3,7 @@
 //! With `--against HOST` (repeatable), also check that the archives hold every code object of those fat
 //! binaries byte for byte.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -41,18 +42,19 @@ pub fn run(args: Args) -> CliResult {
     }
     let mut problems = Vec::new();
     let mut total = 0usize;
-    let mut digested = 0usize;
+    let mut digested = Digested::default();
     let mut opened = 0usize;
     // Said only when everything verified: next to BAD lines it would be noise.
     let mut undigested = Vec::new();
     for path in &args.archives {
         for archive in crate::remote::open_for_command(path, &args.remote, true)? {
             let (n, d) = check(&archive, &mut problems);
-            if d == 0 && n != 0 {
+            if d.kernel + d.frame_only == 0 && n != 0 {
                 undigested.push(archive.path().to_path_buf());
             }
             total += n;
-            digested += d;
+            digested.kernel += d.kernel;
+            digested.frame_only += d.frame_only;
             opened += 1;
         }
     }
@@ -76,13 +78,7 @@ pub fn run(args: Args) -> CliResult {
             path.display()
         );
     }
-    let how = if digested == total {
-        "each decoded to its recorded size and BLAKE3 digest".to_owned()
-    } else if digested == 0 {
-        "each decoded to its recorded size (no digests to check)".to_owned()
-    } else {
-        format!("each decoded to its recorded size, {digested} of them also to their BLAKE3 digest")
-    };
+    let how = digested.say(total);
     eprintln!(
         "ok: {} in {}, {how}",
         super::words::count_of(total, "kernel", "kernels"),
@@ -94,16 +90,64 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
+/// How many entries had which digest checked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Digested {
+    /// With a `blake3` digest of the decoded kernel (and maybe a frame digest, checked too).
+    kernel: usize,
+    /// With only a `frame_blake3` digest: the frame is checked, the decoded bytes by size.
+    frame_only: usize,
+}
+
+impl Digested {
+    fn of(entry: &TocEntry<'_>) -> Digested {
+        let kernel = entry.blake3_at.is_some();
+        Digested {
+            kernel: usize::from(kernel),
+            frame_only: usize::from(!kernel && entry.frame_blake3_at.is_some()),
+        }
+    }
+
+    /// What was checked of `total` kernels, for the closing line.
+    fn say(self, total: usize) -> String {
+        let Digested { kernel, frame_only } = self;
+        let base = "each decoded to its recorded size";
+        if kernel == total {
+            return format!("{base} and BLAKE3 digest");
+        }
+        if frame_only == total {
+            return format!("{base}, its frame to its BLAKE3 digest");
+        }
+        if kernel + frame_only == 0 {
+            return format!("{base} (no digests to check)");
+        }
+        let mut parts = vec![base.to_owned()];
+        if kernel != 0 {
+            parts.push(format!("{kernel} of them also to their BLAKE3 digest"));
+        }
+        if frame_only != 0 {
+            parts.push(format!(
+                "{frame_only} only their frame to its BLAKE3 digest"
+            ));
+        }
+        parts.join(", ")
+    }
+}
+
 /// Checks every entry (decoding it checks its frame's and its own digest, when recorded) on a
-/// worker per core; returns how many entries there were and how many had digests, and appends a
-/// line per problem, in TOC order whatever the threads.
-fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
-    let entries: Vec<(&str, TocEntry<'_>)> = archive.entries().collect();
-    let digested = entries
-        .iter()
-        .filter(|(_, e)| e.blake3_at.is_some())
-        .count();
-    let bar = super::progress::bar(entries.iter().map(|(_, e)| e.original_size).sum());
+/// worker per core; returns how many entries there were and which digests they had, and appends
+/// a line per problem, in TOC order whatever the threads.
+fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, Digested) {
+    let entries: Vec<_> = archive.indexed_entries().collect();
+    let mut digested = Digested::default();
+    for (_, _, e) in &entries {
+        let d = Digested::of(e);
+        digested.kernel += d.kernel;
+        digested.frame_only += d.frame_only;
+    }
+    // Looked up once per entry: a set, so that many arches cost no quadratic search.
+    let listed: HashSet<&str> = archive.architectures().iter().map(String::as_str).collect();
+    let bar = super::progress::bar(entries.iter().map(|(_, _, e)| e.original_size).sum());
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(entries.len().max(1));
@@ -115,10 +159,10 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
                     let mut found = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(key, entry)) = entries.get(i) else {
+                        let Some(&(at, key, entry)) = entries.get(i) else {
                             return found;
                         };
-                        let bad = check_entry(archive, key, &entry);
+                        let bad = check_entry(archive, &listed, at, key, &entry);
                         if !bad.is_empty() {
                             found.push((i, bad));
                         }
@@ -143,7 +187,13 @@ fn check(archive: &Archive, problems: &mut Vec<String>) -> (usize, usize) {
 }
 
 /// The problems of one entry, as `BAD` lines without the prefix.
-fn check_entry(archive: &Archive, key: &str, entry: &TocEntry<'_>) -> Vec<String> {
+fn check_entry(
+    archive: &Archive,
+    listed: &HashSet<&str>,
+    (b, e): (usize, usize),
+    key: &str,
+    entry: &TocEntry<'_>,
+) -> Vec<String> {
     let file = archive.path().display();
     let arch = entry.arch;
     let mut problems = Vec::new();
@@ -154,10 +204,10 @@ fn check_entry(archive: &Archive, key: &str, entry: &TocEntry<'_>) -> Vec<String
     if let Err(e) = names::check_arch(arch) {
         bad(e);
     }
-    if !archive.has_architecture(arch) {
+    if !listed.contains(arch) {
         bad("arch is missing from gfx_arches, so the loader can never find this kernel".into());
     }
-    let kref = match archive.locate(key, arch) {
+    let kref = match archive.locate_at(b, e) {
         Ok(k) => k,
         Err(e) => {
             bad(e.reason());
@@ -189,6 +239,29 @@ mod tests {
             Command::Verify(a) => a,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_closing_line_says_which_digests_were_checked() {
+        let say = |kernel, frame_only, total| super::Digested { kernel, frame_only }.say(total);
+        let base = "each decoded to its recorded size";
+        assert_eq!(say(4, 0, 4), format!("{base} and BLAKE3 digest"));
+        assert_eq!(
+            say(0, 4, 4),
+            format!("{base}, its frame to its BLAKE3 digest")
+        );
+        assert_eq!(say(0, 0, 4), format!("{base} (no digests to check)"));
+        assert_eq!(
+            say(1, 2, 4),
+            format!(
+                "{base}, 1 of them also to their BLAKE3 digest, 2 only their frame to its BLAKE3 \
+                 digest"
+            )
+        );
+        assert_eq!(
+            say(0, 3, 4),
+            format!("{base}, 3 only their frame to its BLAKE3 digest")
+        );
     }
 
     #[test]

@@ -55,8 +55,6 @@ pub struct Kernels {
 pub struct TocBinary<'a> {
     pub key: &'a str,
     kernels: &'a Kernels,
-    /// Global index of its first entry.
-    first: usize,
     entries: &'a [EntryRec],
 }
 
@@ -76,8 +74,6 @@ pub struct TocEntry<'a> {
     pub blake3_at: Option<u32>,
     /// Where the 32 bytes of `metadata.frame_blake3` lie, from the TOC's first byte.
     pub frame_blake3_at: Option<u32>,
-    /// Position among all entries of the TOC (binaries in key order, arches in file order).
-    pub index: u32,
 }
 
 impl<'a> TocBinary<'a> {
@@ -92,17 +88,13 @@ impl<'a> TocBinary<'a> {
 
     /// The `i`th arch entry.
     pub fn arch(&self, i: usize) -> Option<TocEntry<'a>> {
-        let rec = self.entries.get(i)?;
-        Some(self.kernels.view(rec, self.first + i))
+        Some(self.kernels.view(self.entries.get(i)?))
     }
 
     /// The arch entries in file order.
     pub fn arches(self) -> impl ExactSizeIterator<Item = TocEntry<'a>> + 'a {
-        let (kernels, first) = (self.kernels, self.first);
-        self.entries
-            .iter()
-            .enumerate()
-            .map(move |(i, rec)| kernels.view(rec, first + i))
+        let kernels = self.kernels;
+        self.entries.iter().map(move |rec| kernels.view(rec))
     }
 
     /// The index of the entry for `arch`, when there is one.
@@ -121,11 +113,6 @@ impl Kernels {
 
     pub fn is_empty(&self) -> bool {
         self.key_starts.is_empty()
-    }
-
-    /// Number of arch entries over all binaries.
-    pub fn entry_count(&self) -> usize {
-        self.entries.len()
     }
 
     /// The key of binary `i`; panics when out of range.
@@ -156,7 +143,6 @@ impl Kernels {
         Some(TocBinary {
             key: self.key(i),
             kernels: self,
-            first,
             entries: &self.entries[first..end],
         })
     }
@@ -181,7 +167,7 @@ impl Kernels {
         None
     }
 
-    fn view(&self, rec: &EntryRec, index: usize) -> TocEntry<'_> {
+    fn view(&self, rec: &EntryRec) -> TocEntry<'_> {
         let rec = *rec;
         let at = |pos: u32| (pos != 0).then_some(pos);
         TocEntry {
@@ -195,7 +181,6 @@ impl Kernels {
             }),
             blake3_at: at(rec.blake3_at),
             frame_blake3_at: at(rec.frame_blake3_at),
-            index: index as u32,
         }
     }
 
@@ -273,8 +258,8 @@ fn too_big(what: &str) -> TocError {
 }
 
 impl KernelsBuilder {
-    /// Room for `binaries` binaries of one entry each (the usual layout), already checked
-    /// against the bytes present.
+    /// Room for `binaries` binaries of one entry each (the usual layout); the caller bounds it
+    /// by the bytes present.
     /// Up to `keep_digests` digest values are kept (see [`Kernels::take_digests`]).
     pub fn with_capacity(binaries: usize, keep_digests: usize) -> Self {
         KernelsBuilder {
@@ -495,25 +480,25 @@ mod tests {
         b.open_binary("b").unwrap();
         b.add_entry("gfx3", entry(3)).unwrap();
         let k = b.finish();
-        type Listed<'a> = Vec<(&'a str, Vec<(&'a str, u32, u32)>)>;
+        type Listed<'a> = Vec<(&'a str, Vec<(&'a str, u32)>)>;
         let got: Listed<'_> = k
             .binaries()
             .map(|b| {
-                let arches = b.arches().map(|e| (e.arch, e.ordinal, e.index)).collect();
+                let arches = b.arches().map(|e| (e.arch, e.ordinal)).collect();
                 (b.key, arches)
             })
             .collect();
         assert_eq!(
             got,
             [
-                ("a", vec![("gfx2", 2, 0)]),
-                ("b", vec![("gfx1", 0, 1), ("gfx2", 1, 2)])
+                ("a", vec![("gfx2", 2)]),
+                ("b", vec![("gfx1", 0), ("gfx2", 1)])
             ]
         );
         assert_eq!(k.find("b"), Some(1));
         assert_eq!(k.find("empty"), None);
         assert_eq!(k.find("c"), None);
-        assert_eq!(k.entry_count(), 3);
+        assert_eq!(k.entries.len(), 3);
         assert_eq!(k.binary(1).unwrap().position("gfx2"), Some(1));
     }
 

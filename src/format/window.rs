@@ -19,7 +19,8 @@ use crate::msgpack::Reader;
 use super::TocError;
 
 /// Bytes read at a time, and the least the window keeps ahead of the parser at a unit's start.
-const CHUNK: usize = 256 << 10;
+/// Tests and the fuzzer pass far smaller windows so that the retry path runs on small TOCs.
+pub const CHUNK: usize = 256 << 10;
 
 /// Why the TOC could not be read.
 #[derive(Debug)]
@@ -50,21 +51,30 @@ pub(super) struct Window<'r> {
     base: u64,
     /// Every byte before `base`.
     hasher: blake3::Hasher,
+    /// Bytes read at a time (see [`CHUNK`]).
+    chunk: usize,
 }
 
 impl<'r> Window<'r> {
-    pub fn new(len: u64, read: ReadAt<'r>) -> Self {
+    /// A window reading `chunk` bytes at a time (at least 1).
+    pub fn new(len: u64, read: ReadAt<'r>, chunk: usize) -> Self {
         Window {
             read,
             len,
             buf: Vec::new(),
             base: 0,
             hasher: blake3::Hasher::new(),
+            chunk: chunk.max(1),
         }
     }
 
     fn end(&self) -> u64 {
         self.base + self.buf.len() as u64
+    }
+
+    /// Bytes of the TOC from `at` to its end, as far as the source has shown so far.
+    pub fn remaining(&self, at: u64) -> u64 {
+        self.len.saturating_sub(at)
     }
 
     /// Whether the window holds every byte of the TOC from its start.
@@ -112,8 +122,8 @@ impl<'r> Window<'r> {
         at: u64,
         mut parse: impl FnMut(&mut Reader<'_>) -> Result<T, TocError>,
     ) -> Result<(T, u64), TocReadError> {
-        if self.end() - at < (CHUNK / 2) as u64 && !self.is_final() {
-            self.fill(at, CHUNK)?;
+        if self.end() - at < (self.chunk / 2) as u64 && !self.is_final() {
+            self.fill(at, self.chunk)?;
         }
         loop {
             let start = (at - self.base) as usize;
@@ -128,7 +138,7 @@ impl<'r> Window<'r> {
                 }
                 Err(_) => {
                     let held = (self.end() - at) as usize;
-                    self.fill(at, held.saturating_mul(2).max(CHUNK))?;
+                    self.fill(at, held.saturating_mul(2).max(self.chunk))?;
                 }
             }
         }
@@ -280,6 +290,85 @@ mod tests {
             .rposition(|w| w == b"\xa4gfx0")
             .unwrap();
         assert_eq!(e.offset, arch_at);
+    }
+
+    /// Reads `bytes` through a window of `window` bytes, shown as text to compare results (the
+    /// error type is not `PartialEq`); keeps every digest, so the kept ones are compared too.
+    fn read_with(bytes: &[u8], window: usize) -> String {
+        let mut read = |at: u64, buf: &mut [u8]| -> io::Result<usize> {
+            let at = (at as usize).min(bytes.len());
+            let n = buf.len().min(bytes.len() - at);
+            buf[..n].copy_from_slice(&bytes[at..at + n]);
+            Ok(n)
+        };
+        let got = super::super::read_toc_windowed(bytes.len() as u64, &mut read, 1 << 20, window);
+        format!("{got:?}")
+    }
+
+    /// Renames the last entry's `original_size` (same length, so nothing else moves); returns the
+    /// offset of that entry's arch key, where the error is reported.
+    fn drop_last_original_size(bytes: &mut [u8]) -> usize {
+        let needle = b"\xadoriginal_size";
+        let at = bytes
+            .windows(needle.len())
+            .rposition(|w| w == needle)
+            .unwrap();
+        bytes[at + needle.len() - 1] = b'X';
+        bytes[..at]
+            .windows(5)
+            .rposition(|w| w == b"\xa4gfx0")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_late_missing_original_size_is_reported_at_its_toc_offset() {
+        let mut bytes = toc_bytes(20_000, 1);
+        assert!(bytes.len() > 4 * CHUNK);
+        let arch_at = drop_last_original_size(&mut bytes);
+        let (got, _, _) = read(&bytes, 0);
+        let Err(TocReadError::Toc(e)) = got else {
+            panic!("{:?}", got.map(|_| ()))
+        };
+        assert_eq!(
+            e.reason,
+            "toc[\"lib/k0019999.so#0\"][\"gfx0\"]: field 'original_size' is missing"
+        );
+        assert_eq!(e.offset, arch_at);
+        // The same as a parse holding the whole TOC in one window.
+        assert_eq!(read_with(&bytes, CHUNK), read_with(&bytes, bytes.len()));
+    }
+
+    #[test]
+    fn the_window_size_changes_nothing() {
+        let windows = [16, 64, 4096, CHUNK];
+        let same = |bytes: &[u8], what: &str| {
+            let want = read_with(bytes, CHUNK);
+            for w in windows {
+                assert_eq!(read_with(bytes, w), want, "{what}, window {w}");
+            }
+            want
+        };
+        let valid = toc_bytes(12, 5);
+        assert!(same(&valid, "valid").starts_with("Ok("));
+        let mut missing = valid.clone();
+        drop_last_original_size(&mut missing);
+        assert!(same(&missing, "missing size").contains("'original_size' is missing"));
+        let mut errors = 0;
+        for cut in (0..valid.len()).step_by(13) {
+            errors += same(&valid[..cut], &format!("cut at {cut}")).starts_with("Err(") as usize;
+        }
+        for at in (0..valid.len()).step_by(5) {
+            for byte in [0x00, 0xc1, 0xcf, 0xdc, 0xff] {
+                let mut bad = valid.clone();
+                bad[at] = byte;
+                let what = format!("byte {at} = {byte:#x}");
+                errors += same(&bad, &what).starts_with("Err(") as usize;
+            }
+        }
+        assert!(
+            errors > 100,
+            "the corruptions reach the error paths: {errors}"
+        );
     }
 
     #[test]

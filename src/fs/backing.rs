@@ -44,6 +44,15 @@ pub enum Placement {
     CacheDir(PathBuf),
 }
 
+/// How often a cache directory's file in use is marked as used, at most (seconds).
+const TOUCH_INTERVAL: u64 = 60;
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The default parent of the per-mount scratch directory: local disk on common systems
 /// (unlike `/tmp`, which is often tmpfs, i.e. memory).
 pub const DEFAULT_SCRATCH_BASE: &str = "/var/tmp";
@@ -54,6 +63,8 @@ pub struct BackingFile {
     file: File,
     len: u64,
     live: Arc<AtomicU64>,
+    /// When a cache directory's file was last marked as used (seconds since the epoch).
+    touched: AtomicU64,
 }
 
 impl BackingFile {
@@ -153,6 +164,16 @@ impl BackingStore {
         }
     }
 
+    /// Whether files live in a persistent cache directory.
+    pub fn is_cache_dir(&self) -> bool {
+        matches!(self.place, Where::CacheDir(_))
+    }
+
+    /// Whether files live in memory (memfds).
+    pub fn in_memory(&self) -> bool {
+        matches!(self.place, Where::Memory)
+    }
+
     /// A short name for logs and `user.kpack.stats`.
     pub fn kind(&self) -> &'static str {
         match self.place {
@@ -178,9 +199,7 @@ impl BackingStore {
             .cache
             .get_or_load(spec.id, || self.make(spec, decode, true))?;
         if fetched.cached {
-            if let Where::CacheDir(dir) = &self.place {
-                dir.touch(fetched.value.file());
-            }
+            self.touch(&fetched.value);
         }
         Ok(fetched)
     }
@@ -211,21 +230,13 @@ impl BackingStore {
                 Ok(digest.or(spec.digest).unwrap_or([0; 32]))
             })?,
         };
-        self.live.fetch_add(spec.len, Ordering::Relaxed);
-        Ok(Arc::new(BackingFile {
-            file,
-            len: spec.len,
-            live: self.live.clone(),
-        }))
+        Ok(self.wrap(file, spec.len))
     }
 
-    /// The stored backing file of `id`, counted as a hit or a miss.
+    /// The stored backing file of `id`, counted as a hit or a miss. Not marked as used in a
+    /// cache directory: the caller does that with [`touch`](Self::touch) once it holds no lock.
     pub fn cached(&self, id: KernelId) -> Option<Arc<BackingFile>> {
-        let found = self.cache.get(id)?;
-        if let Where::CacheDir(dir) = &self.place {
-            dir.touch(found.file());
-        }
-        Some(found)
+        self.cache.get(id)
     }
 
     /// A valid file of `spec` in the cache directory (none without one), now kept in the store.
@@ -259,44 +270,41 @@ impl BackingStore {
             let mapped = reserve(&file, spec.len).and_then(|()| Mapping::new(&file, size));
             Some(mapped.map_err(|e| fail(&format!("cannot reserve {} bytes", spec.len), &e))?)
         };
-        self.live.fetch_add(spec.len, Ordering::Relaxed);
-        let backing = Arc::new(BackingFile {
-            file,
-            len: spec.len,
-            live: self.live.clone(),
-        });
+        let backing = self.wrap(file, spec.len);
         Ok(Pending { backing, map, tmp })
     }
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
     /// renames a cache-directory file into place (with its record), and keeps it in the store.
-    pub fn finish(
-        &self,
-        spec: &KernelSpec,
-        mut pending: Pending,
-    ) -> Result<Arc<BackingFile>, Errno> {
-        let written = pending.bytes();
+    /// A cache-directory file that cannot be put in place is logged and only not kept: the
+    /// returned file holds every decoded byte all the same.
+    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> Arc<BackingFile> {
         // A frame that matched its digest decodes to the writer's bytes, whose digest the
         // archive records; only archives without one need the bytes hashed for the record.
         let digest = match (&self.place, spec.digest) {
-            (Where::CacheDir(_), None) => Some(*blake3::hash(written).as_bytes()),
-            _ => spec.digest,
+            (Where::CacheDir(_), None) => *blake3::hash(pending.bytes()).as_bytes(),
+            (_, d) => d.unwrap_or([0; 32]),
         };
         // Unmapped before sealing: a memfd with a writable mapping cannot be sealed.
         pending.map = None;
-        match &self.place {
-            Where::Memory => seal(pending.backing.file()),
+        let keep = match &self.place {
+            Where::Memory => {
+                seal(pending.backing.file());
+                true
+            }
             Where::CacheDir(dir) => {
                 let tmp = pending
                     .tmp
                     .take()
                     .expect("a cache-directory file has a temporary name");
-                dir.commit(tmp, spec, digest.unwrap_or([0; 32]))?;
+                dir.commit(tmp, spec, digest).is_ok()
             }
-            Where::Scratch(_) => {}
+            Where::Scratch(_) => true,
+        };
+        if keep {
+            self.cache.put(spec.id, &pending.backing);
         }
-        self.cache.put(spec.id, &pending.backing);
-        Ok(pending.backing.clone())
+        pending.backing
     }
 
     /// Decodes a kernel whole into a new backing file (through `decode`, as [`get`](Self::get)
@@ -314,14 +322,45 @@ impl BackingStore {
 
     /// A file found valid in the cache directory, as a backing file kept in the store.
     fn keep(&self, spec: &KernelSpec, file: File) -> Arc<BackingFile> {
-        self.live.fetch_add(spec.len, Ordering::Relaxed);
-        let backing = Arc::new(BackingFile {
-            file,
-            len: spec.len,
-            live: self.live.clone(),
-        });
+        let backing = self.wrap(file, spec.len);
         self.cache.put(spec.id, &backing);
         backing
+    }
+
+    /// A file of `len` bytes as a backing file, counted in the live bytes.
+    fn wrap(&self, file: File, len: u64) -> Arc<BackingFile> {
+        self.live.fetch_add(len, Ordering::Relaxed);
+        Arc::new(BackingFile {
+            file,
+            len,
+            live: self.live.clone(),
+            touched: AtomicU64::new(now_secs()),
+        })
+    }
+
+    /// Marks a cache directory's file as used (its LRU order there), at most once per
+    /// [`TOUCH_INTERVAL`] per file: the order only matters across sweeps, and a reader's
+    /// every request need not write an inode. Call it holding no lock.
+    pub fn touch(&self, b: &BackingFile) {
+        let Where::CacheDir(dir) = &self.place else {
+            return;
+        };
+        let now = now_secs();
+        let last = b.touched.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= TOUCH_INTERVAL
+            && b.touched
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            dir.touch(b.file());
+        }
+    }
+
+    /// Work the store defers off readers' paths: keeping a cache directory within its bound.
+    pub fn tidy(&self) {
+        if let Where::CacheDir(dir) = &self.place {
+            dir.sweep_if_due();
+        }
     }
 
     /// A new file in the scratch directory, already unlinked: it lives as long as it is open.

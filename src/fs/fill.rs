@@ -10,8 +10,10 @@
 //! * a read of bytes not decoded yet is parked and answered by the job as soon as they are.
 //!
 //! A failed job answers every waiter with its error; reads of handles opened while it streamed
-//! get EIO from then on, so nothing but verified, fully decoded ranges is ever served.
+//! get EIO from then on. Only decoded bytes are served: of a frame that matched its digest when
+//! the archive records one (an archive without digests has nothing to check them against).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Errno;
@@ -71,6 +73,8 @@ struct State {
 /// The shared state of one kernel's decode job.
 pub struct Fill {
     state: Mutex<State>,
+    /// Set with `Phase::Done`: readers of a finished file check it without the lock.
+    done: AtomicBool,
 }
 
 impl Default for Fill {
@@ -89,11 +93,12 @@ impl Fill {
                 reads: Vec::new(),
                 opens: Vec::new(),
             }),
+            done: AtomicBool::new(false),
         }
     }
 
     pub fn is_done(&self) -> bool {
-        lock(&self.state).phase == Phase::Done
+        self.done.load(Ordering::Acquire)
     }
 
     /// Adds an open: answered now when the job streams or has finished, else when it does.
@@ -157,6 +162,7 @@ impl Fill {
         let (opens, reads) = {
             let mut s = lock(&self.state);
             s.phase = Phase::Done;
+            self.done.store(true, Ordering::Release);
             s.ready = file.len();
             s.file = Some(file.clone());
             (std::mem::take(&mut s.opens), std::mem::take(&mut s.reads))
@@ -294,7 +300,7 @@ mod tests {
             read(&fill, &file, 10, 20).try_recv().unwrap(),
             Ok(data[10..30].to_vec())
         );
-        let kept = store.finish(&spec(data.len() as u64), pending).unwrap();
+        let kept = store.finish(&spec(data.len() as u64), pending);
         fill.complete(&kept);
         assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));

@@ -151,13 +151,21 @@ impl Shared {
         };
         let complete = opened.is_complete();
         let fh = self.fs.add_handle(opened);
+        let mut ids = lock(&self.ids);
+        // An inode with a live backing id is opened with it whatever the mount does now: Linux
+        // refuses an open without passthrough while another handle of the inode has it.
+        if let Some(id) = ids.by_ino.get(&ino).and_then(Weak::upgrade) {
+            ids.by_fh.insert(fh, id.clone());
+            drop(ids);
+            return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+        }
         if self.passthrough.load(Ordering::Relaxed) {
-            let mut ids = lock(&self.ids);
-            let has_id = ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() > 0);
             let cached_open = ids.cached_by_ino.get(&ino).copied().unwrap_or(0) > 0;
-            if has_id || (complete && !cached_open) {
+            if complete && !cached_open {
+                // Registered under the lock, so one inode never gets two ids.
                 match self.backing_id(&mut ids, ino, fh, &reply) {
                     Ok(id) => {
+                        drop(ids);
                         return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
                     }
                     Err(e) => {
@@ -176,6 +184,7 @@ impl Shared {
                 ids.cached_fh.insert(fh, ino);
             }
         }
+        drop(ids);
         // With passthrough, a kernel still decoding is read with direct I/O: each read goes to
         // the daemon, which answers from the part already written, and the kernel keeps no
         // second copy of pages that later opens read from the backing file (measured: the
@@ -215,12 +224,12 @@ impl Shared {
     }
 
     fn release(&self, ino: u64, fh: u64) {
-        {
+        // Dropping the last strong reference closes the backing id in the kernel: done once
+        // the lock is released.
+        let id = {
             let mut ids = lock(&self.ids);
-            // Dropping the last strong reference closes the backing id in the kernel.
-            if ids.by_fh.remove(&fh).is_some()
-                && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 0)
-            {
+            let id = ids.by_fh.remove(&fh);
+            if id.is_some() && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 1) {
                 ids.by_ino.remove(&ino);
             }
             if let Some(ino) = ids.cached_fh.remove(&fh) {
@@ -231,7 +240,9 @@ impl Shared {
                     }
                 }
             }
-        }
+            id
+        };
+        drop(id);
         self.fs.release(fh);
     }
 }
@@ -245,16 +256,8 @@ impl Adapter {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(e)),
         });
-        let shared = self.shared.clone();
-        if self.fs.read_decodes_into_reply(ino) {
-            // A small kernel decoded into the reply: that decode, too, runs off this thread.
-            return self.decoders.run(move || {
-                if let Some(job) = shared.fs.read_ino_start(ino, offset, size, done) {
-                    shared.fs.run_fill(job);
-                }
-            });
-        }
         if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
+            let shared = self.shared.clone();
             self.decoders.run(move || shared.fs.run_fill(job));
         }
     }

@@ -20,6 +20,7 @@ pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
 pub mod pool;
+pub mod small;
 pub mod source;
 pub mod tree;
 
@@ -204,12 +205,30 @@ pub struct FsOptions {
 /// reads waiting for them): large enough that publishing costs nothing next to decoding.
 const STREAM_STEP: usize = 1 << 20;
 
-/// A decode job to run off the request threads (on the decode pool) with [`KpackFs::run_fill`].
-pub struct FillJob {
-    ino: Ino,
-    id: KernelId,
-    fill: Arc<Fill>,
+/// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
+/// kernel's one decode job, or a small kernel decoded straight into one READ's reply.
+pub struct FillJob(Job);
+
+enum Job {
+    Fill {
+        ino: Ino,
+        id: KernelId,
+        fill: Arc<Fill>,
+    },
+    Small {
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        done: ReadDone,
+    },
 }
+
+/// In page-cache mode, how many finished decode jobs keep their file after the store let it go
+/// (a kernel larger than the store, or evicted at once): the reads that follow a cold one (the
+/// rest of one sequential pass, readahead) have no handle to hold the file, and read it from
+/// here instead of decoding it again. These files are held beyond `--cache-size` until newer
+/// jobs finish.
+const RECENT_FILLS: usize = 2;
 
 /// How a kernel's bytes are produced.
 enum Plan {
@@ -238,6 +257,10 @@ pub struct KpackFs {
     handles: Mutex<HashMap<u64, OpenedFile>>,
     /// Decode jobs running now, one per kernel (see `fill.rs`).
     fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
+    /// Page-cache mode's decoded small kernels.
+    small: small::SmallKernels,
+    /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
+    recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -247,7 +270,7 @@ pub struct KpackFs {
     reads: AtomicU64,
     /// Of those, reads of a kernel still being decoded (answered at once or once their bytes
     /// were written).
-    reads_while_decoding: AtomicU64,
+    reads_while_decoding: Arc<AtomicU64>,
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
@@ -306,11 +329,13 @@ impl KpackFs {
             opens: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
+            recent: Mutex::new(std::collections::VecDeque::new()),
+            small: small::SmallKernels::new(small::SMALL_CACHE_MAX.min(opts.cache_size / 4)),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
             reads: AtomicU64::new(0),
-            reads_while_decoding: AtomicU64::new(0),
+            reads_while_decoding: Arc::new(AtomicU64::new(0)),
             decodes: AtomicU64::new(0),
             uid: opts.uid,
             gid: opts.gid,
@@ -329,11 +354,17 @@ impl KpackFs {
         &self.tree
     }
 
-    /// The backing store's counters, with `decodes` counting kernels decoded from archives.
+    /// The backing store's counters with the small kernels' cache's, and `decodes` counting
+    /// kernels decoded from archives.
     pub fn cache_stats(&self) -> CacheStats {
+        let store = self.store.stats();
+        let (hits, misses, bytes) = self.small.counts();
         CacheStats {
             decodes: self.decodes.load(Ordering::Relaxed),
-            ..self.store.stats()
+            hits: store.hits + hits,
+            misses: store.misses + misses,
+            bytes_cached: store.bytes_cached + bytes,
+            ..store
         }
     }
 
@@ -386,27 +417,11 @@ impl KpackFs {
         }
     }
 
-    /// Whether a read of `ino` by inode (page-cache mode) would have to decode first.
-    pub fn read_needs_decode(&self, ino: Ino) -> bool {
-        self.open_needs_decode(ino, libc::O_RDONLY)
-    }
-
-    /// Whether a read of `ino` by inode now decodes the kernel straight into its reply, on the
-    /// calling thread (so the caller can call from a thread of the decode pool).
-    pub fn read_decodes_into_reply(&self, ino: Ino) -> bool {
-        match self.tree.entry(ino) {
-            Some(Entry::File(f)) => {
-                self.decodes_into_reply(f) && !self.store.contains(kernel_id(f))
-            }
-            _ => false,
-        }
-    }
-
     /// A kernel that fits in one READ is decoded straight into the reply and not kept: the
     /// kernel's page cache keeps it, and a backing file (create, reserve, map, unlink) would
     /// cost more than the decode. A cache directory still gets its file.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
-        f.size <= DIRECT_READ_MAX && self.store.kind() != "cache-dir"
+        f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
     }
 
     /// Reads by inode and waits for the bytes (see [`read_ino_start`](Self::read_ino_start)),
@@ -420,11 +435,14 @@ impl KpackFs {
         rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
-    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): from
-    /// the kernel's backing file in the store; a kernel not there joins (or starts: the
-    /// returned job, to run off the request threads) its decode job, and the read is answered
-    /// as soon as its bytes are decoded, as for a handle opened while decoding. The kernel
-    /// keeps the bytes in its page cache, so a file is read here about once.
+    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode).
+    /// A kernel that fits in one READ comes from the small kernels' cache, else from a job
+    /// that decodes it into the reply. A larger one is read from its backing file in the store
+    /// (or the file of a just finished job); a kernel not there joins its decode job, and the
+    /// read is answered as soon as its bytes are decoded, as for a handle opened while
+    /// decoding. What must be decoded or fetched is the returned job, for the caller to run
+    /// off the request threads: nothing here decodes. The kernel keeps the bytes in its page
+    /// cache, so a file is read here about once.
     pub fn read_ino_start(
         &self,
         ino: Ino,
@@ -448,40 +466,56 @@ impl KpackFs {
             done(Ok(&[]));
             return None;
         }
-        // A stored kernel is read with no more than the store's lookup: its cache key and
-        // digest (which a large archive keeps in the file) are only needed to make one.
-        if let Some(b) = self
-            .store
-            .cached(kernel_id(file))
-            .filter(|b| b.len() == file.size)
-        {
-            read_into(&b, offset, size, done);
-            return None;
-        }
+        let id = kernel_id(file);
         if self.decodes_into_reply(file) {
-            self.decodes.fetch_add(1, Ordering::Relaxed);
-            match self.decode_with(file, |n| Some(vec![0u8; n])) {
-                Ok(bytes) => {
-                    let start = offset as usize;
-                    let end = start.saturating_add(size as usize).min(bytes.len());
-                    done(Ok(&bytes[start..end]));
-                }
-                Err(e) => done(Err(e)),
+            if let Some(bytes) = self.small.get(id) {
+                answer_slice(&bytes, offset, size, done);
+                return None;
             }
-            return None;
+            return Some(FillJob(Job::Small {
+                ino,
+                offset,
+                size,
+                done,
+            }));
         }
-        self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
+        let while_decoding = self.reads_while_decoding.clone();
         self.start_or_join(
             ino,
             file,
             Box::new(move |r: Result<OpenedFile, Errno>| match r {
                 Ok(o) => match o.fill.as_ref().filter(|f| !f.is_done()) {
-                    Some(fill) => fill.read(&o.backing, offset, size, done),
+                    Some(fill) => {
+                        while_decoding.fetch_add(1, Ordering::Relaxed);
+                        fill.read(&o.backing, offset, size, done)
+                    }
                     None => read_into(&o.backing, offset, size, done),
                 },
                 Err(e) => done(Err(e)),
             }),
         )
+    }
+
+    /// Decodes a small kernel for one READ (on a decode-pool thread), keeps it in the small
+    /// kernels' cache, and answers the read.
+    fn read_small(&self, ino: Ino, offset: u64, size: u32, done: ReadDone) {
+        let Some(Entry::File(file)) = self.tree.entry(ino) else {
+            return done(Err(Errno::ENOENT));
+        };
+        let id = kernel_id(file);
+        // Another READ of the kernel may have decoded it while this one waited for a thread.
+        if let Some(bytes) = self.small.peek(id) {
+            return answer_slice(&bytes, offset, size, done);
+        }
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        match self.decode_with(file, |n| Some(vec![0u8; n])) {
+            Ok(bytes) => {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.small.put(id, bytes.clone());
+                answer_slice(&bytes, offset, size, done);
+            }
+            Err(e) => done(Err(e)),
+        }
     }
 
     /// Number of open file handles.
@@ -595,15 +629,6 @@ impl KpackFs {
         }
     }
 
-    /// Whether serving `ino` now would have to decode (so the caller can do it off the
-    /// request thread). Errors are left for the caller to report.
-    pub fn open_needs_decode(&self, ino: Ino, flags: i32) -> bool {
-        match self.openable(ino, flags) {
-            Ok(f) => f.size > 0 && !self.store.contains(kernel_id(f)),
-            Err(_) => false,
-        }
-    }
-
     /// Opens a file for reading (any write access is EROFS) and waits for it: makes sure its
     /// backing file exists, decoding the kernel on this thread if no other is, and returns the
     /// new handle. A kernel that cannot be decoded fails here, with EIO. (The mount itself uses
@@ -659,45 +684,85 @@ impl KpackFs {
             }))
         });
         let id = kernel_id(file);
-        let (fill, job) = {
+        let found = {
             let mut fills = lock(&self.fills);
+            // One store lookup (a hit or a miss) per request, joiners of a running job too.
             if let Some(b) = self.store.cached(id) {
-                drop(fills);
-                done(Ok(OpenedFile::complete(b)));
-                return None;
+                Ok(b)
             } else if let Some(f) = fills.get(&id) {
-                (f.clone(), None)
+                Err((f.clone(), None))
+            } else if let Some(b) = self.recent_fill(id) {
+                Ok(b)
             } else {
                 let f = Arc::new(Fill::new());
                 fills.insert(id, f.clone());
-                let job = FillJob {
+                let job = FillJob(Job::Fill {
                     ino,
                     id,
                     fill: f.clone(),
-                };
-                (f, Some(job))
+                });
+                Err((f, Some(job)))
             }
         };
-        fill.join(done);
-        job
+        match found {
+            Ok(b) => {
+                self.store.touch(&b);
+                done(Ok(OpenedFile::complete(b)));
+                None
+            }
+            Err((fill, job)) => {
+                fill.join(done);
+                job
+            }
+        }
     }
 
-    /// Runs a decode job to its end, answering everyone waiting on it.
+    /// The file of a recently finished decode job of `id` (see [`RECENT_FILLS`]).
+    fn recent_fill(&self, id: KernelId) -> Option<Arc<BackingFile>> {
+        lock(&self.recent)
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Runs a job to its end: a decode job answers everyone waiting on it; a small kernel's
+    /// job answers its READ.
     pub fn run_fill(&self, job: FillJob) {
+        let (ino, id, fill) = match job.0 {
+            Job::Fill { ino, id, fill } => (ino, id, fill),
+            Job::Small {
+                ino,
+                offset,
+                size,
+                done,
+            } => return self.read_small(ino, offset, size, done),
+        };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.fill_kernel(job.ino, &job.fill)
+            self.fill_kernel(ino, &fill)
         }))
         .unwrap_or_else(|_| {
             log::error!("a decode job panicked");
             Err(Errno::EIO)
         });
-        // Unregistered first: a later open finds the kept file in the store, or (after a
-        // failure) starts a new decode; opens that joined already are answered here.
-        lock(&self.fills).remove(&job.id);
+        // Pinned, then unregistered: a later read or open finds the file in the store or
+        // among the recent ones, or (after a failure) starts a new decode; those that joined
+        // already are answered here.
+        let dropped = match &result {
+            // Only page-cache mode reads by inode, with no handle to hold the file.
+            Ok(b) if self.page_cache.load(Ordering::Relaxed) => {
+                let mut recent = lock(&self.recent);
+                recent.push_back((id, b.clone()));
+                (recent.len() > RECENT_FILLS).then(|| recent.pop_front())
+            }
+            _ => None,
+        };
+        lock(&self.fills).remove(&id);
+        drop(dropped);
         match result {
-            Ok(b) => job.fill.complete(&b),
-            Err(e) => job.fill.fail(e),
+            Ok(b) => fill.complete(&b),
+            Err(e) => fill.fail(e),
         }
+        self.store.tidy();
     }
 
     /// Makes the backing file of `ino`'s kernel: from the cache directory, decoded in steps
@@ -731,15 +796,14 @@ impl KpackFs {
         // reserved here is what the frame really needs.
         let mut pending = self.store.begin(&spec)?;
         fill.streaming(pending.backing());
-        // The last step is published by `complete`, after the file is kept: a reader that got
-        // the last byte then finds the kernel in the store on its next open.
+        // Every step is published as it is decoded, the last one too: keeping the file (a
+        // cache directory hashes, records and renames it) is no reader's business, and a
+        // failure to keep it only means the file is not kept.
         crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |done| {
-            if (done.len() as u64) < file.size {
-                fill.progress(done)
-            }
+            fill.progress(done)
         })
         .map_err(|e| failed(&e))?;
-        self.store.finish(&spec, pending)
+        Ok(self.store.finish(&spec, pending))
     }
 
     /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
@@ -796,7 +860,9 @@ impl KpackFs {
 
     /// Drops a handle; its backing file goes when no handle and no store entry holds it.
     pub fn release(&self, fh: u64) {
-        lock(&self.handles).remove(&fh);
+        // Closed after the lock is released: the last handle of a large unlinked file frees it.
+        let removed = lock(&self.handles).remove(&fh);
+        drop(removed);
     }
 
     /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
@@ -816,14 +882,24 @@ impl KpackFs {
     /// while the file is still being decoded, as soon as the job has written them.
     pub fn read_start(&self, fh: u64, offset: u64, size: u32, done: ReadDone) {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let Some(h) = lock(&self.handles).get(&fh).cloned() else {
-            return done(Err(Errno::EBADF));
+        let (backing, fill) = {
+            let mut handles = lock(&self.handles);
+            let Some(h) = handles.get_mut(&fh) else {
+                drop(handles);
+                return done(Err(Errno::EBADF));
+            };
+            // Once its decode is done, a handle reads its file like any other (the Fill goes
+            // with the job; the file it wrote is the handle's too, so nothing is closed here).
+            if h.fill.as_ref().is_some_and(|f| f.is_done()) {
+                h.fill = None;
+            }
+            (h.backing.clone(), h.fill.clone())
         };
-        if let Some(fill) = h.fill.as_ref().filter(|f| !f.is_done()) {
+        if let Some(fill) = fill {
             self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
-            return fill.read(&h.backing, offset, size, done);
+            return fill.read(&backing, offset, size, done);
         }
-        read_into(&h.backing, offset, size, done);
+        read_into(&backing, offset, size, done);
     }
 
     fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
@@ -976,7 +1052,7 @@ impl KpackFs {
             self.open_handles(),
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
-            u8::from(self.store.kind() == "memory"),
+            u8::from(self.store.in_memory()),
             self.store.live_bytes(),
             d.hits,
             d.misses,
@@ -1073,6 +1149,13 @@ fn read_into(backing: &BackingFile, offset: u64, size: u32, done: ReadDone) {
         Ok(slice) => done(Ok(slice.as_slice())),
         Err(e) => done(Err(e)),
     }
+}
+
+/// Answers `done` with up to `size` bytes of `bytes` at `offset` (`offset` within them).
+fn answer_slice(bytes: &[u8], offset: u64, size: u32, done: ReadDone) {
+    let start = (offset as usize).min(bytes.len());
+    let end = start.saturating_add(size as usize).min(bytes.len());
+    done(Ok(&bytes[start..end]));
 }
 
 /// Up to `size` bytes of `backing` at `offset`; short only at end of file.

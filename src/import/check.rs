@@ -19,7 +19,7 @@ use crate::pack_pipeline::Budget;
 
 /// Bytes of code objects read ahead of the workers: a few real code objects (up to 15 MB
 /// each) per core.
-pub const CHECK_BUDGET: u64 = 48 << 20;
+const CHECK_BUDGET: u64 = 48 << 20;
 
 /// Visits the code objects of `host` (keyed with `kernel_name`, as
 /// [`visit_host_code_objects`] keys them) and runs `check` on each on one of `threads` workers;

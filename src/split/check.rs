@@ -223,7 +223,7 @@ impl Binary<'_> {
                     &metadata.kernel_name,
                     &host,
                     threads,
-                    |co, _| self.check_one(&metadata, &wrappers, co),
+                    |co, scratch| self.check_one(&metadata, &wrappers, co, scratch),
                     progress,
                 )
                 .map_err(|e| match e {
@@ -247,12 +247,15 @@ impl Binary<'_> {
         checked.iter().map(|c| c.compared).sum()
     }
 
-    /// Loads one original code object through every HIPK wrapper carrying its index.
+    /// Loads one original code object through every HIPK wrapper carrying its index, into the
+    /// worker's `scratch` buffer (kept from one load to the next: no allocation, and no zeroing
+    /// of bytes the load overwrites anyway).
     fn check_one(
         &self,
         metadata: &HipkMetadata,
         wrappers: &[Wrapper],
         co: &import::CodeObject,
+        scratch: &mut Vec<u8>,
     ) -> Checked {
         let mut checked = Checked {
             unwrapped: None,
@@ -271,38 +274,50 @@ impl Binary<'_> {
                 co_index: w.co_index,
                 arch_list: &arch_list,
             };
-            let loaded = self.loader.load_code_object(
-                || Ok(metadata.clone()),
-                &request,
-                |n| Some(vec![0u8; n]),
-                &mut Silent,
-            );
-            let problem = match loaded {
-                Ok(l) if l.data == co.data && l.target == co.arch => continue,
-                Ok(l) if l.data == co.data => format!(
+            // The loader asks again after a candidate fails: later asks get a fresh buffer.
+            let mut spare = Some(std::mem::take(scratch));
+            let alloc = |n: usize| {
+                let mut buf = spare.take().unwrap_or_default();
+                if n > buf.len() {
+                    buf.try_reserve_exact(n - buf.len()).ok()?;
+                }
+                buf.resize(n, 0);
+                Some(buf)
+            };
+            let loaded =
+                self.loader
+                    .load_code_object(|| Ok(metadata.clone()), &request, alloc, &mut Silent);
+            let problem = match &loaded {
+                Ok(l) if l.data == co.data && l.target == co.arch => None,
+                Ok(l) if l.data == co.data => Some(format!(
                     "{} [{}]: loaded as target {} from {}, not as {}",
                     co.key,
                     co.arch,
                     l.target,
                     l.archive.display(),
                     co.arch
-                ),
-                Ok(l) => format!(
+                )),
+                Ok(l) => Some(format!(
                     "{} [{}]: {} holds {} bytes that differ from the original's {}",
                     co.key,
                     co.arch,
                     l.archive.display(),
                     l.data.len(),
                     co.data.len()
-                ),
-                Err(e) => format!(
+                )),
+                Err(e) => Some(format!(
                     "{} [{}]: does not load: {} ({e})",
                     co.key,
                     co.arch,
                     e.kind().name()
-                ),
+                )),
             };
-            checked.loads.push((at, problem));
+            if let Ok(l) = loaded {
+                *scratch = l.data;
+            }
+            if let Some(problem) = problem {
+                checked.loads.push((at, problem));
+            }
         }
         if checked.compared == 0 {
             checked.unwrapped = Some(format!(

@@ -463,6 +463,49 @@ fn one_key_with_many_repeated_arches_opens_in_linear_time() {
     }
 }
 
+/// Not memory but time: `list` and `verify` over one key with 100,000 arches. They walked the
+/// entries and then looked each up again by name, a linear search through the key's arches, so
+/// the walk was quadratic; through the entries' indices it must finish well under the 30 s allowed.
+/// The entries have no stored blobs, so each is listed and reported as not found.
+#[test]
+fn list_and_verify_of_one_key_with_many_arches_take_linear_time() {
+    let n = 100_000u32;
+    let mut toc = vec![0x81, 0xa3, b't', b'o', b'c', 0x81, 0xa1, b'k', 0xdf];
+    toc.extend_from_slice(&n.to_be_bytes());
+    for i in 0..n {
+        toc.extend(V::S(format!("gfx{i:06}")).encode());
+        toc.extend(
+            m(vec![
+                ("ordinal", V::U(u64::from(i))),
+                ("original_size", V::U(1)),
+            ])
+            .encode(),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("arches.kpack");
+    std::fs::write(&path, with_raw_toc(&toc)).unwrap();
+    for command in ["list", "verify"] {
+        let start = Instant::now();
+        let o = crate::cli::kpack_fuse(&[&command, &path]);
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed < Duration::from_secs(30),
+            "{command} took {elapsed:?}"
+        );
+        let out = String::from_utf8_lossy(if command == "list" {
+            &o.stdout
+        } else {
+            &o.stderr
+        });
+        assert!(
+            out.lines().filter(|l| l.contains("gfx")).count() >= n as usize,
+            "{command}: every entry shown"
+        );
+        assert!(out.contains(&format!("gfx{:06}", n - 1)), "{command}");
+    }
+}
+
 /// Not memory but time: a FIFO where the archive should be. Opening one for reading used to wait
 /// for a writer forever; now it reads as an empty file (an I/O error) at once.
 #[test]

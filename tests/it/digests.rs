@@ -336,6 +336,44 @@ fn verify_says_when_an_archive_has_no_digests() {
     );
 }
 
+/// Entries with a frame digest but no digest of the kernel (the `blake3` key renamed in place)
+/// are digested: verify checks their frames and says so, instead of "has no BLAKE3 digests".
+#[test]
+fn verify_counts_entries_with_only_a_frame_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = write(Compression::Zstd { level: 3 }, false, false);
+    let (needle, renamed) = (b"\xa6blake3", b"\xa6blakeX");
+    let all: Vec<usize> = bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| w == needle)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(all.len(), 4, "one blake3 key per kernel");
+    for (name, renaming, closing) in [
+        ("frame.kpack", &all[..], "its frame to its BLAKE3 digest"),
+        (
+            "mixed.kpack",
+            &all[..1],
+            "3 of them also to their BLAKE3 digest, 1 only their frame to its BLAKE3 digest",
+        ),
+    ] {
+        let mut b = bytes.clone();
+        for &at in renaming {
+            b[at..at + renamed.len()].copy_from_slice(renamed);
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, &b).unwrap();
+        let o = kpack_fuse(&[&"verify", &path]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            stderr,
+            format!("ok: 4 kernels in 1 archive, each decoded to its recorded size, {closing}\n")
+        );
+    }
+}
+
 #[test]
 fn list_json_shows_digests_in_hex() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,11 +6,13 @@
 //! - decoding the returned prefix alone gives the same value;
 //! - `parse_toc` succeeds only on input the generic decoder also accepts, and then gives the
 //!   same TOC from that prefix alone (trailing bytes are ignored);
-//! - a parsed TOC has sorted, unique keys and unique arches per key.
+//! - a parsed TOC has sorted, unique keys and unique arches per key;
+//! - reading through windows of 16, 64 and 4096 bytes gives exactly what the default window
+//!   gives (TOC, digest, or error with its offset), so the grow-and-retry path is fuzzed too.
 
 use std::cell::Cell;
 
-use rocm_kpack::format::parse_toc;
+use rocm_kpack::format::{TOC_WINDOW, parse_toc, read_toc_windowed};
 use rocm_kpack::msgpack::{self, Input};
 
 /// A slice that remembers the furthest byte any request reached.
@@ -51,6 +53,24 @@ pub fn run(data: &[u8]) {
         // Compared through Debug, which shows floats exactly; `==` would call NaN unequal to
         // itself (the first fuzz finding was this harness bug, not a decoder one).
         assert_eq!(format!("{again:?}"), format!("{value:?}"));
+    }
+
+    let windowed = |window: usize| {
+        let mut read = |at: u64, buf: &mut [u8]| -> std::io::Result<usize> {
+            let at = (at as usize).min(data.len());
+            let n = buf.len().min(data.len() - at);
+            buf[..n].copy_from_slice(&data[at..at + n]);
+            Ok(n)
+        };
+        // Shown as text: the error type has no `==`; every digest is kept so they compare too.
+        format!(
+            "{:?}",
+            read_toc_windowed(data.len() as u64, &mut read, usize::MAX, window)
+        )
+    };
+    let whole = windowed(TOC_WINDOW);
+    for window in [16, 64, 4096] {
+        assert_eq!(windowed(window), whole, "window of {window} bytes");
     }
 
     let Ok(toc) = parse_toc(data) else { return };

@@ -342,3 +342,30 @@ fn page_cache_mode_reads_of_a_kernel_failing_its_digest_are_eio() {
     }
     m.stop();
 }
+
+/// A kernel larger than the store, read once in page-cache mode: the reads after the one that
+/// started the decode read the finished job's file, so one pass decodes once.
+#[test]
+fn page_cache_mode_decodes_a_kernel_larger_than_the_cache_once() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = write_archive(
+        &d.path().join("big.kpack"),
+        Compression::Zstd { level: 3 },
+        &[("k#0", "gfx1100", pattern(4 << 20, 5))],
+    );
+    let bounds: [&[&str]; 2] = [
+        &["--backing", "memory", "--cache-size", "64K"],
+        &["--backing", "disk", "--cache-dir-size", "64K"],
+    ];
+    for bound in bounds {
+        let mut args = vec!["--open-mode", "page-cache"];
+        args.extend_from_slice(bound);
+        let m = Mount::start(&archive, &args);
+        m.check("small_chunks", "k#0/gfx1100.hsaco");
+        m.check("rp_stats", "page_cache_mode=1,decodes=1,bytes_cached=0");
+        m.stop();
+    }
+}
