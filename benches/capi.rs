@@ -221,7 +221,11 @@ fn main() {
     let zstd_part = |part: usize, step: usize| {
         let mut dctx = zstd::zstd_safe::DCtx::create();
         let mut out = Vec::new();
-        for (f, size) in all(frames.len()).skip(part).step_by(step).map(|i| &frames[i]) {
+        for (f, size) in all(frames.len())
+            .skip(part)
+            .step_by(step)
+            .map(|i| &frames[i])
+        {
             out.resize(*size, 0);
             let n = dctx.decompress(&mut out[..], f).unwrap();
             assert_eq!(n, *size);
@@ -234,7 +238,11 @@ fn main() {
         }
     };
     let c_part = |part: usize, step: usize| {
-        for k in all(c_keys.len()).skip(part).step_by(step).map(|i| &c_keys[i]) {
+        for k in all(c_keys.len())
+            .skip(part)
+            .step_by(step)
+            .map(|i| &c_keys[i])
+        {
             black_box(c_get(handle_addr as ffi::kpack_archive_t, k, &gfx942));
         }
     };
