@@ -87,6 +87,20 @@ impl BackingFile {
     }
 }
 
+impl BackingFile {
+    /// The bytes of `[offset, end)` (clipped to the kernel); a failed read is logged, EIO.
+    pub fn read_range(&self, offset: u64, end: u64) -> Result<Vec<u8>, Errno> {
+        let want = end.min(self.len).saturating_sub(offset);
+        let mut buf = vec![0u8; want as usize];
+        let n = self.read_at(&mut buf, offset).map_err(|e| {
+            log::error!("cannot read a backing file: {e}");
+            Errno::EIO
+        })?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+}
+
 impl Drop for BackingFile {
     fn drop(&mut self) {
         self.live.fetch_sub(self.len, Ordering::Relaxed);

@@ -145,6 +145,12 @@ impl Fill {
         let due = {
             let mut s = lock(&self.state);
             s.ready = ready;
+            // Every byte written: the file is complete from here on, so an open arriving while
+            // the job still keeps it (seal, record, rename) gets the complete file.
+            if s.file.as_ref().is_some_and(|f| f.len() == ready) {
+                s.phase = Phase::Done;
+                self.done.store(true, Ordering::Release);
+            }
             let (due, wait): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut s.reads)
                 .into_iter()
                 .partition(|r| r.end <= ready);
@@ -175,10 +181,14 @@ impl Fill {
         }
     }
 
-    /// The job failed: waiting opens get `e`, reads (now and later) EIO.
+    /// The job failed: waiting opens get `e`, reads (now and later) EIO. A file whose every
+    /// byte was written stays complete.
     pub fn fail(&self, e: Errno) {
         let (opens, reads) = {
             let mut s = lock(&self.state);
+            if s.phase == Phase::Done {
+                return;
+            }
             s.phase = Phase::Failed(e);
             (std::mem::take(&mut s.opens), std::mem::take(&mut s.reads))
         };
@@ -213,14 +223,9 @@ impl Fill {
 
 /// Answers a read from the file (whose range is final).
 fn answer(file: &BackingFile, r: Parked) {
-    let want = r.end.saturating_sub(r.offset) as usize;
-    let mut buf = vec![0u8; want];
-    match file.read_at(&mut buf, r.offset) {
-        Ok(n) => (r.done)(Ok(&buf[..n])),
-        Err(e) => {
-            log::error!("cannot read a backing file: {e}");
-            (r.done)(Err(Errno::EIO))
-        }
+    match file.read_range(r.offset, r.end) {
+        Ok(bytes) => (r.done)(Ok(&bytes)),
+        Err(e) => (r.done)(Err(e)),
     }
 }
 
@@ -303,6 +308,29 @@ mod tests {
         let kept = store.finish(&spec(data.len() as u64), pending);
         fill.complete(&kept);
         assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
+        assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
+    }
+
+    #[test]
+    fn a_file_with_every_byte_published_is_complete_before_it_is_kept() {
+        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
+        let fill = Arc::new(Fill::new());
+        let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
+        let file = pending.backing().clone();
+        fill.streaming(&file);
+        pending.bytes().copy_from_slice(&data);
+        fill.progress(&data[..4999]);
+        assert_eq!(open(&fill).try_recv().unwrap(), Ok(false));
+        fill.progress(&data);
+        assert!(fill.is_done());
+        assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
+        // Keeping it failed (or the job broke afterwards): the bytes still read.
+        fill.fail(Errno::EIO);
+        assert_eq!(
+            read(&fill, &file, 4990, 100).try_recv().unwrap(),
+            Ok(data[4990..].to_vec())
+        );
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
     }
 

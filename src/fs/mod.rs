@@ -10,8 +10,10 @@
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
 //! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
-//! opened through the daemon: `KpackFs::read_ino` finds the kernel by inode and reads its
-//! backing file from the store.
+//! opened through the daemon: `KpackFs::read_ino_start` finds the kernel by inode and reads its
+//! backing file from the store, or, for a kernel of one READ, its decoded bytes from the small
+//! kernels' cache (`small.rs`); what has to be decoded first it returns as work for the decode
+//! pool.
 
 pub mod backing;
 pub mod cache_dir;
@@ -143,7 +145,8 @@ impl ReadSlice {
 ///   small files.
 /// * `PageCache`: the daemon answers the first `open` with ENOSYS, so the kernel stops sending
 ///   OPEN and RELEASE for the whole mount and keeps every file's page cache. A file's first
-///   read is served by the daemon (by inode, from the decoded backing file); warm opens and
+///   read is served by the daemon by inode: a kernel of one READ decoded into the reply (and
+///   kept in the small kernels' cache), a larger one from its backing file; warm opens and
 ///   reads never reach it.
 /// * `Auto`: `PageCache` when the mounted kernels are small (median decoded size at most
 ///   [`PAGE_CACHE_MEDIAN_MAX`]), `Passthrough` otherwise.
@@ -183,8 +186,8 @@ impl OpenMode {
 /// page-cache speed in both modes.
 pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 
-/// In page-cache mode, kernels up to this size are decoded straight into the READ reply and not
-/// kept by the daemon (the largest READ the kernel sends by default is 128 KiB).
+/// In page-cache mode, kernels up to this size are decoded straight into the READ reply, with
+/// no backing file (the largest READ the kernel sends by default is 128 KiB).
 const DIRECT_READ_MAX: u64 = 128 << 10;
 
 /// What the mount was asked for, besides its archives.
@@ -417,9 +420,9 @@ impl KpackFs {
         }
     }
 
-    /// A kernel that fits in one READ is decoded straight into the reply and not kept: the
-    /// kernel's page cache keeps it, and a backing file (create, reserve, map, unlink) would
-    /// cost more than the decode. A cache directory still gets its file.
+    /// A kernel that fits in one READ is decoded straight into the reply, with no backing file
+    /// (create, reserve, map, unlink would cost more than the decode); its bytes go to the
+    /// small kernels' cache. A cache directory still gets its file.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
         f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
     }
@@ -667,22 +670,6 @@ impl KpackFs {
     /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
     /// or starts one (returned, to be run).
     fn start_or_join(&self, ino: Ino, file: &FileNode, done: OpenDone) -> Option<FillJob> {
-        // Two TOC entries may name the same ordinal with different sizes (a malformed
-        // archive): the file of the other entry must not be served for this one.
-        let size = file.size;
-        let done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
-            done(r.and_then(|o| {
-                if o.backing.len() == size {
-                    Ok(o)
-                } else {
-                    log::error!(
-                        "a kernel decodes to {} bytes, its TOC entry says {size}",
-                        o.backing.len()
-                    );
-                    Err(Errno::EIO)
-                }
-            }))
-        });
         let id = kernel_id(file);
         let found = {
             let mut fills = lock(&self.fills);
@@ -707,11 +694,19 @@ impl KpackFs {
         match found {
             Ok(b) => {
                 self.store.touch(&b);
-                done(Ok(OpenedFile::complete(b)));
+                done(self.check_len(file, &b).map(|()| OpenedFile::complete(b)));
                 None
             }
             Err((fill, job)) => {
-                fill.join(done);
+                // The job's file is checked once it is there (see `check_len`).
+                let size = file.size;
+                let name = self.name_for_log(file);
+                fill.join(Box::new(move |r: Result<OpenedFile, Errno>| {
+                    done(r.and_then(|o| {
+                        len_matches(&o.backing, size, &name)?;
+                        Ok(o)
+                    }))
+                }));
                 job
             }
         }
@@ -784,14 +779,6 @@ impl KpackFs {
             }
             Plan::Stream(frame) => frame,
         };
-        let (key, arch) = self.names_of(file);
-        let failed = |e: &dyn std::fmt::Display| {
-            log::error!(
-                "{}: {key} [{arch}]: {e}",
-                self.archive_of(file).path().display()
-            );
-            Errno::EIO
-        };
         // read_verified_frame checked that the frame can produce this many bytes, so the space
         // reserved here is what the frame really needs.
         let mut pending = self.store.begin(&spec)?;
@@ -802,7 +789,7 @@ impl KpackFs {
         crate::codec::decode_frame_stepwise(&frame, pending.bytes(), STREAM_STEP, |done| {
             fill.progress(done)
         })
-        .map_err(|e| failed(&e))?;
+        .map_err(|e| self.failed(file, &e, Errno::EIO))?;
         Ok(self.store.finish(&spec, pending))
     }
 
@@ -814,23 +801,8 @@ impl KpackFs {
         if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
             return Ok(Plan::Whole);
         }
-        let (key, arch) = self.names_of(file);
-        let fail = |e: &crate::Error| {
-            log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
-            Errno::from(e)
-        };
-        let kref = archive
-            .locate_at(file.binary as usize, file.entry as usize)
-            .map_err(|e| fail(&e))?;
-        if kref.size != file.size {
-            log::error!(
-                "{}: {key} [{arch}]: size changed from {} to {}",
-                archive.path().display(),
-                file.size,
-                kref.size
-            );
-            return Err(Errno::EIO);
-        }
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        let kref = self.locate(file)?;
         // A frame digest vouches for every byte the frame decodes to; a digest of the decoded
         // bytes alone can only be checked once all of them are out.
         if kref.digest.is_some() && kref.frame_digest.is_none() {
@@ -918,20 +890,43 @@ impl KpackFs {
             self.decodes.fetch_add(1, Ordering::Relaxed);
             self.decode_into(file, reserve)
         })?;
-        // Two TOC entries may name the same ordinal with different sizes (a malformed archive):
-        // the stored file then belongs to the other entry and must not be served for this one.
-        if fetched.value.len() != file.size {
-            let (key, arch) = self.names_of(file);
-            log::error!(
-                "{}: {key} [{arch}]: ordinal {} decodes to {} bytes, the TOC says {}",
-                self.archive_of(file).path().display(),
-                file.ordinal,
-                fetched.value.len(),
-                file.size
-            );
-            return Err(Errno::EIO);
-        }
+        self.check_len(file, &fetched.value)?;
         Ok(fetched.value)
+    }
+
+    /// Two TOC entries may name the same ordinal with different sizes (a malformed archive):
+    /// a file made for the other entry must not be served for this one.
+    fn check_len(&self, file: &FileNode, b: &BackingFile) -> Result<(), Errno> {
+        if b.len() == file.size {
+            return Ok(());
+        }
+        len_matches(b, file.size, &self.name_for_log(file))
+    }
+
+    /// "ARCHIVE: KEY [ARCH]", as failures of one kernel are logged.
+    fn name_for_log(&self, file: &FileNode) -> String {
+        let (key, arch) = self.names_of(file);
+        format!("{}: {key} [{arch}]", self.archive_of(file).path().display())
+    }
+
+    /// Logs a failure of one kernel with its archive, key and arch; returns `errno`.
+    fn failed(&self, file: &FileNode, e: &dyn std::fmt::Display, errno: Errno) -> Errno {
+        log::error!("{}: {e}", self.name_for_log(file));
+        errno
+    }
+
+    /// The archive's reference to a kernel, checked against the size the tree shows (an
+    /// archive changed since it was mounted may say otherwise).
+    fn locate(&self, file: &FileNode) -> Result<crate::archive::KernelRef<'_>, Errno> {
+        let kref = self
+            .archive_of(file)
+            .locate_at(file.binary as usize, file.entry as usize)
+            .map_err(|e| self.failed(file, &e, Errno::from(&e)))?;
+        if kref.size != file.size {
+            let why = format!("size changed from {} to {}", file.size, kref.size);
+            return Err(self.failed(file, &why, Errno::EIO));
+        }
+        Ok(kref)
     }
 
     /// The archive's BLAKE3 of a kernel's decoded bytes, when it records one.
@@ -978,30 +973,14 @@ impl KpackFs {
         alloc: impl FnOnce(usize) -> Option<T>,
     ) -> Result<T, Errno> {
         let archive = self.archive_of(file);
-        let (key, arch) = self.names_of(file);
-        let fail = |e: &dyn std::fmt::Display, errno: Errno| {
-            log::error!("{}: {key} [{arch}]: {e}", archive.path().display());
-            errno
-        };
-        let kref = archive
-            .locate_at(file.binary as usize, file.entry as usize)
-            .map_err(|e| fail(&e, Errno::from(&e)))?;
-        if kref.size != file.size {
-            return Err(fail(
-                &format!("size changed from {} to {}", file.size, kref.size),
-                Errno::EIO,
-            ));
-        }
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        let kref = self.locate(file)?;
         // read_with checks that a frame can produce the TOC's size before allocating, and the
         // bytes against the archive's digest when it records one.
         // read_with already reports a failed read of a changed archive as "changed"; bytes of a
         // file rewritten in place may also decode without any error, hence the check after.
-        let buf = archive
-            .read_with(&kref, alloc)
-            .map_err(|e| fail(&e, Errno::from(&e)))?;
-        archive
-            .check_unchanged()
-            .map_err(|e| fail(&e, Errno::from(&e)))?;
+        let buf = archive.read_with(&kref, alloc).map_err(|e| fail(&e))?;
+        archive.check_unchanged().map_err(|e| fail(&e))?;
         Ok(buf)
     }
 
@@ -1143,12 +1122,25 @@ impl KpackFs {
     }
 }
 
-/// Answers `done` with up to `size` bytes of `backing` at `offset` (see [`read_from`]).
+/// Answers `done` with up to `size` bytes of `backing` at `offset`; short only at end of file.
 fn read_into(backing: &BackingFile, offset: u64, size: u32, done: ReadDone) {
-    match read_from(backing, offset, size) {
-        Ok(slice) => done(Ok(slice.as_slice())),
+    let end = offset.saturating_add(u64::from(size));
+    match backing.read_range(offset, end) {
+        Ok(bytes) => done(Ok(&bytes)),
         Err(e) => done(Err(e)),
     }
+}
+
+/// EIO, logged with `name`, unless `b` holds `size` bytes.
+fn len_matches(b: &BackingFile, size: u64, name: &str) -> Result<(), Errno> {
+    if b.len() == size {
+        return Ok(());
+    }
+    log::error!(
+        "{name}: its kernel decodes to {} bytes, the TOC says {size}",
+        b.len()
+    );
+    Err(Errno::EIO)
 }
 
 /// Answers `done` with up to `size` bytes of `bytes` at `offset` (`offset` within them).
@@ -1156,18 +1148,6 @@ fn answer_slice(bytes: &[u8], offset: u64, size: u32, done: ReadDone) {
     let start = (offset as usize).min(bytes.len());
     let end = start.saturating_add(size as usize).min(bytes.len());
     done(Ok(&bytes[start..end]));
-}
-
-/// Up to `size` bytes of `backing` at `offset`; short only at end of file.
-fn read_from(backing: &BackingFile, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-    let want = u64::from(size).min(backing.len().saturating_sub(offset));
-    let mut buf = vec![0u8; want as usize];
-    let n = backing.read_at(&mut buf, offset).map_err(|e| {
-        log::error!("cannot read a backing file: {e}");
-        Errno::EIO
-    })?;
-    buf.truncate(n);
-    Ok(ReadSlice(buf))
 }
 
 fn kernel_id(f: &FileNode) -> KernelId {
