@@ -666,3 +666,98 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn spec(len: u64, key: u8) -> KernelSpec {
+        KernelSpec {
+            id: KernelId {
+                archive: 0,
+                ordinal: u32::from(key),
+            },
+            len,
+            cache_key: [key; 32],
+            digest: None,
+        }
+    }
+
+    /// Every file under `dir`, recursively.
+    fn files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// A cache-directory file written by `begin`/`finish` with `data`.
+    fn written(store: &BackingStore, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
+        let mut pending = store.begin(s).unwrap();
+        pending.bytes().copy_from_slice(data);
+        store.finish(s, pending)
+    }
+
+    #[test]
+    fn a_cache_dir_file_is_touched_at_most_once_per_interval() {
+        let d = tempfile::tempdir().unwrap();
+        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let b = written(&store, &spec(100, 1), &[7; 100]);
+        let set_old = || {
+            let old = libc::timespec {
+                tv_sec: 1000,
+                tv_nsec: 0,
+            };
+            // SAFETY: futimens on a descriptor we own with two valid timespecs.
+            assert_eq!(
+                unsafe { libc::futimens(b.file().as_raw_fd(), [old, old].as_ptr()) },
+                0
+            );
+        };
+        let mtime = || b.file().metadata().unwrap().mtime();
+        set_old();
+        // Just written (a use): not marked again within the interval.
+        store.touch(&b);
+        assert_eq!(mtime(), 1000);
+        // Once the interval has passed it is, once.
+        b.touched.store(0, Ordering::Relaxed);
+        store.touch(&b);
+        assert!(mtime() > 1000);
+        set_old();
+        store.touch(&b);
+        assert_eq!(mtime(), 1000);
+    }
+
+    #[test]
+    fn a_cache_dir_file_that_cannot_be_put_in_place_still_reads_and_is_not_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let s = spec(4096, 2);
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
+        let mut pending = store.begin(&s).unwrap();
+        pending.bytes().copy_from_slice(&data);
+        // Its temporary name is gone: the rename into place fails.
+        for f in files(d.path()) {
+            std::fs::remove_file(f).unwrap();
+        }
+        let b = store.finish(&s, pending);
+        assert_eq!(b.read_range(0, 4096).unwrap(), data);
+        assert!(!store.contains(s.id));
+        assert!(store.find_in_dir(&s).is_none());
+        // A file that was put in place is kept and found.
+        let s3 = spec(10, 3);
+        written(&store, &s3, &[3; 10]);
+        assert!(store.contains(s3.id));
+        assert_eq!(
+            store.find_in_dir(&s3).unwrap().read_range(0, 10).unwrap(),
+            [3; 10]
+        );
+    }
+}
