@@ -508,10 +508,15 @@ impl Archive {
                 self.toc.scheme.name()
             )));
         }
-        // The size word is read on its own so that the frame lands where the caller wants it
-        // (no move afterwards); a buffer reused from an earlier frame is not zeroed again.
+        // The size word and the frame are read together: one request to a remote source (a
+        // second read of 4 bytes would be a second ranged GET). Moving the frame down over the
+        // word afterwards is one pass over the compressed bytes. A buffer reused from an
+        // earlier frame is not zeroed again.
+        let word = kref.frame_word();
         let checked = usize::try_from(kref.stored.size)
-            .map_err(|_| Error::OutOfMemory { bytes: usize::MAX })
+            .ok()
+            .and_then(|len| len.checked_add(word))
+            .ok_or(Error::OutOfMemory { bytes: usize::MAX })
             .and_then(|len| {
                 if len > frame.len() {
                     frame
@@ -519,21 +524,17 @@ impl Archive {
                         .map_err(|_| Error::OutOfMemory { bytes: len })?;
                 }
                 frame.resize(len, 0);
-                let mut word = [0u8; 4];
-                let head = &mut word[..kref.frame_word()];
-                if !head.is_empty() {
-                    let start = self.frame_start(kref)?;
-                    self.read_frame_bytes(kref, head, start)?;
-                }
-                self.read_frame_bytes(kref, frame, kref.stored.offset)?;
-                self.check_frame(kref, head, frame)?;
-                codec::check_decoded_size(frame, kref.size)
+                self.read_frame_bytes(kref, frame, self.frame_start(kref)?)?;
+                let (head, body) = frame.split_at(word);
+                self.check_frame(kref, head, body)?;
+                codec::check_decoded_size(body, kref.size)
                     .map_err(|reason| self.decode_error(kref, reason))
             });
         if let Err(e) = self.explain(checked) {
             frame.clear();
             return Err(e);
         }
+        frame.drain(..word);
         Ok(())
     }
 
