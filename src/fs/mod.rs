@@ -233,6 +233,9 @@ enum Job {
 /// jobs finish.
 const RECENT_FILLS: usize = 2;
 
+/// A READ waiting for a small kernel's decode: offset, size, answer.
+type WaitingRead = (u64, u32, ReadDone);
+
 /// How a kernel's bytes are produced.
 enum Plan {
     /// Decoded whole, then served: its digest covers only the decoded bytes.
@@ -263,7 +266,7 @@ pub struct KpackFs {
     /// Page-cache mode's decoded small kernels.
     small: small::SmallKernels,
     /// Small kernels being decoded for a READ now, with the other READs waiting for them.
-    small_decoding: Mutex<HashMap<KernelId, Vec<(u64, u32, ReadDone)>>>,
+    small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
     /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
     recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
