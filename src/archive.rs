@@ -566,6 +566,9 @@ impl Archive {
                 self.toc.scheme.name()
             )));
         }
+        // The size word and the frame are read together: one request to a remote source (a
+        // second read of 4 bytes would be a second ranged GET); the frame is then handed out
+        // where it lies, after the word, rather than moved down over it.
         let word = kref.frame_word();
         let checked = usize::try_from(kref.stored.size)
             .ok()

@@ -233,6 +233,9 @@ enum Job {
 /// jobs finish.
 const RECENT_FILLS: usize = 2;
 
+/// A READ waiting for a small kernel's decode: offset, size, answer.
+type WaitingRead = (u64, u32, ReadDone);
+
 /// How a kernel's bytes are produced.
 enum Plan {
     /// Decoded whole, then served: its digest covers only the decoded bytes.
@@ -262,6 +265,8 @@ pub struct KpackFs {
     fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
     /// Page-cache mode's decoded small kernels.
     small: small::SmallKernels,
+    /// Small kernels being decoded for a READ now, with the other READs waiting for them.
+    small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
     /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
     recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
@@ -334,6 +339,7 @@ impl KpackFs {
             fills: Mutex::new(HashMap::new()),
             recent: Mutex::new(std::collections::VecDeque::new()),
             small: small::SmallKernels::new(small::SMALL_CACHE_MAX.min(opts.cache_size / 4)),
+            small_decoding: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
@@ -475,6 +481,14 @@ impl KpackFs {
                 answer_slice(&bytes, offset, size, done);
                 return None;
             }
+            // One decode per small kernel at a time: other READs of it wait for that one.
+            let mut decoding = lock(&self.small_decoding);
+            if let Some(waiting) = decoding.get_mut(&id) {
+                waiting.push((offset, size, done));
+                return None;
+            }
+            decoding.insert(id, Vec::new());
+            drop(decoding);
             return Some(FillJob(Job::Small {
                 ino,
                 offset,
@@ -500,27 +514,39 @@ impl KpackFs {
     }
 
     /// Decodes a small kernel for one READ (on a decode-pool thread), keeps it in the small
-    /// kernels' cache, and answers the read.
+    /// kernels' cache, and answers that READ and those that waited for the decode.
     fn read_small(&self, ino: Ino, offset: u64, size: u32, done: ReadDone) {
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
-            return done(Err(Errno::ENOENT));
+            unreachable!("a small kernel's job is made for a file of the tree");
         };
         let id = kernel_id(file);
-        // Another READ of the kernel may have decoded it while this one waited for a thread.
-        if let Some(bytes) = self.small.peek(id) {
-            return answer_slice(&bytes, offset, size, done);
-        }
-        self.decodes.fetch_add(1, Ordering::Relaxed);
-        let decoded = self
-            .locate_for_read(file)
-            .and_then(|kref| self.decode_with(file, &kref, |n| Some(vec![0u8; n])));
-        match decoded {
-            Ok(bytes) => {
-                let bytes: Arc<[u8]> = bytes.into();
-                self.small.put(id, bytes.clone());
-                answer_slice(&bytes, offset, size, done);
+        // A READ that missed the cache just before the last decode of the kernel finished
+        // started this job: the bytes are there now.
+        let result = match self.small.peek(id) {
+            Some(bytes) => Ok(bytes),
+            None => {
+                self.decodes.fetch_add(1, Ordering::Relaxed);
+                let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.locate_for_read(file)
+                        .and_then(|kref| self.decode_with(file, &kref, |n| Some(vec![0u8; n])))
+                }))
+                .unwrap_or_else(|_| {
+                    log::error!("a decode job panicked");
+                    Err(Errno::EIO)
+                });
+                decoded.map(|bytes| {
+                    let bytes: Arc<[u8]> = bytes.into();
+                    self.small.put(id, bytes.clone());
+                    bytes
+                })
             }
-            Err(e) => done(Err(e)),
+        };
+        let waiting = lock(&self.small_decoding).remove(&id).unwrap_or_default();
+        for (offset, size, done) in std::iter::once((offset, size, done)).chain(waiting) {
+            match &result {
+                Ok(bytes) => answer_slice(bytes, offset, size, done),
+                Err(e) => done(Err(*e)),
+            }
         }
     }
 

@@ -710,3 +710,30 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         "{stats}"
     );
 }
+
+#[test]
+fn concurrent_reads_of_a_small_kernel_share_one_decode() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = |offset: u64| -> ReadDone {
+        let tx = tx.clone();
+        Box::new(move |r| tx.send((offset, r.map(<[u8]>::to_vec))).unwrap())
+    };
+    // The first READ returns the decode; the second, before it runs, waits for it.
+    let job = fs.read_ino_start(f, 0, 4, reader(0)).expect("a decode");
+    assert!(fs.read_ino_start(f, 2998, 10, reader(2998)).is_none());
+    assert!(rx.try_recv().is_err(), "nothing answered before the decode");
+    fs.run_fill(job);
+    let mut got: Vec<_> = rx.try_iter().collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, [(0, Ok(vec![0xee; 4])), (2998, Ok(vec![0xee; 2]))]);
+    assert_eq!(fs.cache_stats().decodes, 1);
+    // Now kept: answered at once.
+    assert!(fs.read_ino_start(f, 0, 1, reader(0)).is_none());
+    assert_eq!(rx.try_recv().unwrap(), (0, Ok(vec![0xee])));
+}
