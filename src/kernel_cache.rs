@@ -274,6 +274,18 @@ impl<V: Weighed, E: Clone> KernelCache<V, E> {
         found
     }
 
+    /// The cached kernel `id` (now the most recently used), not counted: the caller counts the
+    /// request with [`count`](Self::count) once it knows what it found.
+    pub fn peek(&self, id: KernelId) -> Option<V> {
+        lock(&self.inner).lru.get(&id).cloned()
+    }
+
+    /// Counts one request as a hit (it found the complete kernel) or a miss.
+    pub fn count(&self, hit: bool) {
+        let counter = if hit { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Keeps a kernel made outside [`get_or_load`](Self::get_or_load) (decoded, or found in a
     /// cache directory: the caller counts its own decodes); evicts as an insert there does.
     /// Returns whether it was kept (not when larger than the whole cache).

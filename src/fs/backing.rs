@@ -247,10 +247,16 @@ impl BackingStore {
         Ok(self.wrap(file, spec.len))
     }
 
-    /// The stored backing file of `id`, counted as a hit or a miss. Not marked as used in a
-    /// cache directory: the caller does that with [`touch`](Self::touch) once it holds no lock.
-    pub fn cached(&self, id: KernelId) -> Option<Arc<BackingFile>> {
-        self.cache.get(id)
+    /// The stored backing file of `id`, not counted (see [`count`](Self::count)) nor marked
+    /// as used.
+    pub fn lookup(&self, id: KernelId) -> Option<Arc<BackingFile>> {
+        self.cache.peek(id)
+    }
+
+    /// Counts one request as a hit (it found a complete file, in the store or just finished by
+    /// its decode job) or a miss.
+    pub fn count(&self, hit: bool) {
+        self.cache.count(hit)
     }
 
     /// A valid file of `spec` in the cache directory (none without one), now kept in the store.

@@ -151,6 +151,10 @@ impl Shared {
         };
         let complete = opened.is_complete();
         let fh = self.fs.add_handle(opened);
+        // A backing id registered by an open that raced with another of the same inode: the
+        // first one registered is used, this one is closed once no lock is held.
+        let mut spare: Option<BackingId> = None;
+        let cached_open = |ids: &BackingIds| ids.cached_by_ino.get(&ino).copied().unwrap_or(0) > 0;
         let mut ids = lock(&self.ids);
         // An inode with a live backing id is opened with it whatever the mount does now: Linux
         // refuses an open without passthrough while another handle of the inode has it.
@@ -159,32 +163,59 @@ impl Shared {
             drop(ids);
             return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
         }
-        if self.passthrough.load(Ordering::Relaxed) {
-            let cached_open = ids.cached_by_ino.get(&ino).copied().unwrap_or(0) > 0;
-            if complete && !cached_open {
-                // Registered under the lock, so one inode never gets two ids.
-                match self.backing_id(&mut ids, ino, fh, &reply) {
-                    Ok(id) => {
+        if self.passthrough.load(Ordering::Relaxed) && complete && !cached_open(&ids) {
+            // The registration is an ioctl: made without the lock, then checked against what
+            // other opens of the inode did meanwhile.
+            drop(ids);
+            let made = self
+                .fs
+                .backing_of(fh)
+                .ok_or_else(|| io::Error::other("no handle"))
+                .and_then(|file| reply.open_backing(file.file()));
+            ids = lock(&self.ids);
+            match made {
+                Ok(new) => {
+                    let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
+                        Some(theirs) => {
+                            spare = Some(new);
+                            Some(theirs)
+                        }
+                        // A page-cache handle of the inode opened meanwhile: Linux would refuse
+                        // a passthrough one now.
+                        None if cached_open(&ids) => {
+                            spare = Some(new);
+                            None
+                        }
+                        None => {
+                            let new = Arc::new(new);
+                            ids.by_ino.insert(ino, Arc::downgrade(&new));
+                            Some(new)
+                        }
+                    };
+                    if let Some(id) = id {
+                        ids.by_fh.insert(fh, id.clone());
                         drop(ids);
+                        drop(spare);
                         return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
                     }
-                    Err(e) => {
-                        if self.passthrough.swap(false, Ordering::Relaxed) {
-                            log::warn!(
-                                "the kernel refused a passthrough backing file ({e}); \
-                                 reads go through the daemon from now on"
-                            );
-                            self.fs.set_passthrough(false);
-                        }
+                }
+                Err(e) => {
+                    if self.passthrough.swap(false, Ordering::Relaxed) {
+                        log::warn!(
+                            "the kernel refused a passthrough backing file ({e}); \
+                             reads go through the daemon from now on"
+                        );
+                        self.fs.set_passthrough(false);
                     }
                 }
             }
-            if self.passthrough.load(Ordering::Relaxed) {
-                *ids.cached_by_ino.entry(ino).or_insert(0) += 1;
-                ids.cached_fh.insert(fh, ino);
-            }
+        }
+        if self.passthrough.load(Ordering::Relaxed) {
+            *ids.cached_by_ino.entry(ino).or_insert(0) += 1;
+            ids.cached_fh.insert(fh, ino);
         }
         drop(ids);
+        drop(spare);
         // With passthrough, a kernel still decoding is read with direct I/O: each read goes to
         // the daemon, which answers from the part already written, and the kernel keeps no
         // second copy of pages that later opens read from the backing file (measured: the
@@ -197,30 +228,6 @@ impl Shared {
             FopenFlags::FOPEN_DIRECT_IO
         };
         reply.opened(FileHandle(fh), flags);
-    }
-
-    /// The inode's backing id (registering the handle's file when the inode has none open).
-    fn backing_id(
-        &self,
-        ids: &mut BackingIds,
-        ino: u64,
-        fh: u64,
-        reply: &ReplyOpen,
-    ) -> io::Result<Arc<BackingId>> {
-        let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
-            Some(id) => id,
-            None => {
-                let file = self
-                    .fs
-                    .backing_of(fh)
-                    .ok_or_else(|| io::Error::other("no handle"))?;
-                let id = Arc::new(reply.open_backing(file.file())?);
-                ids.by_ino.insert(ino, Arc::downgrade(&id));
-                id
-            }
-        };
-        ids.by_fh.insert(fh, id.clone());
-        Ok(id)
     }
 
     fn release(&self, ino: u64, fh: u64) {

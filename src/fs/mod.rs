@@ -702,14 +702,19 @@ impl KpackFs {
         let id = kernel_id(file);
         let found = {
             let mut fills = lock(&self.fills);
-            // One store lookup (a hit or a miss) per request, joiners of a running job too.
-            if let Some(b) = self.store.cached(id) {
+            // Each request counts once: a hit when it finds a complete file (in the store, or
+            // just finished by its job, which may still be keeping it), else a miss.
+            if let Some(b) = self.store.lookup(id) {
+                self.store.count(true);
                 Ok(b)
             } else if let Some(f) = fills.get(&id) {
+                self.store.count(f.is_done());
                 Err((f.clone(), None))
             } else if let Some(b) = self.recent_fill(id) {
+                self.store.count(true);
                 Ok(b)
             } else {
+                self.store.count(false);
                 let f = Arc::new(Fill::new());
                 fills.insert(id, f.clone());
                 let job = FillJob(Job::Fill {
