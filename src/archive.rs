@@ -22,6 +22,9 @@ use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocRea
 /// a small one would pay a read per kernel.
 const KEEP_DIGESTS: usize = 1 << 17;
 
+/// A BLAKE3 digest an entry may record.
+type Digest = Option<[u8; 32]>;
+
 /// An open archive.
 #[derive(Debug)]
 pub struct Archive {
@@ -235,7 +238,7 @@ impl Archive {
         &self,
         kernel: Option<u32>,
         frame: Option<u32>,
-    ) -> Result<(Option<[u8; 32]>, Option<[u8; 32]>)> {
+    ) -> Result<(Digest, Digest)> {
         /// Farthest apart two digests may start and still be read together.
         const NEAR: u32 = 96;
         if let (None, Some(k), Some(f)) = (&self.digests, kernel, frame) {
