@@ -234,11 +234,7 @@ impl Archive {
     /// The digests at TOC positions `kernel` (`blake3`) and `frame` (`frame_blake3`). When both
     /// come from the file and lie close together (our writer puts them 47 bytes apart), one read
     /// fetches both.
-    fn digests_at(
-        &self,
-        kernel: Option<u32>,
-        frame: Option<u32>,
-    ) -> Result<(Digest, Digest)> {
+    fn digests_at(&self, kernel: Option<u32>, frame: Option<u32>) -> Result<(Digest, Digest)> {
         /// Farthest apart two digests may start and still be read together.
         const NEAR: u32 = 96;
         if let (None, Some(k), Some(f)) = (&self.digests, kernel, frame) {

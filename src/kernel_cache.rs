@@ -32,6 +32,12 @@ impl Weighed for Arc<Vec<u8>> {
     }
 }
 
+impl Weighed for Arc<[u8]> {
+    fn weight(&self) -> u64 {
+        self.len() as u64
+    }
+}
+
 /// Identifies one stored kernel: which archive of the mount, and its ordinal in that archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KernelId {

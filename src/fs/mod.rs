@@ -12,7 +12,7 @@
 //! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
 //! opened through the daemon: `KpackFs::read_ino_start` finds the kernel by inode and reads its
 //! backing file from the store, or, for a kernel of one READ, its decoded bytes from the small
-//! kernels' cache (`small.rs`); what has to be decoded first it returns as work for the decode
+//! kernels' cache (a `KernelCache` of bytes); what has to be decoded first it returns as work for the decode
 //! pool.
 
 pub mod backing;
@@ -22,7 +22,6 @@ pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
 pub mod pool;
-pub mod small;
 pub mod source;
 pub mod tree;
 
@@ -33,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::{Archive, KernelRef};
-use crate::kernel_cache::{CacheStats, KernelId};
+use crate::kernel_cache::{CacheStats, KernelCache, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
@@ -190,6 +189,9 @@ pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 /// no backing file (the largest READ the kernel sends by default is 128 KiB).
 const DIRECT_READ_MAX: u64 = 128 << 10;
 
+/// At most this many bytes of small kernels are kept (within the mount's `--cache-size`).
+const SMALL_CACHE_MAX: u64 = 4 << 20;
+
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
@@ -263,8 +265,11 @@ pub struct KpackFs {
     handles: Mutex<HashMap<u64, OpenedFile>>,
     /// Decode jobs running now, one per kernel (see `fill.rs`).
     fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
-    /// Page-cache mode's decoded small kernels.
-    small: small::SmallKernels,
+    /// Page-cache mode's decoded small kernels: those that fit in one READ are decoded
+    /// straight into the reply (a backing file would cost more than the decode) and kept here,
+    /// bounded by bytes, so that other READs of the same kernel (concurrent readers, readahead
+    /// windows, pages the kernel dropped) do not decode it again.
+    small: KernelCache<Arc<[u8]>, Errno>,
     /// Small kernels being decoded for a READ now, with the other READs waiting for them.
     small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
     /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
@@ -338,7 +343,7 @@ impl KpackFs {
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
             recent: Mutex::new(std::collections::VecDeque::new()),
-            small: small::SmallKernels::new(small::SMALL_CACHE_MAX.min(opts.cache_size / 4)),
+            small: KernelCache::new(SMALL_CACHE_MAX.min(opts.cache_size / 4)),
             small_decoding: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
@@ -367,12 +372,13 @@ impl KpackFs {
     /// kernels decoded from archives.
     pub fn cache_stats(&self) -> CacheStats {
         let store = self.store.stats();
-        let (hits, misses, bytes) = self.small.counts();
+        let small = self.small.stats();
         CacheStats {
             decodes: self.decodes.load(Ordering::Relaxed),
-            hits: store.hits + hits,
-            misses: store.misses + misses,
-            bytes_cached: store.bytes_cached + bytes,
+            hits: store.hits + small.hits,
+            misses: store.misses + small.misses,
+            bytes_cached: store.bytes_cached + small.bytes_cached,
+            evictions: store.evictions + small.evictions,
             ..store
         }
     }
@@ -536,7 +542,7 @@ impl KpackFs {
                 });
                 decoded.map(|bytes| {
                     let bytes: Arc<[u8]> = bytes.into();
-                    self.small.put(id, bytes.clone());
+                    self.small.put(id, &bytes);
                     bytes
                 })
             }
