@@ -275,41 +275,37 @@ impl<'a, I: Input<'a>> Parser<'_, I> {
     }
 
     fn map_header(&mut self) -> Result<Option<usize>, DecodeError> {
-        let at = self.pos;
-        let Some(tag) = self.input.bytes(at, 1).map(|b| b[0]) else {
-            return err(at, "truncated: 1 more bytes needed");
-        };
-        let len = match tag {
-            0x80..=0x8f => {
-                self.pos += 1;
-                u64::from(tag & 0x0f)
-            }
-            0xde | 0xdf => {
-                self.pos += 1;
-                self.be(if tag == 0xde { 2 } else { 4 })?
-            }
-            _ => return Ok(None),
-        };
-        self.check_len(at, len, 2, "map").map(Some)
+        self.container_header(0x80, [0xde, 0xdf], 2, "map")
     }
 
     fn array_header(&mut self) -> Result<Option<usize>, DecodeError> {
+        self.container_header(0x90, [0xdc, 0xdd], 1, "array")
+    }
+
+    /// The element count of a map or array header at the cursor (`fix`: its fix-form tag with
+    /// a zero count; `wide`: its 16- and 32-bit tags), checked against the bytes left at
+    /// `per_item` bytes each; `None`, with the cursor unmoved, when another type is there.
+    fn container_header(
+        &mut self,
+        fix: u8,
+        wide: [u8; 2],
+        per_item: u64,
+        what: &str,
+    ) -> Result<Option<usize>, DecodeError> {
         let at = self.pos;
         let Some(tag) = self.input.bytes(at, 1).map(|b| b[0]) else {
             return err(at, "truncated: 1 more bytes needed");
         };
-        let len = match tag {
-            0x90..=0x9f => {
-                self.pos += 1;
-                u64::from(tag & 0x0f)
-            }
-            0xdc | 0xdd => {
-                self.pos += 1;
-                self.be(if tag == 0xdc { 2 } else { 4 })?
-            }
-            _ => return Ok(None),
+        let len = if tag & 0xf0 == fix {
+            self.pos += 1;
+            u64::from(tag & 0x0f)
+        } else if wide.contains(&tag) {
+            self.pos += 1;
+            self.be(if tag == wide[0] { 2 } else { 4 })?
+        } else {
+            return Ok(None);
         };
-        self.check_len(at, len, 1, "array").map(Some)
+        self.check_len(at, len, per_item, what).map(Some)
     }
 
     fn value(&mut self, depth: usize) -> Result<Value<'a>, DecodeError> {
