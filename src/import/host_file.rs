@@ -31,13 +31,18 @@ pub struct HostFile {
     fatbin: Option<(u64, u64)>,
 }
 
+/// Opens `path`: the file, its length, and a zeroed image of that length for the parts read.
+fn blank_image(path: &Path) -> io::Result<(File, u64, Vec<u8>)> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let len_usize = usize::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+    Ok((file, len, vec![0u8; len_usize]))
+}
+
 impl HostFile {
     pub fn open(path: &Path) -> io::Result<HostFile> {
-        let file = File::open(path)?;
-        let len = file.metadata()?.len();
-        let len_usize = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
-        let mut image = vec![0u8; len_usize];
+        let (file, len, mut image) = blank_image(path)?;
         let fatbin = locate_fatbin(&file, &mut image)?;
         let (skip_lo, skip_hi) = fatbin.map_or((len, len), |(o, n)| (o, o + n));
         fill(&file, &mut image, 0, skip_lo)?;
@@ -55,11 +60,7 @@ impl HostFile {
     /// the cost of a few small reads whatever the file's size. A file whose tables cannot be
     /// read this way is read whole, so that the parser reports what is wrong with it.
     pub fn open_tables(path: &Path) -> io::Result<HostFile> {
-        let file = File::open(path)?;
-        let len = file.metadata()?.len();
-        let len_usize = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
-        let mut image = vec![0u8; len_usize];
+        let (file, len, mut image) = blank_image(path)?;
         if !read_tables(&file, &mut image)? {
             fill(&file, &mut image, 0, len)?;
         }
