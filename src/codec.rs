@@ -123,18 +123,32 @@ pub fn decode_frame_into<B: KernelBuf + ?Sized>(frame: &[u8], dst: &mut B) -> Re
     })
 }
 
-/// Decodes `frame` (one or more complete zstd frames) into `dst` in steps of at most `step`
-/// bytes, calling `progress(done)` with the finished prefix of `dst` after each step, so a
-/// reader can be served the start of a kernel (straight from `done`) while the rest is still
-/// decoding. `dst` must come out exactly
-/// full, with nothing of the frames left over.
-pub fn decode_frame_stepwise(
+/// Decodes `frame` (one or more complete zstd frames) to exactly `expected` bytes in pieces, so
+/// a reader can be served the start of a kernel while the rest is still decoding. The pieces are
+/// decoded into `buf`, one small buffer that stays in the CPU's cache; the caller writes them
+/// where they belong (a `pwrite` into a backing file is several times cheaper than faulting in a
+/// writable file mapping page by page).
+///
+/// `buf` holds up to `keep` bytes of what came before each piece, then the piece: after each
+/// piece `sink(window_start, window, fresh)` gets that window (the bytes from `window_start`
+/// on) and the index in it where the new bytes begin. Readers' requests rarely line up with the
+/// pieces (they follow the pages of the reader's buffer), so one that began a little before the
+/// piece can still be answered from memory. Nothing of the frames may be left over; a sink's
+/// error stops the decode and is returned as it is.
+pub fn decode_frame_steps(
     frame: &[u8],
-    dst: &mut [u8],
-    step: usize,
-    mut progress: impl FnMut(&[u8]),
+    expected: u64,
+    buf: &mut [u8],
+    keep: usize,
+    mut sink: impl FnMut(u64, &[u8], usize) -> Result<(), String>,
 ) -> Result<(), String> {
-    let expected = dst.len();
+    if buf.len() <= keep {
+        return Err(format!(
+            "a {}-byte decode buffer keeping {keep} bytes",
+            buf.len()
+        ));
+    }
+    let step = buf.len() - keep;
     let failed = |code: usize| {
         format!(
             "{} (the TOC says {expected} bytes)",
@@ -145,12 +159,14 @@ pub fn decode_frame_stepwise(
         dctx.reset(zstd_safe::ResetDirective::SessionOnly)
             .map_err(failed)?;
         let mut input = zstd_safe::InBuffer::around(frame);
-        let mut done = 0usize;
+        let mut done = 0u64;
         // What the last call returned: 0 when a frame had just ended and been flushed.
         let mut hint = 1usize;
+        // How many bytes before the piece are the kernel's (they end at `keep`).
+        let mut kept = 0usize;
         while done < expected {
-            let end = expected.min(done + step.max(1));
-            let mut out = zstd_safe::OutBuffer::around(&mut dst[done..end]);
+            let want = usize::try_from(expected - done).map_or(step, |n| n.min(step));
+            let mut out = zstd_safe::OutBuffer::around(&mut buf[keep..keep + want]);
             while out.pos() < out.capacity() {
                 let before = (input.pos(), out.pos());
                 hint = dctx
@@ -159,12 +175,17 @@ pub fn decode_frame_stepwise(
                 if (input.pos(), out.pos()) == before {
                     return Err(format!(
                         "decoded {} bytes, the TOC says {expected}",
-                        done + out.pos()
+                        done + out.pos() as u64
                     ));
                 }
             }
-            done = end;
-            progress(&dst[..done]);
+            sink(done - kept as u64, &buf[keep - kept..keep + want], kept)?;
+            done += want as u64;
+            // The piece's last bytes (with older ones when the piece was short) become what
+            // comes before the next one.
+            let end = keep + want;
+            kept = (kept + want).min(keep);
+            buf.copy_within(end - kept..end, keep - kept);
         }
         // Every expected byte is out: what is left must end the frames without producing more.
         let mut spare = [0u8; 1];
@@ -274,36 +295,82 @@ mod tests {
         assert!(decode_frame_into(&frame, &mut long).is_err());
     }
 
+    /// Decodes `frame` to `expected` bytes through `decode_frame_steps` with pieces of `step`
+    /// bytes and `keep` bytes kept before each, checking every window against what came
+    /// before; returns the bytes and where each piece began.
+    fn stepped(
+        frame: &[u8],
+        expected: usize,
+        step: usize,
+        keep: usize,
+    ) -> Result<(Vec<u8>, Vec<u64>), String> {
+        let mut buf = vec![0u8; keep + step];
+        let (mut out, mut offsets) = (Vec::new(), Vec::new());
+        decode_frame_steps(
+            frame,
+            expected as u64,
+            &mut buf,
+            keep,
+            |from, window, fresh| {
+                assert_eq!(
+                    from + fresh as u64,
+                    out.len() as u64,
+                    "pieces come in order, back to back"
+                );
+                assert_eq!(fresh, keep.min(out.len()), "as much kept as there was");
+                assert!(
+                    window[..fresh] == out[from as usize..],
+                    "kept bytes are the last ones"
+                );
+                offsets.push(out.len() as u64);
+                out.extend_from_slice(&window[fresh..]);
+                Ok(())
+            },
+        )?;
+        Ok((out, offsets))
+    }
+
     #[test]
-    fn stepwise_decode_reports_progress_and_exact_size() {
+    fn stepwise_decode_hands_out_pieces_in_order_and_exact_size() {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let frame = FrameEncoder::new(3).unwrap().encode(&data).unwrap();
-        let mut out = vec![0u8; data.len()];
-        let mut steps = Vec::new();
-        decode_frame_stepwise(&frame, &mut out, 128 << 10, |done| {
-            assert!(done == &data[..done.len()]);
-            steps.push(done.len())
-        })
-        .unwrap();
+        let (out, offsets) = stepped(&frame, data.len(), 128 << 10, 4096).unwrap();
         assert!(out == data);
-        assert_eq!(steps, [131_072, 262_144, 300_000]);
+        assert_eq!(offsets, [0, 131_072, 262_144]);
+        // Kept bytes across pieces shorter than what is kept, and nothing kept.
+        assert!(stepped(&frame, data.len(), 1000, 4096).unwrap().0 == data);
+        assert!(stepped(&frame, data.len(), 4096, 0).unwrap().0 == data);
         // One byte short, one byte too many, a truncated frame, trailing garbage.
-        let mut short = vec![0u8; data.len() - 1];
-        assert!(decode_frame_stepwise(&frame, &mut short, 1 << 20, |_| {}).is_err());
-        let mut long = vec![0u8; data.len() + 1];
-        assert!(decode_frame_stepwise(&frame, &mut long, 1 << 20, |_| {}).is_err());
-        let mut out = vec![0u8; data.len()];
-        let cut = &frame[..frame.len() - 3];
-        assert!(decode_frame_stepwise(cut, &mut out, 1 << 20, |_| {}).is_err());
+        assert!(stepped(&frame, data.len() - 1, 1 << 20, 0).is_err());
+        assert!(stepped(&frame, data.len() + 1, 1 << 20, 0).is_err());
+        assert!(stepped(&frame[..frame.len() - 3], data.len(), 1 << 20, 0).is_err());
         let mut extra = frame.clone();
         extra.extend_from_slice(b"junk");
-        assert!(decode_frame_stepwise(&extra, &mut out, 1 << 20, |_| {}).is_err());
+        assert!(stepped(&extra, data.len(), 1 << 20, 0).is_err());
         // Two concatenated frames decode as one kernel.
         let mut two = frame.clone();
         two.extend_from_slice(&frame);
-        let mut out = vec![0u8; 2 * data.len()];
-        decode_frame_stepwise(&two, &mut out, 1 << 20, |_| {}).unwrap();
+        let (out, _) = stepped(&two, 2 * data.len(), 1 << 20, 64).unwrap();
         assert!(out[..data.len()] == data[..] && out[data.len()..] == data[..]);
+        // A sink's error ends the decode with that error; no room for a piece is refused.
+        let mut buf = vec![0u8; 4096];
+        let e = decode_frame_steps(&frame, data.len() as u64, &mut buf, 0, |from, w, fresh| {
+            if from + fresh as u64 > 0 || w.is_empty() {
+                Err("disk full".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(e, Err("disk full".to_owned()));
+        let refused =
+            decode_frame_steps(&frame, data.len() as u64, &mut buf, 4096, |_, _, _| Ok(()));
+        assert!(refused.is_err());
+        // An empty kernel hands out nothing.
+        let empty = FrameEncoder::new(3).unwrap().encode(&[]).unwrap();
+        assert_eq!(
+            stepped(&empty, 0, 4096, 64).unwrap(),
+            (Vec::new(), Vec::new())
+        );
     }
 
     #[test]

@@ -13,8 +13,12 @@
 //! cold kernel decode it once, and evicting an entry only drops the store's reference; open
 //! handles keep their file until they are released.
 //!
-//! A file is filled by mapping it and decoding straight into the mapping (no second copy of
-//! the kernel in the daemon's heap). Space is reserved with `fallocate`, so a full disk or
+//! A streamed kernel (the common case, see `fill.rs`) is decoded in small pieces, each written
+//! with `pwrite` ([`Pending::write_at`]): the file system takes whole large folios that way,
+//! where decoding into a writable mapping faulted every 4 KiB page in (and dirtied it) one by
+//! one, which cost more CPU than the decoding itself. A kernel decoded whole (digest of the
+//! decoded bytes only, or no zstd) is decoded straight into a mapping of its file, so the daemon
+//! never holds a second copy of it. Space is reserved with `fallocate`, so a full disk or
 //! memory limit is an error for that open, not a `SIGBUS` in the daemon; and it is reserved
 //! only once the archive has checked that the stored kernel really produces that many bytes
 //! ([`Reserve`] is the archive's allocator), so a hostile size never claims disk or memory.
@@ -283,15 +287,20 @@ impl BackingStore {
                 (file, Some(tmp))
             }
         };
-        let map = if spec.len == 0 {
-            None
-        } else {
-            let size = usize::try_from(spec.len).map_err(|_| Errno::ENOMEM)?;
-            let mapped = reserve(&file, spec.len).and_then(|()| Mapping::new(&file, size));
-            Some(mapped.map_err(|e| fail(&format!("cannot reserve {} bytes", spec.len), &e))?)
-        };
+        if spec.len > 0 {
+            reserve(&file, spec.len)
+                .map_err(|e| fail(&format!("cannot reserve {} bytes", spec.len), &e))?;
+        }
+        // A cache directory records the digest of the decoded bytes; archives that have one
+        // give it, the others get it hashed as the bytes are written.
+        let hasher = (matches!(self.place, Where::CacheDir(_)) && spec.digest.is_none())
+            .then(blake3::Hasher::new);
         let backing = self.wrap(file, spec.len);
-        Ok(Pending { backing, map, tmp })
+        Ok(Pending {
+            backing,
+            tmp,
+            hasher,
+        })
     }
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
@@ -301,12 +310,10 @@ impl BackingStore {
     pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> Arc<BackingFile> {
         // A frame that matched its digest decodes to the writer's bytes, whose digest the
         // archive records; only archives without one need the bytes hashed for the record.
-        let digest = match (&self.place, spec.digest) {
-            (Where::CacheDir(_), None) => *blake3::hash(pending.bytes()).as_bytes(),
-            (_, d) => d.unwrap_or([0; 32]),
+        let digest = match pending.hasher.take() {
+            Some(h) => *h.finalize().as_bytes(),
+            None => spec.digest.unwrap_or([0; 32]),
         };
-        // Unmapped before sealing: a memfd with a writable mapping cannot be sealed.
-        pending.map = None;
         let keep = match &self.place {
             Where::Memory => {
                 seal(pending.backing.file());
@@ -512,8 +519,9 @@ fn seal(file: &File) {
 /// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
 pub struct Pending {
     backing: Arc<BackingFile>,
-    map: Option<Mapping>,
     tmp: Option<TmpFile>,
+    /// The digest of the bytes written so far, when the file's record needs one.
+    hasher: Option<blake3::Hasher>,
 }
 
 impl Pending {
@@ -521,14 +529,24 @@ impl Pending {
         &self.backing
     }
 
-    /// The file's bytes, to decode into (they read as zeros until written).
-    pub fn bytes(&mut self) -> &mut [u8] {
-        match &self.map {
-            // SAFETY: a shared writable mapping of exactly `len` bytes of a file sized to
-            // them, alive as long as `self.map`; `&mut self` makes this the only slice of it.
-            Some(m) => unsafe { std::slice::from_raw_parts_mut(m.ptr.cast::<u8>(), m.len) },
-            None => &mut [],
+    /// Writes `bytes` at `offset` (bytes not yet written read as zeros). Writes must come in
+    /// order, back to back, when the file is hashed for a cache directory.
+    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        let end = offset.saturating_add(bytes.len() as u64);
+        if end > self.backing.len {
+            return Err(format!(
+                "{end} bytes for a {}-byte backing file",
+                self.backing.len
+            ));
         }
+        self.backing
+            .file
+            .write_all_at(bytes, offset)
+            .map_err(|e| format!("cannot write the backing file: {e}"))?;
+        if let Some(h) = &mut self.hasher {
+            h.update(bytes);
+        }
+        Ok(())
     }
 }
 
@@ -707,7 +725,7 @@ mod tests {
     /// A cache-directory file written by `begin`/`finish` with `data`.
     fn written(store: &BackingStore, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
         let mut pending = store.begin(s).unwrap();
-        pending.bytes().copy_from_slice(data);
+        pending.write_at(0, data).unwrap();
         store.finish(s, pending)
     }
 
@@ -748,7 +766,7 @@ mod tests {
         let s = spec(4096, 2);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
         let mut pending = store.begin(&s).unwrap();
-        pending.bytes().copy_from_slice(&data);
+        pending.write_at(0, &data).unwrap();
         // Its temporary name is gone: the rename into place fails.
         for f in files(d.path()) {
             std::fs::remove_file(f).unwrap();

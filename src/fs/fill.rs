@@ -138,11 +138,12 @@ impl Fill {
         }
     }
 
-    /// The bytes of `done` (the file's first bytes, in the job's mapping) are final: parked
-    /// reads they cover are answered from them, with no copy through the file.
-    pub fn progress(&self, done: &[u8]) {
-        let ready = done.len() as u64;
-        let due = {
+    /// Every byte of the file up to the end of `piece` (the file's bytes from `start`, in the
+    /// job's memory, just written) is final: parked reads they cover are answered, from `piece`
+    /// itself when they lie in it (no read back from the file), else from the file.
+    pub fn progress(&self, start: u64, piece: &[u8]) {
+        let ready = start + piece.len() as u64;
+        let (due, file) = {
             let mut s = lock(&self.state);
             s.ready = ready;
             // Every byte written: the file is complete from here on, so an open arriving while
@@ -155,11 +156,17 @@ impl Fill {
                 .into_iter()
                 .partition(|r| r.end <= ready);
             s.reads = wait;
-            due
+            (due, s.file.clone())
         };
         for r in due {
-            let from = (r.offset as usize).min(done.len());
-            (r.done)(Ok(&done[from..r.end as usize]));
+            match (r.offset.checked_sub(start), &file) {
+                (Some(from), _) => {
+                    let from = (from as usize).min(piece.len());
+                    (r.done)(Ok(&piece[from..(r.end - start) as usize]))
+                }
+                (None, Some(file)) => answer(file, r),
+                (None, None) => (r.done)(Err(Errno::EIO)),
+            }
         }
     }
 
@@ -296,10 +303,16 @@ mod tests {
             "past the end: at once"
         );
         assert!(head.try_recv().is_err() && tail.try_recv().is_err());
-        pending.bytes().copy_from_slice(&data);
-        fill.progress(&data[..4096]);
+        pending.write_at(0, &data[..4096]).unwrap();
+        fill.progress(0, &data[..4096]);
         assert_eq!(head.try_recv().unwrap(), Ok(data[..100].to_vec()));
         assert!(tail.try_recv().is_err(), "its bytes are not final yet");
+        // A read that starts before the last piece is answered from the file.
+        let across = read(&fill, &file, 4000, 1000);
+        pending.write_at(4096, &data[4096..8192]).unwrap();
+        fill.progress(4096, &data[4096..8192]);
+        assert_eq!(across.try_recv().unwrap(), Ok(data[4000..5000].to_vec()));
+        pending.write_at(8192, &data[8192..]).unwrap();
         // A read of final bytes is answered at once (from the file).
         assert_eq!(
             read(&fill, &file, 10, 20).try_recv().unwrap(),
@@ -319,10 +332,10 @@ mod tests {
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
         let file = pending.backing().clone();
         fill.streaming(&file);
-        pending.bytes().copy_from_slice(&data);
-        fill.progress(&data[..4999]);
+        pending.write_at(0, &data).unwrap();
+        fill.progress(0, &data[..4999]);
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(false));
-        fill.progress(&data);
+        fill.progress(4999, &data[4999..]);
         assert!(fill.is_done());
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
         // Keeping it failed (or the job broke afterwards): the bytes still read.

@@ -210,6 +210,18 @@ pub struct FsOptions {
 /// reads waiting for them): large enough that publishing costs nothing next to decoding.
 const STREAM_STEP: usize = 1 << 20;
 
+/// How much of the previous step stays in memory before each new one. A reader's requests
+/// follow the pages of its buffer, which rarely starts on a page boundary, so most of them begin
+/// a few bytes before the step that completes them; with these bytes kept they are answered
+/// from memory instead of being read back from the backing file.
+const STREAM_KEEP: usize = 64 << 10;
+
+thread_local! {
+    /// Each decode thread's buffer for streaming decodes (the kept bytes, then the step):
+    /// reused, so it stays mapped and in the CPU's cache.
+    static STEP_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
 /// kernel's one decode job, or a small kernel decoded straight into one READ's reply.
 pub struct FillJob(Job);
@@ -836,10 +848,17 @@ impl KpackFs {
         // cache directory hashes, records and renames it) is no reader's business, and a
         // failure to keep it only means the file is not kept.
         let frame = &buf[start..];
-        crate::codec::decode_frame_stepwise(frame, pending.bytes(), STREAM_STEP, |done| {
-            fill.progress(done)
-        })
-        .map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        STEP_BUF
+            .with_borrow_mut(|buf| {
+                buf.resize(STREAM_KEEP + STREAM_STEP, 0);
+                let steps = |from: u64, window: &[u8], fresh: usize| {
+                    pending.write_at(from + fresh as u64, &window[fresh..])?;
+                    fill.progress(from, window);
+                    Ok(())
+                };
+                crate::codec::decode_frame_steps(frame, spec.len, buf, STREAM_KEEP, steps)
+            })
+            .map_err(|e| self.failed(file, &e, Errno::EIO))?;
         Ok(self.store.finish(&spec, pending))
     }
 
