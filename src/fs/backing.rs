@@ -92,17 +92,44 @@ impl BackingFile {
 }
 
 impl BackingFile {
-    /// The bytes of `[offset, end)` (clipped to the kernel); a failed read is logged, EIO.
-    pub fn read_range(&self, offset: u64, end: u64) -> Result<Vec<u8>, Errno> {
-        let want = end.min(self.len).saturating_sub(offset);
-        let mut buf = vec![0u8; want as usize];
-        let n = self.read_at(&mut buf, offset).map_err(|e| {
-            log::error!("cannot read a backing file: {e}");
-            Errno::EIO
-        })?;
-        buf.truncate(n);
-        Ok(buf)
+    /// Hands `answer` the bytes of `[offset, end)` (clipped to the kernel), read into this
+    /// thread's buffer; a failed read is logged, EIO. The buffer is kept from read to read: a
+    /// new one for each 1 MiB request had every page of it faulted in and zeroed first.
+    pub fn with_range<R>(
+        &self,
+        offset: u64,
+        end: u64,
+        answer: impl FnOnce(Result<&[u8], Errno>) -> R,
+    ) -> R {
+        let want = end.min(self.len).saturating_sub(offset) as usize;
+        let read = |buf: &mut Vec<u8>| {
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            self.read_at(&mut buf[..want], offset).map_err(|e| {
+                log::error!("cannot read a backing file: {e}");
+                Errno::EIO
+            })
+        };
+        READ_BUF.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                let got = read(&mut buf);
+                answer(got.map(|n| &buf[..n]))
+            }
+            // Only if `answer` itself reads again on this thread.
+            Err(_) => {
+                let mut buf = Vec::new();
+                let got = read(&mut buf);
+                answer(got.map(|n| &buf[..n]))
+            }
+        })
     }
+}
+
+thread_local! {
+    /// Each request thread's buffer for reads from backing files (as large as the largest
+    /// read it answered, which FUSE bounds to its request size).
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Drop for BackingFile {
@@ -772,7 +799,7 @@ mod tests {
             std::fs::remove_file(f).unwrap();
         }
         let b = store.finish(&s, pending);
-        assert_eq!(b.read_range(0, 4096).unwrap(), data);
+        assert_eq!(b.with_range(0, 4096, |r| r.unwrap().to_vec()), data);
         assert!(!store.contains(s.id));
         assert!(store.find_in_dir(&s).is_none());
         // A file that was put in place is kept and found.
@@ -780,7 +807,10 @@ mod tests {
         written(&store, &s3, &[3; 10]);
         assert!(store.contains(s3.id));
         assert_eq!(
-            store.find_in_dir(&s3).unwrap().read_range(0, 10).unwrap(),
+            store
+                .find_in_dir(&s3)
+                .unwrap()
+                .with_range(0, 10, |r| r.unwrap().to_vec()),
             [3; 10]
         );
     }

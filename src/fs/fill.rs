@@ -230,10 +230,7 @@ impl Fill {
 
 /// Answers a read from the file (whose range is final).
 fn answer(file: &BackingFile, r: Parked) {
-    match file.read_range(r.offset, r.end) {
-        Ok(bytes) => (r.done)(Ok(&bytes)),
-        Err(e) => (r.done)(Err(e)),
-    }
+    file.with_range(r.offset, r.end, r.done);
 }
 
 #[cfg(test)]

@@ -1209,11 +1209,7 @@ impl KpackFs {
 
 /// Answers `done` with up to `size` bytes of `backing` at `offset`; short only at end of file.
 fn read_into(backing: &BackingFile, offset: u64, size: u32, done: ReadDone) {
-    let end = offset.saturating_add(u64::from(size));
-    match backing.read_range(offset, end) {
-        Ok(bytes) => done(Ok(&bytes)),
-        Err(e) => done(Err(e)),
-    }
+    backing.with_range(offset, offset.saturating_add(u64::from(size)), done);
 }
 
 /// EIO, logged with `name`, unless `b` holds `size` bytes.
