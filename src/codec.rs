@@ -123,32 +123,29 @@ pub fn decode_frame_into<B: KernelBuf + ?Sized>(frame: &[u8], dst: &mut B) -> Re
     })
 }
 
-/// Decodes `frame` (one or more complete zstd frames) to exactly `expected` bytes in pieces, so
-/// a reader can be served the start of a kernel while the rest is still decoding. The pieces are
-/// decoded into `buf`, one small buffer that stays in the CPU's cache; the caller writes them
-/// where they belong (a `pwrite` into a backing file is several times cheaper than faulting in a
-/// writable file mapping page by page).
+/// Decodes `frame` (one or more complete zstd frames) to exactly `expected` bytes in pieces of
+/// at most `step` bytes, so a reader can be served the start of a kernel while the rest is still
+/// decoding. Each piece is decoded into a buffer from `buffer()` (small, reused: it stays in the
+/// CPU's cache) and handed to `sink(window_start, buffer, fresh, end)`, which writes it where
+/// it belongs and may pass it to another thread (a `pwrite` into a backing file is several times
+/// cheaper than faulting in a writable file mapping page by page).
 ///
-/// `buf` holds up to `keep` bytes of what came before each piece, then the piece: after each
-/// piece `sink(window_start, window, fresh)` gets that window (the bytes from `window_start`
-/// on) and the index in it where the new bytes begin. Readers' requests rarely line up with the
-/// pieces (they follow the pages of the reader's buffer), so one that began a little before the
-/// piece can still be answered from memory. Nothing of the frames may be left over; a sink's
-/// error stops the decode and is returned as it is.
+/// The window is `buffer[..end]`: up to `keep` bytes of what came before the piece, then the
+/// piece from `fresh` on. Readers' requests rarely line up with the pieces (they follow the pages
+/// of the reader's buffer), so one that began a little before the piece can still be answered
+/// from memory. Nothing of the frames may be left over; an error of `buffer` or `sink` stops the
+/// decode and is returned as it is.
 pub fn decode_frame_steps(
     frame: &[u8],
     expected: u64,
-    buf: &mut [u8],
+    step: usize,
     keep: usize,
-    mut sink: impl FnMut(u64, &[u8], usize) -> Result<(), String>,
+    mut buffer: impl FnMut() -> Result<Vec<u8>, String>,
+    mut sink: impl FnMut(u64, Vec<u8>, usize, usize) -> Result<(), String>,
 ) -> Result<(), String> {
-    if buf.len() <= keep {
-        return Err(format!(
-            "a {}-byte decode buffer keeping {keep} bytes",
-            buf.len()
-        ));
+    if step == 0 {
+        return Err("a decode step of 0 bytes".to_owned());
     }
-    let step = buf.len() - keep;
     let failed = |code: usize| {
         format!(
             "{} (the TOC says {expected} bytes)",
@@ -162,11 +159,20 @@ pub fn decode_frame_steps(
         let mut done = 0u64;
         // What the last call returned: 0 when a frame had just ended and been flushed.
         let mut hint = 1usize;
-        // How many bytes before the piece are the kernel's (they end at `keep`).
-        let mut kept = 0usize;
+        // The last bytes decoded so far, which start the next window.
+        let mut tail: Vec<u8> =
+            Vec::with_capacity(keep.min(usize::try_from(expected).unwrap_or(keep)));
         while done < expected {
             let want = usize::try_from(expected - done).map_or(step, |n| n.min(step));
-            let mut out = zstd_safe::OutBuffer::around(&mut buf[keep..keep + want]);
+            let mut window = buffer()?;
+            let fresh = tail.len();
+            let end = fresh + want;
+            // A reused buffer is long enough already: decoding overwrites it, nothing is zeroed.
+            if window.len() < end {
+                window.resize(end, 0);
+            }
+            window[..fresh].copy_from_slice(&tail);
+            let mut out = zstd_safe::OutBuffer::around(&mut window[fresh..end]);
             while out.pos() < out.capacity() {
                 let before = (input.pos(), out.pos());
                 hint = dctx
@@ -179,13 +185,11 @@ pub fn decode_frame_steps(
                     ));
                 }
             }
-            sink(done - kept as u64, &buf[keep - kept..keep + want], kept)?;
+            let kept = end.min(keep);
+            tail.clear();
+            tail.extend_from_slice(&window[end - kept..end]);
+            sink(done - fresh as u64, window, fresh, end)?;
             done += want as u64;
-            // The piece's last bytes (with older ones when the piece was short) become what
-            // comes before the next one.
-            let end = keep + want;
-            kept = (kept + want).min(keep);
-            buf.copy_within(end - kept..end, keep - kept);
         }
         // Every expected byte is out: what is left must end the frames without producing more.
         let mut spare = [0u8; 1];
@@ -304,29 +308,27 @@ mod tests {
         step: usize,
         keep: usize,
     ) -> Result<(Vec<u8>, Vec<u64>), String> {
-        let mut buf = vec![0u8; keep + step];
         let (mut out, mut offsets) = (Vec::new(), Vec::new());
-        decode_frame_steps(
-            frame,
-            expected as u64,
-            &mut buf,
-            keep,
-            |from, window, fresh| {
-                assert_eq!(
-                    from + fresh as u64,
-                    out.len() as u64,
-                    "pieces come in order, back to back"
-                );
-                assert_eq!(fresh, keep.min(out.len()), "as much kept as there was");
-                assert!(
-                    window[..fresh] == out[from as usize..],
-                    "kept bytes are the last ones"
-                );
-                offsets.push(out.len() as u64);
-                out.extend_from_slice(&window[fresh..]);
-                Ok(())
-            },
-        )?;
+        let sink = |from: u64, buffer: Vec<u8>, fresh: usize, end: usize| {
+            let window = &buffer[..end];
+            assert_eq!(
+                from + fresh as u64,
+                out.len() as u64,
+                "pieces come in order, back to back"
+            );
+            assert_eq!(fresh, keep.min(out.len()), "as much kept as there was");
+            assert!(
+                window[..fresh] == out[from as usize..],
+                "kept bytes are the last ones"
+            );
+            assert!(window.len() - fresh <= step);
+            offsets.push(out.len() as u64);
+            out.extend_from_slice(&window[fresh..]);
+            Ok(())
+        };
+        // Buffers come back dirty and longer than needed, as a pool hands them out.
+        let dirty = || Ok(vec![0xa5; keep + step + 7]);
+        decode_frame_steps(frame, expected as u64, step, keep, dirty, sink)?;
         Ok((out, offsets))
     }
 
@@ -352,18 +354,30 @@ mod tests {
         two.extend_from_slice(&frame);
         let (out, _) = stepped(&two, 2 * data.len(), 1 << 20, 64).unwrap();
         assert!(out[..data.len()] == data[..] && out[data.len()..] == data[..]);
-        // A sink's error ends the decode with that error; no room for a piece is refused.
-        let mut buf = vec![0u8; 4096];
-        let e = decode_frame_steps(&frame, data.len() as u64, &mut buf, 0, |from, w, fresh| {
-            if from + fresh as u64 > 0 || w.is_empty() {
+        // An error of the sink or of the buffers ends the decode with that error; a step of
+        // 0 bytes is refused.
+        let size = data.len() as u64;
+        let no_buffer = || Ok(Vec::new());
+        let e = decode_frame_steps(&frame, size, 4096, 0, no_buffer, |from, _, _, _| {
+            if from > 0 {
                 Err("disk full".to_owned())
             } else {
                 Ok(())
             }
         });
         assert_eq!(e, Err("disk full".to_owned()));
-        let refused =
-            decode_frame_steps(&frame, data.len() as u64, &mut buf, 4096, |_, _, _| Ok(()));
+        let mut given = 0;
+        let two_buffers = || {
+            given += 1;
+            if given > 2 {
+                Err("no buffer".to_owned())
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let e = decode_frame_steps(&frame, size, 4096, 0, two_buffers, |_, _, _, _| Ok(()));
+        assert_eq!(e, Err("no buffer".to_owned()));
+        let refused = decode_frame_steps(&frame, size, 0, 0, no_buffer, |_, _, _, _| Ok(()));
         assert!(refused.is_err());
         // An empty kernel hands out nothing.
         let empty = FrameEncoder::new(3).unwrap().encode(&[]).unwrap();

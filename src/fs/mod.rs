@@ -23,6 +23,7 @@ pub mod gpus;
 pub mod mountinfo;
 pub mod pool;
 pub mod source;
+mod stream;
 pub mod tree;
 
 use crate::sync::lock;
@@ -204,22 +205,6 @@ pub struct FsOptions {
     /// Owner of every inode.
     pub uid: u32,
     pub gid: u32,
-}
-
-/// How far a streaming decode gets before it publishes the bytes it wrote (and answers the
-/// reads waiting for them): large enough that publishing costs nothing next to decoding.
-const STREAM_STEP: usize = 1 << 20;
-
-/// How much of the previous step stays in memory before each new one. A reader's requests
-/// follow the pages of its buffer, which rarely starts on a page boundary, so most of them begin
-/// a few bytes before the step that completes them; with these bytes kept they are answered
-/// from memory instead of being read back from the backing file.
-const STREAM_KEEP: usize = 64 << 10;
-
-thread_local! {
-    /// Each decode thread's buffer for streaming decodes (the kept bytes, then the step):
-    /// reused, so it stays mapped and in the CPU's cache.
-    static STEP_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
@@ -848,17 +833,9 @@ impl KpackFs {
         // cache directory hashes, records and renames it) is no reader's business, and a
         // failure to keep it only means the file is not kept.
         let frame = &buf[start..];
-        STEP_BUF
-            .with_borrow_mut(|buf| {
-                buf.resize(STREAM_KEEP + STREAM_STEP, 0);
-                let steps = |from: u64, window: &[u8], fresh: usize| {
-                    pending.write_at(from + fresh as u64, &window[fresh..])?;
-                    fill.progress(from, window);
-                    Ok(())
-                };
-                crate::codec::decode_frame_steps(frame, spec.len, buf, STREAM_KEEP, steps)
-            })
-            .map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        let decoded = stream::decode_into(frame, spec.len, &mut pending, fill);
+        stream::keep_frame_buffer(buf);
+        decoded.map_err(|e| self.failed(file, &e, Errno::EIO))?;
         Ok(self.store.finish(&spec, pending))
     }
 
@@ -876,7 +853,7 @@ impl KpackFs {
         if kref.digest.is_some() && kref.frame_digest.is_none() {
             return Ok(Plan::Whole);
         }
-        let mut frame = Vec::new();
+        let mut frame = stream::frame_buffer();
         let start = archive
             .read_verified_frame(kref, &mut frame)
             .map_err(|e| fail(&e))?;

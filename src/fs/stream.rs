@@ -1,0 +1,76 @@
+//! A streamed kernel's decode: its frame decoded in steps into its backing file, each step
+//! published to the readers waiting for it (`fill.rs`) as soon as it is written, through
+//! buffers each decode thread keeps from job to job (fresh ones had every page faulted in and
+//! zeroed per job: a tenth of a cold reader's decode thread, in perf).
+//!
+//! Tried and dropped: a second thread per kernel doing the writing and the answering while the
+//! first decodes. With one cold reader it was no faster (the decoding thread was already idle a
+//! fifth of the time, waiting for the reader to open the next kernel), and with two it cost a
+//! little.
+
+use std::cell::{Cell, RefCell};
+
+use super::backing::Pending;
+use super::fill::Fill;
+use crate::codec::decode_frame_steps;
+
+/// How far a decode gets before it publishes the bytes it wrote (and answers the reads waiting
+/// for them): large enough that publishing costs little next to decoding, small enough to stay
+/// in the CPU's cache.
+pub const STEP: usize = 1 << 20;
+
+/// How much of the previous step stays in memory before each new one. A reader's requests
+/// follow the pages of its buffer, which rarely starts on a page boundary, so most of them begin
+/// a few bytes before the step that completes them; with these bytes kept they are answered
+/// from memory instead of being read back from the backing file.
+pub const KEEP: usize = 64 << 10;
+
+/// The largest compressed frame buffer a decode thread keeps for its next job.
+const FRAME_BUFFER_KEPT: usize = 8 << 20;
+
+thread_local! {
+    /// Each decode thread's step buffer, kept from job to job so it stays mapped.
+    static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Each decode thread's buffer for compressed frames.
+    static FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's buffer to read a frame into (empty or left over from an earlier frame).
+pub fn frame_buffer() -> Vec<u8> {
+    FRAME.with_borrow_mut(std::mem::take)
+}
+
+/// Gives a frame buffer back for this thread's next job, unless it is unusually large.
+pub fn keep_frame_buffer(buf: Vec<u8>) {
+    if buf.capacity() <= FRAME_BUFFER_KEPT {
+        FRAME.with_borrow_mut(|kept| *kept = buf);
+    }
+}
+
+/// Decodes `frame` (checked to produce `len` bytes) into `pending`, publishing each step
+/// through `fill` as soon as it is written.
+pub fn decode_into(
+    frame: &[u8],
+    len: u64,
+    pending: &mut Pending,
+    fill: &Fill,
+) -> Result<(), String> {
+    // Taken from the thread for the job and given back after it: a step's answer cannot
+    // start another decode on this thread, but nothing is borrowed across it all the same.
+    let spare = Cell::new(BUFFER.with_borrow_mut(std::mem::take));
+    let result = decode_frame_steps(
+        frame,
+        len,
+        STEP,
+        KEEP,
+        || Ok(spare.take()),
+        |from, buffer, fresh, end| {
+            pending.write_at(from + fresh as u64, &buffer[fresh..end])?;
+            fill.progress(from, &buffer[..end]);
+            spare.set(buffer);
+            Ok(())
+        },
+    );
+    BUFFER.with_borrow_mut(|kept| *kept = spare.take());
+    result
+}
