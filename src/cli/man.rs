@@ -200,7 +200,7 @@ mod tests {
             "\\fBkpack\\-fuse mount\\fR [\\fB\\-\\-cache\\-size\\fR \\fISIZE\\fR] \
              [\\fB\\-\\-backing\\fR \\fIKIND\\fR] [\\fB\\-\\-scratch\\-dir\\fR \\fIDIR\\fR] \
              [\\fB\\-\\-cache\\-dir\\fR \\fIDIR\\fR] [\\fB\\-\\-cache\\-dir\\-size\\fR \\fISIZE\\fR] \
-             [\\fB\\-\\-no\\-passthrough\\fR] [\\fB\\-\\-open\\-mode\\fR \\fIMODE\\fR] \
+             [\\fB\\-\\-no\\-passthrough\\fR] [\\fB\\-\\-no\\-decode\\-ahead\\fR] [\\fB\\-\\-open\\-mode\\fR \\fIMODE\\fR] \
              [\\fB\\-\\-threads\\fR \\fIN\\fR] [\\fB\\-s\\fR] [\\fB\\-\\-gpu\\fR \\fIISA\\fR]... \
              [\\fB\\-f\\fR|\\fB\\-\\-foreground\\fR] [\\fB\\-\\-allow\\-other\\fR] \
              [\\fB\\-\\-allow\\-root\\fR] [\\fB\\-\\-auto\\-unmount\\fR] [\\fB\\-\\-strict\\fR] \

@@ -64,6 +64,11 @@ pub struct MountArgs {
     /// (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN).
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Never decode a kernel before it is opened. By default, when opens walk the files in
+    /// order (a copy or checksum of the tree), a decode thread that would idle decodes the next
+    /// file ahead of them.
+    #[arg(long)]
+    pub no_decode_ahead: bool,
     /// How files are opened: passthrough (each open reaches the daemon, which hands the kernel
     /// the decoded file; best for large kernels), page-cache (the kernel opens files by itself
     /// and keeps their page cache; best for many small files), or auto: page-cache when the
@@ -233,6 +238,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         cache_dir: args.cache_dir.clone(),
         cache_dir_size: args.cache_dir_size,
         no_passthrough: args.no_passthrough,
+        no_decode_ahead: args.no_decode_ahead,
         open_mode: args
             .open_mode
             .as_deref()
@@ -425,6 +431,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         gid,
     };
     let (mut fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
+    fs.set_decode_ahead(!s.no_decode_ahead);
     if let Some(session) = &remote_session {
         let stats = session.stats();
         fs.add_stats(Box::new(move || stats.to_text()));

@@ -9,6 +9,7 @@
 //!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
 //!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
 //!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default),
+//!   `no_decode_ahead` (and `decode_ahead`, its default),
 //!   `open_mode=auto|passthrough|page-cache`, and for remote
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
@@ -44,6 +45,7 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     pub cache_dir_size: Option<u64>,
     pub no_passthrough: bool,
+    pub no_decode_ahead: bool,
     pub open_mode: OpenMode,
     /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
     pub remote: crate::remote::settings::RemoteArgs,
@@ -176,6 +178,8 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         "no_passthrough" => flag(s, |s| s.no_passthrough = true),
         "passthrough" => flag(s, |s| s.no_passthrough = false),
+        "no_decode_ahead" => flag(s, |s| s.no_decode_ahead = true),
+        "decode_ahead" => flag(s, |s| s.no_decode_ahead = false),
         "open_mode" => {
             let v = needs("auto|passthrough|page-cache")?;
             s.open_mode = OpenMode::parse(v).ok_or_else(|| {
@@ -286,6 +290,8 @@ mod tests {
             ),
             ("no_passthrough", with(|s| s.no_passthrough = true)),
             ("no-passthrough,passthrough", none.clone()),
+            ("no_decode_ahead", with(|s| s.no_decode_ahead = true)),
+            ("no-decode-ahead,decode_ahead", none.clone()),
             (
                 "open_mode=page-cache",
                 with(|s| s.open_mode = OpenMode::PageCache),
@@ -318,6 +324,7 @@ mod tests {
             ("cache_dir=", "needs a value"),
             ("cache_dir_size=1X", "unknown unit"),
             ("no_passthrough=1", "takes no value"),
+            ("decode_ahead=yes", "takes no value"),
             ("open_mode", "needs a value"),
             ("open_mode=fast", "expected auto, passthrough or page-cache"),
             ("a\\b", "unknown escape"),

@@ -22,6 +22,7 @@ pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
 pub mod pool;
+mod scan;
 pub mod source;
 mod stream;
 pub mod tree;
@@ -36,6 +37,7 @@ use crate::archive::{Archive, KernelRef};
 use crate::kernel_cache::{CacheStats, KernelCache, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
+use scan::Scan;
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use tree::{Duplicate, NATIVE};
@@ -216,6 +218,8 @@ enum Job {
         ino: Ino,
         id: KernelId,
         fill: Arc<Fill>,
+        /// Started ahead of a scan (see [`KpackFs::decode_ahead`]), not by an open.
+        ahead: bool,
     },
     Small {
         ino: Ino,
@@ -271,6 +275,9 @@ pub struct KpackFs {
     small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
     /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
     recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
+    /// The file of the last decode ahead of a scan, held until its first open: the store may
+    /// evict it before the scan gets there, and it must not be decoded twice.
+    ahead_done: Mutex<Option<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -284,6 +291,8 @@ pub struct KpackFs {
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
+    /// Cold opens walking the files in order, and the decodes started ahead of them.
+    scan: Scan,
     uid: u32,
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
@@ -340,6 +349,7 @@ impl KpackFs {
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
             recent: Mutex::new(std::collections::VecDeque::new()),
+            ahead_done: Mutex::new(None),
             small: KernelCache::new(SMALL_CACHE_MAX.min(opts.cache_size / 4)),
             small_decoding: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -348,6 +358,7 @@ impl KpackFs {
             reads: AtomicU64::new(0),
             reads_while_decoding: Arc::new(AtomicU64::new(0)),
             decodes: AtomicU64::new(0),
+            scan: Scan::default(),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
@@ -713,7 +724,7 @@ impl KpackFs {
             } else if let Some(f) = fills.get(&id) {
                 self.store.count(f.is_done());
                 Err((f.clone(), None))
-            } else if let Some(b) = self.recent_fill(id) {
+            } else if let Some(b) = self.recent_fill(id, true) {
                 self.store.count(true);
                 Ok(b)
             } else {
@@ -724,6 +735,7 @@ impl KpackFs {
                     ino,
                     id,
                     fill: f.clone(),
+                    ahead: false,
                 });
                 Err((f, Some(job)))
             }
@@ -749,8 +761,64 @@ impl KpackFs {
         }
     }
 
-    /// The file of a recently finished decode job of `id` (see [`RECENT_FILLS`]).
-    fn recent_fill(&self, id: KernelId) -> Option<Arc<BackingFile>> {
+    /// After an open of `ino`: when it continues a scan (see `scan.rs`) and a decode thread is
+    /// idle (`worker_idle`), the decode job of the first file past the scan's front that is
+    /// neither decoded nor decoding. No open waits for it; the opens that come for its file
+    /// join it like any decode.
+    pub fn decode_ahead(&self, ino: Ino, worker_idle: bool) -> Option<FillJob> {
+        if !matches!(self.tree.entry(ino), Some(Entry::File(_))) {
+            return None;
+        }
+        let front = self.scan.opened(ino)?;
+        if !worker_idle || self.page_cache.load(Ordering::Relaxed) || !self.scan.claim() {
+            return None;
+        }
+        let largest = self.store.stats().capacity / scan::CACHE_SHARE;
+        for next in front + 1..=front + scan::WINDOW {
+            let Some(Entry::File(file)) = self.tree.entry(next) else {
+                continue;
+            };
+            let id = kernel_id(file);
+            let mut fills = lock(&self.fills);
+            if file.size == 0
+                || file.size > largest
+                || self.store.contains(id)
+                || fills.contains_key(&id)
+                || self.recent_fill(id, false).is_some()
+            {
+                continue;
+            }
+            let fill = Arc::new(Fill::new());
+            fills.insert(id, fill.clone());
+            self.scan.started.fetch_add(1, Ordering::Relaxed);
+            return Some(FillJob(Job::Fill {
+                ino: next,
+                id,
+                fill,
+                ahead: true,
+            }));
+        }
+        self.scan.ahead_running.store(false, Ordering::Release);
+        None
+    }
+
+    /// Turns decoding ahead of scans on or off (on by default).
+    pub fn set_decode_ahead(&self, on: bool) {
+        self.scan.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// The file of a recently finished decode job of `id` (see [`RECENT_FILLS`]), or of the
+    /// last decode ahead, which an open (`take`) takes from its slot.
+    fn recent_fill(&self, id: KernelId, take: bool) -> Option<Arc<BackingFile>> {
+        let mut ahead = lock(&self.ahead_done);
+        if ahead.as_ref().is_some_and(|(k, _)| *k == id) {
+            return if take {
+                ahead.take().map(|(_, b)| b)
+            } else {
+                ahead.as_ref().map(|(_, b)| b.clone())
+            };
+        }
+        drop(ahead);
         lock(&self.recent)
             .iter()
             .find(|(k, _)| *k == id)
@@ -760,8 +828,13 @@ impl KpackFs {
     /// Runs a job to its end: a decode job answers everyone waiting on it; a small kernel's
     /// job answers its READ.
     pub fn run_fill(&self, job: FillJob) {
-        let (ino, id, fill) = match job.0 {
-            Job::Fill { ino, id, fill } => (ino, id, fill),
+        let (ino, id, fill, ahead) = match job.0 {
+            Job::Fill {
+                ino,
+                id,
+                fill,
+                ahead,
+            } => (ino, id, fill, ahead),
             Job::Small {
                 ino,
                 offset,
@@ -780,6 +853,7 @@ impl KpackFs {
         // among the recent ones, or (after a failure) starts a new decode; those that joined
         // already are answered here.
         let dropped = match &result {
+            Ok(b) if ahead => Some(lock(&self.ahead_done).replace((id, b.clone()))),
             // Only page-cache mode reads by inode, with no handle to hold the file.
             Ok(b) if self.page_cache.load(Ordering::Relaxed) => {
                 let mut recent = lock(&self.recent);
@@ -793,6 +867,9 @@ impl KpackFs {
         match result {
             Ok(b) => fill.complete(&b),
             Err(e) => fill.fail(e),
+        }
+        if ahead {
+            self.scan.ahead_running.store(false, Ordering::Release);
         }
         self.store.tidy();
     }
@@ -1081,7 +1158,8 @@ impl KpackFs {
         let d = self.store.dir_stats();
         let mut text = format!(
             "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\n\
-             daemon_opens {}\nopen_handles {}\ndaemon_reads {}\nreads_while_decoding {}\nbacking_in_memory {}\n\
+             daemon_opens {}\nopen_handles {}\ndaemon_reads {}\nreads_while_decoding {}\n\
+             decodes_ahead {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
              cache_dir_rejected {}\ncache_dir_evictions {}\n",
             self.cache_stats().to_text(),
@@ -1093,6 +1171,7 @@ impl KpackFs {
             self.open_handles(),
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
+            self.scan.started.load(Ordering::Relaxed),
             u8::from(self.store.in_memory()),
             self.store.live_bytes(),
             d.hits,

@@ -5,6 +5,7 @@
 //! Cold opens are handed here instead (the reply travels with the job), so up to one decode per
 //! core runs at once whatever `--threads` says, and request threads stay free.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -16,6 +17,9 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 /// The pool; dropping it lets the threads finish queued jobs and exit.
 pub struct Pool {
     queue: Mutex<Option<Sender<Job>>>,
+    threads: usize,
+    /// Jobs handed in and not finished yet (queued or running).
+    pending: Arc<AtomicUsize>,
 }
 
 impl Pool {
@@ -23,8 +27,10 @@ impl Pool {
     pub fn new(threads: usize, name: &str) -> Pool {
         let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
+        let pending = Arc::new(AtomicUsize::new(0));
+        let mut started = 0;
         for i in 0..threads.max(1) {
-            let rx = rx.clone();
+            let (rx, pending) = (rx.clone(), pending.clone());
             let spawned = thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
@@ -35,14 +41,18 @@ impl Pool {
                             Err(_) => return,
                         };
                         job();
+                        pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
-            if let Err(e) = spawned {
-                log::warn!("cannot start a {name} thread: {e}");
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => log::warn!("cannot start a {name} thread: {e}"),
             }
         }
         Pool {
             queue: Mutex::new(Some(tx)),
+            threads: started,
+            pending,
         }
     }
 
@@ -56,13 +66,20 @@ impl Pool {
     /// on the calling thread so it is never lost.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
         let job: Job = Box::new(job);
+        self.pending.fetch_add(1, Ordering::AcqRel);
         let rejected = match lock(&self.queue).as_ref() {
             Some(tx) => tx.send(job).err().map(|e| e.0),
             None => Some(job),
         };
         if let Some(job) = rejected {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
             job();
         }
+    }
+
+    /// Whether a worker would take a job handed in now at once (none queued, one free).
+    pub fn has_idle_worker(&self) -> bool {
+        self.pending.load(Ordering::Acquire) < self.threads
     }
 }
 
@@ -97,5 +114,30 @@ mod tests {
             .collect();
         got.sort();
         assert_eq!(got, [0, 1]);
+    }
+
+    #[test]
+    fn a_worker_is_idle_until_every_thread_has_a_job() {
+        let pool = Pool::new(2, "t");
+        assert!(pool.has_idle_worker());
+        let (release, hold) = mpsc::channel::<()>();
+        let hold = Arc::new(Mutex::new(hold));
+        let (started, wait_started) = mpsc::channel();
+        for _ in 0..2 {
+            let (hold, started) = (hold.clone(), started.clone());
+            pool.run(move || {
+                started.send(()).unwrap();
+                let _ = lock(&hold).recv_timeout(Duration::from_secs(10));
+            });
+        }
+        wait_started.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(!pool.has_idle_worker(), "two jobs handed to two workers");
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !pool.has_idle_worker() {
+            assert!(std::time::Instant::now() < deadline, "jobs never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

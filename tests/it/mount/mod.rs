@@ -1,6 +1,7 @@
 //! Real mounts: `kpack-fuse mount` in its own process, file I/O in watched child processes
 //! (`support::mount`), results compared byte for byte and errno for errno with the archive API.
 
+mod ahead;
 mod cold;
 mod crafted;
 mod daemon;
