@@ -367,9 +367,8 @@ impl Filesystem for Adapter {
             let shared = self.shared.clone();
             self.decoders.run(move || shared.fs.run_fill(job));
         }
-        // If this open continues a scan, a decode thread left idle decodes ahead of it.
-        let idle = self.decoders.has_idle_worker();
-        if let Some(ahead) = self.fs.decode_ahead(ino.0, idle) {
+        // If this open continues a scan, decode threads left idle decode ahead of it.
+        for ahead in self.fs.decode_ahead(ino.0, self.decoders.idle_workers()) {
             let shared = self.shared.clone();
             self.decoders.run(move || shared.fs.run_fill(ahead));
         }

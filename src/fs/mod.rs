@@ -275,9 +275,10 @@ pub struct KpackFs {
     small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
     /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
     recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
-    /// The file of the last decode ahead of a scan, held until its first open: the store may
-    /// evict it before the scan gets there, and it must not be decoded twice.
-    ahead_done: Mutex<Option<(KernelId, Arc<BackingFile>)>>,
+    /// The files of the last [`scan::MAX_HELD`] decodes ahead of a scan, each held until its
+    /// first open: the store may evict them before the scan gets there, and nothing may be
+    /// decoded twice. Newest last.
+    ahead_done: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -349,7 +350,7 @@ impl KpackFs {
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
             recent: Mutex::new(std::collections::VecDeque::new()),
-            ahead_done: Mutex::new(None),
+            ahead_done: Mutex::new(std::collections::VecDeque::new()),
             small: KernelCache::new(SMALL_CACHE_MAX.min(opts.cache_size / 4)),
             small_decoding: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -761,21 +762,42 @@ impl KpackFs {
         }
     }
 
-    /// After an open of `ino`: when it continues a scan (see `scan.rs`) and a decode thread is
-    /// idle (`worker_idle`), the decode job of the first file past the scan's front that is
-    /// neither decoded nor decoding. No open waits for it; the opens that come for its file
-    /// join it like any decode.
-    pub fn decode_ahead(&self, ino: Ino, worker_idle: bool) -> Option<FillJob> {
+    /// After an open of `ino`: when it continues a scan (see `scan.rs`), the decode jobs of the
+    /// first files past the scan's front that are neither decoded nor decoding, one for each of
+    /// the `idle_workers` decode threads up to [`scan::MAX_RUNNING`] running at once. No open
+    /// waits for them; the opens that come for their files join them like any decode.
+    pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
+        let mut jobs = Vec::new();
         if !matches!(self.tree.entry(ino), Some(Entry::File(_))) {
-            return None;
+            return jobs;
         }
-        let front = self.scan.opened(ino)?;
-        if !worker_idle || self.page_cache.load(Ordering::Relaxed) || !self.scan.claim() {
-            return None;
+        let Some(front) = self.scan.opened(ino) else {
+            return jobs;
+        };
+        if self.page_cache.load(Ordering::Relaxed) {
+            return jobs;
         }
         let largest = self.store.stats().capacity / scan::CACHE_SHARE;
-        for next in front + 1..=front + scan::WINDOW {
-            let Some(Entry::File(file)) = self.tree.entry(next) else {
+        let mut next = front + 1;
+        while jobs.len() < idle_workers && next <= front + scan::WINDOW && self.scan.claim() {
+            match self.ahead_job(&mut next, front + scan::WINDOW, largest) {
+                Some(job) => jobs.push(job),
+                None => {
+                    self.scan.release();
+                    break;
+                }
+            }
+        }
+        jobs
+    }
+
+    /// The decode job of the first file from `*next` to `last` (inodes) of at most `largest`
+    /// bytes that is neither decoded nor decoding; `*next` moves past it.
+    fn ahead_job(&self, next: &mut Ino, last: Ino, largest: u64) -> Option<FillJob> {
+        while *next <= last {
+            let ino = *next;
+            *next += 1;
+            let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
             let id = kernel_id(file);
@@ -792,13 +814,12 @@ impl KpackFs {
             fills.insert(id, fill.clone());
             self.scan.started.fetch_add(1, Ordering::Relaxed);
             return Some(FillJob(Job::Fill {
-                ino: next,
+                ino,
                 id,
                 fill,
                 ahead: true,
             }));
         }
-        self.scan.ahead_running.store(false, Ordering::Release);
         None
     }
 
@@ -811,11 +832,11 @@ impl KpackFs {
     /// last decode ahead, which an open (`take`) takes from its slot.
     fn recent_fill(&self, id: KernelId, take: bool) -> Option<Arc<BackingFile>> {
         let mut ahead = lock(&self.ahead_done);
-        if ahead.as_ref().is_some_and(|(k, _)| *k == id) {
+        if let Some(at) = ahead.iter().position(|(k, _)| *k == id) {
             return if take {
-                ahead.take().map(|(_, b)| b)
+                ahead.remove(at).map(|(_, b)| b)
             } else {
-                ahead.as_ref().map(|(_, b)| b.clone())
+                Some(ahead[at].1.clone())
             };
         }
         drop(ahead);
@@ -853,7 +874,11 @@ impl KpackFs {
         // among the recent ones, or (after a failure) starts a new decode; those that joined
         // already are answered here.
         let dropped = match &result {
-            Ok(b) if ahead => Some(lock(&self.ahead_done).replace((id, b.clone()))),
+            Ok(b) if ahead => {
+                let mut held = lock(&self.ahead_done);
+                held.push_back((id, b.clone()));
+                (held.len() > scan::MAX_HELD).then(|| held.pop_front())
+            }
             // Only page-cache mode reads by inode, with no handle to hold the file.
             Ok(b) if self.page_cache.load(Ordering::Relaxed) => {
                 let mut recent = lock(&self.recent);
@@ -869,7 +894,7 @@ impl KpackFs {
             Err(e) => fill.fail(e),
         }
         if ahead {
-            self.scan.ahead_running.store(false, Ordering::Release);
+            self.scan.release();
         }
         self.store.tidy();
     }

@@ -77,9 +77,10 @@ impl Pool {
         }
     }
 
-    /// Whether a worker would take a job handed in now at once (none queued, one free).
-    pub fn has_idle_worker(&self) -> bool {
-        self.pending.load(Ordering::Acquire) < self.threads
+    /// How many jobs handed in now workers would take at once (free workers, none queued).
+    pub fn idle_workers(&self) -> usize {
+        self.threads
+            .saturating_sub(self.pending.load(Ordering::Acquire))
     }
 }
 
@@ -117,9 +118,9 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_is_idle_until_every_thread_has_a_job() {
+    fn workers_are_idle_until_they_have_a_job() {
         let pool = Pool::new(2, "t");
-        assert!(pool.has_idle_worker());
+        assert_eq!(pool.idle_workers(), 2);
         let (release, hold) = mpsc::channel::<()>();
         let hold = Arc::new(Mutex::new(hold));
         let (started, wait_started) = mpsc::channel();
@@ -131,11 +132,11 @@ mod tests {
             });
         }
         wait_started.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(!pool.has_idle_worker(), "two jobs handed to two workers");
+        assert_eq!(pool.idle_workers(), 0, "two jobs handed to two workers");
         release.send(()).unwrap();
         release.send(()).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !pool.has_idle_worker() {
+        while pool.idle_workers() < 2 {
             assert!(std::time::Instant::now() < deadline, "jobs never finished");
             std::thread::sleep(Duration::from_millis(1));
         }

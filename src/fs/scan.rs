@@ -7,18 +7,25 @@
 //! directory may visit its files in another order, hence a window rather than "the next
 //! inode"). An open within [`WINDOW`] inodes of the previous one continues the scan; any other
 //! starts a new one and decodes nothing ahead, so a loader that opens a few kernels here and
-//! there costs what it reads. One decode runs ahead at a time, and only on a decode thread
-//! that would otherwise idle: measured on a cold 300 MB set, the decode threads were idle a
+//! there costs what it reads. At most [`MAX_RUNNING`] decodes run ahead at a time, each on a
+//! decode thread that would otherwise idle: measured on a cold 300 MB set, the decode threads were idle a
 //! quarter to a third of the time while one or two readers went through the files, waiting for
 //! each reader to finish a file and open the next.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::tree::Ino;
 
 /// How far (in inodes) an open may be from the previous one and still continue a scan, and
 /// how far past the scan's front a file to decode ahead is looked for.
 pub const WINDOW: u64 = 16;
+
+/// Decodes ahead of a scan running at once, at most (each also needs a decode thread that would
+/// otherwise idle).
+pub const MAX_RUNNING: usize = 2;
+
+/// Files decoded ahead and not opened yet that are held (beyond the store's bound), newest last.
+pub const MAX_HELD: usize = 2 * MAX_RUNNING;
 
 /// A file is decoded ahead only if it takes at most this share of the cache (`--cache-size`):
 /// a larger one could be evicted before the scan reaches it, and then be decoded twice.
@@ -32,8 +39,8 @@ pub struct Scan {
     front: AtomicU64,
     /// The last open's inode.
     last: AtomicU64,
-    /// A decode ahead is running.
-    pub ahead_running: AtomicBool,
+    /// Decodes ahead running now.
+    running: AtomicUsize,
     /// Decodes started ahead of a scan.
     pub started: AtomicU64,
 }
@@ -44,7 +51,7 @@ impl Default for Scan {
             enabled: AtomicBool::new(true),
             front: AtomicU64::new(0),
             last: AtomicU64::new(0),
-            ahead_running: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
         }
     }
@@ -63,9 +70,20 @@ impl Scan {
         Some(front)
     }
 
-    /// Claims the one decode ahead; `false` when one runs or decoding ahead is off.
+    /// Claims one decode ahead; `false` when [`MAX_RUNNING`] run or decoding ahead is off.
     pub fn claim(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed) && !self.ahead_running.swap(true, Ordering::AcqRel)
+        self.enabled.load(Ordering::Relaxed)
+            && self
+                .running
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < MAX_RUNNING).then_some(n + 1)
+                })
+                .is_ok()
+    }
+
+    /// A claimed decode ahead ended (or was not started).
+    pub fn release(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -89,13 +107,15 @@ mod tests {
     }
 
     #[test]
-    fn one_decode_ahead_at_a_time_and_none_when_off() {
+    fn a_bounded_number_of_decodes_ahead_and_none_when_off() {
         let s = Scan::default();
+        for _ in 0..MAX_RUNNING {
+            assert!(s.claim());
+        }
+        assert!(!s.claim(), "{MAX_RUNNING} are running");
+        s.release();
         assert!(s.claim());
-        assert!(!s.claim(), "one is running");
-        s.ahead_running.store(false, Ordering::Release);
-        assert!(s.claim());
-        s.ahead_running.store(false, Ordering::Release);
+        s.release();
         s.enabled.store(false, Ordering::Relaxed);
         assert!(!s.claim());
     }
