@@ -39,7 +39,7 @@ use fuser::{
 
 use super::fill::OpenedFile;
 use super::pool::Pool;
-use super::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, OpenMode, TTL};
+use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL};
 use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
@@ -255,6 +255,24 @@ impl Shared {
 }
 
 impl Adapter {
+    /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
+    /// there is one to decode ahead of and no other job waits for a thread.
+    fn decode(&self, job: FillJob) {
+        let shared = self.shared.clone();
+        let queue = self.decoders.queue();
+        self.decoders.run(move || {
+            let mut next = Some(job);
+            while let Some(job) = next {
+                shared.fs.run_fill(job);
+                next = if queue.has_waiting() {
+                    None
+                } else {
+                    shared.fs.continue_ahead()
+                };
+            }
+        });
+    }
+
     /// A page-cache mode read: answered at once for a stored kernel, else by the kernel's
     /// decode job (started on the decode pool when none runs), so request threads stay free
     /// for other files.
@@ -264,8 +282,7 @@ impl Adapter {
             Err(e) => reply.error(errno(e)),
         });
         if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
-            let shared = self.shared.clone();
-            self.decoders.run(move || shared.fs.run_fill(job));
+            self.decode(job);
         }
     }
 }
@@ -364,13 +381,11 @@ impl Filesystem for Adapter {
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
         if let Some(job) = self.fs.open_start(ino.0, flags.0, done) {
-            let shared = self.shared.clone();
-            self.decoders.run(move || shared.fs.run_fill(job));
+            self.decode(job);
         }
         // If this open continues a scan, decode threads left idle decode ahead of it.
         for ahead in self.fs.decode_ahead(ino.0, self.decoders.idle_workers()) {
-            let shared = self.shared.clone();
-            self.decoders.run(move || shared.fs.run_fill(ahead));
+            self.decode(ahead);
         }
     }
 

@@ -791,6 +791,22 @@ impl KpackFs {
         jobs
     }
 
+    /// After a decode job ended on a decode thread, now free: while the scan the last open
+    /// continued goes on, the next decode ahead of it for that thread (its readers may still be
+    /// reading what was decoded: this keeps the thread busy until they open the next file).
+    pub fn continue_ahead(&self) -> Option<FillJob> {
+        let front = self.scan.front()?;
+        if self.page_cache.load(Ordering::Relaxed) || !self.scan.claim() {
+            return None;
+        }
+        let largest = self.store.stats().capacity / scan::CACHE_SHARE;
+        let job = self.ahead_job(&mut (front + 1), front + scan::WINDOW, largest);
+        if job.is_none() {
+            self.scan.release();
+        }
+        job
+    }
+
     /// The decode job of the first file from `*next` to `last` (inodes) of at most `largest`
     /// bytes that is neither decoded nor decoding; `*next` moves past it.
     fn ahead_job(&self, next: &mut Ino, last: Ino, largest: u64) -> Option<FillJob> {

@@ -82,6 +82,28 @@ impl Pool {
         self.threads
             .saturating_sub(self.pending.load(Ordering::Acquire))
     }
+
+    /// A handle a job can use to see whether others wait for a worker.
+    pub fn queue(&self) -> Queue {
+        Queue {
+            threads: self.threads,
+            pending: self.pending.clone(),
+        }
+    }
+}
+
+/// See [`Pool::queue`].
+pub struct Queue {
+    threads: usize,
+    pending: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    /// Whether jobs wait for a worker: more are pending (queued or running) than there are
+    /// workers. A running job counts itself, so this is true only if some job has no worker.
+    pub fn has_waiting(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > self.threads
+    }
 }
 
 impl Drop for Pool {
@@ -133,10 +155,13 @@ mod tests {
         }
         wait_started.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(pool.idle_workers(), 0, "two jobs handed to two workers");
+        assert!(!pool.queue().has_waiting(), "both have a worker");
+        pool.run(|| {});
+        assert!(pool.queue().has_waiting(), "a third waits");
         release.send(()).unwrap();
         release.send(()).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.idle_workers() < 2 {
+        while pool.idle_workers() < 2 || pool.queue().has_waiting() {
             assert!(std::time::Instant::now() < deadline, "jobs never finished");
             std::thread::sleep(Duration::from_millis(1));
         }
