@@ -292,7 +292,7 @@ pub struct KpackFs {
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
-    /// Cold opens walking the files in order, and the decodes started ahead of them.
+    /// Opens walking the files in order, and the decodes started ahead of them.
     scan: Scan,
     uid: u32,
     gid: u32,
@@ -764,55 +764,29 @@ impl KpackFs {
 
     /// After an open of `ino`: when it continues a scan (see `scan.rs`), the decode jobs of the
     /// first files past the scan's front that are neither decoded nor decoding, one for each of
-    /// the `idle_workers` decode threads up to [`scan::MAX_RUNNING`] running at once. No open
+    /// the `idle_workers` decode threads, up to [`scan::MAX_RUNNING`] running at once. No open
     /// waits for them; the opens that come for their files join them like any decode.
     pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
-        let mut jobs = Vec::new();
-        if !matches!(self.tree.entry(ino), Some(Entry::File(_))) {
-            return jobs;
+        if !matches!(self.tree.entry(ino), Some(Entry::File(_))) || self.scan.opened(ino).is_none()
+        {
+            return Vec::new();
         }
-        let Some(front) = self.scan.opened(ino) else {
-            return jobs;
-        };
-        if self.page_cache.load(Ordering::Relaxed) {
-            return jobs;
-        }
-        let largest = self.store.stats().capacity / scan::CACHE_SHARE;
-        let mut next = front + 1;
-        while jobs.len() < idle_workers && next <= front + scan::WINDOW && self.scan.claim() {
-            match self.ahead_job(&mut next, front + scan::WINDOW, largest) {
-                Some(job) => jobs.push(job),
-                None => {
-                    self.scan.release();
-                    break;
-                }
-            }
-        }
-        jobs
+        (0..idle_workers)
+            .map_while(|_| self.continue_ahead())
+            .collect()
     }
 
-    /// After a decode job ended on a decode thread, now free: while the scan the last open
-    /// continued goes on, the next decode ahead of it for that thread (its readers may still be
-    /// reading what was decoded: this keeps the thread busy until they open the next file).
+    /// While the scan the last open continued goes on, the next decode ahead of it: the first
+    /// file within [`scan::WINDOW`] inodes past its front, of at most a [`scan::CACHE_SHARE`]
+    /// of the cache, that is neither decoded nor decoding (a decode thread that just finished
+    /// a job asks, so it stays busy until the readers open their next files).
     pub fn continue_ahead(&self) -> Option<FillJob> {
         let front = self.scan.front()?;
         if self.page_cache.load(Ordering::Relaxed) || !self.scan.claim() {
             return None;
         }
         let largest = self.store.stats().capacity / scan::CACHE_SHARE;
-        let job = self.ahead_job(&mut (front + 1), front + scan::WINDOW, largest);
-        if job.is_none() {
-            self.scan.release();
-        }
-        job
-    }
-
-    /// The decode job of the first file from `*next` to `last` (inodes) of at most `largest`
-    /// bytes that is neither decoded nor decoding; `*next` moves past it.
-    fn ahead_job(&self, next: &mut Ino, last: Ino, largest: u64) -> Option<FillJob> {
-        while *next <= last {
-            let ino = *next;
-            *next += 1;
+        for ino in front + 1..=front + scan::WINDOW {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
@@ -836,6 +810,7 @@ impl KpackFs {
                 ahead: true,
             }));
         }
+        self.scan.release();
         None
     }
 

@@ -56,8 +56,11 @@ fn expectation_line(
     format!("{file} open={} get={probe}", kind_name(open))
 }
 
-/// The generated seeds as (target, file name, bytes), plus the archive expectations file.
-fn generated() -> (Vec<(&'static str, String, Vec<u8>)>, String) {
+/// One generated seed: its target, file name and bytes.
+type Seed = (&'static str, String, Vec<u8>);
+
+/// The generated seeds, plus the archive expectations file.
+fn generated() -> (Vec<Seed>, String) {
     let mut files = Vec::new();
     let mut expected = String::new();
     for s in seeds::archive_seeds() {

@@ -16,9 +16,12 @@ pub mod target_id;
 pub mod toc;
 pub mod zstd_index;
 
+/// A fuzz target's body, its outcome discarded.
+pub type Body = fn(&[u8]);
+
 /// Every target by name with a body that discards its outcome, for replaying a directory of
 /// inputs. The directory under `tests/fixtures/fuzz/` has the same name.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("toc", |d| toc::run(d)),
     ("archive", |d| drop(archive::run(d))),
     ("archive_mutate", |d| drop(archive_mutate::run(d))),
