@@ -271,38 +271,7 @@ fn option_lists_apply_end_to_end() {
     m.stop();
 }
 
-#[test]
-fn auto_unmount_through_fusermount3_cleans_up_after_a_crash() {
-    if !fuse_available() {
-        return;
-    }
-    let have_fusermount = [
-        "/usr/bin/fusermount3",
-        "/bin/fusermount3",
-        "/usr/sbin/fusermount3",
-        "/sbin/fusermount3",
-    ]
-    .iter()
-    .any(|p| Path::new(p).exists());
-    if !have_fusermount {
-        assert!(
-            std::env::var_os("CI").is_none() && std::env::var_os("KPACK_REQUIRE_FUSE").is_none(),
-            "fusermount3 (package fuse3) is required in CI"
-        );
-        eprintln!("SKIPPED: fusermount3 not installed");
-        return;
-    }
-    // A clean stop first: SIGTERM unmounts and exits 0 with auto_unmount too.
-    let m = Mount::start(&fixture("test_noop.kpack"), &["--auto-unmount"]);
-    let entry = mountinfo::mount_at(&m.mountpoint).unwrap().unwrap();
-    assert_eq!(entry.fs_type, "fuse.kpack-fuse");
-    m.check("walk", "");
-    m.stop();
-    // Then a crash: fusermount3 notices the daemon is gone and unmounts.
-    let mut m = Mount::start(&fixture("test_noop.kpack"), &["-o", "auto_unmount"]);
-    m.kill_daemon();
-    wait_unmounted(&m.mountpoint, "after SIGKILL with auto_unmount");
-}
+// `--auto-unmount` after a crash is tested alone, in `tests/auto_unmount.rs`.
 
 #[test]
 fn dev_fd_mount_point_from_a_launcher() {
