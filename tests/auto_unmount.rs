@@ -18,14 +18,11 @@ use rocm_kpack::fs::mountinfo;
 /// How long a mount may take to appear, and a crashed one to go.
 const DEADLINE: Duration = Duration::from_secs(30);
 
+#[path = "it/support/mount_env.rs"]
+mod mount_env;
+
 fn have_fuse() -> bool {
-    // SAFETY: no arguments, cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok();
+    let (root, dev) = mount_env::root_and_dev_fuse();
     let fusermount = [
         "/usr/bin/fusermount3",
         "/bin/fusermount3",
@@ -34,19 +31,14 @@ fn have_fuse() -> bool {
     ]
     .iter()
     .any(|p| Path::new(p).exists());
-    if root && dev && fusermount {
-        return true;
-    }
-    let why = format!(
-        "needs root, /dev/fuse and fusermount3 (package fuse3): root {root}, /dev/fuse {dev}, \
-         fusermount3 {fusermount}"
-    );
-    assert!(
-        std::env::var_os("CI").is_none() && std::env::var_os("KPACK_REQUIRE_FUSE").is_none(),
-        "{why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    false
+    mount_env::required(
+        "the auto-unmount test",
+        &[
+            ("root", root),
+            ("/dev/fuse", dev),
+            ("fusermount3 (package fuse3)", fusermount),
+        ],
+    )
 }
 
 /// A daemon in the foreground; dropping it kills it and lazily unmounts whatever is left, so a
@@ -125,17 +117,8 @@ impl Drop for Daemon {
     }
 }
 
-/// Waits (bounded) for `path` to stop being a mount point.
 fn wait_unmounted(path: &Path, what: &str) {
-    let deadline = Instant::now() + DEADLINE;
-    while mountinfo::mount_at(path).unwrap().is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} still mounted",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    mount_env::wait_unmounted(path, what, DEADLINE);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The daemon: background start that returns only once the mount is live, failures reported by
 //! the waiting command with nothing left mounted, SIGTERM with a file held open, `unmount
-//! --lazy` on a busy mount, `-o` lists end to end, `--auto-unmount` through fusermount3, and
-//! `/dev/fd/N` mount points.
+//! --lazy` on a busy mount, `-o` lists end to end, and `/dev/fd/N` mount points
+//! (`--auto-unmount` through fusermount3 is `tests/auto_unmount.rs`).
 
 use std::path::Path;
 use std::process::Command;
@@ -15,15 +15,7 @@ use crate::support::mount::{Mount, fuse_available};
 
 /// Waits (bounded) for `path` to stop being a mount point.
 fn wait_unmounted(path: &Path, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while mountinfo::mount_at(path).unwrap().is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} still mounted",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::support::mount_env::wait_unmounted(path, what, Duration::from_secs(30));
 }
 
 /// Holds `file` open in a watched child until told to read it; returns once it is open.

@@ -2,6 +2,7 @@
 
 pub mod fat_host;
 pub mod mount;
+pub mod mount_env;
 
 use std::path::PathBuf;
 

@@ -37,24 +37,12 @@ const CONNECTIONS: &str = "/sys/fs/fuse/connections";
 
 /// Whether mount tests can run here. Panics when they cannot but must (CI).
 pub fn fuse_available() -> bool {
-    // SAFETY: no arguments, cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let dev = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok();
-    if root && dev {
+    let (root, dev) = super::mount_env::root_and_dev_fuse();
+    let ok = super::mount_env::required("mount tests", &[("root", root), ("/dev/fuse", dev)]);
+    if ok {
         ensure_fusectl();
-        return true;
     }
-    let why =
-        format!("mount tests need root and /dev/fuse (root: {root}, /dev/fuse usable: {dev})");
-    if std::env::var_os("CI").is_some() || std::env::var_os("KPACK_REQUIRE_FUSE").is_some() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    ok
 }
 
 /// Mounts the fusectl filesystem if it is not mounted yet, so connections can be aborted.
