@@ -780,9 +780,11 @@ impl KpackFs {
     /// file within [`scan::WINDOW`] inodes past its front, of at most a [`scan::CACHE_SHARE`]
     /// of the cache, that is neither decoded nor decoding (a decode thread that just finished
     /// a job asks, so it stays busy until the readers open their next files).
+    /// Never with memory backing: its memory cannot be reclaimed, so nothing is decoded into
+    /// it (or held beyond `--cache-size`) before it is asked for.
     pub fn continue_ahead(&self) -> Option<FillJob> {
         let front = self.scan.front()?;
-        if self.page_cache.load(Ordering::Relaxed) || !self.scan.claim() {
+        if self.page_cache.load(Ordering::Relaxed) || self.store.in_memory() || !self.scan.claim() {
             return None;
         }
         let largest = self.store.stats().capacity / scan::CACHE_SHARE;

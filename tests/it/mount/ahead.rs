@@ -1,6 +1,6 @@
 //! Decoding ahead of a scan: reading a mount's files in order has the next ones decoded on an
 //! idle decode thread, each kernel still decoded once; opens far apart decode nothing ahead;
-//! `--no-decode-ahead` turns it off. Scenarios named `ahead_*` run in the I/O child.
+//! `--no-decode-ahead` turns it off, and memory backing never does it. Scenarios named `ahead_*` run in the I/O child.
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +80,8 @@ fn a_scan_has_the_next_kernels_decoded_ahead_once_and_scattered_opens_none() {
         (&["--no-passthrough"][..], "on"),
         (&["--no-decode-ahead"][..], "off"),
         (&["-o", "no_decode_ahead"][..], "off"),
+        // Memory that cannot be reclaimed is not spent ahead of a scan.
+        (&["--backing", "memory"][..], "off"),
     ] {
         let m = Mount::start(&archive, extra);
         m.check("ahead_scan", expect);
