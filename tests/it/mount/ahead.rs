@@ -1,6 +1,7 @@
 //! Decoding ahead of a scan: reading a mount's files in order has the next ones decoded on an
 //! idle decode thread, each kernel still decoded once; opens far apart decode nothing ahead;
-//! `--no-decode-ahead` turns it off, and memory backing never does it. Scenarios named `ahead_*` run in the I/O child.
+//! `--no-decode-ahead` turns it off, and memory backing never does it. Scenarios named `ahead_*`
+//! run in the I/O child.
 
 use std::path::{Path, PathBuf};
 
