@@ -516,13 +516,7 @@ impl KpackFs {
             ino,
             file,
             Box::new(move |r: Result<OpenedFile, Errno>| match r {
-                Ok(o) => match o.fill.as_ref().filter(|f| !f.is_done()) {
-                    Some(fill) => {
-                        while_decoding.fetch_add(1, Ordering::Relaxed);
-                        fill.read(&o.backing, offset, size, done)
-                    }
-                    None => read_into(&o.backing, offset, size, done),
-                },
+                Ok(o) => read_opened(&o, offset, size, done, &while_decoding),
                 Err(e) => done(Err(e)),
             }),
         )
@@ -994,7 +988,7 @@ impl KpackFs {
     /// while the file is still being decoded, as soon as the job has written them.
     pub fn read_start(&self, fh: u64, offset: u64, size: u32, done: ReadDone) {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let (backing, fill) = {
+        let opened = {
             let mut handles = lock(&self.handles);
             let Some(h) = handles.get_mut(&fh) else {
                 drop(handles);
@@ -1005,13 +999,12 @@ impl KpackFs {
             if h.fill.as_ref().is_some_and(|f| f.is_done()) {
                 h.fill = None;
             }
-            (h.backing.clone(), h.fill.clone())
+            OpenedFile {
+                backing: h.backing.clone(),
+                fill: h.fill.clone(),
+            }
         };
-        if let Some(fill) = fill {
-            self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
-            return fill.read(&backing, offset, size, done);
-        }
-        read_into(&backing, offset, size, done);
+        read_opened(&opened, offset, size, done, &self.reads_while_decoding);
     }
 
     fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
@@ -1281,9 +1274,26 @@ impl KpackFs {
     }
 }
 
-/// Answers `done` with up to `size` bytes of `backing` at `offset`; short only at end of file.
-fn read_into(backing: &BackingFile, offset: u64, size: u32, done: ReadDone) {
-    backing.with_range(offset, offset.saturating_add(u64::from(size)), done);
+/// Answers `done` with up to `size` bytes of `opened`'s file at `offset` (short only at end of
+/// file): through its decode job while that still runs (counted in `while_decoding`), else
+/// straight from the file.
+fn read_opened(
+    opened: &OpenedFile,
+    offset: u64,
+    size: u32,
+    done: ReadDone,
+    while_decoding: &AtomicU64,
+) {
+    match opened.fill.as_ref().filter(|f| !f.is_done()) {
+        Some(fill) => {
+            while_decoding.fetch_add(1, Ordering::Relaxed);
+            fill.read(&opened.backing, offset, size, done)
+        }
+        None => {
+            let end = offset.saturating_add(u64::from(size));
+            opened.backing.with_range(offset, end, done)
+        }
+    }
 }
 
 /// EIO, logged with `name`, unless `b` holds `size` bytes.
