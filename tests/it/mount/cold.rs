@@ -14,18 +14,14 @@ use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
 use super::scenarios::stats;
 use crate::support::mount::{Mount, fuse_available};
+use crate::support::xorshift;
 
 /// Bytes that compress about 2x and decode at entropy-coding speed (like code objects, not
 /// like runs), so a decode of a few tens of MiB takes long enough to read during it.
 pub(super) fn code_like(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 60) as u8).wrapping_mul(17)
-        })
+        .map(|_| ((next() >> 60) as u8).wrapping_mul(17))
         .collect()
 }
 
@@ -116,11 +112,9 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         // Reads at scattered offsets and sizes, the first near the end.
         "cold_random" => {
             let f = File::open(&path).unwrap();
-            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut next = xorshift(0x2545_f491_4f6c_dd1d);
             for i in 0..64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = next();
                 let off = if i == 0 {
                     data.len() - 1000
                 } else {

@@ -198,15 +198,8 @@ pub fn sample_kernel() -> Vec<u8> {
 /// Bytes zstd cannot compress: their frame stores them as a raw block, so a byte flipped inside
 /// the frame still decodes, to the right size, only wrong.
 pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    let mut next = super::xorshift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    (0..len).map(|_| (next() >> 24) as u8).collect()
 }
 
 /// A digested archive (our writer's default layout) holding `kernels` as (key, arch, bytes),

@@ -6,6 +6,18 @@ pub mod mount_env;
 
 use std::path::PathBuf;
 
+/// A xorshift64 stream from `seed` (made odd, so never the all-zero state): cheap, repeatable
+/// pseudo-random numbers for test data and read offsets.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 /// A file under `tests/fixtures/`.
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
