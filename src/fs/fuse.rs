@@ -10,17 +10,18 @@
 //! * where a cold kernel decodes: on the decode pool (`pool.rs`), so request threads are never
 //!   held by a decode. Opens and reads that must wait for it travel with the job as callbacks
 //!   that own their replies (`fill.rs`).
-//! * which handles the kernel reads itself: a file still being decoded is opened in the
-//!   kernel's page-cache mode (its reads come to the daemon and wait for their bytes), a
-//!   complete one with passthrough. The kernel refuses a passthrough open of an inode that has
-//!   page-cache handles open, and the reverse, so the mode is decided per inode: page-cache
-//!   handles are counted, and while any is open new opens get that mode too; while the inode
-//!   has a backing id, every open gets passthrough with it (its file holds the same bytes).
+//! * which handles the kernel reads itself: a complete file is opened with passthrough; one
+//!   still being decoded is read by the daemon (its reads wait for their bytes), with direct
+//!   I/O while passthrough is on, in the kernel's page-cache mode otherwise. The kernel refuses
+//!   a passthrough open of an inode that has daemon-read handles open, and the reverse, so the
+//!   mode is decided per inode: daemon-read handles are counted, and while any is open new opens
+//!   are read by the daemon too; while the inode has a backing id, every open gets passthrough
+//!   with it (its file holds the same bytes).
 //! * the open mode ([`OpenMode`]): in page-cache open mode OPEN is answered ENOSYS, after
 //!   which the kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept),
 //!   and READs arrive with handle 0 and are served by inode (a cold one on the decode pool too).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -119,7 +120,7 @@ struct BackingIds {
     by_ino: HashMap<u64, Weak<BackingId>>,
     by_fh: HashMap<u64, Arc<BackingId>>,
     cached_by_ino: HashMap<u64, u32>,
-    cached_fh: HashMap<u64, u64>,
+    cached_fh: HashSet<u64>,
 }
 
 /// What the adapter and the jobs it sends to the decode pool share.
@@ -212,7 +213,7 @@ impl Shared {
         }
         if self.passthrough.load(Ordering::Relaxed) {
             *ids.cached_by_ino.entry(ino).or_insert(0) += 1;
-            ids.cached_fh.insert(fh, ino);
+            ids.cached_fh.insert(fh);
         }
         drop(ids);
         drop(spare);
@@ -239,7 +240,7 @@ impl Shared {
             if id.is_some() && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 1) {
                 ids.by_ino.remove(&ino);
             }
-            if let Some(ino) = ids.cached_fh.remove(&fh) {
+            if ids.cached_fh.remove(&fh) {
                 if let Some(n) = ids.cached_by_ino.get_mut(&ino) {
                     *n -= 1;
                     if *n == 0 {
