@@ -299,9 +299,10 @@ impl BackingStore {
         Some(self.keep(spec, file))
     }
 
-    /// Makes the file for a decode that serves readers while it writes (see `fill.rs`): the
-    /// file, its space reserved, mapped for writing. Call it only once the archive has checked
-    /// that the stored kernel really produces `spec.len` bytes.
+    /// Makes the file for a decode that serves readers while it writes (see `fill.rs` and
+    /// `stream.rs`): the file, its space reserved, written with [`Pending::write_at`]. Call it
+    /// only once the archive has checked that the stored kernel really produces `spec.len`
+    /// bytes.
     pub fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
         let (file, tmp) = match &self.place {
             Where::Scratch(dir) => (self.scratch_file(dir)?, None),
@@ -320,8 +321,7 @@ impl BackingStore {
         }
         // A cache directory records the digest of the decoded bytes; archives that have one
         // give it, the others get it hashed as the bytes are written.
-        let hasher = (matches!(self.place, Where::CacheDir(_)) && spec.digest.is_none())
-            .then(blake3::Hasher::new);
+        let hasher = (self.is_cache_dir() && spec.digest.is_none()).then(blake3::Hasher::new);
         let backing = self.wrap(file, spec.len);
         Ok(Pending {
             backing,
