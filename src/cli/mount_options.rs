@@ -15,9 +15,10 @@
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
 //!   for `_` in their names (`cache-size=1G`).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
-//!   `default_permissions` (always on), `nodev`, `nosuid` (always), `dev`, `suid` (appended by
-//!   `mount.fuse` unless `nodev`/`nosuid` were given; accepted, but the mount stays
-//!   `nodev,nosuid`: it holds neither devices nor set-id programs), `exec`, `noexec` (applied).
+//!   `default_permissions` (changes nothing: the daemon answers `access` from fixed modes),
+//!   `nodev`, `nosuid` (always), `dev`, `suid` (appended by `mount.fuse` unless
+//!   `nodev`/`nosuid` were given; accepted, but the mount stays `nodev,nosuid`: it holds neither
+//!   devices nor set-id programs), `exec`, `noexec` (applied).
 //! * Options meant for mount management are ignored: `defaults`, `auto`, `noauto`, `user`,
 //!   `nouser`, `users`, `_netdev`, `nofail`, and every `x-*` (systemd and friends).
 //! * `rw` and anything else are refused with a message naming the option.

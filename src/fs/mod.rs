@@ -63,6 +63,7 @@ impl Errno {
     pub const EISDIR: Errno = Errno(libc::EISDIR);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
     pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const EACCES: Errno = Errno(libc::EACCES);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
@@ -612,6 +613,21 @@ impl KpackFs {
     pub fn getattr(&self, ino: Ino) -> Result<Attr, Errno> {
         let entry = self.tree.entry(ino).ok_or(Errno::ENOENT)?;
         Ok(self.attr_of(ino, entry))
+    }
+
+    /// `access(2)` on `ino`, from the modes the tree shows: the mount is mounted without
+    /// `default_permissions` (every mode is readable by all, so the kernel's check of each path
+    /// component costs time and decides nothing), which sends `access` here. Writing is EROFS;
+    /// executing needs an execute bit, as the kernel would require.
+    pub fn access(&self, ino: Ino, write: bool, exec: bool) -> Result<(), Errno> {
+        let attr = self.getattr(ino)?;
+        if write {
+            Err(Errno::EROFS)
+        } else if exec && attr.perm & 0o111 == 0 {
+            Err(Errno::EACCES)
+        } else {
+            Ok(())
+        }
     }
 
     /// Looks `name` up in directory `parent`: an entry, `native.hsaco`, or a fallback link.

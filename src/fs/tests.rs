@@ -156,6 +156,20 @@ fn tree_matches_keys_and_arches() {
 }
 
 #[test]
+fn access_follows_the_modes_shown() {
+    let (_d, fs) = mount_fs(&sample(), Compression::None, &options(1 << 20, &[]));
+    let dir = attr(&fs, "lib/liba.so#0").ino;
+    let file = attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino;
+    for ino in [ROOT, dir, file] {
+        assert_eq!(fs.access(ino, false, false), Ok(()));
+        assert_eq!(fs.access(ino, true, false), Err(Errno::EROFS));
+    }
+    assert_eq!(fs.access(dir, false, true), Ok(()));
+    assert_eq!(fs.access(file, false, true), Err(Errno::EACCES));
+    assert_eq!(fs.access(1 << 40, false, false), Err(Errno::ENOENT));
+}
+
+#[test]
 fn inode_numbers_are_stable_across_builds() {
     let (_d1, fs1) = mount_fs(&sample(), Compression::None, &options(0, &[]));
     let (_d2, fs2) = mount_fs(&sample(), Compression::None, &options(0, &[]));

@@ -415,6 +415,27 @@ fn errno(mnt: &Path, arg: &str) {
         errno_of(fs::hard_link(&file, dir.join("hard")), "link"),
         libc::EROFS
     );
+    // The mount has no `default_permissions`: `access` is answered by the daemon from the
+    // modes, exec by the kernel from the execute bits.
+    let access = |path: &Path, mode: i32| {
+        let c = cpath(path);
+        // SAFETY: a valid C string.
+        match unsafe { libc::access(c.as_ptr(), mode) } {
+            0 => 0,
+            _ => io::Error::last_os_error().raw_os_error().unwrap(),
+        }
+    };
+    assert_eq!(access(&file, libc::R_OK), 0);
+    assert_eq!(access(&file, libc::F_OK), 0);
+    assert_eq!(access(&file, libc::X_OK), libc::EACCES);
+    assert_eq!(access(&file, libc::R_OK | libc::W_OK), libc::EROFS);
+    assert_eq!(access(&dir, libc::R_OK | libc::X_OK), 0);
+    assert_eq!(access(&dir, libc::W_OK), libc::EROFS);
+    assert_eq!(access(mnt, libc::X_OK), 0);
+    assert_eq!(
+        errno_of(Command::new(&file).status(), "exec"),
+        libc::EACCES
+    );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         errno_of(
