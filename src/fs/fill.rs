@@ -6,7 +6,8 @@
 //! final) or decodes whole (archives whose digest covers only the decoded bytes: nothing may
 //! be served before all of them are checked). Waiters are callbacks, so no thread is held:
 //! * opens are answered when the job starts streaming (the handle then reads through the
-//!   daemon while the file fills) or when the file is complete, or with the job's error;
+//!   daemon while the file fills) or when the file is complete, or with the job's error; an
+//!   open that asks for the whole file is answered only when the file is complete;
 //! * a read of bytes not decoded yet is parked and answered by the job as soon as they are.
 //!
 //! A failed job answers every waiter with its error; reads of handles opened while it streamed
@@ -67,7 +68,10 @@ struct State {
     /// Leading bytes of `file` that are final.
     ready: u64,
     reads: Vec<Parked>,
+    /// Opens answered when the job starts streaming.
     opens: Vec<OpenDone>,
+    /// Opens answered when the file is complete.
+    opens_whole: Vec<OpenDone>,
 }
 
 /// The shared state of one kernel's decode job.
@@ -92,6 +96,7 @@ impl Fill {
                 ready: 0,
                 reads: Vec::new(),
                 opens: Vec::new(),
+                opens_whole: Vec::new(),
             }),
             done: AtomicBool::new(false),
         }
@@ -101,17 +106,17 @@ impl Fill {
         self.done.load(Ordering::Acquire)
     }
 
-    /// Adds an open: answered now when the job streams or has finished, else when it does.
-    pub fn join(self: &Arc<Self>, done: OpenDone) {
+    /// Adds an open: answered now when the job streams (unless `whole`) or has finished, else
+    /// when it does. With `whole` the open gets the complete file, which passthrough can serve.
+    pub fn join(self: &Arc<Self>, whole: bool, done: OpenDone) {
         let answer = {
             let mut s = lock(&self.state);
             match (s.phase, &s.file) {
                 (Phase::Failed(e), _) => Err(e),
-                (Phase::Streaming | Phase::Done, Some(file)) => Ok(self.opened(file.clone())),
-                _ => {
-                    s.opens.push(done);
-                    return;
-                }
+                (Phase::Done, Some(file)) => Ok(self.opened(file.clone())),
+                (Phase::Streaming, Some(file)) if !whole => Ok(self.opened(file.clone())),
+                _ if whole => return s.opens_whole.push(done),
+                _ => return s.opens.push(done),
             }
         };
         done(answer);
@@ -178,7 +183,9 @@ impl Fill {
             self.done.store(true, Ordering::Release);
             s.ready = file.len();
             s.file = Some(file.clone());
-            (std::mem::take(&mut s.opens), std::mem::take(&mut s.reads))
+            let mut opens = std::mem::take(&mut s.opens);
+            opens.append(&mut s.opens_whole);
+            (opens, std::mem::take(&mut s.reads))
         };
         for done in opens {
             done(Ok(self.opened(file.clone())));
@@ -197,7 +204,9 @@ impl Fill {
                 return;
             }
             s.phase = Phase::Failed(e);
-            (std::mem::take(&mut s.opens), std::mem::take(&mut s.reads))
+            let mut opens = std::mem::take(&mut s.opens);
+            opens.append(&mut s.opens_whole);
+            (opens, std::mem::take(&mut s.reads))
         };
         for done in opens {
             done(Err(e));
@@ -266,11 +275,18 @@ mod tests {
         rx
     }
 
+    /// An open whose answer (the file complete?) lands in the returned channel.
     fn open(fill: &Arc<Fill>) -> Receiver<Result<bool, Errno>> {
+        open_as(fill, false)
+    }
+
+    /// The same for an open of the whole file with `whole`.
+    fn open_as(fill: &Arc<Fill>, whole: bool) -> Receiver<Result<bool, Errno>> {
         let (tx, rx) = channel();
-        fill.join(Box::new(move |r| {
-            tx.send(r.map(|o| o.is_complete())).unwrap()
-        }));
+        fill.join(
+            whole,
+            Box::new(move |r| tx.send(r.map(|o| o.is_complete())).unwrap()),
+        );
         rx
     }
 
@@ -319,6 +335,39 @@ mod tests {
         fill.complete(&kept);
         assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
+    }
+
+    #[test]
+    fn an_open_of_the_whole_file_waits_for_it_to_complete() {
+        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..9000u32).map(|i| (i % 7) as u8).collect();
+        let fill = Arc::new(Fill::new());
+        let (early, streamed) = (open_as(&fill, true), open(&fill));
+        let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
+        let file = pending.backing().clone();
+        fill.streaming(&file);
+        assert_eq!(streamed.try_recv().unwrap(), Ok(false));
+        let late = open_as(&fill, true);
+        pending.write_at(0, &data[..4096]).unwrap();
+        fill.progress(0, &data[..4096]);
+        assert!(early.try_recv().is_err() && late.try_recv().is_err());
+        pending.write_at(4096, &data[4096..]).unwrap();
+        fill.progress(4096, &data[4096..]);
+        // Every byte is final: an open now gets the complete file at once...
+        assert_eq!(open_as(&fill, true).try_recv().unwrap(), Ok(true));
+        // ...and the ones waiting get it when the job keeps the file.
+        assert!(early.try_recv().is_err());
+        let kept = store.finish(&spec(data.len() as u64), pending);
+        fill.complete(&kept);
+        assert_eq!(early.try_recv().unwrap(), Ok(true));
+        assert_eq!(late.try_recv().unwrap(), Ok(true));
+        // A job that fails answers them with its error.
+        let fill = Arc::new(Fill::new());
+        let pending = store.begin(&spec(100)).unwrap();
+        fill.streaming(pending.backing());
+        let waiting = open_as(&fill, true);
+        fill.fail(Errno::EIO);
+        assert_eq!(waiting.try_recv().unwrap(), Err(Errno::EIO));
     }
 
     #[test]

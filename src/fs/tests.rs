@@ -397,7 +397,7 @@ fn xattrs_describe_the_entry() {
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
         "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
-         passthrough 0\npage_cache_mode 0\ndaemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
+         passthrough 0\npage_cache_mode 0\ndaemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\nopens_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
          cache_dir_rejected 0\ncache_dir_evictions 0\n"
     );
 }
