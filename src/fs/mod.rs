@@ -795,7 +795,8 @@ impl KpackFs {
     /// After an open of `ino`: when it continues a scan (see `scan.rs`), the decode jobs of the
     /// first files past the scan's front that are neither decoded nor decoding, one for each of
     /// the `idle_workers` decode threads, up to [`scan::MAX_RUNNING`] running at once. No open
-    /// waits for them; the opens that come for their files join them like any decode.
+    /// waits for them; the opens that come for their files join them like any decode (and, as
+    /// they continue the scan, get the complete file: see `open_start`).
     pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
         // `open_start` noted the open in the scan.
         if !matches!(self.tree.entry(ino), Some(Entry::File(_))) || self.scan.front().is_none() {
