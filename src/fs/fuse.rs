@@ -483,8 +483,11 @@ impl Filesystem for Adapter {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let write = mask.contains(AccessFlags::W_OK);
-        match self.fs.access(ino.0, write, mask.contains(AccessFlags::X_OK)) {
+        let (write, exec) = (
+            mask.contains(AccessFlags::W_OK),
+            mask.contains(AccessFlags::X_OK),
+        );
+        match self.fs.access(ino.0, write, exec) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }

@@ -432,10 +432,7 @@ fn errno(mnt: &Path, arg: &str) {
     assert_eq!(access(&dir, libc::R_OK | libc::X_OK), 0);
     assert_eq!(access(&dir, libc::W_OK), libc::EROFS);
     assert_eq!(access(mnt, libc::X_OK), 0);
-    assert_eq!(
-        errno_of(Command::new(&file).status(), "exec"),
-        libc::EACCES
-    );
+    assert_eq!(errno_of(Command::new(&file).status(), "exec"), libc::EACCES);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         errno_of(
