@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
-use super::scenarios::stats;
+use super::scenarios::{stats, wait_released};
 use crate::support::mount::{Mount, fuse_available};
 use crate::support::xorshift;
 
@@ -162,16 +162,9 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             drop_cache(&b);
             assert!(read_all(&b, data.len(), 128 << 10) == data, "second handle");
             drop((a, b));
-            // RELEASE reaches the daemon after close returns: the third open is a passthrough
-            // candidate only once the daemon has seen both handles go.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while stats(mnt)["open_handles"] != 0 {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "handles never released"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+            // The third open is a passthrough candidate only once the daemon has seen both
+            // handles go.
+            wait_released(mnt);
             let c = File::open(&path).unwrap();
             drop_cache(&c);
             let reads = stats(mnt)["daemon_reads"];

@@ -663,6 +663,38 @@ fn cold_concurrent(mnt: &Path, archive: &Path, arg: &str) {
         after["hits"] + after["misses"] >= 8,
         "every reader's request went through the cache"
     );
+    // The file is complete now. Once every handle is released, eight opens race for it: with
+    // passthrough each registers a backing id for the inode and all but one of them are
+    // dropped; without, each gets a daemon handle. Every one reads the whole kernel, and
+    // nothing is decoded again.
+    wait_released(mnt);
+    let start = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (path, data, start) = (path.clone(), data.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                assert!(fs::read(&path).unwrap() == data[..], "thread {t}");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(stats(mnt)["decodes"], 1, "decoded again");
+}
+
+/// Waits (at most 10 s) until the daemon has seen every handle of the mount released: RELEASE
+/// reaches it after `close` returns.
+pub fn wait_released(mnt: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stats(mnt)["open_handles"] != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "handles never released"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// `arg`: a kernel larger than the cache, read in 4 KiB steps: one decode, nothing cached.
