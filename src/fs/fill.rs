@@ -74,6 +74,15 @@ struct State {
     opens_whole: Vec<OpenDone>,
 }
 
+impl State {
+    /// Every waiting open, of either kind: the job has ended (complete or failed).
+    fn take_opens(&mut self) -> Vec<OpenDone> {
+        let mut opens = std::mem::take(&mut self.opens);
+        opens.append(&mut self.opens_whole);
+        opens
+    }
+}
+
 /// The shared state of one kernel's decode job.
 pub struct Fill {
     state: Mutex<State>,
@@ -183,9 +192,7 @@ impl Fill {
             self.done.store(true, Ordering::Release);
             s.ready = file.len();
             s.file = Some(file.clone());
-            let mut opens = std::mem::take(&mut s.opens);
-            opens.append(&mut s.opens_whole);
-            (opens, std::mem::take(&mut s.reads))
+            (s.take_opens(), std::mem::take(&mut s.reads))
         };
         for done in opens {
             done(Ok(self.opened(file.clone())));
@@ -204,9 +211,7 @@ impl Fill {
                 return;
             }
             s.phase = Phase::Failed(e);
-            let mut opens = std::mem::take(&mut s.opens);
-            opens.append(&mut s.opens_whole);
-            (opens, std::mem::take(&mut s.reads))
+            (s.take_opens(), std::mem::take(&mut s.reads))
         };
         for done in opens {
             done(Err(e));

@@ -1047,10 +1047,7 @@ impl KpackFs {
             if h.fill.as_ref().is_some_and(|f| f.is_done()) {
                 h.fill = None;
             }
-            OpenedFile {
-                backing: h.backing.clone(),
-                fill: h.fill.clone(),
-            }
+            h.clone()
         };
         read_opened(&opened, offset, size, done, &self.reads_while_decoding);
     }
