@@ -1,7 +1,10 @@
 //! C ABI benchmark: `kpack_load_code_object` latency (first call on a fresh cache, and warm), and
 //! `kpack_get_kernel` and `Archive::get_kernel` throughput over every kernel against plain zstd
 //! decoding of the same frames (in memory, one context per thread, output buffer reused), with 1
-//! and 2 threads. Each figure is a ratio against a baseline from the same run.
+//! and 2 threads. `kpack_get_kernel` is measured twice: on our layout, where every decode checks
+//! the frame's BLAKE3 digest, and on the same kernels written `--reference-layout`, which has no
+//! digest, so the run splits the integrity check's cost from the API's own. Each figure is a ratio
+//! against a baseline from the same run.
 //!
 //! The loads use a realistic install: `PREFIX/lib/libbench.so` with the embedded pattern
 //! `../.kpack/bench_@GFXARCH@.kpack`, a device list `[gfx942:sramecc+:xnack-, its generic]`
@@ -100,21 +103,30 @@ fn main() {
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
     std::fs::create_dir_all(prefix.join(".kpack")).unwrap();
     let archive_path = prefix.join(".kpack/bench_gfx942.kpack");
-    let mut w = ArchiveWriter::new(
-        "bench",
-        "gfx942",
-        vec!["gfx942".into()],
-        Compression::Zstd { level: 3 },
-    )
-    .unwrap();
+    // The same kernels twice: as we write them (frame positions and digests, checked on every
+    // decode) and as the reference writer does (`--reference-layout`: nothing to check), so the
+    // run shows what the integrity check costs apart from the API's own work.
+    let reference_path = prefix.join("bench_reference.kpack");
     let keys: Vec<String> = (0..objects)
         .map(|i| format!("lib/libbench.so#{i}"))
         .collect();
     let mut code = CodeLike::new(7);
-    for k in &keys {
-        w.add_kernel(k, "gfx942", code.kernel(size)).unwrap();
+    let kernels: Vec<Vec<u8>> = keys.iter().map(|_| code.kernel(size)).collect();
+    for (path, reference_layout) in [(&archive_path, false), (&reference_path, true)] {
+        let mut w = ArchiveWriter::new(
+            "bench",
+            "gfx942",
+            vec!["gfx942".into()],
+            Compression::Zstd { level: 3 },
+        )
+        .unwrap();
+        w.set_reference_layout(reference_layout);
+        for (k, kernel) in keys.iter().zip(&kernels) {
+            w.add_kernel(k, "gfx942", kernel.clone()).unwrap();
+        }
+        w.write(path, &|_| {}).unwrap();
     }
-    w.write(&archive_path, &|_| {}).unwrap();
+    drop(kernels);
     let meta = hipk_metadata("lib/libbench.so", "../.kpack/bench_@GFXARCH@.kpack");
     let binary = CString::new(prefix.join("lib/libbench.so").to_str().unwrap()).unwrap();
     let isa = CString::new("amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-").unwrap();
@@ -190,6 +202,12 @@ fn main() {
     let path_c = CString::new(archive_path.to_str().unwrap()).unwrap();
     let mut handle: ffi::kpack_archive_t = std::ptr::null_mut();
     assert_eq!(unsafe { ffi::kpack_open(path_c.as_ptr(), &mut handle) }, 0);
+    let reference_c = CString::new(reference_path.to_str().unwrap()).unwrap();
+    let mut reference: ffi::kpack_archive_t = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { ffi::kpack_open(reference_c.as_ptr(), &mut reference) },
+        0
+    );
     let c_keys: Vec<CString> = keys
         .iter()
         .map(|k| CString::new(k.as_str()).unwrap())
@@ -213,6 +231,7 @@ fn main() {
         .collect();
     // Raw pointers are not Send; the handle is documented as shareable across threads.
     let handle_addr = handle as usize;
+    let reference_addr = reference as usize;
     // Every kernel `passes` times, split between `step` threads; `part` is this thread's share.
     // One pass over the set takes a few milliseconds: a timing of several passes is long enough
     // for a scheduler tick or a page-cache hiccup not to decide a ratio.
@@ -237,16 +256,19 @@ fn main() {
             black_box(archive.get_kernel(k, "gfx942").unwrap());
         }
     };
-    let c_part = |part: usize, step: usize| {
+    let c_over = |addr: usize, part: usize, step: usize| {
         for k in all(c_keys.len())
             .skip(part)
             .step_by(step)
             .map(|i| &c_keys[i])
         {
-            black_box(c_get(handle_addr as ffi::kpack_archive_t, k, &gfx942));
+            black_box(c_get(addr as ffi::kpack_archive_t, k, &gfx942));
         }
     };
-    let parts: [&(dyn Fn(usize, usize) + Sync); 3] = [&zstd_part, &rust_part, &c_part];
+    let c_part = |part: usize, step: usize| c_over(handle_addr, part, step);
+    let c_reference_part = |part: usize, step: usize| c_over(reference_addr, part, step);
+    let parts: [&(dyn Fn(usize, usize) + Sync); 4] =
+        [&zstd_part, &rust_part, &c_part, &c_reference_part];
     // Wall time, and the CPU time of the whole process (every thread, user and system: page
     // faults count). On a machine whose cores other work keeps busy, wall time mostly measures
     // that work; CPU time still shows what each call costs.
@@ -265,8 +287,8 @@ fn main() {
     };
     // The three are measured in turn within each round, and each keeps its best round, so that
     // the baseline and the APIs see the same machine (other work on it comes and goes).
-    let mut best = [[Duration::MAX; 3]; 2];
-    let mut best_cpu = [[Duration::MAX; 3]; 2];
+    let mut best = [[Duration::MAX; 4]; 2];
+    let mut best_cpu = [[Duration::MAX; 4]; 2];
     for _ in 0..runs * 2 {
         for (ti, threads) in [1, 2].into_iter().enumerate() {
             for (i, f) in parts.iter().enumerate() {
@@ -277,10 +299,11 @@ fn main() {
         }
     }
     unsafe { ffi::kpack_close(handle) };
+    unsafe { ffi::kpack_close(reference) };
     let rate = |d: Duration| total * passes as f64 / d.as_secs_f64() / 1e6;
     // Smoke runs print no targets: on a small set and a busy machine they measure nothing.
     let target = if quick { "" } else { "(target >= 0.95)" };
-    for (ti, [zstd, rust, c]) in best.into_iter().enumerate() {
+    for (ti, [zstd, rust, c, c_reference]) in best.into_iter().enumerate() {
         let threads = ti + 1;
         let s = if threads == 1 { "" } else { "s" };
         rows.push(Row {
@@ -298,7 +321,16 @@ fn main() {
             value: format!("{:.0} MB/s", rate(c)),
             ratio: Some((rate(c) / rate(zstd), "plain zstd", target)),
         });
-        let [zstd_cpu, rust_cpu, c_cpu] = best_cpu[ti];
+        rows.push(Row {
+            name: format!("  the same, reference layout, {threads} thread{s}"),
+            value: format!("{:.0} MB/s", rate(c_reference)),
+            ratio: Some((
+                rate(c_reference) / rate(zstd),
+                "plain zstd (no digest to check)",
+                "",
+            )),
+        });
+        let [zstd_cpu, rust_cpu, c_cpu, _] = best_cpu[ti];
         for (name, cpu) in [
             ("Archive::get_kernel", rust_cpu),
             ("kpack_get_kernel", c_cpu),
