@@ -571,3 +571,99 @@ fn memory_backing_and_a_cache_dir_are_refused_together() {
     }
     assert!(!cache.exists(), "nothing created for a refused mount");
 }
+
+/// An overlayfs mounted for a test, unmounted lazily when dropped (also when the test fails).
+struct Overlay(PathBuf);
+
+impl Overlay {
+    /// Mounts an overlay of `lower` at `at`, with its upper and work directories made in `dir`;
+    /// None when the kernel refuses (no overlayfs).
+    fn mount(dir: &Path, lower: &Path, at: &Path) -> Option<Overlay> {
+        let (upper, work) = (dir.join("upper"), dir.join("work"));
+        for d in [&upper, &work, &at.to_path_buf()] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            upper.display(),
+            work.display()
+        );
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let (kind, target, data) = (c(Path::new("overlay")), c(at), c(Path::new(&options)));
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                kind.as_ptr(),
+                target.as_ptr(),
+                kind.as_ptr(),
+                0,
+                data.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            eprintln!(
+                "overlay at {}: {}",
+                at.display(),
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(Overlay(at.to_path_buf()))
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn a_backing_file_the_kernel_refuses_sends_reads_through_the_daemon() {
+    if !fuse_available() {
+        return;
+    }
+    // Backing files on an overlayfs over an overlayfs: a file system stacked two deep, which the
+    // kernel refuses as a passthrough backing file for a mount that allows a depth of 2 (ELOOP
+    // from the backing-id registration). Passthrough was granted at init, so this is the
+    // fallback in the middle of a mount's life, at its first complete kernel.
+    let d = tmp();
+    let base = d.path().join("base");
+    fs::create_dir(&base).unwrap();
+    let one = Overlay::mount(&d.path().join("one"), &base, &d.path().join("one/at"));
+    let two = one
+        .as_ref()
+        .and_then(|one| Overlay::mount(&d.path().join("two"), &one.0, &d.path().join("two/at")));
+    if !crate::support::mount_env::required(
+        "the refused backing file test",
+        &[("overlayfs over overlayfs", two.is_some())],
+    ) {
+        return;
+    }
+    let scratch = two.as_ref().unwrap().0.clone();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let m = start_passthrough(&archive, &["--scratch-dir", scratch.to_str().unwrap()]);
+    // The whole tree twice, then random offsets, mappings and concurrent readers: every byte
+    // exact, each kernel decoded once, and from the refusal on every read is the daemon's.
+    m.check("walk", "");
+    m.check("walk", "");
+    m.check("pread", "");
+    m.check("mmap", "");
+    m.check("concurrent", "");
+    let (_, all) = counts(&archive);
+    m.check(
+        "rp_stats",
+        &format!("passthrough=0,daemon_reads>0,decodes={all}"),
+    );
+    let log = m.daemon_log();
+    m.stop();
+    let refusals = log
+        .matches("the kernel refused a passthrough backing file")
+        .count();
+    assert_eq!(refusals, 1, "said once:\n{log}");
+    drop(two);
+    drop(one);
+}
