@@ -4,7 +4,8 @@
 //! and 2 threads. `kpack_get_kernel` is measured twice: on our layout, where every decode checks
 //! the frame's BLAKE3 digest, and on the same kernels written `--reference-layout`, which has no
 //! digest, so the run splits the integrity check's cost from the API's own. Each figure is a ratio
-//! against a baseline from the same run.
+//! against a baseline from the same run: the contenders run in turn, 31 rounds, and a ratio is the
+//! median of the ratios within each round (rates are each one's best round).
 //!
 //! The loads use a realistic install: `PREFIX/lib/libbench.so` with the embedded pattern
 //! `../.kpack/bench_@GFXARCH@.kpack`, a device list `[gfx942:sramecc+:xnack-, its generic]`
@@ -14,7 +15,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::CodeLike;
+use common::{CodeLike, Rounds};
 
 use std::ffi::{CString, c_char, c_void};
 use std::hint::black_box;
@@ -93,10 +94,10 @@ struct Row {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (objects, size, runs, iterations) = if quick {
-        (8, 200_000, 2, 20)
+    let (objects, size, iterations) = if quick {
+        (8, 200_000, 20)
     } else {
-        (64, 200_000, 5, 200)
+        (64, 200_000, 200)
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let prefix = std::fs::canonicalize(dir.path()).unwrap();
@@ -235,7 +236,7 @@ fn main() {
     // Every kernel `passes` times, split between `step` threads; `part` is this thread's share.
     // One pass over the set takes a few milliseconds: a timing of several passes is long enough
     // for a scheduler tick or a page-cache hiccup not to decide a ratio.
-    let passes = if quick { 1 } else { 16 };
+    let passes = if quick { 1 } else { 6 };
     let all = |n: usize| (0..passes).flat_map(move |_| 0..n);
     let zstd_part = |part: usize, step: usize| {
         let mut dctx = zstd::zstd_safe::DCtx::create();
@@ -285,16 +286,19 @@ fn main() {
         }
         (t.elapsed(), process_cpu() - c)
     };
-    // The three are measured in turn within each round, and each keeps its best round, so that
-    // the baseline and the APIs see the same machine (other work on it comes and goes).
-    let mut best = [[Duration::MAX; 4]; 2];
-    let mut best_cpu = [[Duration::MAX; 4]; 2];
-    for _ in 0..runs * 2 {
+    // The four are measured in turn within each round (the order rotating), and ratios are
+    // medians of ratios within a round (`common::Rounds`): the baseline and the APIs see the
+    // same machine even when the host takes time away in bursts. Absolute rates are each
+    // one's best round.
+    let rounds = if quick { 2 } else { 31 };
+    let mut wall = [Rounds::new(4), Rounds::new(4)];
+    let mut cpu = [Rounds::new(4), Rounds::new(4)];
+    for round in 0..rounds {
         for (ti, threads) in [1, 2].into_iter().enumerate() {
-            for (i, f) in parts.iter().enumerate() {
-                let (wall, cpu) = timed(*f, threads);
-                best[ti][i] = best[ti][i].min(wall);
-                best_cpu[ti][i] = best_cpu[ti][i].min(cpu);
+            for i in wall[ti].order(round).collect::<Vec<_>>() {
+                let (w, c) = timed(parts[i], threads);
+                wall[ti].push(i, w);
+                cpu[ti].push(i, c);
             }
         }
     }
@@ -303,43 +307,38 @@ fn main() {
     let rate = |d: Duration| total * passes as f64 / d.as_secs_f64() / 1e6;
     // Smoke runs print no targets: on a small set and a busy machine they measure nothing.
     let target = if quick { "" } else { "(target >= 0.95)" };
-    for (ti, [zstd, rust, c, c_reference]) in best.into_iter().enumerate() {
+    const ZSTD: usize = 0;
+    const NAMES: [&str; 4] = [
+        "plain zstd decoding",
+        "Archive::get_kernel",
+        "kpack_get_kernel",
+        "  the same, reference layout",
+    ];
+    for ti in 0..2 {
         let threads = ti + 1;
         let s = if threads == 1 { "" } else { "s" };
-        rows.push(Row {
-            name: format!("plain zstd decoding, {threads} thread{s}"),
-            value: format!("{:.0} MB/s", rate(zstd)),
-            ratio: None,
-        });
-        rows.push(Row {
-            name: format!("Archive::get_kernel, {threads} thread{s}"),
-            value: format!("{:.0} MB/s", rate(rust)),
-            ratio: Some((rate(rust) / rate(zstd), "plain zstd", "")),
-        });
-        rows.push(Row {
-            name: format!("kpack_get_kernel, {threads} thread{s}"),
-            value: format!("{:.0} MB/s", rate(c)),
-            ratio: Some((rate(c) / rate(zstd), "plain zstd", target)),
-        });
-        rows.push(Row {
-            name: format!("  the same, reference layout, {threads} thread{s}"),
-            value: format!("{:.0} MB/s", rate(c_reference)),
-            ratio: Some((
-                rate(c_reference) / rate(zstd),
-                "plain zstd (no digest to check)",
-                "",
-            )),
-        });
-        let [zstd_cpu, rust_cpu, c_cpu, _] = best_cpu[ti];
-        for (name, cpu) in [
-            ("Archive::get_kernel", rust_cpu),
-            ("kpack_get_kernel", c_cpu),
-        ] {
+        for (i, name) in NAMES.into_iter().enumerate() {
             rows.push(Row {
-                name: format!("{name}, {threads} thread{s}, CPU time"),
-                value: format!("{:.1} ms", cpu.as_secs_f64() * 1e3),
+                name: format!("{name}, {threads} thread{s}"),
+                value: format!("{:.0} MB/s", rate(wall[ti].best(i))),
+                ratio: match i {
+                    ZSTD => None,
+                    1 => Some((wall[ti].median_ratio(i, ZSTD), "plain zstd", "")),
+                    2 => Some((wall[ti].median_ratio(i, ZSTD), "plain zstd", target)),
+                    _ => Some((
+                        wall[ti].median_ratio(i, ZSTD),
+                        "plain zstd (no digest to check)",
+                        "",
+                    )),
+                },
+            });
+        }
+        for i in [1, 2] {
+            rows.push(Row {
+                name: format!("{}, {threads} thread{s}, CPU time", NAMES[i]),
+                value: format!("{:.1} ms", cpu[ti].best(i).as_secs_f64() * 1e3),
                 ratio: Some((
-                    zstd_cpu.as_secs_f64() / cpu.as_secs_f64(),
+                    cpu[ti].median_ratio(i, ZSTD),
                     "plain zstd's CPU time / this",
                     "",
                 )),

@@ -120,3 +120,53 @@ pub fn against_for_print(against: &str, quick: bool) -> String {
         _ => against.to_owned(),
     }
 }
+
+/// Timings of several contenders measured in turn, round after round. On a VM whose host takes
+/// time away in bursts, the best of separate series compares two different machines; timings
+/// taken next to each other in one round see the same one, so ratios are taken within a round
+/// and the median of those is reported.
+pub struct Rounds {
+    times: Vec<Vec<Duration>>,
+}
+
+impl Rounds {
+    pub fn new(contenders: usize) -> Rounds {
+        Rounds {
+            times: vec![Vec::new(); contenders],
+        }
+    }
+
+    /// The order in which round `round` runs the contenders: rotated from round to round, so
+    /// none always runs right after the same other one (whose caches it would inherit).
+    pub fn order(&self, round: usize) -> impl Iterator<Item = usize> + use<> {
+        let n = self.times.len();
+        (0..n).map(move |i| (i + round) % n)
+    }
+
+    pub fn push(&mut self, contender: usize, time: Duration) {
+        self.times[contender].push(time);
+    }
+
+    /// The contender's fastest round.
+    pub fn best(&self, contender: usize) -> Duration {
+        *self.times[contender].iter().min().expect("at least one round")
+    }
+
+    /// The median over rounds of `base`'s time divided by `contender`'s: how fast the
+    /// contender runs next to the base (above 1: faster).
+    pub fn median_ratio(&self, contender: usize, base: usize) -> f64 {
+        let mut r: Vec<f64> = self.times[base]
+            .iter()
+            .zip(&self.times[contender])
+            .map(|(b, c)| b.as_secs_f64() / c.as_secs_f64())
+            .collect();
+        assert!(!r.is_empty(), "at least one round");
+        r.sort_by(f64::total_cmp);
+        let mid = r.len() / 2;
+        if r.len() % 2 == 1 {
+            r[mid]
+        } else {
+            (r[mid - 1] + r[mid]) / 2.0
+        }
+    }
+}
