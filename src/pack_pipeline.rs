@@ -18,8 +18,10 @@ use crate::writer::Compression;
 
 mod archive_file;
 mod budget;
+mod spares;
 pub use archive_file::{ArchiveFile, Finished};
 pub(crate) use budget::Budget;
+pub use spares::Spares;
 
 /// One kernel after the workers.
 #[derive(Debug)]
@@ -73,10 +75,17 @@ type Done<T> = (u64, T, Result<Encoded, String>);
 pub struct Feed<'p, T> {
     jobs: SyncSender<Job<T>>,
     budget: &'p Budget,
+    spares: &'p Spares,
     next: std::cell::Cell<u64>,
 }
 
 impl<T> Feed<'_, T> {
+    /// Buffers the workers have finished with: reading the next kernel into one of them costs
+    /// no page faults (see [`Spares`]).
+    pub fn spares(&self) -> &Spares {
+        self.spares
+    }
+
     /// Queues one kernel; `tag` comes back with its encoding. Waits while the budget is spent.
     /// An error means the pipeline stopped (the writer failed): stop producing.
     pub fn submit(&self, tag: T, data: Vec<u8>) -> Result<(), Error> {
@@ -115,13 +124,20 @@ where
     }
     let (job_tx, job_rx) = sync_channel::<Job<T>>(threads * 2);
     let job_rx = Mutex::new(job_rx);
+    // One spare per worker and two more, within half the budget: what the producer needs to
+    // read ahead while every worker holds a kernel.
+    let spares = Spares::new(
+        threads + 2,
+        usize::try_from(opts.budget / 2).unwrap_or(usize::MAX),
+    );
     std::thread::scope(|s| {
         let (done_tx, done_rx) = channel::<Done<T>>();
         for _ in 0..threads {
             let done_tx = done_tx.clone();
             let job_rx = &job_rx;
+            let spares = &spares;
             let hash = opts.hash;
-            s.spawn(move || work(job_rx, done_tx, level, hash));
+            s.spawn(move || work(job_rx, done_tx, spares, level, hash));
         }
         drop(done_tx);
         let budget = &budget;
@@ -157,6 +173,7 @@ where
         let feed = Feed {
             jobs: job_tx,
             budget,
+            spares: &spares,
             next: std::cell::Cell::new(0),
         };
         let produced = produce(&feed);
@@ -180,6 +197,7 @@ where
 fn work<T>(
     jobs: &Mutex<Receiver<Job<T>>>,
     done: std::sync::mpsc::Sender<Done<T>>,
+    spares: &Spares,
     level: Option<i32>,
     hash: bool,
 ) {
@@ -194,11 +212,15 @@ fn work<T>(
         let digest = digests.of_kernel(&data);
         let stored = match &mut encoder {
             None => Ok(data),
-            Some(Ok(enc)) => enc.encode(&data).map(|mut frame| {
-                // The encoder reserves the worst case; give the rest back while it waits.
-                frame.shrink_to_fit();
+            Some(Ok(enc)) => {
+                let frame = enc.encode(&data).map(|mut frame| {
+                    // The encoder reserves the worst case; give the rest back while it waits.
+                    frame.shrink_to_fit();
+                    frame
+                });
+                spares.put(data);
                 frame
-            }),
+            }
             Some(Err(e)) => Err(e.clone()),
         };
         let result = stored.map(|stored| Encoded {
@@ -237,7 +259,7 @@ impl<E> From<Error> for PackFilesError<E> {
 }
 
 /// Writes the archive of `kernels` (key, arch, file, in ordinal order) at `path`: files are
-/// read on this thread with `read` while the workers compress and hash and a writer thread
+/// read on this thread with `read` (best into a buffer from the [`Spares`] it is given) while the workers compress and hash and a writer thread
 /// appends, into a temporary file in the same directory renamed into place once complete (and
 /// removed on failure). `progress` receives each kernel's size once it is stored. Returns the
 /// archive's size.
@@ -246,7 +268,7 @@ pub fn pack_files<P, E>(
     head: &ArchiveHead,
     threads: Option<usize>,
     kernels: &[(String, String, P)],
-    read: impl Fn(&P) -> Result<Vec<u8>, E>,
+    read: impl Fn(&P, &Spares) -> Result<Vec<u8>, E>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, PackFilesError<E>>
 where
@@ -276,7 +298,7 @@ where
         opts,
         |feed| {
             for (i, (_, _, source)) in kernels.iter().enumerate() {
-                let data = read(source).map_err(PackFilesError::Read)?;
+                let data = read(source, feed.spares()).map_err(PackFilesError::Read)?;
                 feed.submit(i, data)?;
             }
             Ok(())
