@@ -591,6 +591,119 @@ impl Archive {
         Ok(word)
     }
 
+    /// Reads a kernel in pieces of at most `step` bytes, handed in order to `sink(offset,
+    /// piece)`, for a caller that writes them where nobody reads them before this returns
+    /// `Ok`: every digest the entry records is checked as by [`read_with`](Self::read_with),
+    /// but the decoded bytes' digest only once all of them are out, so `sink` may have seen
+    /// bytes that then fail it. `sink` is first called only once the stored kernel is known to
+    /// produce `kref.size` bytes (the frame's size word, digest and declared size; a `none`
+    /// kernel's bounds), so a caller may reserve that much room then and a hostile size claims
+    /// nothing. `frame` and `piece` are the caller's buffers, reused from call to call (nothing
+    /// is zeroed or faulted in per kernel); a `sink` error stops the read and comes back as a
+    /// decompression failure naming the kernel.
+    pub fn read_in_steps(
+        &self,
+        kref: &KernelRef<'_>,
+        step: usize,
+        frame: &mut Vec<u8>,
+        piece: &mut Vec<u8>,
+        mut sink: impl FnMut(u64, &[u8]) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        if step == 0 {
+            return Err(Error::InvalidArgument("a read step of 0 bytes".into()));
+        }
+        let vouched = kref.frame_digest.is_some() && self.toc.scheme == Scheme::ZstdPerKernel;
+        let mut hasher = kref
+            .digest
+            .filter(|_| !vouched)
+            .map(|_| blake3::Hasher::new());
+        let mut pass = |at: u64, bytes: &[u8]| {
+            if let Some(h) = &mut hasher {
+                h.update(bytes);
+            }
+            sink(at, bytes)
+        };
+        let read = match self.toc.scheme {
+            Scheme::ZstdPerKernel => self.read_verified_frame(kref, frame).and_then(|start| {
+                let spare = RefCell::new(std::mem::take(piece));
+                let decoded = codec::decode_frame_steps(
+                    &frame[start..],
+                    kref.size,
+                    step,
+                    0,
+                    || Ok(spare.take()),
+                    |at, window, fresh, end| {
+                        let passed = pass(at + fresh as u64, &window[fresh..end]);
+                        *spare.borrow_mut() = window;
+                        passed
+                    },
+                );
+                *piece = spare.into_inner();
+                decoded.map_err(|reason| self.decode_error(kref, reason))
+            }),
+            Scheme::None => self.copy_stored_in_steps(kref, step, piece, &mut pass),
+        };
+        let checked = read.and_then(|()| match (hasher, kref.digest) {
+            (Some(h), Some(recorded)) => {
+                let actual = *h.finalize().as_bytes();
+                if actual == recorded {
+                    Ok(())
+                } else {
+                    Err(self.digest_error(kref, false, recorded, actual))
+                }
+            }
+            _ => Ok(()),
+        });
+        self.explain(checked)
+    }
+
+    /// A `none` kernel's stored bytes, `step` at a time through `piece`, to `pass`.
+    fn copy_stored_in_steps(
+        &self,
+        kref: &KernelRef<'_>,
+        step: usize,
+        piece: &mut Vec<u8>,
+        pass: &mut dyn FnMut(u64, &[u8]) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        let out_of_bounds = |file_len: u64| Error::BlobOutOfBounds {
+            path: self.path.clone(),
+            key: kref.key.to_owned(),
+            arch: kref.arch.to_owned(),
+            offset: kref.stored.offset,
+            size: kref.stored.size,
+            file_len,
+        };
+        if kref
+            .stored
+            .offset
+            .checked_add(kref.size)
+            .is_none_or(|end| end > self.file_len)
+        {
+            return Err(out_of_bounds(self.file_len));
+        }
+        let mut done = 0u64;
+        while done < kref.size {
+            let want = usize::try_from(kref.size - done).map_or(step, |n| n.min(step));
+            if piece.len() < want {
+                piece.resize(want, 0);
+            }
+            let buf = &mut piece[..want];
+            let got = read_full_at(&*self.source, buf, kref.stored.offset + done).map_err(|e| {
+                Error::io(
+                    &self.path,
+                    format!("cannot read kernel {} [{}]", kref.key, kref.arch),
+                    e,
+                )
+            })?;
+            if got < want {
+                return Err(out_of_bounds(kref.stored.offset + done + got as u64));
+            }
+            pass(done, buf).map_err(|reason| self.decode_error(kref, reason))?;
+            done += want as u64;
+        }
+        Ok(())
+    }
+
     /// Reports a failed read of an archive that changed since open as "changed" (see
     /// [`read_with`](Self::read_with)).
     fn explain<T>(&self, result: Result<T>) -> Result<T> {
@@ -1021,6 +1134,120 @@ mod tests {
 
     fn open_local(path: &Path, keep: usize) -> Archive {
         Archive::open_keeping(Box::new(LocalFile::open(path).unwrap()), keep).unwrap()
+    }
+
+    /// `read_in_steps` of `kref`: the pieces joined, and where each began.
+    fn steps(a: &Archive, kref: &KernelRef<'_>) -> Result<(Vec<u8>, Vec<u64>)> {
+        let (mut got, mut at) = (Vec::new(), Vec::new());
+        a.read_in_steps(
+            kref,
+            1 << 20,
+            &mut Vec::new(),
+            &mut Vec::new(),
+            |offset, piece| {
+                at.push(offset);
+                got.extend_from_slice(piece);
+                Ok(())
+            },
+        )
+        .map(|()| (got, at))
+    }
+
+    #[test]
+    fn read_in_steps_hands_out_every_byte_in_order_and_checks_every_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..2_500_000u32)
+            .map(|i| (i % 251) as u8 ^ (i >> 13) as u8)
+            .collect();
+        for (name, compression) in [
+            ("n.kpack", crate::writer::Compression::None),
+            ("z.kpack", crate::writer::Compression::Zstd { level: 1 }),
+        ] {
+            let mut w =
+                crate::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
+                    .unwrap();
+            w.add_kernel("lib/big.so#0", "gfx90a", data.clone())
+                .unwrap();
+            w.add_kernel("lib/empty.so#0", "gfx90a", Vec::new())
+                .unwrap();
+            let path = dir.path().join(name);
+            w.write(&path, &|_| {}).unwrap();
+            let a = Archive::open(&path).unwrap();
+            let kref = a.locate("lib/big.so#0", "gfx90a").unwrap();
+            assert!(kref.digest.is_some());
+            let (got, at) = steps(&a, &kref).unwrap();
+            assert!(got == data, "{name}");
+            assert_eq!(at, [0, 1 << 20, 2 << 20], "{name}");
+            let empty = a.locate("lib/empty.so#0", "gfx90a").unwrap();
+            assert_eq!(steps(&a, &empty).unwrap(), (Vec::new(), Vec::new()));
+            // Only the decoded bytes' digest (as archives had before frame digests): checked
+            // once every piece is out.
+            let mut decoded_only = kref;
+            decoded_only.frame_digest = None;
+            assert!(steps(&a, &decoded_only).unwrap().0 == data, "{name}");
+            decoded_only.digest = Some([7; 32]);
+            let err = steps(&a, &decoded_only).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::DigestMismatch {
+                        of_frame: false,
+                        ..
+                    }
+                ),
+                "{name}: {err}"
+            );
+            let mut empty_wrong = empty;
+            empty_wrong.digest = Some([7; 32]);
+            empty_wrong.frame_digest = None;
+            assert!(matches!(
+                steps(&a, &empty_wrong),
+                Err(Error::DigestMismatch { .. })
+            ));
+            // A sink's error stops the read and names the kernel.
+            let mut calls = 0;
+            let err = a
+                .read_in_steps(&kref, 1 << 20, &mut Vec::new(), &mut Vec::new(), |_, _| {
+                    calls += 1;
+                    Err("disk full".into())
+                })
+                .unwrap_err();
+            assert_eq!(calls, 1);
+            assert!(err.to_string().contains("disk full"), "{err}");
+            assert!(err.to_string().contains("lib/big.so#0"), "{err}");
+            let zero = a.read_in_steps(&kref, 0, &mut Vec::new(), &mut Vec::new(), |_, _| Ok(()));
+            assert!(matches!(zero, Err(Error::InvalidArgument(_))));
+        }
+    }
+
+    #[test]
+    fn read_in_steps_hands_out_nothing_of_a_kernel_that_cannot_be_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.kpack");
+        let mut w = crate::writer::ArchiveWriter::new(
+            "g",
+            "f",
+            vec!["gfx90a".into()],
+            crate::writer::Compression::None,
+        )
+        .unwrap();
+        w.add_kernel("k#0", "gfx90a", vec![5; 3 << 20]).unwrap();
+        w.write(&path, &|_| {}).unwrap();
+        let a = Archive::open(&path).unwrap();
+        // A `none` entry claiming more bytes than the file holds: refused before the first
+        // piece, so a caller that makes room at the first piece never reserves it.
+        let mut huge = a.locate("k#0", "gfx90a").unwrap();
+        huge.size = 1 << 40;
+        huge.stored.size = 1 << 40;
+        let mut calls = 0;
+        let err = a
+            .read_in_steps(&huge, 1 << 20, &mut Vec::new(), &mut Vec::new(), |_, _| {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(calls, 0);
+        assert!(matches!(err, Error::BlobOutOfBounds { .. }), "{err}");
     }
 
     #[test]

@@ -149,7 +149,10 @@ impl Rounds {
 
     /// The contender's fastest round.
     pub fn best(&self, contender: usize) -> Duration {
-        *self.times[contender].iter().min().expect("at least one round")
+        *self.times[contender]
+            .iter()
+            .min()
+            .expect("at least one round")
     }
 
     /// The median over rounds of `base`'s time divided by `contender`'s: how fast the

@@ -16,14 +16,13 @@
 //! A streamed kernel (the common case, see `fill.rs`) is decoded in small pieces, each written
 //! with `pwrite` ([`Pending::write_at`]): the file system takes whole large folios that way,
 //! where decoding into a writable mapping faulted every 4 KiB page in (and dirtied it) one by
-//! one, which cost more CPU than the decoding itself. A kernel decoded whole (digest of the
-//! decoded bytes only, or no zstd) is decoded straight into a mapping of its file, so the daemon
-//! never holds a second copy of it. Space is reserved with `fallocate`, so a full disk or
-//! memory limit is an error for that open, not a `SIGBUS` in the daemon; and it is reserved
-//! only once the archive has checked that the stored kernel really produces that many bytes
-//! ([`Reserve`] is the archive's allocator), so a hostile size never claims disk or memory.
+//! one, which cost more CPU than the decoding itself. A kernel checked whole (digest of the
+//! decoded bytes only, or no zstd) is written the same way, only published once it matched.
+//! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
+//! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
+//! archive has checked that the stored kernel really produces that many bytes, so a hostile
+//! size never claims disk or memory.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -34,8 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Errno;
 use super::cache_dir::{CacheDir, TmpFile};
-use crate::codec::KernelBuf;
-use crate::kernel_cache::{CacheStats, Fetched, KernelCache, KernelId, Weighed};
+use crate::kernel_cache::{CacheStats, KernelCache, KernelId, Weighed};
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,51 +231,6 @@ impl BackingStore {
         self.cache.contains(id)
     }
 
-    /// The backing file of a kernel: from the store, from the cache directory, or made by
-    /// `decode`, which gets its buffer of exactly `spec.len` bytes from the [`Reserve`].
-    pub fn get(
-        &self,
-        spec: &KernelSpec,
-        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
-    ) -> Result<Fetched<Arc<BackingFile>>, Errno> {
-        let fetched = self
-            .cache
-            .get_or_load(spec.id, || self.make(spec, decode, true))?;
-        if fetched.cached {
-            self.touch(&fetched.value);
-        }
-        Ok(fetched)
-    }
-
-    /// A new backing file filled by `decode`; with a cache directory, one found valid there
-    /// when `look` is set.
-    fn make(
-        &self,
-        spec: &KernelSpec,
-        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
-        look: bool,
-    ) -> Result<Arc<BackingFile>, Errno> {
-        let file = match &self.place {
-            Where::Scratch(dir) => {
-                let file = self.scratch_file(dir)?;
-                fill(&file, spec.len, decode, false)?;
-                file
-            }
-            Where::Memory => {
-                let file = memfd(spec.id).map_err(|e| fail("cannot create a memfd", &e))?;
-                fill(&file, spec.len, decode, false)?;
-                seal(&file);
-                file
-            }
-            // The archive's digest, when there is one, was already checked by the decode.
-            Where::CacheDir(dir) => dir.get_or_fill(spec, look, |file, hash| {
-                let digest = fill(file, spec.len, decode, hash && spec.digest.is_none())?;
-                Ok(digest.or(spec.digest).unwrap_or([0; 32]))
-            })?,
-        };
-        Ok(self.wrap(file, spec.len))
-    }
-
     /// The stored backing file of `id`, not counted (see [`count`](Self::count)) nor marked
     /// as used.
     pub fn lookup(&self, id: KernelId) -> Option<Arc<BackingFile>> {
@@ -359,19 +312,6 @@ impl BackingStore {
             self.cache.put(spec.id, &pending.backing);
         }
         pending.backing
-    }
-
-    /// Decodes a kernel whole into a new backing file (through `decode`, as [`get`](Self::get)
-    /// does) and keeps it, without a single flight of its own (the caller runs one) and without
-    /// looking in the cache directory (the caller did, with [`find_in_dir`](Self::find_in_dir)).
-    pub fn make_and_keep(
-        &self,
-        spec: &KernelSpec,
-        decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
-    ) -> Result<Arc<BackingFile>, Errno> {
-        let made = self.make(spec, decode, false)?;
-        self.cache.put(spec.id, &made);
-        Ok(made)
     }
 
     /// A file found valid in the cache directory, as a backing file kept in the store.
@@ -577,98 +517,6 @@ impl Pending {
     }
 }
 
-/// Where a decode writes: called by the archive (as its allocator) once it has checked the
-/// stored kernel, it reserves the file's space and maps it.
-pub struct Reserve<'a> {
-    file: &'a File,
-    len: u64,
-    failed: Cell<Option<io::Error>>,
-}
-
-impl Reserve<'_> {
-    /// The mapped file, `size` bytes (which must be the kernel's size); `None` when the space
-    /// cannot be had (the reason is kept for the error).
-    pub fn alloc(&self, size: usize) -> Option<MapBuf> {
-        if size as u64 != self.len {
-            self.failed.set(Some(io::Error::other(format!(
-                "asked for {size} bytes for a {}-byte kernel",
-                self.len
-            ))));
-            return None;
-        }
-        if size == 0 {
-            return Some(MapBuf {
-                ptr: std::ptr::NonNull::dangling().as_ptr(),
-                len: 0,
-                _map: None,
-            });
-        }
-        let mapped = reserve(self.file, self.len).and_then(|()| Mapping::new(self.file, size));
-        match mapped {
-            Ok(map) => Some(MapBuf {
-                ptr: map.ptr.cast(),
-                len: size,
-                _map: Some(map),
-            }),
-            Err(e) => {
-                self.failed.set(Some(e));
-                None
-            }
-        }
-    }
-}
-
-/// A backing file's mapping, handed to the archive to decode into.
-pub struct MapBuf {
-    ptr: *mut u8,
-    len: usize,
-    _map: Option<Mapping>,
-}
-
-// SAFETY: `ptr` is the start of a shared writable mapping of `len` bytes that lives as long as
-// `_map` (a dangling, never dereferenced pointer when `len` is 0). The file was just sized, so
-// its bytes read as zeros: initialised.
-unsafe impl KernelBuf for MapBuf {
-    fn size(&self) -> usize {
-        self.len
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr
-    }
-    fn init_mut(&mut self) -> &mut [u8] {
-        // SAFETY: see the impl's comment.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-    unsafe fn filled_mut(&mut self) -> &mut [u8] {
-        self.init_mut()
-    }
-}
-
-/// Lets `decode` fill `file` with `len` bytes through a [`Reserve`], and returns the BLAKE3 of
-/// the bytes when `hash` is set.
-pub(super) fn fill(
-    file: &File,
-    len: u64,
-    decode: impl FnOnce(&Reserve<'_>) -> Result<MapBuf, Errno>,
-    hash: bool,
-) -> Result<Option<[u8; 32]>, Errno> {
-    let reserve = Reserve {
-        file,
-        len,
-        failed: Cell::new(None),
-    };
-    let mut buf = decode(&reserve).map_err(|e| match reserve.failed.take() {
-        Some(io) => fail(&format!("cannot reserve {len} bytes"), &io),
-        None => e,
-    })?;
-    if buf.len as u64 != len {
-        return Err(Errno::EIO);
-    }
-    // SAFETY: the decode succeeded, so every byte was written.
-    let bytes = unsafe { buf.filled_mut() };
-    Ok(hash.then(|| *blake3::hash(bytes).as_bytes()))
-}
-
 /// `fallocate`, falling back to `ftruncate` where the filesystem cannot reserve space.
 fn reserve(file: &File, len: u64) -> io::Result<()> {
     let off = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -681,40 +529,6 @@ fn reserve(file: &File, len: u64) -> io::Result<()> {
     match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(len),
         _ => Err(e),
-    }
-}
-
-/// A shared writable mapping of a whole file, unmapped on drop.
-struct Mapping {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(file: &File, len: usize) -> io::Result<Mapping> {
-        // SAFETY: mapping `len` bytes of a file we own that is at least that long; the result
-        // is checked before use and unmapped exactly once, in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping { ptr, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly what mmap returned; no slice into it outlives this.
-        unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
 

@@ -96,23 +96,6 @@ impl CacheDir {
         unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
     }
 
-    /// The valid cached file of `spec` (when `look` is set), or a new one filled by
-    /// `fill(file, true)`, which returns the BLAKE3 of what it wrote.
-    pub fn get_or_fill(
-        &self,
-        spec: &KernelSpec,
-        look: bool,
-        fill: impl FnOnce(&File, bool) -> Result<[u8; 32], Errno>,
-    ) -> Result<File, Errno> {
-        if let Some(file) = look.then(|| self.find(spec)).flatten() {
-            return Ok(file);
-        }
-        let (file, tmp) = self.create(spec)?;
-        let digest = fill(&file, true)?;
-        self.commit(tmp, spec, digest)?;
-        Ok(file)
-    }
-
     /// The cached file of `spec` if there is one and it is valid (a hit); an invalid one is
     /// counted and left for the next write to replace.
     pub fn find(&self, spec: &KernelSpec) -> Option<File> {

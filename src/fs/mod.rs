@@ -242,7 +242,8 @@ type WaitingRead = (u64, u32, ReadDone);
 
 /// How a kernel's bytes are produced.
 enum Plan {
-    /// Decoded whole, then served: its digest covers only the decoded bytes.
+    /// Checked whole, then served: its digest covers only the decoded bytes (or it is stored
+    /// as is, scheme `none`).
     Whole,
     /// Decoded in steps from this frame, `.0[.1..]` (verified against its digest when it has
     /// one), served as it goes.
@@ -446,7 +447,7 @@ impl KpackFs {
     }
 
     /// A kernel that fits in one READ is decoded straight into the reply, with no backing file
-    /// (create, reserve, map, unlink would cost more than the decode); its bytes go to the
+    /// (create, reserve, unlink would cost more than the decode); its bytes go to the
     /// small kernels' cache. A cache directory still gets its file.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
         f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
@@ -720,7 +721,7 @@ impl KpackFs {
         };
         let in_scan = self.scan.opened(ino).is_some();
         if file.size == 0 {
-            done(self.backing_for(file).map(OpenedFile::complete));
+            done(self.empty_backing(file).map(OpenedFile::complete));
             return None;
         }
         // An open that continues a scan, while files are decoded ahead of it, gets the complete
@@ -952,11 +953,7 @@ impl KpackFs {
         self.decodes.fetch_add(1, Ordering::Relaxed);
         let kref = self.checked(file, located)?;
         let (buf, start) = match self.plan(file, &kref)? {
-            Plan::Whole => {
-                return self
-                    .store
-                    .make_and_keep(&spec, |reserve| self.decode_into(file, &kref, reserve));
-            }
+            Plan::Whole => return self.write_whole(file, &kref, &spec),
             Plan::Stream(buf, start) => (buf, start),
         };
         // read_verified_frame checked that the frame can produce this many bytes, so the space
@@ -1090,16 +1087,46 @@ impl KpackFs {
         Ok(kref)
     }
 
-    /// The backing file of a kernel, from the store or decoded into a new one.
-    fn backing_for(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let spec = self.spec_of(file)?;
-        let fetched = self.store.get(&spec, |reserve| {
-            self.decodes.fetch_add(1, Ordering::Relaxed);
-            let kref = self.locate_for_read(file)?;
-            self.decode_into(file, &kref, reserve)
-        })?;
-        self.check_len(file, &fetched.value)?;
-        Ok(fetched.value)
+    /// The backing file of an empty kernel, answered on the request's thread: from the store
+    /// or the cache directory, else made at once (reading and checking its frame and digests
+    /// costs next to nothing), located once for both digests.
+    fn empty_backing(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
+        let archive = self.archive_of(file);
+        let located = archive.locate_at(file.binary as usize, file.entry as usize);
+        let kref = self.checked(file, located)?;
+        let spec = self.spec_with(file, kref.digest);
+        if let Some(b) = self.store.lookup(spec.id) {
+            self.store.count(true);
+            self.store.touch(&b);
+            return Ok(b);
+        }
+        self.store.count(false);
+        if let Some(found) = self.store.find_in_dir(&spec) {
+            return Ok(found);
+        }
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        self.write_whole(file, &kref, &spec)
+    }
+
+    /// Makes and keeps the backing file of a kernel checked whole before it is served (see
+    /// [`stream::write_whole`]): nobody reads it before it is complete and every digest matched.
+    /// Failures are logged with archive, key and arch.
+    fn write_whole(
+        &self,
+        file: &FileNode,
+        kref: &KernelRef<'_>,
+        spec: &KernelSpec,
+    ) -> Result<Arc<BackingFile>, Errno> {
+        let archive = self.archive_of(file);
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        let pending =
+            stream::write_whole(archive, kref, || self.store.begin(spec)).map_err(|e| match e {
+                stream::WholeError::Store(errno) => errno,
+                stream::WholeError::Read(e) => fail(&e),
+            })?;
+        // Bytes of a file rewritten in place may decode without any error.
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(self.store.finish(spec, pending))
     }
 
     /// Two TOC entries may name the same ordinal with different sizes (a malformed archive):
@@ -1146,17 +1173,6 @@ impl KpackFs {
         h.update(&[0]);
         h.update(arch.as_bytes());
         *h.finalize().as_bytes()
-    }
-
-    /// Decodes one kernel into a backing file's mapping, which `reserve` makes once the archive
-    /// has checked the stored kernel. Failures are logged with archive, key and arch.
-    fn decode_into(
-        &self,
-        file: &FileNode,
-        kref: &KernelRef<'_>,
-        reserve: &backing::Reserve<'_>,
-    ) -> Result<backing::MapBuf, Errno> {
-        self.decode_with(file, kref, |n| reserve.alloc(n))
     }
 
     /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked

@@ -1,7 +1,8 @@
-//! A streamed kernel's decode: its frame decoded in steps into its backing file, each step
-//! published to the readers waiting for it (`fill.rs`) as soon as it is written, through
-//! buffers each decode thread keeps from job to job (fresh ones had every page faulted in and
-//! zeroed per job: a tenth of a cold reader's decode thread, in perf).
+//! How a decode thread writes a kernel into its backing file: in steps, through buffers the
+//! thread keeps from job to job (fresh ones had every page faulted in and zeroed per job: a
+//! tenth of a cold reader's decode thread, in perf), each step published to the readers waiting
+//! for it (`fill.rs`) as soon as it is written, or, for a kernel checked whole, nothing
+//! published before the last step matched the digest.
 //!
 //! Tried and dropped: a second thread per kernel doing the writing and the answering while the
 //! first decodes. With one cold reader it was no faster (the decoding thread was already idle a
@@ -12,6 +13,7 @@ use std::cell::{Cell, RefCell};
 
 use super::backing::Pending;
 use super::fill::Fill;
+use crate::archive::{Archive, KernelRef};
 use crate::codec::decode_frame_steps;
 
 /// How far a decode gets before it publishes the bytes it wrote (and answers the reads waiting
@@ -73,4 +75,55 @@ pub fn decode_into(
     );
     BUFFER.with_borrow_mut(|kept| *kept = spare.take());
     result
+}
+
+/// Why [`write_whole`] failed: the backing file could not be made (already logged), or the
+/// archive's read or check failed.
+pub enum WholeError {
+    Store(super::Errno),
+    Read(crate::Error),
+}
+
+/// Writes a kernel that is checked whole before anyone may read it (its archive records only
+/// the digest of its decoded bytes, or stores it uncompressed) into the file `begin` makes, in
+/// steps through this thread's buffers, like a streamed decode but publishing nothing (see
+/// [`Archive::read_in_steps`]). The file is made when the first step is ready, once the archive
+/// has checked that the kernel produces that many bytes (an empty kernel's, after the read).
+pub fn write_whole(
+    archive: &Archive,
+    kref: &KernelRef<'_>,
+    begin: impl FnOnce() -> Result<Pending, super::Errno>,
+) -> Result<Pending, WholeError> {
+    let mut frame = frame_buffer();
+    let mut piece = BUFFER.with_borrow_mut(std::mem::take);
+    let mut begin = Some(begin);
+    let mut pending: Option<Pending> = None;
+    let mut refused = None;
+    let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| {
+        let file = match (&mut pending, begin.take()) {
+            (Some(p), _) => p,
+            (None, Some(begin)) => match begin() {
+                Ok(p) => pending.insert(p),
+                Err(e) => {
+                    refused = Some(e);
+                    return Err("no backing file".into());
+                }
+            },
+            // A failed begin stops the read: not called again.
+            (None, None) => return Err("no backing file".into()),
+        };
+        file.write_at(at, bytes)
+    });
+    keep_frame_buffer(frame);
+    BUFFER.with_borrow_mut(|kept| *kept = piece);
+    if let Some(e) = refused {
+        return Err(WholeError::Store(e));
+    }
+    written.map_err(WholeError::Read)?;
+    match (pending, begin) {
+        (Some(p), _) => Ok(p),
+        (None, Some(begin)) => begin().map_err(WholeError::Store),
+        // Taken only by a step that then made the file or failed (returned above).
+        (None, None) => Err(WholeError::Store(super::Errno::EIO)),
+    }
 }

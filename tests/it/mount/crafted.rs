@@ -17,11 +17,15 @@ fn entry(ordinal: u64, size: u64) -> V {
 }
 
 fn fs_over(bytes: &[u8]) -> (tempfile::TempDir, KpackFs) {
+    fs_over_with(bytes, 1 << 20)
+}
+
+fn fs_over_with(bytes: &[u8], cache_size: u64) -> (tempfile::TempDir, KpackFs) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("crafted.kpack");
     std::fs::write(&p, bytes).unwrap();
     let opts = FsOptions {
-        cache_size: 1 << 20,
+        cache_size,
         backing: rocm_kpack::fs::backing::Placement::Memory,
         gpus: vec![],
         uid: 0,
@@ -119,4 +123,82 @@ fn hostile_original_size_is_eio_without_reserving_it() {
     assert_eq!(fs.store().live_bytes(), 0);
     let (good, _) = file(&fs, "gfx900");
     assert_eq!(read(&fs, good).unwrap(), data);
+}
+
+/// Reads a file whole through READs of at most 1 MiB, as the kernel would send them.
+fn read_in_requests(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
+    let fh = fs.open(ino, libc::O_RDONLY)?;
+    let mut out = Vec::new();
+    let r = loop {
+        match fs.read(ino, fh, out.len() as u64, 1 << 20) {
+            Ok(s) if s.as_slice().is_empty() => break Ok(out),
+            Ok(s) => out.extend_from_slice(s.as_slice()),
+            Err(e) => break Err(e),
+        }
+    };
+    fs.release(fh);
+    r
+}
+
+/// Kernels checked whole before they are served (scheme `none`; zstd with only the decoded
+/// bytes' digest) are written to their backing file in several steps: every byte arrives, a
+/// digest that does not match serves nothing and keeps nothing, and a `none` blob that cannot
+/// be in the file reserves nothing.
+#[test]
+fn kernels_checked_whole_are_written_in_steps_and_served_only_when_they_match() {
+    let data = crate::support::craft::incompressible(11, (2 << 20) + 12_345);
+    let digest = blake3::hash(&data).as_bytes().to_vec();
+    let with_digest = |digest: Vec<u8>| {
+        m(vec![
+            ("type", s("hsaco")),
+            ("ordinal", V::U(0)),
+            ("original_size", V::U(data.len() as u64)),
+            ("metadata", m(vec![("blake3", V::B(digest))])),
+        ])
+    };
+    for scheme in ["none", "zstd"] {
+        for (recorded, serves) in [(digest.clone(), true), (vec![9; 32], false)] {
+            let (blob, mut toc) = if scheme == "none" {
+                crate::support::craft::noop_parts(&data)
+            } else {
+                zstd_parts(&data)
+            };
+            toc.at("toc").at("k#0").set("gfx900", with_digest(recorded));
+            let (_d, fs) = fs_over_with(&archive_bytes(&blob, &toc.encode()), 64 << 20);
+            let (ino, size) = file(&fs, "gfx900");
+            assert_eq!(size, data.len() as u64);
+            if serves {
+                assert!(read_in_requests(&fs, ino).unwrap() == data, "{scheme}");
+                assert_eq!(fs.store().live_bytes(), data.len() as u64, "{scheme}");
+            } else {
+                assert_eq!(read_in_requests(&fs, ino).unwrap_err(), Errno::EIO);
+                assert_eq!(fs.store().live_bytes(), 0, "{scheme}: nothing kept");
+                // Not kept, so not served on a second try either.
+                assert_eq!(read_in_requests(&fs, ino).unwrap_err(), Errno::EIO);
+            }
+        }
+    }
+    let (blob, mut toc) = crate::support::craft::noop_parts(&data);
+    toc.at("toc").at("k#0").set("gfx906", entry(1, 1 << 40));
+    toc.set(
+        "blobs",
+        V::A(vec![
+            m(vec![
+                ("offset", V::U(64)),
+                ("size", V::U(data.len() as u64)),
+            ]),
+            m(vec![("offset", V::U(64)), ("size", V::U(1 << 40))]),
+        ]),
+    );
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    let (huge, size) = file(&fs, "gfx906");
+    assert_eq!(size, 1 << 40);
+    assert_eq!(read(&fs, huge).unwrap_err(), Errno::EIO);
+    assert_eq!(
+        fs.store().live_bytes(),
+        0,
+        "1 TiB of memfd was never asked for"
+    );
+    let (good, _) = file(&fs, "gfx900");
+    assert!(read_in_requests(&fs, good).unwrap() == data);
 }
