@@ -49,6 +49,9 @@ pub struct Archive {
     lazy_frames: Option<(Span, u32)>,
 }
 
+/// Where [`Archive::read_in_steps`] hands each piece: its offset in the kernel and its bytes.
+type PieceSink<'a> = dyn FnMut(u64, &[u8]) -> std::result::Result<(), String> + 'a;
+
 /// Where one kernel is and how big it comes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelRef<'a> {
@@ -663,7 +666,7 @@ impl Archive {
         kref: &KernelRef<'_>,
         step: usize,
         piece: &mut Vec<u8>,
-        pass: &mut dyn FnMut(u64, &[u8]) -> std::result::Result<(), String>,
+        pass: &mut PieceSink<'_>,
     ) -> Result<()> {
         let out_of_bounds = |file_len: u64| Error::BlobOutOfBounds {
             path: self.path.clone(),

@@ -75,11 +75,11 @@ fn shared_ordinal_with_another_size_is_eio_not_the_other_bytes() {
     assert_eq!(read(&fs, good).unwrap(), data);
 }
 
-#[test]
-fn blob_past_the_end_of_the_file_is_eio() {
-    let data = sample_kernel();
-    let (blob, mut toc) = crate::support::craft::noop_parts(&data);
-    toc.at("toc").at("k#0").set("gfx906", entry(1, 50));
+/// A `none` archive of `data` as `k#0` for gfx900, plus a gfx906 entry whose blob lies at
+/// `offset` with `size` bytes (wherever that is).
+fn with_second_blob(data: &[u8], offset: u64, size: u64) -> (Vec<u8>, V) {
+    let (blob, mut toc) = crate::support::craft::noop_parts(data);
+    toc.at("toc").at("k#0").set("gfx906", entry(1, size));
     toc.set(
         "blobs",
         V::A(vec![
@@ -87,9 +87,16 @@ fn blob_past_the_end_of_the_file_is_eio() {
                 ("offset", V::U(64)),
                 ("size", V::U(data.len() as u64)),
             ]),
-            m(vec![("offset", V::U(1 << 30)), ("size", V::U(50))]),
+            m(vec![("offset", V::U(offset)), ("size", V::U(size))]),
         ]),
     );
+    (blob, toc)
+}
+
+#[test]
+fn blob_past_the_end_of_the_file_is_eio() {
+    let data = sample_kernel();
+    let (blob, toc) = with_second_blob(&data, 1 << 30, 50);
     let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
     let (good, _) = file(&fs, "gfx900");
     let (bad, bad_size) = file(&fs, "gfx906");
@@ -178,18 +185,7 @@ fn kernels_checked_whole_are_written_in_steps_and_served_only_when_they_match() 
             }
         }
     }
-    let (blob, mut toc) = crate::support::craft::noop_parts(&data);
-    toc.at("toc").at("k#0").set("gfx906", entry(1, 1 << 40));
-    toc.set(
-        "blobs",
-        V::A(vec![
-            m(vec![
-                ("offset", V::U(64)),
-                ("size", V::U(data.len() as u64)),
-            ]),
-            m(vec![("offset", V::U(64)), ("size", V::U(1 << 40))]),
-        ]),
-    );
+    let (blob, toc) = with_second_blob(&data, 64, 1 << 40);
     let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
     let (huge, size) = file(&fs, "gfx906");
     assert_eq!(size, 1 << 40);
