@@ -6,10 +6,14 @@
 //! budget, never something that grows with the input.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Spent buffers, emptied, at most `max_count` of them holding at most `max_bytes` of capacity.
+/// Nothing is kept until a producer first takes a buffer: one that brings its own (`split`
+/// reads code objects as it walks a binary) would only have memory held for nobody.
 pub struct Spares {
     kept: Mutex<Vec<Vec<u8>>>,
+    wanted: AtomicBool,
     max_count: usize,
     max_bytes: usize,
 }
@@ -18,6 +22,7 @@ impl Spares {
     pub(crate) fn new(max_count: usize, max_bytes: usize) -> Spares {
         Spares {
             kept: Mutex::new(Vec::new()),
+            wanted: AtomicBool::new(false),
             max_count,
             max_bytes,
         }
@@ -27,6 +32,7 @@ impl Spares {
     /// the largest one grown (so no spare is dropped while a kernel outgrows them all), else a
     /// new one. A growth that cannot be had is the caller's out-of-memory error (`None`).
     pub fn take(&self, len: usize) -> Option<Vec<u8>> {
+        self.wanted.store(true, Ordering::Relaxed);
         let picked = {
             let mut kept = crate::sync::lock(&self.kept);
             let fit = kept
@@ -46,7 +52,7 @@ impl Spares {
     /// Gives a buffer back. Kept while the pool has room (by count and by capacity); past that
     /// the smallest buffers are the ones let go, since a large one saves the most faults.
     pub(crate) fn put(&self, mut buf: Vec<u8>) {
-        if buf.capacity() == 0 || self.max_count == 0 {
+        if buf.capacity() == 0 || self.max_count == 0 || !self.wanted.load(Ordering::Relaxed) {
             return;
         }
         buf.clear();
@@ -80,9 +86,26 @@ impl Spares {
 mod tests {
     use super::*;
 
+    /// A pool a producer has taken from once, as the pipeline's is in use.
+    fn in_use(max_count: usize, max_bytes: usize) -> Spares {
+        let s = Spares::new(max_count, max_bytes);
+        drop(s.take(0));
+        s
+    }
+
+    #[test]
+    fn nothing_is_kept_for_a_producer_that_never_takes() {
+        let s = Spares::new(4, 1 << 20);
+        s.put(vec![1; 1000]);
+        assert_eq!(s.held(), (0, 0));
+        drop(s.take(10));
+        s.put(vec![1; 1000]);
+        assert_eq!(s.held().0, 1);
+    }
+
     #[test]
     fn take_prefers_the_smallest_fit_and_grows_the_largest_otherwise() {
-        let s = Spares::new(4, 1 << 20);
+        let s = in_use(4, 1 << 20);
         s.put(Vec::with_capacity(1000));
         s.put(Vec::with_capacity(5000));
         s.put(Vec::with_capacity(3000));
@@ -101,7 +124,7 @@ mod tests {
 
     #[test]
     fn put_keeps_within_the_count_and_byte_bounds() {
-        let s = Spares::new(2, 10_000);
+        let s = in_use(2, 10_000);
         for cap in [1000, 2000, 3000] {
             s.put(Vec::with_capacity(cap));
         }
@@ -112,14 +135,14 @@ mod tests {
         let (n, bytes) = s.held();
         assert_eq!(n, 1, "9000 + 3000 is over the byte bound");
         assert!((9000..10_000).contains(&bytes));
-        let none = Spares::new(0, 10_000);
+        let none = in_use(0, 10_000);
         none.put(vec![1; 10]);
         assert_eq!(none.held(), (0, 0));
     }
 
     #[test]
     fn a_spare_comes_back_empty() {
-        let s = Spares::new(2, 1 << 20);
+        let s = in_use(2, 1 << 20);
         s.put(vec![7; 500]);
         let b = s.take(10).unwrap();
         assert!(b.is_empty() && b.capacity() >= 500);
