@@ -1098,6 +1098,8 @@ impl KpackFs {
         if let Some(b) = self.store.lookup(spec.id) {
             self.store.count(true);
             self.store.touch(&b);
+            // Kept for another entry naming the same ordinal with another size?
+            self.check_len(file, &b)?;
             return Ok(b);
         }
         self.store.count(false);

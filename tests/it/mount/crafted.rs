@@ -198,3 +198,20 @@ fn kernels_checked_whole_are_written_in_steps_and_served_only_when_they_match() 
     let (good, _) = file(&fs, "gfx900");
     assert!(read_in_requests(&fs, good).unwrap() == data);
 }
+
+/// An empty entry naming the ordinal of a kernel that is in the store: its open is EIO, not
+/// the other entry's file; before that kernel is read too (its frame is not empty).
+#[test]
+fn an_empty_entry_sharing_a_kept_kernels_ordinal_is_eio() {
+    let data = crate::support::craft::incompressible(3, 200_000);
+    let (blob, mut toc) = zstd_parts(&data);
+    toc.at("toc").at("k#0").set("gfx906", entry(0, 0));
+    let (_d, fs) = fs_over(&archive_bytes(&blob, &toc.encode()));
+    let (good, _) = file(&fs, "gfx900");
+    let (empty, size) = file(&fs, "gfx906");
+    assert_eq!(size, 0);
+    assert_eq!(fs.open(empty, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert!(read_in_requests(&fs, good).unwrap() == data);
+    assert!(fs.store().live_bytes() > 0, "gfx900 is kept");
+    assert_eq!(fs.open(empty, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+}

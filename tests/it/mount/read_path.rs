@@ -65,6 +65,32 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 }
             }
         }
+        // Opens the largest kernel and holds the handle, reads every other kernel (which evicts
+        // the first from a small cache), then opens the first again while the old handle is
+        // open: both handles read its bytes, before and after the old one is closed, and so
+        // does an open after both are closed.
+        "rp_reopen_evicted" => {
+            let want = expected(archive);
+            let (key, arch, data) = want.iter().max_by_key(|k| k.2.len()).unwrap();
+            let path = kernel_path(mnt, key, arch);
+            let whole = |f: &File| {
+                let mut got = vec![0u8; data.len()];
+                f.read_exact_at(&mut got, 0).unwrap();
+                assert!(got == *data, "{key} [{arch}]");
+            };
+            let old = File::open(&path).unwrap();
+            whole(&old);
+            for (k, a, d) in want.iter().filter(|k| (&k.0, &k.1) != (key, arch)) {
+                assert!(fs::read(kernel_path(mnt, k, a)).unwrap() == *d, "{k} [{a}]");
+            }
+            let new = File::open(&path).unwrap();
+            whole(&new);
+            whole(&old);
+            drop(old);
+            whole(&new);
+            drop(new);
+            whole(&File::open(&path).unwrap());
+        }
         // `arg`: a kernel path; reads it sequentially in 64 KiB steps and compares.
         "rp_chunked" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();
@@ -201,6 +227,29 @@ fn evicted_kernels_keep_reading_through_open_handles() {
             &format!("decodes={all},evictions>0,bytes_cached<8193,backing_bytes<8193"),
         );
         m.stop();
+    }
+}
+
+/// A kernel evicted while a handle (with passthrough: a registered backing file) is still open
+/// is opened again: old and new handles read the right bytes, on memory and disk backing, with
+/// and without passthrough.
+#[test]
+fn an_evicted_kernel_reopened_beside_its_old_handle_reads_right() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    // The bound of each backing: 8 KiB holds none of the kernels reopened here.
+    for (backing, bound) in [("memory", "--cache-size"), ("disk", "--cache-dir-size")] {
+        for extra in [&[][..], &["--no-passthrough"][..]] {
+            let mut args = vec!["--backing", backing, bound, "8K"];
+            args.extend_from_slice(extra);
+            let m = start_passthrough(&archive, &args);
+            m.check("rp_reopen_evicted", "");
+            m.check("rp_stats", "evictions>0");
+            m.stop();
+        }
     }
 }
 
