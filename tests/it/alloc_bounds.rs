@@ -8,7 +8,7 @@
 //! (`/proc/self/clear_refs`), caps its address space at the current size plus 64 x the file
 //! plus 256 MiB (so even untouched reservations beyond that fail loudly), opens the archive,
 //! reads every entry, and prints the error kinds, `VmHWM` and the elapsed time. The parent
-//! asserts the exact kinds and that the peak grew by at most 16 x the file plus 4 MiB. A fresh
+//! asserts the exact kinds and that the peak grew by at most 16 x the file plus 6 MiB. A fresh
 //! process per case keeps one case's heap out of another's figure.
 
 use std::io::Write;
@@ -167,9 +167,16 @@ fn run_child(case: &str, path: &Path) -> Measured {
     m
 }
 
-/// The bound every case must meet: peak resident growth within 16 x the file plus 4 MiB.
+/// What every child touches whatever the file: the code and the zstd context of a first open.
+/// 1.4-1.9 MiB when the table in docs/reliability.md was taken; 2.5-4.3 MiB with the larger test
+/// binary of 2026-12-02, where a bound of 4 MiB failed a run at 4.28 MB. A hostile size still
+/// shows: it asks for 2^32 to 2^60 bytes.
+const FIXED_ALLOWANCE: u64 = 6 * MIB;
+
+/// The bound every case must meet: peak resident growth within 16 x the file plus the fixed
+/// allowance.
 fn assert_bounded(m: &Measured) {
-    let bound = 16 * m.file_len + 4 * MIB;
+    let bound = 16 * m.file_len + FIXED_ALLOWANCE;
     assert!(
         m.growth <= bound,
         "peak grew {} bytes for a {}-byte file (bound {bound})",
@@ -202,7 +209,7 @@ fn expect_get(case: &str, bytes: &[u8], get: ErrorKind) -> Measured {
 #[test]
 fn the_measurement_sees_a_touched_allocation() {
     let m = measure(TOUCH_CASE, &[0u8; 1024]);
-    assert!(m.growth > 16 * 1024 + 4 * MIB, "{m:?}");
+    assert!(m.growth > 16 * 1024 + FIXED_ALLOWANCE, "{m:?}");
 }
 
 /// A header pointing at a TOC that follows it directly.
