@@ -420,20 +420,7 @@ impl Archive {
         };
         let size = match self.toc.scheme {
             Scheme::None => {
-                if stored
-                    .offset
-                    .checked_add(stored.size)
-                    .is_none_or(|end| end > self.file_len)
-                {
-                    return Err(Error::BlobOutOfBounds {
-                        path: self.path.clone(),
-                        key: key.to_owned(),
-                        arch: arch.to_owned(),
-                        offset: stored.offset,
-                        size: stored.size,
-                        file_len: self.file_len,
-                    });
-                }
+                self.check_blob_in_file(key, arch, stored, stored.size)?;
                 stored.size
             }
             Scheme::ZstdPerKernel => entry.original_size,
@@ -615,13 +602,13 @@ impl Archive {
         if step == 0 {
             return Err(Error::InvalidArgument("a read step of 0 bytes".into()));
         }
-        let vouched = kref.frame_digest.is_some() && self.toc.scheme == Scheme::ZstdPerKernel;
-        let mut hasher = kref
+        // As in read_checked: a frame digest vouches for what the frame decodes to.
+        let mut to_check = kref
             .digest
-            .filter(|_| !vouched)
-            .map(|_| blake3::Hasher::new());
+            .filter(|_| kref.frame_digest.is_none())
+            .map(|recorded| (recorded, blake3::Hasher::new()));
         let mut pass = |at: u64, bytes: &[u8]| {
-            if let Some(h) = &mut hasher {
+            if let Some((_, h)) = &mut to_check {
                 h.update(bytes);
             }
             sink(at, bytes)
@@ -646,16 +633,9 @@ impl Archive {
             }),
             Scheme::None => self.copy_stored_in_steps(kref, step, piece, &mut pass),
         };
-        let checked = read.and_then(|()| match (hasher, kref.digest) {
-            (Some(h), Some(recorded)) => {
-                let actual = *h.finalize().as_bytes();
-                if actual == recorded {
-                    Ok(())
-                } else {
-                    Err(self.digest_error(kref, false, recorded, actual))
-                }
-            }
-            _ => Ok(()),
+        let checked = read.and_then(|()| match to_check {
+            Some((recorded, h)) => self.check_decoded(kref, recorded, *h.finalize().as_bytes()),
+            None => Ok(()),
         });
         self.explain(checked)
     }
@@ -668,22 +648,9 @@ impl Archive {
         piece: &mut Vec<u8>,
         pass: &mut PieceSink<'_>,
     ) -> Result<()> {
-        let out_of_bounds = |file_len: u64| Error::BlobOutOfBounds {
-            path: self.path.clone(),
-            key: kref.key.to_owned(),
-            arch: kref.arch.to_owned(),
-            offset: kref.stored.offset,
-            size: kref.stored.size,
-            file_len,
-        };
-        if kref
-            .stored
-            .offset
-            .checked_add(kref.size)
-            .is_none_or(|end| end > self.file_len)
-        {
-            return Err(out_of_bounds(self.file_len));
-        }
+        // Located kernels were checked when located; one built by hand is checked here, so that
+        // nothing is handed out of a kernel that cannot be there.
+        self.check_blob_in_file(kref.key, kref.arch, kref.stored, kref.size)?;
         let mut done = 0u64;
         while done < kref.size {
             let want = usize::try_from(kref.size - done).map_or(step, |n| n.min(step));
@@ -699,12 +666,51 @@ impl Archive {
                 )
             })?;
             if got < want {
-                return Err(out_of_bounds(kref.stored.offset + done + got as u64));
+                let file_len = kref.stored.offset + done + got as u64;
+                return Err(self.blob_out_of_bounds(kref.key, kref.arch, kref.stored, file_len));
             }
             pass(done, buf).map_err(|reason| self.decode_error(kref, reason))?;
             done += want as u64;
         }
         Ok(())
+    }
+
+    /// A `none` kernel of `len` bytes at `stored` must lie inside the file.
+    fn check_blob_in_file(&self, key: &str, arch: &str, stored: Span, len: u64) -> Result<()> {
+        if stored
+            .offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.file_len)
+        {
+            return Err(self.blob_out_of_bounds(key, arch, stored, self.file_len));
+        }
+        Ok(())
+    }
+
+    /// The error of a `none` kernel's blob that the file ends before (at `file_len`).
+    fn blob_out_of_bounds(&self, key: &str, arch: &str, stored: Span, file_len: u64) -> Error {
+        Error::BlobOutOfBounds {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            arch: arch.to_owned(),
+            offset: stored.offset,
+            size: stored.size,
+            file_len,
+        }
+    }
+
+    /// Compares the BLAKE3 of a kernel's decoded bytes with the digest its entry records.
+    fn check_decoded(
+        &self,
+        kref: &KernelRef<'_>,
+        recorded: [u8; 32],
+        actual: [u8; 32],
+    ) -> Result<()> {
+        if actual == recorded {
+            Ok(())
+        } else {
+            Err(self.digest_error(kref, false, recorded, actual))
+        }
     }
 
     /// Reports a failed read of an archive that changed since open as "changed" (see
@@ -729,11 +735,11 @@ impl Archive {
         if let (Some(recorded), false) = (kref.digest, vouched) {
             // SAFETY: read_unchecked returns a buffer only once every byte has been written.
             let bytes = unsafe { out.filled_mut() };
-            let actual = *blake3::hash(bytes).as_bytes();
-            if actual != recorded {
+            let checked = self.check_decoded(kref, recorded, *blake3::hash(bytes).as_bytes());
+            if checked.is_err() {
                 bytes.fill(0);
-                return Err(self.digest_error(kref, false, recorded, actual));
             }
+            checked?;
         }
         Ok(out)
     }
@@ -852,14 +858,12 @@ impl Archive {
                     )
                 })?;
                 if got < dst.len() {
-                    return Err(Error::BlobOutOfBounds {
-                        path: self.path.clone(),
-                        key: kref.key.to_owned(),
-                        arch: kref.arch.to_owned(),
-                        offset: kref.stored.offset,
-                        size: kref.stored.size,
-                        file_len: kref.stored.offset + got as u64,
-                    });
+                    return Err(self.blob_out_of_bounds(
+                        kref.key,
+                        kref.arch,
+                        kref.stored,
+                        kref.stored.offset + got as u64,
+                    ));
                 }
                 Ok(buf)
             }
