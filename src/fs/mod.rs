@@ -240,6 +240,17 @@ const RECENT_FILLS: usize = 2;
 /// A READ waiting for a small kernel's decode: offset, size, answer.
 type WaitingRead = (u64, u32, ReadDone);
 
+/// Where a kernel's backing file comes from, before any decode (see
+/// [`KpackFs::cached_or_located`]). Made once per decode and taken apart at once, so the size of
+/// its larger variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Source<'a> {
+    /// A valid file found in the cache directory.
+    Dir(Arc<BackingFile>),
+    /// The located kernel and the spec of the file to make for it.
+    Located(KernelRef<'a>, KernelSpec),
+}
+
 /// How a kernel's bytes are produced.
 enum Plan {
     /// Checked whole, then served: its digest covers only the decoded bytes (or it is stored
@@ -938,20 +949,10 @@ impl KpackFs {
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
             return Err(Errno::ENOENT);
         };
-        // Located once for the whole job, with both digests (one read when they come from the
-        // file): the kernel's for the cache directory, the frame's for the decode. A failure
-        // is reported only if the cache directory cannot serve the kernel either.
-        let archive = self.archive_of(file);
-        let located = archive.locate_at(file.binary as usize, file.entry as usize);
-        let spec = match &located {
-            Ok(kref) => self.spec_with(file, kref.digest),
-            Err(_) => self.spec_of(file)?,
+        let (kref, spec) = match self.cached_or_located(file)? {
+            Source::Dir(found) => return Ok(found),
+            Source::Located(kref, spec) => (kref, spec),
         };
-        if let Some(found) = self.store.find_in_dir(&spec) {
-            return Ok(found);
-        }
-        self.decodes.fetch_add(1, Ordering::Relaxed);
-        let kref = self.checked(file, located)?;
         let (buf, start) = match self.plan(file, &kref)? {
             Plan::Whole => return self.write_whole(file, &kref, &spec),
             Plan::Stream(buf, start) => (buf, start),
@@ -968,6 +969,25 @@ impl KpackFs {
         stream::keep_frame_buffer(buf);
         decoded.map_err(|e| self.failed(file, &e, Errno::EIO))?;
         Ok(self.store.finish(&spec, pending))
+    }
+
+    /// What making a kernel's backing file starts from: a valid file in the cache directory,
+    /// else the kernel located (counted as a decode) with the spec of its file. Located once,
+    /// with both digests (one read when they come from the file): the kernel's for the cache
+    /// directory, the frame's for the decode. A failure to locate it is reported only if the
+    /// cache directory cannot serve the kernel either.
+    fn cached_or_located<'a>(&'a self, file: &FileNode) -> Result<Source<'a>, Errno> {
+        let archive = self.archive_of(file);
+        let located = archive.locate_at(file.binary as usize, file.entry as usize);
+        let spec = match &located {
+            Ok(kref) => self.spec_with(file, kref.digest),
+            Err(_) => self.spec_of(file)?,
+        };
+        if let Some(found) = self.store.find_in_dir(&spec) {
+            return Ok(Source::Dir(found));
+        }
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        Ok(Source::Located(self.checked(file, located)?, spec))
     }
 
     /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
@@ -1087,15 +1107,11 @@ impl KpackFs {
         Ok(kref)
     }
 
-    /// The backing file of an empty kernel, answered on the request's thread: from the store
-    /// or the cache directory, else made at once (reading and checking its frame and digests
-    /// costs next to nothing), located once for both digests.
+    /// The backing file of an empty kernel, answered on the request's thread: from the store,
+    /// else as a decode job would make it (reading and checking its frame and digests costs
+    /// next to nothing), but at once.
     fn empty_backing(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let archive = self.archive_of(file);
-        let located = archive.locate_at(file.binary as usize, file.entry as usize);
-        let kref = self.checked(file, located)?;
-        let spec = self.spec_with(file, kref.digest);
-        if let Some(b) = self.store.lookup(spec.id) {
+        if let Some(b) = self.store.lookup(kernel_id(file)) {
             self.store.count(true);
             self.store.touch(&b);
             // Kept for another entry naming the same ordinal with another size?
@@ -1103,11 +1119,10 @@ impl KpackFs {
             return Ok(b);
         }
         self.store.count(false);
-        if let Some(found) = self.store.find_in_dir(&spec) {
-            return Ok(found);
+        match self.cached_or_located(file)? {
+            Source::Dir(found) => Ok(found),
+            Source::Located(kref, spec) => self.write_whole(file, &kref, &spec),
         }
-        self.decodes.fetch_add(1, Ordering::Relaxed);
-        self.write_whole(file, &kref, &spec)
     }
 
     /// Makes and keeps the backing file of a kernel checked whole before it is served (see

@@ -92,38 +92,26 @@ pub enum WholeError {
 pub fn write_whole(
     archive: &Archive,
     kref: &KernelRef<'_>,
-    begin: impl FnOnce() -> Result<Pending, super::Errno>,
+    mut begin: impl FnMut() -> Result<Pending, super::Errno>,
 ) -> Result<Pending, WholeError> {
     let mut frame = frame_buffer();
     let mut piece = BUFFER.with_borrow_mut(std::mem::take);
-    let mut begin = Some(begin);
-    let mut pending: Option<Pending> = None;
-    let mut refused = None;
-    let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| {
-        let file = match (&mut pending, begin.take()) {
-            (Some(p), _) => p,
-            (None, Some(begin)) => match begin() {
-                Ok(p) => pending.insert(p),
-                Err(e) => {
-                    refused = Some(e);
-                    return Err("no backing file".into());
-                }
-            },
-            // A failed begin stops the read: not called again.
-            (None, None) => return Err("no backing file".into()),
-        };
-        file.write_at(at, bytes)
+    // Made with the first piece; a failure to make it stops the read there.
+    let mut made: Option<Result<Pending, super::Errno>> = None;
+    let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| match made
+        .get_or_insert_with(&mut begin)
+    {
+        Ok(pending) => pending.write_at(at, bytes),
+        Err(_) => Err("no backing file".into()),
     });
     keep_frame_buffer(frame);
     BUFFER.with_borrow_mut(|kept| *kept = piece);
-    if let Some(e) = refused {
-        return Err(WholeError::Store(e));
-    }
-    written.map_err(WholeError::Read)?;
-    match (pending, begin) {
-        (Some(p), _) => Ok(p),
-        (None, Some(begin)) => begin().map_err(WholeError::Store),
-        // Taken only by a step that then made the file or failed (returned above).
-        (None, None) => Err(WholeError::Store(super::Errno::EIO)),
+    match (made, written) {
+        // The read's own error is then only the refusal.
+        (Some(Err(e)), _) => Err(WholeError::Store(e)),
+        (_, Err(e)) => Err(WholeError::Read(e)),
+        (Some(Ok(pending)), Ok(())) => Ok(pending),
+        // An empty kernel: no piece, the file is made once the read checked it.
+        (None, Ok(())) => begin().map_err(WholeError::Store),
     }
 }
