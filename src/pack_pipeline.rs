@@ -1,7 +1,11 @@
-//! The parallel encoding pipeline behind `split`, `pack --from-fatbin` and `pack`: the caller's
-//! thread reads kernels and submits them; one worker per core compresses each into a zstd frame
-//! (or keeps it as is for `none`) and hashes it; one writer thread receives the results back in
-//! submission order and stores them. Reading, compressing, hashing and writing overlap.
+//! The parallel encoding pipeline behind `split`, `pack --from-fatbin` and `pack`: kernels are
+//! read, then one worker per core compresses each into a zstd frame (or keeps it as is for
+//! `none`) and hashes it, and one writer thread receives the results back in submission order
+//! and stores them. Reading, compressing, hashing and writing overlap. Who reads: in [`run`],
+//! the caller's thread, which walks its input (a host binary's bundles) and submits kernels;
+//! in [`run_loaded`], where the inputs are known up front (files), each worker reads the next
+//! one itself, so the bytes it hashes and compresses are still in its core's cache, and no
+//! third thread takes turns with the workers on the cores.
 //!
 //! Memory is bounded by a byte budget: a submission waits while the kernels submitted but not
 //! yet stored add up to more than the budget (a single kernel larger than the budget is let
@@ -69,7 +73,16 @@ impl Options {
 }
 
 type Job<T> = (u64, T, Vec<u8>);
-type Done<T> = (u64, T, Result<Encoded, String>);
+/// A job's sequence number, its tag, the budget it holds and its outcome.
+type Done<T, E> = (u64, T, u64, Result<Encoded, Failed<E>>);
+/// A [`Done`] waiting for its turn, by sequence number.
+type Waiting<T, E> = (T, u64, Result<Encoded, Failed<E>>);
+
+/// Why a kernel has no encoding.
+enum Failed<E> {
+    Encode(String),
+    Load(E),
+}
 
 /// Where the producer submits kernels.
 pub struct Feed<'p, T> {
@@ -106,32 +119,20 @@ impl<T> Feed<'_, T> {
 pub fn run<T, R, E>(
     opts: Options,
     produce: impl FnOnce(&Feed<'_, T>) -> Result<R, E>,
-    mut store: impl FnMut(T, Encoded) -> Result<(), E> + Send,
+    store: impl FnMut(T, Encoded) -> Result<(), E> + Send,
 ) -> Result<R, E>
 where
     T: Send,
     E: From<Error> + Send,
 {
     let threads = opts.threads.max(1);
+    let level = checked_level(opts.compression).map_err(E::from)?;
     let budget = Budget::new(opts.budget);
-    let level = match opts.compression {
-        Compression::Zstd { level } => Some(level),
-        Compression::None => None,
-    };
-    // An invalid level is reported before anything starts.
-    if let Some(level) = level {
-        FrameEncoder::new(level).map_err(|e| E::from(Error::InvalidArgument(e)))?;
-    }
     let (job_tx, job_rx) = sync_channel::<Job<T>>(threads * 2);
     let job_rx = Mutex::new(job_rx);
-    // One spare per worker and two more, within half the budget: what the producer needs to
-    // read ahead while every worker holds a kernel.
-    let spares = Spares::new(
-        threads + 2,
-        usize::try_from(opts.budget / 2).unwrap_or(usize::MAX),
-    );
+    let spares = input_spares(threads, opts.budget);
     std::thread::scope(|s| {
-        let (done_tx, done_rx) = channel::<Done<T>>();
+        let (done_tx, done_rx) = channel::<Done<T, E>>();
         for _ in 0..threads {
             let done_tx = done_tx.clone();
             let job_rx = &job_rx;
@@ -141,35 +142,7 @@ where
         }
         drop(done_tx);
         let budget = &budget;
-        let writer = s.spawn(move || {
-            let mut pending: BTreeMap<u64, (T, Result<Encoded, String>)> = BTreeMap::new();
-            let mut next = 0u64;
-            let mut failed: Option<E> = None;
-            for (seq, tag, result) in done_rx {
-                pending.insert(seq, (tag, result));
-                while let Some((tag, result)) = pending.remove(&next) {
-                    next += 1;
-                    let size = match &result {
-                        Ok(e) => e.original_size,
-                        Err(_) => 0,
-                    };
-                    if failed.is_none() {
-                        let outcome = match result {
-                            Ok(encoded) => store(tag, encoded),
-                            Err(e) => Err(E::from(Error::InvalidArgument(format!(
-                                "compressing a kernel: {e}"
-                            )))),
-                        };
-                        if let Err(e) = outcome {
-                            failed = Some(e);
-                            budget.stop();
-                        }
-                    }
-                    budget.release(size);
-                }
-            }
-            (failed, next)
-        });
+        let writer = s.spawn(move || store_in_order(done_rx, budget, store));
         let feed = Feed {
             jobs: job_tx,
             budget,
@@ -185,33 +158,182 @@ where
         match (failed, produced) {
             (Some(e), _) => Err(e),
             (None, Err(e)) => Err(e),
-            (None, Ok(_)) if stored != submitted => Err(E::from(Error::InvalidArgument(format!(
-                "{} of {submitted} kernels were not encoded",
-                submitted - stored
-            )))),
-            (None, Ok(r)) => Ok(r),
+            (None, Ok(r)) => all_stored(stored, submitted).map(|()| r),
         }
     })
 }
 
-fn work<T>(
+/// Like [`run`], for `count` inputs known up front that the workers read themselves with
+/// `load(i, spares)` (best into a buffer from `spares`). A worker claims the next index and,
+/// holding the claim, waits for budget for `size_of(i)` bytes: indices get their budget in
+/// order, so the writer never waits for one whose worker waits for budget. `store(i, ..)` is
+/// called in index order. A load error is returned in its turn, once every kernel before it
+/// was stored; the first error in index order wins, the writer's included.
+pub fn run_loaded<E>(
+    opts: Options,
+    count: usize,
+    size_of: impl Fn(usize) -> u64 + Sync,
+    load: impl Fn(usize, &Spares) -> Result<Vec<u8>, E> + Sync,
+    store: impl FnMut(usize, Encoded) -> Result<(), E>,
+) -> Result<(), E>
+where
+    E: From<Error> + Send,
+{
+    let threads = opts.threads.max(1);
+    let level = checked_level(opts.compression).map_err(E::from)?;
+    let budget = Budget::new(opts.budget);
+    let spares = input_spares(threads, opts.budget);
+    let next = Mutex::new(0usize);
+    std::thread::scope(|s| {
+        let (done_tx, done_rx) = channel::<Done<usize, E>>();
+        for _ in 0..threads {
+            let done_tx = done_tx.clone();
+            let (next, budget, spares) = (&next, &budget, &spares);
+            let (size_of, load) = (&size_of, &load);
+            s.spawn(move || {
+                let mut encoder = Encoder::new(level, opts.hash);
+                loop {
+                    let (i, charged) = {
+                        let mut next = crate::sync::lock(next);
+                        let i = *next;
+                        if i == count {
+                            return;
+                        }
+                        let charged = size_of(i);
+                        if !budget.acquire(charged) {
+                            return;
+                        }
+                        *next += 1;
+                        (i, charged)
+                    };
+                    let result = match load(i, spares) {
+                        Ok(data) => encoder.encode(data, spares).map_err(Failed::Encode),
+                        Err(e) => Err(Failed::Load(e)),
+                    };
+                    if done_tx.send((i as u64, i, charged, result)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let (failed, stored) = store_in_order(done_rx, &budget, store);
+        match failed {
+            Some(e) => Err(e),
+            None => all_stored(stored, count as u64),
+        }
+    })
+}
+
+/// Input buffers to read kernels into: one per worker and two more, within half the budget,
+/// what is needed to read ahead while every worker holds a kernel.
+fn input_spares(threads: usize, budget: u64) -> Spares {
+    Spares::new(
+        threads + 2,
+        usize::try_from(budget / 2).unwrap_or(usize::MAX),
+    )
+}
+
+/// The compression level to use, checked before anything starts; `None` for `none`.
+fn checked_level(compression: Compression) -> Result<Option<i32>, Error> {
+    match compression {
+        Compression::Zstd { level } => FrameEncoder::new(level)
+            .map(|_| Some(level))
+            .map_err(Error::InvalidArgument),
+        Compression::None => Ok(None),
+    }
+}
+
+fn all_stored<E: From<Error>>(stored: u64, submitted: u64) -> Result<(), E> {
+    if stored == submitted {
+        Ok(())
+    } else {
+        Err(E::from(Error::InvalidArgument(format!(
+            "{} of {submitted} kernels were not encoded",
+            submitted - stored
+        ))))
+    }
+}
+
+/// The writer: receives the workers' results, and calls `store` with each in sequence order,
+/// releasing its budget once stored. After the first error nothing more is stored and the
+/// budget stops (so no more work is taken). Returns that error and how many results came in
+/// order.
+fn store_in_order<T, E>(
+    done: Receiver<Done<T, E>>,
+    budget: &Budget,
+    mut store: impl FnMut(T, Encoded) -> Result<(), E>,
+) -> (Option<E>, u64)
+where
+    E: From<Error>,
+{
+    let mut pending: BTreeMap<u64, Waiting<T, E>> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut failed: Option<E> = None;
+    for (seq, tag, charged, result) in done {
+        pending.insert(seq, (tag, charged, result));
+        while let Some((tag, charged, result)) = pending.remove(&next) {
+            next += 1;
+            if failed.is_none() {
+                let outcome = match result {
+                    Ok(encoded) => store(tag, encoded),
+                    Err(Failed::Encode(e)) => Err(E::from(Error::InvalidArgument(format!(
+                        "compressing a kernel: {e}"
+                    )))),
+                    Err(Failed::Load(e)) => Err(e),
+                };
+                if let Err(e) = outcome {
+                    failed = Some(e);
+                    budget.stop();
+                }
+            }
+            budget.release(charged);
+        }
+    }
+    (failed, next)
+}
+
+fn work<T, E>(
     jobs: &Mutex<Receiver<Job<T>>>,
-    done: std::sync::mpsc::Sender<Done<T>>,
+    done: std::sync::mpsc::Sender<Done<T, E>>,
     spares: &Spares,
     level: Option<i32>,
     hash: bool,
 ) {
-    let mut encoder = level.map(FrameEncoder::new);
-    let digests = crate::writer::Digests::written(hash, level.is_some());
+    let mut encoder = Encoder::new(level, hash);
     loop {
         let job = crate::sync::lock(jobs).recv();
         let Ok((seq, tag, data)) = job else {
             return;
         };
+        let charged = data.len() as u64;
+        let result = encoder.encode(data, spares).map_err(Failed::Encode);
+        if done.send((seq, tag, charged, result)).is_err() {
+            return;
+        }
+    }
+}
+
+/// One worker's compressor and digests.
+struct Encoder {
+    frames: Option<Result<FrameEncoder, String>>,
+    digests: crate::writer::Digests,
+}
+
+impl Encoder {
+    fn new(level: Option<i32>, hash: bool) -> Encoder {
+        Encoder {
+            frames: level.map(FrameEncoder::new),
+            digests: crate::writer::Digests::written(hash, level.is_some()),
+        }
+    }
+
+    /// Hashes and compresses one kernel; its buffer goes back to `spares` once compressed.
+    fn encode(&mut self, data: Vec<u8>, spares: &Spares) -> Result<Encoded, String> {
         let original_size = data.len() as u64;
-        let digest = digests.of_kernel(&data);
-        let stored = match &mut encoder {
-            None => Ok(data),
+        let digest = self.digests.of_kernel(&data);
+        let stored = match &mut self.frames {
+            None => data,
             Some(Ok(enc)) => {
                 let frame = enc.encode(&data).map(|mut frame| {
                     // The encoder reserves the worst case; give the rest back while it waits.
@@ -219,19 +341,16 @@ fn work<T>(
                     frame
                 });
                 spares.put(data);
-                frame
+                frame?
             }
-            Some(Err(e)) => Err(e.clone()),
+            Some(Err(e)) => return Err(e.clone()),
         };
-        let result = stored.map(|stored| Encoded {
-            frame_digest: digests.of_frame(&stored),
+        Ok(Encoded {
+            frame_digest: self.digests.of_frame(&stored),
             stored,
             original_size,
             digest,
-        });
-        if done.send((seq, tag, result)).is_err() {
-            return;
-        }
+        })
     }
 }
 
@@ -258,9 +377,10 @@ impl<E> From<Error> for PackFilesError<E> {
     }
 }
 
-/// Writes the archive of `kernels` (key, arch, file, in ordinal order) at `path`: files are
-/// read on this thread with `read` (best into a buffer from the [`Spares`] it is given) while the workers compress and hash and a writer thread
-/// appends, into a temporary file in the same directory renamed into place once complete (and
+/// Writes the archive of `kernels` (key, arch, file, in ordinal order) at `path`: the workers
+/// read each file with `read` (best into a buffer from the [`Spares`] it is given; `size_of`
+/// tells its size beforehand, for the budget), hash and compress it, and this thread appends
+/// in order to a temporary file in the same directory, renamed into place once complete (and
 /// removed on failure). `progress` receives each kernel's size once it is stored. Returns the
 /// archive's size.
 pub fn pack_files<P, E>(
@@ -268,7 +388,8 @@ pub fn pack_files<P, E>(
     head: &ArchiveHead,
     threads: Option<usize>,
     kernels: &[(String, String, P)],
-    read: impl Fn(&P, &Spares) -> Result<Vec<u8>, E>,
+    size_of: impl Fn(&P) -> u64 + Sync,
+    read: impl Fn(&P, &Spares) -> Result<Vec<u8>, E> + Sync,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, PackFilesError<E>>
 where
@@ -294,15 +415,11 @@ where
         opts.threads = t.max(1);
     }
     let mut archive = ArchiveFile::new(file, path, head.compression, head.reference_layout);
-    let result = run(
+    let result = run_loaded(
         opts,
-        |feed| {
-            for (i, (_, _, source)) in kernels.iter().enumerate() {
-                let data = read(source, feed.spares()).map_err(PackFilesError::Read)?;
-                feed.submit(i, data)?;
-            }
-            Ok(())
-        },
+        kernels.len(),
+        |i| size_of(&kernels[i].2),
+        |i, spares| read(&kernels[i].2, spares).map_err(PackFilesError::Read),
         |i: usize, encoded| {
             let size = encoded.original_size;
             let (key, arch, _) = &kernels[i];
@@ -416,5 +533,124 @@ mod tests {
         let opts = Options::new(Compression::Zstd { level: 99 });
         let r: Result<(), Error> = run(opts, |_| panic!("must not run"), |_: (), _| Ok(()));
         assert!(r.unwrap_err().to_string().contains("99"));
+        let r: Result<(), Error> = run_loaded(
+            opts,
+            3,
+            |_| 1,
+            |_, _| panic!("must not load"),
+            |_, _| panic!("must not store"),
+        );
+        assert!(r.unwrap_err().to_string().contains("99"));
+    }
+
+    fn opts(threads: usize, budget: u64) -> Options {
+        Options {
+            compression: Compression::Zstd { level: 3 },
+            threads,
+            budget,
+            hash: true,
+        }
+    }
+
+    #[test]
+    fn loaded_inputs_come_back_in_order_as_frames_of_what_was_loaded() {
+        let input = kernels();
+        let expect: Vec<Vec<u8>> = input
+            .iter()
+            .map(|k| FrameEncoder::new(3).unwrap().encode(k).unwrap())
+            .collect();
+        // Declared sizes that are wrong both ways (a file that changed since it was listed)
+        // still balance the budget: each index releases what it was charged.
+        for (threads, budget, declared) in [(1, 1, 0), (2, 10_000, 7), (4, 1 << 30, 1 << 20)] {
+            let loads = std::sync::atomic::AtomicUsize::new(0);
+            let mut got = Vec::new();
+            run_loaded(
+                opts(threads, budget),
+                input.len(),
+                |_| declared,
+                |i, spares| {
+                    loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let mut buf = spares.take(input[i].len()).unwrap();
+                    buf.extend_from_slice(&input[i]);
+                    Ok::<_, Error>(buf)
+                },
+                |i, e| {
+                    assert_eq!(e.original_size, input[i].len() as u64);
+                    assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
+                    assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
+                    got.push((i, e.stored));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(loads.into_inner(), input.len(), "each input loaded once");
+            let order: Vec<usize> = got.iter().map(|g| g.0).collect();
+            assert_eq!(order, (0..input.len()).collect::<Vec<_>>());
+            let frames: Vec<Vec<u8>> = got.into_iter().map(|g| g.1).collect();
+            assert_eq!(frames, expect, "threads {threads}, budget {budget}");
+        }
+        let none: Result<(), Error> = run_loaded(
+            opts(2, 100),
+            0,
+            |_| panic!("no size"),
+            |_, _| panic!("nothing to load"),
+            |_, _| panic!("nothing to store"),
+        );
+        none.unwrap();
+    }
+
+    #[test]
+    fn a_load_error_is_returned_after_everything_before_it_was_stored() {
+        for threads in [1, 2, 4] {
+            let mut stored = Vec::new();
+            let r: Result<(), Error> = run_loaded(
+                opts(threads, 64),
+                1000,
+                |_| 8,
+                |i, _| match i {
+                    // A later index fails too: the first in index order wins, whichever
+                    // worker got there first.
+                    17 | 18 => Err(Error::InvalidArgument(format!("unreadable {i}"))),
+                    _ => Ok(vec![i as u8; 8]),
+                },
+                |i, e| {
+                    assert_eq!(e.original_size, 8);
+                    stored.push(i);
+                    Ok(())
+                },
+            );
+            assert_eq!(
+                r.unwrap_err().to_string(),
+                Error::InvalidArgument("unreadable 17".into()).to_string()
+            );
+            assert_eq!(stored, (0..17).collect::<Vec<_>>(), "threads {threads}");
+        }
+    }
+
+    #[test]
+    fn a_store_error_stops_the_loading_workers_and_is_returned() {
+        let loads = std::sync::atomic::AtomicUsize::new(0);
+        let r: Result<(), Error> = run_loaded(
+            opts(2, 10),
+            1000,
+            |_| 8,
+            |i, _| {
+                loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(vec![i as u8; 8])
+            },
+            |i, _| {
+                if i == 3 {
+                    Err(Error::InvalidArgument("disk full".into()))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            Error::InvalidArgument("disk full".into()).to_string()
+        );
+        let loads = loads.into_inner();
+        assert!(loads < 1000, "the workers kept loading: {loads}");
     }
 }

@@ -191,11 +191,15 @@ pub fn run(args: Args) -> CliResult {
         listed.sort_by(|x, y| (&x.0, rank(&x.1)).cmp(&(&y.0, rank(&y.1))));
         listed
     };
+    // Each file with its size: the progress bar's total, and what the pipeline budgets for it.
     let mut total = 0u64;
-    for (_, _, path) in &kernels {
-        total += std::fs::metadata(path)
-            .map_err(|e| CliError::io(Exit::Unreadable, path, &e))?
+    let mut sized = Vec::with_capacity(kernels.len());
+    for (key, arch, path) in kernels {
+        let size = std::fs::metadata(&path)
+            .map_err(|e| CliError::io(Exit::Unreadable, &path, &e))?
             .len();
+        total += size;
+        sized.push((key, arch, (path, size)));
     }
     let head = ArchiveHead {
         group_name: group,
@@ -210,8 +214,9 @@ pub fn run(args: Args) -> CliResult {
         &args.output,
         &head,
         args.threads,
-        &kernels,
-        |path: &PathBuf, spares: &pack_pipeline::Spares| {
+        &sized,
+        |(_, size): &(PathBuf, u64)| *size,
+        |(path, _): &(PathBuf, u64), spares: &pack_pipeline::Spares| {
             read_into_spare(path, spares).map_err(|e| CliError::io(Exit::Unreadable, path, &e))
         },
         &|n| {
@@ -230,7 +235,7 @@ pub fn run(args: Args) -> CliResult {
     let written = written?;
     eprintln!(
         "packed {} ({}) from {} into {} ({})",
-        super::words::count_of(kernels.len(), "kernel", "kernels"),
+        super::words::count_of(sized.len(), "kernel", "kernels"),
         super::words::count(total, "byte", "bytes"),
         source.display(),
         args.output.display(),

@@ -190,6 +190,43 @@ fn pack_refuses_stray_files() {
     assert!(!dir.path().join("o.kpack").exists());
 }
 
+/// The workers read the files of a pack: one that cannot be read, listed among many, fails the
+/// pack with the read error's code and name whatever the threads, and leaves nothing behind.
+#[test]
+fn pack_stops_at_an_unreadable_input_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = String::new();
+    for i in 0..40 {
+        let name = format!("k{i}.hsaco");
+        if i == 25 {
+            // A directory: its size is known, reading it fails (EISDIR).
+            std::fs::create_dir(dir.path().join(&name)).unwrap();
+        } else {
+            std::fs::write(dir.path().join(&name), vec![i as u8; 1000 + i * 517]).unwrap();
+        }
+        lines.push_str(&format!("lib/x.so#{i}\tgfx942\t{name}\n"));
+    }
+    let manifest = dir.path().join("list.txt");
+    std::fs::write(&manifest, lines).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for threads in ["1", "2", "4"] {
+        let o = kpack_fuse(&[
+            &"pack",
+            &"--manifest",
+            &manifest,
+            &"--threads",
+            &threads,
+            &"-o",
+            &out.join("o.kpack"),
+        ]);
+        assert_eq!(code(&o), 3, "threads {threads}: {}", stderr(&o));
+        assert!(stderr(&o).contains("k25.hsaco"), "{}", stderr(&o));
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+        assert!(left.is_empty(), "threads {threads}: {left:?}");
+    }
+}
+
 #[test]
 fn errors_name_the_file_and_use_distinct_codes() {
     let dir = tempfile::tempdir().unwrap();
