@@ -507,7 +507,9 @@ impl Archive {
     /// Reads a kernel into a buffer from `alloc`, which receives the exact size and returns `None`
     /// when it cannot allocate. `none` copies straight from the file; zstd reads the frame into a
     /// per-thread buffer, checks that the frame can really produce `original_size` bytes (so a
-    /// hostile size never turns into a huge allocation), then decodes into the buffer.
+    /// hostile size never turns into a huge allocation), then decodes into the buffer. A buffer is
+    /// returned only once every one of its bytes was written, so `alloc` may hand out memory
+    /// that was never initialised.
     ///
     /// Digests: when the entry records its frame's digest (`frame_blake3`), the frame's bytes are
     /// checked against it before decoding, and the decoded bytes are not hashed (zstd decoding is

@@ -70,6 +70,52 @@ unsafe impl KernelBuf for &mut [u8] {
     }
 }
 
+/// A kernel decoded straight into the shared buffer that will hold it (`Arc<[u8]>`, as caches
+/// keep kernels): neither cleared before decoding nor copied after.
+pub struct SharedKernel(std::sync::Arc<[std::mem::MaybeUninit<u8>]>);
+
+impl SharedKernel {
+    pub fn new(len: usize) -> SharedKernel {
+        SharedKernel(std::sync::Arc::new_uninit_slice(len))
+    }
+
+    /// The bytes, once filled.
+    ///
+    /// # Safety
+    /// Every byte has been written (a read that returned this buffer as a success wrote them).
+    pub unsafe fn into_filled(self) -> std::sync::Arc<[u8]> {
+        // SAFETY: all bytes initialised (the caller's promise).
+        unsafe { self.0.assume_init() }
+    }
+
+    fn slots(&mut self) -> &mut [std::mem::MaybeUninit<u8>] {
+        // The buffer is made here and handed out only by `into_filled`: never shared before.
+        std::sync::Arc::get_mut(&mut self.0).expect("a SharedKernel is unshared until filled")
+    }
+}
+
+// SAFETY: `len` bytes owned by the unshared Arc; `init_mut` writes every byte before handing
+// out a slice; `filled_mut` relies on the caller's promise that they were written.
+unsafe impl KernelBuf for SharedKernel {
+    fn size(&self) -> usize {
+        self.0.len()
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.slots().as_mut_ptr().cast()
+    }
+    fn init_mut(&mut self) -> &mut [u8] {
+        let slots = self.slots();
+        slots.fill(std::mem::MaybeUninit::new(0));
+        // SAFETY: every byte was just written; MaybeUninit<u8> has u8's layout.
+        unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) }
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        let slots = self.slots();
+        // SAFETY: all bytes written (the caller's promise); same layout.
+        unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) }
+    }
+}
+
 /// A [`KernelBuf`] as zstd's output: it only ever writes, and reports how much.
 struct Output {
     ptr: *mut u8,
@@ -385,6 +431,26 @@ mod tests {
             stepped(&empty, 0, 4096, 64).unwrap(),
             (Vec::new(), Vec::new())
         );
+    }
+
+    #[test]
+    fn a_shared_kernel_is_decoded_into_and_cleared_for_copies() {
+        let data = b"abc".repeat(1000);
+        let frame = FrameEncoder::new(3).unwrap().encode(&data).unwrap();
+        let mut buf = SharedKernel::new(data.len());
+        decode_frame_into(&frame, &mut buf).unwrap();
+        // SAFETY: the decode succeeded, so every byte was written.
+        assert_eq!(&unsafe { buf.into_filled() }[..], &data[..]);
+        // A short frame is an error, never a partly filled buffer handed on.
+        let mut long = SharedKernel::new(data.len() + 1);
+        assert!(decode_frame_into(&frame, &mut long).is_err());
+        let mut copied = SharedKernel::new(5);
+        assert_eq!(copied.init_mut(), &[0u8; 5]);
+        copied.init_mut().copy_from_slice(b"12345");
+        // SAFETY: init_mut wrote every byte.
+        assert_eq!(&unsafe { copied.into_filled() }[..], b"12345");
+        // SAFETY: nothing to write.
+        assert!(unsafe { SharedKernel::new(0).into_filled() }.is_empty());
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::{Archive, KernelRef};
+use crate::codec::SharedKernel;
 use crate::kernel_cache::{CacheStats, KernelCache, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
@@ -553,17 +554,19 @@ impl KpackFs {
             None => {
                 self.decodes.fetch_add(1, Ordering::Relaxed);
                 let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.locate_for_read(file)
-                        .and_then(|kref| self.decode_with(file, &kref, |n| Some(vec![0u8; n])))
+                    self.locate_for_read(file).and_then(|kref| {
+                        let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
+                        // SAFETY: a decode returns its buffer only once every byte is written.
+                        Ok(unsafe { buf.into_filled() })
+                    })
                 }))
                 .unwrap_or_else(|_| {
                     log::error!("a decode job panicked");
                     Err(Errno::EIO)
                 });
-                decoded.map(|bytes| {
-                    let bytes: Arc<[u8]> = bytes.into();
-                    self.small.put(id, &bytes);
-                    bytes
+                decoded.inspect(|bytes| {
+                    // One larger than the whole cache is served without being kept.
+                    self.small.put(id, bytes);
                 })
             }
         };
