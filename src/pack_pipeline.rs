@@ -1,11 +1,12 @@
 //! The parallel encoding pipeline behind `split`, `pack --from-fatbin` and `pack`: kernels are
 //! read, then one worker per core compresses each into a zstd frame (or keeps it as is for
-//! `none`) and hashes it, and one writer thread receives the results back in submission order
-//! and stores them. Reading, compressing, hashing and writing overlap. Who reads: in [`run`],
-//! the caller's thread, which walks its input (a host binary's bundles) and submits kernels;
-//! in [`run_loaded`], where the inputs are known up front (files), each worker reads the next
-//! one itself, so the bytes it hashes and compresses are still in its core's cache, and no
-//! third thread takes turns with the workers on the cores.
+//! `none`) and hashes it, and one writer receives the results back in submission order and
+//! stores them. Reading, compressing, hashing and writing overlap. In [`run`], the caller's
+//! thread walks its input (a host binary's bundles) and submits kernels, and the writer is a
+//! thread of its own; in [`run_loaded`], where the inputs are known up front (files), each
+//! worker reads the next one itself, so the bytes it hashes and compresses are still in its
+//! core's cache, and the caller's thread is the writer: no third thread takes turns with the
+//! workers on the cores.
 //!
 //! Memory is bounded by a byte budget: a submission waits while the kernels submitted but not
 //! yet stored add up to more than the budget (a single kernel larger than the budget is let
