@@ -456,6 +456,21 @@ mod tests {
             .collect()
     }
 
+    /// An encoding of `input` as our layout records it: its size and both digests.
+    fn check_encoded(input: &[u8], e: &Encoded) {
+        assert_eq!(e.original_size, input.len() as u64);
+        assert_eq!(e.digest, Some(*blake3::hash(input).as_bytes()));
+        assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
+    }
+
+    /// `got` holds every index once, in order, with the frames expected.
+    fn assert_frames_in_order(got: Vec<(usize, Vec<u8>)>, expect: &[Vec<u8>], what: &str) {
+        let order: Vec<usize> = got.iter().map(|g| g.0).collect();
+        assert_eq!(order, (0..expect.len()).collect::<Vec<_>>(), "{what}");
+        let frames: Vec<Vec<u8>> = got.into_iter().map(|g| g.1).collect();
+        assert!(frames == expect, "{what}");
+    }
+
     #[test]
     fn results_come_back_in_order_whatever_the_threads_and_budget() {
         let input = kernels();
@@ -480,18 +495,13 @@ mod tests {
                     Ok::<_, Error>(())
                 },
                 |i, e| {
-                    assert_eq!(e.original_size, input[i].len() as u64);
-                    assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
-                    assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
+                    check_encoded(&input[i], &e);
                     got.push((i, e.stored));
                     Ok(())
                 },
             )
             .unwrap();
-            let order: Vec<usize> = got.iter().map(|g| g.0).collect();
-            assert_eq!(order, (0..input.len()).collect::<Vec<_>>());
-            let frames: Vec<Vec<u8>> = got.into_iter().map(|g| g.1).collect();
-            assert_eq!(frames, expect, "threads {threads}, budget {budget}");
+            assert_frames_in_order(got, &expect, &format!("threads {threads}, budget {budget}"));
         }
     }
 
@@ -515,18 +525,27 @@ mod tests {
             },
             |i, e| {
                 assert_eq!(e.stored, vec![1; 8]);
-                if i == 3 {
-                    Err(Error::InvalidArgument("disk full".into()))
-                } else {
-                    Ok(())
-                }
+                disk_full_at_3(i.into())
             },
         );
+        assert_disk_full(r);
+        assert!(submitted < 1000, "the producer kept going: {submitted}");
+    }
+
+    /// A store that fails at the fourth kernel, as a full disk would.
+    fn disk_full_at_3(i: u64) -> Result<(), Error> {
+        if i == 3 {
+            Err(Error::InvalidArgument("disk full".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn assert_disk_full(r: Result<(), Error>) {
         assert_eq!(
             r.unwrap_err().to_string(),
             Error::InvalidArgument("disk full".into()).to_string()
         );
-        assert!(submitted < 1000, "the producer kept going: {submitted}");
     }
 
     #[test]
@@ -576,19 +595,14 @@ mod tests {
                     Ok::<_, Error>(buf)
                 },
                 |i, e| {
-                    assert_eq!(e.original_size, input[i].len() as u64);
-                    assert_eq!(e.digest, Some(*blake3::hash(&input[i]).as_bytes()));
-                    assert_eq!(e.frame_digest, Some(*blake3::hash(&e.stored).as_bytes()));
+                    check_encoded(&input[i], &e);
                     got.push((i, e.stored));
                     Ok(())
                 },
             )
             .unwrap();
             assert_eq!(loads.into_inner(), input.len(), "each input loaded once");
-            let order: Vec<usize> = got.iter().map(|g| g.0).collect();
-            assert_eq!(order, (0..input.len()).collect::<Vec<_>>());
-            let frames: Vec<Vec<u8>> = got.into_iter().map(|g| g.1).collect();
-            assert_eq!(frames, expect, "threads {threads}, budget {budget}");
+            assert_frames_in_order(got, &expect, &format!("threads {threads}, budget {budget}"));
         }
         let none: Result<(), Error> = run_loaded(
             opts(2, 100),
@@ -639,18 +653,9 @@ mod tests {
                 loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(vec![i as u8; 8])
             },
-            |i, _| {
-                if i == 3 {
-                    Err(Error::InvalidArgument("disk full".into()))
-                } else {
-                    Ok(())
-                }
-            },
+            |i, _| disk_full_at_3(i as u64),
         );
-        assert_eq!(
-            r.unwrap_err().to_string(),
-            Error::InvalidArgument("disk full".into()).to_string()
-        );
+        assert_disk_full(r);
         let loads = loads.into_inner();
         assert!(loads < 1000, "the workers kept loading: {loads}");
     }
