@@ -389,6 +389,19 @@ impl Archive {
             .map(|kref| (kref.size, kref.stored))
     }
 
+    /// Hints that the entry at these indices will be read soon: a local archive starts reading
+    /// its stored bytes (with a zstd frame's size word) into the page cache, so the read that
+    /// follows finds them there instead of waiting on the disk. Nothing for an entry that does
+    /// not locate, or a source that takes no hints.
+    pub fn will_need_at(&self, binary: usize, entry: usize) {
+        if let Ok(kref) = self.locate_stored(binary, entry) {
+            let word = kref.frame_word() as u64;
+            let start = kref.stored.offset.saturating_sub(word);
+            self.source
+                .will_need(start, kref.stored.offset + kref.stored.size - start);
+        }
+    }
+
     /// [`Archive::locate_at`] without the digest.
     fn locate_stored(&self, binary: usize, entry: usize) -> Result<KernelRef<'_>> {
         let Some((bin, entry)) = self
@@ -1300,6 +1313,51 @@ mod tests {
         fn check_unchanged(&self) -> Result<()> {
             self.0.check_unchanged()
         }
+    }
+
+    /// A file source that records the ranges it is told will be needed.
+    #[derive(Debug)]
+    struct Hinted(LocalFile, std::sync::Arc<std::sync::Mutex<Vec<(u64, u64)>>>);
+
+    impl ByteSource for Hinted {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.0.read_at(buf, offset)
+        }
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn display_name(&self) -> String {
+            self.0.display_name()
+        }
+        fn identity(&self) -> String {
+            self.0.identity()
+        }
+        fn check_unchanged(&self) -> Result<()> {
+            self.0.check_unchanged()
+        }
+        fn will_need(&self, offset: u64, len: u64) {
+            self.1.lock().unwrap().push((offset, len));
+        }
+    }
+
+    #[test]
+    fn will_need_hints_exactly_the_bytes_a_read_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = digested_archive(dir.path());
+        let hints = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let source = Hinted(LocalFile::open(&path).unwrap(), hints.clone());
+        let a = Archive::open_source(Box::new(source)).unwrap();
+        for (b, e) in [(0, 0), (7, 0), (39, 0)] {
+            a.will_need_at(b, e);
+            let kref = a.locate_at(b, e).unwrap();
+            // The size word before the frame (checked when read), then the frame.
+            let want = (kref.stored.offset - 4, kref.stored.size + 4);
+            assert_eq!(hints.lock().unwrap().pop(), Some(want));
+        }
+        // An entry that is not there hints nothing.
+        a.will_need_at(40, 0);
+        a.will_need_at(0, 1);
+        assert!(hints.lock().unwrap().is_empty());
     }
 
     #[test]

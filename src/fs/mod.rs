@@ -850,7 +850,9 @@ impl KpackFs {
             }
             let fill = Arc::new(Fill::new());
             fills.insert(id, fill.clone());
+            drop(fills);
             self.scan.started.fetch_add(1, Ordering::Relaxed);
+            self.prefetch_after(ino, front + scan::WINDOW);
             return Some(FillJob(Job::Fill {
                 ino,
                 id,
@@ -860,6 +862,32 @@ impl KpackFs {
         }
         self.scan.release();
         None
+    }
+
+    /// Asks the archives to read ahead the stored bytes of the next [`scan::PREFETCH`] files
+    /// past `ino` (up to `last`) that are neither decoded nor decoding: the decode thread that
+    /// takes one of them next finds its frame in the page cache instead of waiting on the disk
+    /// (archives are read with random-access advice, so nothing else reads ahead of a scan).
+    fn prefetch_after(&self, ino: Ino, last: Ino) {
+        let mut hinted = 0;
+        for next in ino + 1..=last {
+            if hinted == scan::PREFETCH {
+                return;
+            }
+            let Some(Entry::File(file)) = self.tree.entry(next) else {
+                continue;
+            };
+            let id = kernel_id(file);
+            if file.stored_size == 0
+                || self.store.contains(id)
+                || lock(&self.fills).contains_key(&id)
+            {
+                continue;
+            }
+            self.archive_of(file)
+                .will_need_at(file.binary as usize, file.entry as usize);
+            hinted += 1;
+        }
     }
 
     /// Whether files are decoded ahead of scans: not when turned off, in page-cache mode, or

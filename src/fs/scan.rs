@@ -11,7 +11,10 @@
 //! decode thread that would otherwise idle (at an open, or when a thread finishes a job and no
 //! other job waits), never more than [`WINDOW`] inodes past the furthest open: measured on a cold 300 MB set, the decode threads were idle a
 //! quarter to a third of the time while one or two readers went through the files, waiting for
-//! each reader to finish a file and open the next.
+//! each reader to finish a file and open the next. A decode ahead also asks the archive to read
+//! the stored bytes of the next [`PREFETCH`] files into the page cache: archives are opened with
+//! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
+//! threads each wait on the disk for their frame.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -24,6 +27,10 @@ pub const WINDOW: u64 = 16;
 /// Decodes ahead of a scan running at once, at most (each also needs a decode thread that would
 /// otherwise idle).
 pub const MAX_RUNNING: usize = 2;
+
+/// Files past the one a decode ahead takes whose stored bytes are read ahead from the archive
+/// at the same time, so that the next decodes do not wait on the disk.
+pub const PREFETCH: usize = 2;
 
 /// Files decoded ahead and not opened yet that are held (beyond the store's bound), newest last.
 pub const MAX_HELD: usize = 2 * MAX_RUNNING;
