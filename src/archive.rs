@@ -1292,35 +1292,21 @@ mod tests {
         assert_eq!(read.kernel_digest("lib/none.so#0", "gfx90a").unwrap(), None);
     }
 
-    /// A file source that counts its reads.
-    #[derive(Debug)]
-    struct Counted(LocalFile, std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-    impl ByteSource for Counted {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.0.read_at(buf, offset)
-        }
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn display_name(&self) -> String {
-            self.0.display_name()
-        }
-        fn identity(&self) -> String {
-            self.0.identity()
-        }
-        fn check_unchanged(&self) -> Result<()> {
-            self.0.check_unchanged()
-        }
+    /// A file source that counts its reads and records the ranges it is told will be needed.
+    #[derive(Debug, Default)]
+    struct Watch {
+        reads: std::sync::atomic::AtomicUsize,
+        hints: std::sync::Mutex<Vec<(u64, u64)>>,
     }
 
-    /// A file source that records the ranges it is told will be needed.
     #[derive(Debug)]
-    struct Hinted(LocalFile, std::sync::Arc<std::sync::Mutex<Vec<(u64, u64)>>>);
+    struct Watched(LocalFile, std::sync::Arc<Watch>);
 
-    impl ByteSource for Hinted {
+    impl ByteSource for Watched {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.1
+                .reads
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.0.read_at(buf, offset)
         }
         fn len(&self) -> u64 {
@@ -1336,7 +1322,7 @@ mod tests {
             self.0.check_unchanged()
         }
         fn will_need(&self, offset: u64, len: u64) {
-            self.1.lock().unwrap().push((offset, len));
+            self.1.hints.lock().unwrap().push((offset, len));
         }
     }
 
@@ -1344,9 +1330,10 @@ mod tests {
     fn will_need_hints_exactly_the_bytes_a_read_takes() {
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = digested_archive(dir.path());
-        let hints = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let source = Hinted(LocalFile::open(&path).unwrap(), hints.clone());
+        let watch = std::sync::Arc::new(Watch::default());
+        let source = Watched(LocalFile::open(&path).unwrap(), watch.clone());
         let a = Archive::open_source(Box::new(source)).unwrap();
+        let hints = &watch.hints;
         for (b, e) in [(0, 0), (7, 0), (39, 0)] {
             a.will_need_at(b, e);
             let kref = a.locate_at(b, e).unwrap();
@@ -1364,9 +1351,10 @@ mod tests {
     fn digests_from_the_file_cost_one_read_and_only_the_needed_ones() {
         let dir = tempfile::tempdir().unwrap();
         let (path, kernels) = digested_archive(dir.path());
-        let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let source = Counted(LocalFile::open(&path).unwrap(), reads.clone());
+        let watch = std::sync::Arc::new(Watch::default());
+        let source = Watched(LocalFile::open(&path).unwrap(), watch.clone());
         let a = Archive::open_keeping(Box::new(source), 0).unwrap();
+        let reads = &watch.reads;
         let count = |f: &dyn Fn()| {
             let before = reads.load(std::sync::atomic::Ordering::SeqCst);
             f();
