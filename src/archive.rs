@@ -397,8 +397,8 @@ impl Archive {
         if let Ok(kref) = self.locate_stored(binary, entry) {
             let word = kref.frame_word() as u64;
             let start = kref.stored.offset.saturating_sub(word);
-            self.source
-                .will_need(start, kref.stored.offset + kref.stored.size - start);
+            let len = (kref.stored.offset - start).saturating_add(kref.stored.size);
+            self.source.will_need(start, len);
         }
     }
 

@@ -216,8 +216,9 @@ pub fn run(args: Args) -> CliResult {
         args.threads,
         &sized,
         |(_, size): &(PathBuf, u64)| *size,
-        |(path, _): &(PathBuf, u64), spares: &pack_pipeline::Spares| {
-            read_into_spare(path, spares).map_err(|e| CliError::io(Exit::Unreadable, path, &e))
+        |(path, size): &(PathBuf, u64), spares: &pack_pipeline::Spares| {
+            read_into_spare(path, *size, spares)
+                .map_err(|e| CliError::io(Exit::Unreadable, path, &e))
         },
         &|n| {
             if let Some(b) = &bar {
@@ -244,15 +245,20 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Reads a whole file into a spent pipeline buffer (no page faults, unlike a fresh one).
-fn read_into_spare(path: &Path, spares: &pack_pipeline::Spares) -> std::io::Result<Vec<u8>> {
+/// Reads a whole file, `size` bytes when it was listed, into a spent pipeline buffer (no page
+/// faults, unlike a fresh one).
+fn read_into_spare(
+    path: &Path,
+    size: u64,
+    spares: &pack_pipeline::Spares,
+) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
-    let len = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    let len = usize::try_from(size).unwrap_or(usize::MAX);
     let mut buf = spares
         .take(len)
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
-    // A file that grew since its size was taken is still read whole.
+    // A file that changed size since it was listed is still read whole, as it is now.
     file.read_to_end(&mut buf)?;
     Ok(buf)
 }
