@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Rounds;
 use rocm_kpack::Archive;
 
 struct Opts {
@@ -360,66 +361,110 @@ impl Drop for Erofs {
     }
 }
 
-/// Cold (2 and 1 readers) and warm (2 readers) reads of every file through one contender, in
-/// MB/s. Each cold figure is the median of [`COLD_PASSES`] passes, each on a fresh mount after the
-/// page cache was dropped; warm is the pass right after the first cold one.
+/// Cold (2 and 1 readers) and warm (2 readers) reads of every file through every contender:
+/// cold passes in [`Rounds`], each on a fresh mount after the page cache was dropped; warm is
+/// each contender's pass right after its first cold one, in MB/s.
 struct Reads {
-    cold2: f64,
-    cold1: f64,
-    warm2: f64,
+    cold2: Rounds,
+    cold1: Rounds,
+    warm2: Vec<f64>,
 }
 
-/// Cold passes per figure (odd: the median is one of them).
+/// Rounds of cold passes per figure (odd: the median is one of them).
 const COLD_PASSES: usize = 5;
 
-/// Mounts one contender for one pass; the guard it returns unmounts it when dropped.
-type Mount<'a> = Box<dyn FnMut() -> Box<dyn std::any::Any> + 'a>;
+/// One contender of the read measurements: its name (in the per-pass log) and how to mount it
+/// for one pass (the guard it returns unmounts it when dropped).
+type Contender<'a> = (
+    &'static str,
+    Box<dyn FnMut() -> Box<dyn std::any::Any> + 'a>,
+);
 
 /// [`Reads`] of every contender, measured in rounds: each round gives every contender one cold
-/// pass (the page cache dropped before each), starting one contender further along each round.
+/// pass, starting one contender further along each round, and ratios are taken within a round.
 ///
-/// On this VM a cold pass mostly costs filling page frames, and what that costs drifts over
-/// minutes (never-touched or host-reclaimed frames cost several times recycled ones, see
-/// docs/benchmarks.md). Measured one contender after another, every ratio carried that drift:
-/// against EROFS it read 0.65x, 1.26x and 1.30x in three runs of one build. In rounds, the
-/// contenders of a ratio meet the same machine.
-fn measure_reads(files: &[PathBuf], total: u64, mnt: &Path, contenders: &mut [Mount]) -> Vec<Reads> {
+/// On this VM a cold pass mostly costs filling page frames, and what that costs swings within
+/// minutes (frames the host has taken back cost several times recycled ones, see
+/// docs/benchmarks.md). Measured one contender after another, every ratio carried that swing:
+/// against EROFS it read 0.65x, 1.26x and 1.30x in three runs of one build. Each pass is also
+/// printed on stderr with the CPU time it took, so a run can be read for that.
+fn measure_reads(files: &[PathBuf], total: u64, mnt: &Path, contenders: &mut [Contender]) -> Reads {
     let n = contenders.len();
-    let mut cold = [vec![Vec::new(); n], vec![Vec::new(); n]];
-    let mut warm2 = vec![0.0; n];
-    for (slot, readers) in [(0, 2), (1, 1)] {
+    let mut reads = Reads {
+        cold2: Rounds::new(n),
+        cold1: Rounds::new(n),
+        warm2: vec![0.0; n],
+    };
+    for readers in [2, 1] {
         for round in 0..COLD_PASSES {
-            for k in 0..n {
-                let c = (round + k) % n;
+            for c in reads.cold2.order(round) {
+                let (name, mount) = &mut contenders[c];
                 drop_caches();
-                let m = (contenders[c])();
+                let m = mount();
+                let cpu = CpuTicks::now();
                 let (b, t) = read_all(mnt, files, readers);
+                let cpu = cpu.since();
                 assert_eq!(b, total);
+                eprintln!(
+                    "  pass: round {round}, {readers} reader(s), {name}: {:.0} MB/s, \
+                     {} user + {} system ticks, {} idle",
+                    mb_s(b, t),
+                    cpu.user,
+                    cpu.system,
+                    cpu.idle
+                );
                 if readers == 2 && round == 0 {
                     let (b, t) = read_all(mnt, files, readers);
-                    warm2[c] = mb_s(b, t);
+                    reads.warm2[c] = mb_s(b, t);
                 }
                 drop(m);
-                cold[slot][c].push(mb_s(b, t));
+                if readers == 2 {
+                    &mut reads.cold2
+                } else {
+                    &mut reads.cold1
+                }
+                .push(c, t);
             }
         }
     }
-    let [cold2, cold1] = cold;
-    cold2
-        .into_iter()
-        .zip(cold1)
-        .zip(warm2)
-        .map(|((c2, c1), warm2)| Reads {
-            cold2: median(c2),
-            cold1: median(c1),
-            warm2,
-        })
-        .collect()
+    reads
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The machine's CPU time so far, from `/proc/stat`, in clock ticks.
+struct CpuTicks {
+    user: u64,
+    system: u64,
+    idle: u64,
+}
+
+impl CpuTicks {
+    fn now() -> CpuTicks {
+        let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+        let f: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let at = |i: usize| f.get(i).copied().unwrap_or(0);
+        CpuTicks {
+            user: at(0) + at(1),
+            system: at(2) + at(5) + at(6),
+            idle: at(3) + at(4),
+        }
+    }
+
+    /// The ticks spent since `self` was taken.
+    fn since(&self) -> CpuTicks {
+        let now = CpuTicks::now();
+        CpuTicks {
+            user: now.user - self.user,
+            system: now.system - self.system,
+            idle: now.idle - self.idle,
+        }
+    }
 }
 
 fn squash_mount(image: &Path, mnt: &Path) -> Daemon {
@@ -675,31 +720,46 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
     // Every contender's reads, in rounds: kpack-fuse by default (passthrough, backing files on
     // disk), with memory backing, on the daemon read path (what non-root users get) and on the
     // reference layout; then EROFS and squashfuse_ll where they are there.
-    let kp = |archive: &Path, extra: &'static [&'static str]| -> Mount {
+    let kp = |name, archive: &Path, extra: &'static [&'static str]| -> Contender {
         let (archive, mnt) = (archive.to_path_buf(), mnt.clone());
-        Box::new(move || Box::new(kpack_mount(&archive, &mnt, extra)))
+        (
+            name,
+            Box::new(move || Box::new(kpack_mount(&archive, &mnt, extra))),
+        )
     };
     let mut contenders = vec![
-        kp(&k3, &[]),
-        kp(&k3, &["--backing", "memory", "--cache-size", "8G"]),
-        kp(&k3, &["--no-passthrough"]),
-        kp(&k3_reference, &[]),
+        kp("kpack-fuse", &k3, &[]),
+        kp(
+            "kpack-fuse --backing memory",
+            &k3,
+            &["--backing", "memory", "--cache-size", "8G"],
+        ),
+        kp("kpack-fuse --no-passthrough", &k3, &["--no-passthrough"]),
+        kp("kpack-fuse, reference layout", &k3_reference, &[]),
     ];
-    if erofs {
+    let (kp_default, kp_memory, kp_daemon, kp_reference) = (0, 1, 2, 3);
+    let er = erofs.then(|| {
         let (image, mnt) = (erofs_img.clone(), mnt.clone());
-        contenders.push(Box::new(move || {
-            Box::new(Erofs::mount(&image, &mnt).expect("mount -t erofs -o loop"))
-        }));
-    }
-    if squash {
+        contenders.push((
+            "EROFS",
+            Box::new(move || Box::new(Erofs::mount(&image, &mnt).expect("mount -t erofs -o loop"))),
+        ));
+        contenders.len() - 1
+    });
+    let sq = squash.then(|| {
         let (image, mnt) = (s3.clone(), mnt.clone());
-        contenders.push(Box::new(move || Box::new(squash_mount(&image, &mnt))));
-    }
-    let mut reads = measure_reads(&files, total, &mnt, &mut contenders).into_iter();
-    let mut next = || reads.next().unwrap();
-    let (kp_default, kp_memory, kp_daemon, kp_reference) = (next(), next(), next(), next());
-    let er = erofs.then(&mut next);
-    let sq = squash.then(&mut next);
+        contenders.push((
+            "squashfuse_ll",
+            Box::new(move || Box::new(squash_mount(&image, &mnt))),
+        ));
+        contenders.len() - 1
+    });
+    let reads = measure_reads(&files, total, &mnt, &mut contenders);
+    drop(contenders);
+    // A contender's speed in its median round, and its speed against another's (the median
+    // of the two's ratios within each round).
+    let speed = |r: &Rounds, c: usize| format!("{:.0} MB/s", mb_s(total, r.median(c)));
+    let (cold2, cold1, warm2) = (&reads.cold2, &reads.cold1, &reads.warm2);
 
     let rand_ops = if o.quick { 2_000 } else { 20_000 };
     let cache_size = format!("{}K", (total / 4 / 1024).max(64));
@@ -722,40 +782,37 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
     };
     report.ratio(
         "kpack-fuse cold, 2 readers",
-        format!("{:.0} MB/s", kp_default.cold2),
-        kp_default.cold2 / direct_cold,
+        speed(cold2, kp_default),
+        mb_s(total, cold2.median(kp_default)) / direct_cold,
         "direct API cold",
     );
     report.ratio(
         "kpack-fuse cold, 2 readers, digests checked",
-        format!("{:.0} MB/s", kp_default.cold2),
-        kp_default.cold2 / kp_reference.cold2,
+        speed(cold2, kp_default),
+        cold2.median_ratio(kp_default, kp_reference),
         "same kernels, --reference-layout (target >= 0.85)",
     );
-    report.value(
-        "kpack-fuse cold, 1 reader",
-        format!("{:.0} MB/s", kp_default.cold1),
-    );
+    report.value("kpack-fuse cold, 1 reader", speed(cold1, kp_default));
     report.ratio(
         "kpack-fuse warm, 2 readers",
-        format!("{:.0} MB/s", kp_default.warm2),
-        kp_default.warm2 / native_warm,
+        format!("{:.0} MB/s", warm2[kp_default]),
+        warm2[kp_default] / native_warm,
         "local disk warm (target >= 0.95)",
     );
     for (what, r) in [
-        ("memory backing", &kp_memory),
-        ("daemon read path", &kp_daemon),
+        ("memory backing", kp_memory),
+        ("daemon read path", kp_daemon),
     ] {
         report.ratio(
             format!("kpack-fuse {what} cold, 2 readers"),
-            format!("{:.0} MB/s", r.cold2),
-            r.cold2 / kp_default.cold2,
+            speed(cold2, r),
+            cold2.median_ratio(r, kp_default),
             "kpack-fuse default",
         );
         report.ratio(
             format!("kpack-fuse {what} warm, 2 readers"),
-            format!("{:.0} MB/s", r.warm2),
-            r.warm2 / native_warm,
+            format!("{:.0} MB/s", warm2[r]),
+            warm2[r] / native_warm,
             "local disk warm",
         );
     }
@@ -806,14 +863,14 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
     if let Some(er) = er {
         report.ratio(
             "EROFS lz4hc cold, 2 readers",
-            format!("{:.0} MB/s", er.cold2),
-            kp_default.cold2 / er.cold2,
+            speed(cold2, er),
+            cold2.median_ratio(kp_default, er),
             "kpack-fuse is this much faster (target >= 1)",
         );
         report.ratio(
             "EROFS lz4hc cold, 1 reader",
-            format!("{:.0} MB/s", er.cold1),
-            kp_default.cold1 / er.cold1,
+            speed(cold1, er),
+            cold1.median_ratio(kp_default, er),
             "kpack-fuse is this much faster",
         );
         report.value("EROFS image (lz4hc)", format!("{} B", size(&erofs_img)));
@@ -835,26 +892,26 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         };
         report.ratio(
             "squashfuse_ll cold, 2 readers",
-            format!("{:.0} MB/s", sq.cold2),
-            kp_default.cold2 / sq.cold2,
+            speed(cold2, sq),
+            cold2.median_ratio(kp_default, sq),
             "kpack-fuse cold is this much faster (target >= 2)",
         );
         report.ratio(
             "squashfuse_ll cold, 1 reader",
-            format!("{:.0} MB/s", sq.cold1),
-            kp_default.cold1 / sq.cold1,
+            speed(cold1, sq),
+            cold1.median_ratio(kp_default, sq),
             "kpack-fuse cold is this much faster (target >= 1.5)",
         );
         report.ratio(
             "squashfuse_ll cold, 2 readers, vs the daemon read path",
-            format!("{:.0} MB/s", sq.cold2),
-            kp_daemon.cold2 / sq.cold2,
+            speed(cold2, sq),
+            cold2.median_ratio(kp_daemon, sq),
             "kpack-fuse --no-passthrough is this much faster",
         );
         report.ratio(
             "squashfuse_ll warm, 2 readers",
-            format!("{:.0} MB/s", sq.warm2),
-            kp_default.warm2 / sq.warm2,
+            format!("{:.0} MB/s", warm2[sq]),
+            warm2[kp_default] / warm2[sq],
             "kpack-fuse warm is this much faster",
         );
         report.ratio(

@@ -155,6 +155,14 @@ impl Rounds {
             .expect("at least one round")
     }
 
+    /// The contender's median round.
+    pub fn median(&self, contender: usize) -> Duration {
+        let mut t = self.times[contender].clone();
+        assert!(!t.is_empty(), "at least one round");
+        t.sort();
+        t[t.len() / 2]
+    }
+
     /// The median over rounds of `base`'s time divided by `contender`'s: how fast the
     /// contender runs next to the base (above 1: faster).
     pub fn median_ratio(&self, contender: usize, base: usize) -> f64 {
