@@ -134,10 +134,49 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Drops the page cache, then waits for the freed memory to settle (see [`settle_freed_memory`]),
+/// so every cold pass starts from the same state of the machine.
 fn drop_caches() {
     unsafe { libc::sync() };
     if fs::write("/proc/sys/vm/drop_caches", "3").is_err() {
         eprintln!("warning: cannot drop the page cache (not root?): cold numbers are warm");
+    }
+    if SETTLE.load(std::sync::atomic::Ordering::Relaxed) {
+        settle_freed_memory();
+    }
+}
+
+/// Whether [`drop_caches`] waits for freed memory to settle: not in the `--quick` smoke run,
+/// whose figures nobody reads and which CI runs.
+static SETTLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where a guest kernel with free page reporting counts the memory it has handed back to its
+/// host (this project's VMs expose it; most machines have no such file, and nothing waits).
+const REPORTED: &str = "/sys/module/page_reporting/parameters/reported_kib";
+
+/// Waits until the guest has stopped handing freed memory back to its host: the count at
+/// [`REPORTED`] unchanged for one second (at most 15 s in all).
+///
+/// A page frame handed back costs a host fault at its next first touch, several times what a
+/// recycled frame costs (`dd` into a new file: 336-628 MB/s against 4.4-5.3 GB/s), and a cold
+/// pass writes a gigabyte of decoded pages. Reporting runs in the second or so after the page
+/// cache is dropped, so a pass that started at once met some mix of both kinds of frames, set
+/// by whatever ran before it: in one run kpack-fuse's cold passes took 117 to 248 ticks of
+/// system time for the same work. Once reporting is done, every pass meets the same frames.
+fn settle_freed_memory() {
+    let read = || fs::read_to_string(REPORTED).ok();
+    let Some(mut last) = read() else { return };
+    let start = Instant::now();
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(1)
+        && start.elapsed() < Duration::from_secs(15)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now.as_ref() != Some(&last) {
+            last = now.unwrap_or_default();
+            quiet_since = Instant::now();
+        }
     }
 }
 
@@ -384,10 +423,11 @@ type Contender<'a> = (
 /// pass, starting one contender further along each round, and ratios are taken within a round.
 ///
 /// On this VM a cold pass mostly costs filling page frames, and what that costs swings within
-/// minutes (frames the host has taken back cost several times recycled ones, see
-/// docs/benchmarks.md). Measured one contender after another, every ratio carried that swing:
-/// against EROFS it read 0.65x, 1.26x and 1.30x in three runs of one build. Each pass is also
-/// printed on stderr with the CPU time it took, so a run can be read for that.
+/// minutes (frames the host has taken back cost several times recycled ones; see
+/// [`settle_freed_memory`] and docs/benchmarks.md). Measured one contender after another, every
+/// ratio carried that swing: against EROFS it read 0.65x, 1.26x and 1.30x in three runs of one
+/// build. Each pass is also printed on stderr with the CPU time it took, so a run can be read
+/// for that.
 fn measure_reads(files: &[PathBuf], total: u64, mnt: &Path, contenders: &mut [Contender]) -> Reads {
     let n = contenders.len();
     let mut reads = Reads {
@@ -1003,6 +1043,7 @@ fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
 
 fn main() {
     let o = opts();
+    SETTLE.store(!o.quick, std::sync::atomic::Ordering::Relaxed);
     let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-work");
     let _ = fs::remove_dir_all(&base);
     fs::create_dir_all(&base).unwrap();

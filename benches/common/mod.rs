@@ -136,11 +136,17 @@ impl Rounds {
         }
     }
 
-    /// The order in which round `round` runs the contenders: rotated from round to round, so
-    /// none always runs right after the same other one (whose caches it would inherit).
+    /// The order in which round `round` runs the contenders: rotated from round to round, and
+    /// reversed every other round, so none always runs first, nor right after the same other one
+    /// (whose leftovers, caches or freed memory, it would inherit): a rotation alone keeps every
+    /// neighbour.
     pub fn order(&self, round: usize) -> impl Iterator<Item = usize> + use<> {
         let n = self.times.len();
-        (0..n).map(move |i| (i + round) % n)
+        let reversed = round % 2 == 1;
+        (0..n).map(move |i| {
+            let at = (i + round) % n;
+            if reversed { n - 1 - at } else { at }
+        })
     }
 
     pub fn push(&mut self, contender: usize, time: Duration) {
