@@ -10,6 +10,9 @@
 //! 4 KiB reads over a set 4x the memory cache (kpack-fuse with `--cache-dir`, after one pass),
 //! daemon peak RSS, and mount/open time and warm reads of small files for 100,000 entries.
 //!
+//! Cold reads of all the mounts are taken in rounds, one pass of each per round (see
+//! [`measure_reads`]); each pass is printed on stderr with the CPU ticks it took.
+//!
 //! Run as root (it mounts and drops the page cache):
 //!   cargo bench --bench suite                 # full run: >= 1 GiB synthetic set, minutes
 //!   cargo bench --bench suite -- --quick      # smoke run for CI: small sets, seconds
