@@ -13,10 +13,10 @@
 //! cold kernel decode it once, and evicting an entry only drops the store's reference; open
 //! handles keep their file until they are released.
 //!
-//! A streamed kernel (the common case, see `fill.rs`) is decoded in small pieces, each written
-//! with `pwrite` ([`Pending::write_at`]): the file system takes whole large folios that way,
-//! where decoding into a writable mapping faulted every 4 KiB page in (and dirtied it) one by
-//! one, which cost more CPU than the decoding itself. A kernel checked whole (digest of the
+//! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
+//! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk), where decoding into a
+//! writable mapping faulted every 4 KiB page in (and dirtied it) one by one, which cost more CPU
+//! than the decoding itself. A kernel checked whole (digest of the
 //! decoded bytes only, or no zstd) is written the same way, only published once it matched.
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
 //! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
@@ -278,6 +278,11 @@ impl BackingStore {
         let backing = self.wrap(file, spec.len);
         Ok(Pending {
             backing,
+            piece: if self.in_memory() {
+                usize::MAX
+            } else {
+                WRITE_PIECE
+            },
             tmp,
             hasher,
         })
@@ -484,8 +489,24 @@ fn seal(file: &File) {
 
 /// A backing file being written by [`BackingStore::begin`]: readable through
 /// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
+/// The largest `pwrite` into a backing file on disk.
+///
+/// The page cache sizes the folios of a new file by the writes that fill it (ext4 takes large
+/// folios since Linux 6.16), and the page allocator serves blocks of up to 32 KiB (order 3) from
+/// per-CPU lists of frames freed moments ago, larger ones from its free areas. On a VM whose
+/// kernel hands free memory back to the host (free page reporting, as on the machines of
+/// docs/benchmarks.md), frames from the free areas cost a host fault each at first touch. Cold
+/// 1.1 GB scans with 2 readers, builds alternating, page cache dropped and settled before each:
+/// writes of 1 MiB 546-624 MB/s with 254-296 ticks of system time, of 32 KiB 869-1198 MB/s with
+/// 88-157 ticks (16 KiB 791-982, 64 KiB 731-1050, 4 KiB 708-784). On a host without that cost
+/// the 32 extra system calls per MiB are a few microseconds against some 700 of decoding.
+/// Memfds do not get this: their folio size is set by the shmem huge-page policy, not the writes.
+pub const WRITE_PIECE: usize = 32 << 10;
+
 pub struct Pending {
     backing: Arc<BackingFile>,
+    /// The largest write: [`WRITE_PIECE`] on disk, unbounded for a memfd.
+    piece: usize,
     tmp: Option<TmpFile>,
     /// The digest of the bytes written so far, when the file's record needs one.
     hasher: Option<blake3::Hasher>,
@@ -506,10 +527,14 @@ impl Pending {
                 self.backing.len
             ));
         }
-        self.backing
-            .file
-            .write_all_at(bytes, offset)
-            .map_err(|e| format!("cannot write the backing file: {e}"))?;
+        let mut at = offset;
+        for piece in bytes.chunks(self.piece) {
+            self.backing
+                .file
+                .write_all_at(piece, at)
+                .map_err(|e| format!("cannot write the backing file: {e}"))?;
+            at += piece.len() as u64;
+        }
         if let Some(h) = &mut self.hasher {
             h.update(bytes);
         }
@@ -568,6 +593,31 @@ mod tests {
         let mut pending = store.begin(s).unwrap();
         pending.write_at(0, data).unwrap();
         store.finish(s, pending)
+    }
+
+    #[test]
+    fn writes_longer_than_a_piece_land_whole_in_every_placement() {
+        let d = tempfile::tempdir().unwrap();
+        let len = 3 * WRITE_PIECE + 1234;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        for place in [
+            Placement::Scratch(d.path().join("scratch")),
+            Placement::Memory,
+            Placement::CacheDir(d.path().join("cache")),
+        ] {
+            std::fs::create_dir_all(d.path().join("scratch")).unwrap();
+            let store = BackingStore::new(&place, 1 << 24).unwrap();
+            let s = spec(len as u64, 9);
+            let mut pending = store.begin(&s).unwrap();
+            // Two writes, each across piece boundaries, the second from an odd offset.
+            let cut = WRITE_PIECE + 17;
+            pending.write_at(0, &data[..cut]).unwrap();
+            pending.write_at(cut as u64, &data[cut..]).unwrap();
+            let file = store.finish(&s, pending);
+            let mut back = vec![0u8; len];
+            assert_eq!(file.read_at(&mut back, 0).unwrap(), len);
+            assert!(back == data, "{place:?}");
+        }
     }
 
     #[test]
