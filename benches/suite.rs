@@ -423,7 +423,8 @@ type Contender<'a> = (
 );
 
 /// [`Reads`] of every contender, measured in rounds: each round gives every contender one cold
-/// pass, starting one contender further along each round, and ratios are taken within a round.
+/// pass, in the order [`Rounds::order`] gives (rotated, every other round reversed), and ratios
+/// are taken within a round.
 ///
 /// On this VM a cold pass mostly costs filling page frames, and what that costs swings within
 /// minutes (frames the host has taken back cost several times recycled ones; see

@@ -16,8 +16,8 @@
 //! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
 //! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk), where decoding into a
 //! writable mapping faulted every 4 KiB page in (and dirtied it) one by one, which cost more CPU
-//! than the decoding itself. A kernel checked whole (digest of the
-//! decoded bytes only, or no zstd) is written the same way, only published once it matched.
+//! than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
+//! zstd) is written the same way, only published once it matched.
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
 //! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
 //! archive has checked that the stored kernel really produces that many bytes, so a hostile
@@ -487,8 +487,6 @@ fn seal(file: &File) {
     unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
 }
 
-/// A backing file being written by [`BackingStore::begin`]: readable through
-/// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
 /// The largest `pwrite` into a backing file on disk.
 ///
 /// The page cache sizes the folios of a new file by the writes that fill it (ext4 takes large
@@ -503,6 +501,8 @@ fn seal(file: &File) {
 /// Memfds do not get this: their folio size is set by the shmem huge-page policy, not the writes.
 pub const WRITE_PIECE: usize = 32 << 10;
 
+/// A backing file being written by [`BackingStore::begin`]: readable through
+/// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
 pub struct Pending {
     backing: Arc<BackingFile>,
     /// The largest write: [`WRITE_PIECE`] on disk, unbounded for a memfd.
@@ -600,12 +600,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let len = 3 * WRITE_PIECE + 1234;
         let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::create_dir_all(d.path().join("scratch")).unwrap();
         for place in [
             Placement::Scratch(d.path().join("scratch")),
             Placement::Memory,
             Placement::CacheDir(d.path().join("cache")),
         ] {
-            std::fs::create_dir_all(d.path().join("scratch")).unwrap();
             let store = BackingStore::new(&place, 1 << 24).unwrap();
             let s = spec(len as u64, 9);
             let mut pending = store.begin(&s).unwrap();
