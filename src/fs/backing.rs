@@ -67,6 +67,8 @@ pub struct BackingFile {
     live: Arc<AtomicU64>,
     /// When a cache directory's file was last marked as used (seconds since the epoch).
     touched: AtomicU64,
+    /// Whether an open was answered with this file already (see [`BackingFile::reopened`]).
+    opened: std::sync::atomic::AtomicBool,
 }
 
 impl BackingFile {
@@ -80,6 +82,13 @@ impl BackingFile {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Notes an open answered with this file; true when an earlier open was too. A file
+    /// decoded ahead of a scan or found in a cache directory is new to the mount at its first
+    /// open, so only a second one is a warm open.
+    pub fn reopened(&self) -> bool {
+        self.opened.swap(true, Ordering::Relaxed)
     }
 
     /// Fills `buf` from `offset`; short only at the end of the kernel.
@@ -334,6 +343,7 @@ impl BackingStore {
             len,
             live: self.live.clone(),
             touched: AtomicU64::new(now_secs()),
+            opened: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

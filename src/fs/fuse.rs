@@ -20,6 +20,9 @@
 //! * the open mode ([`OpenMode`]): in page-cache open mode OPEN is answered ENOSYS, after
 //!   which the kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept),
 //!   and READs arrive with handle 0 and are served by inode (a cold one on the decode pool too).
+//!   `auto` on a mount of large kernels starts in passthrough mode and turns to page-cache mode
+//!   for good once it serves a warm set (see [`WARM_OPENS_TO_PAGE_CACHE`]); handles opened
+//!   before keep reading as they did.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -40,7 +43,7 @@ use fuser::{
 
 use super::fill::OpenedFile;
 use super::pool::Pool;
-use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL};
+use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL, WARM_OPENS_TO_PAGE_CACHE};
 use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
@@ -136,8 +139,11 @@ struct Adapter {
     shared: Arc<Shared>,
     /// Passthrough was asked for (not `--no-passthrough`).
     want_passthrough: bool,
-    /// Page-cache open mode (resolved from `auto` when the adapter is made).
-    page_cache: bool,
+    /// Page-cache open mode (resolved from `auto` when the adapter is made, and turned on
+    /// later by `turn_when_warm`).
+    page_cache: AtomicBool,
+    /// `auto` chose passthrough open mode: page-cache mode once the mount serves a warm set.
+    turn_when_warm: bool,
     decoders: Pool,
 }
 
@@ -256,6 +262,23 @@ impl Shared {
 }
 
 impl Adapter {
+    /// Whether this open is where `auto` turns to page-cache mode (once, when the mount
+    /// serves a warm set): this open and every later one are refused with ENOSYS.
+    fn turns_to_page_cache(&self) -> bool {
+        if !self.turn_when_warm
+            || !self.fs.serves_a_warm_set()
+            || self.page_cache.swap(true, Ordering::Relaxed)
+        {
+            return false;
+        }
+        self.fs.set_page_cache_mode(true);
+        log::info!(
+            "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in a row of \
+             kernels already decoded and read: the kernel opens files without the daemon)"
+        );
+        true
+    }
+
     /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
     /// there is one to decode ahead of and no other job waits for a thread.
     fn decode(&self, job: FillJob) {
@@ -308,20 +331,24 @@ impl Filesystem for Adapter {
         // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
         // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
         // open would fail, so the mount opens through the daemon instead.
-        if self.page_cache
+        let no_open = self.page_cache.load(Ordering::Relaxed) || self.turn_when_warm;
+        if no_open
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT)
                 .is_err()
         {
-            log::warn!(
-                "the kernel cannot open files without the daemon (Linux 4.19+); \
-                 using passthrough open mode"
-            );
-            self.page_cache = false;
+            if self.page_cache.swap(false, Ordering::Relaxed) {
+                log::warn!(
+                    "the kernel cannot open files without the daemon (Linux 4.19+); \
+                     using passthrough open mode"
+                );
+            }
+            self.turn_when_warm = false;
         }
+        let page_cache = self.page_cache.load(Ordering::Relaxed);
         let mut on = false;
         // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
-        if self.want_passthrough && !self.page_cache {
+        if self.want_passthrough && !page_cache {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
                 // containers).
@@ -339,10 +366,10 @@ impl Filesystem for Adapter {
         let _ = config.set_max_background(64);
         self.passthrough.store(on, Ordering::Relaxed);
         self.fs.set_passthrough(on);
-        self.fs.set_page_cache_mode(self.page_cache);
+        self.fs.set_page_cache_mode(page_cache);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
-            if self.page_cache {
+            if page_cache {
                 "page-cache"
             } else {
                 "passthrough"
@@ -376,7 +403,7 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if self.page_cache {
+        if self.page_cache.load(Ordering::Relaxed) || self.turns_to_page_cache() {
             return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
         }
         let shared = self.shared.clone();
@@ -402,7 +429,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         // Handles start at 1: handle 0 is a file the kernel opened by itself (page-cache mode).
-        if fh.0 == 0 && self.page_cache {
+        if fh.0 == 0 && self.page_cache.load(Ordering::Relaxed) {
             return self.read_ino(ino.0, offset, size, reply);
         }
         let done = Box::new(move |r: Result<&[u8], Errno>| match r {
@@ -698,7 +725,8 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
-    let page_cache = fs.resolve_open_mode(cfg.open_mode) == OpenMode::PageCache;
+    let resolved = fs.resolve_open_mode(cfg.open_mode);
+    let page_cache = resolved == OpenMode::PageCache;
     Adapter {
         shared: Arc::new(Shared {
             fs,
@@ -706,7 +734,8 @@ fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
             ids: Mutex::new(BackingIds::default()),
         }),
         want_passthrough: cfg.passthrough,
-        page_cache,
+        page_cache: AtomicBool::new(page_cache),
+        turn_when_warm: cfg.open_mode == OpenMode::Auto && !page_cache,
         decoders: Pool::per_core("kpack-decode"),
     }
 }

@@ -25,6 +25,12 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 assert_eq!(after[k], before[k], "{k} changed on a warm pass");
             }
         }
+        // `arg`: how many times to walk and read the whole tree (exact bytes each time).
+        "om_walks" => {
+            for _ in 0..arg.parse::<usize>().unwrap() {
+                scenarios::run("walk", mnt, archive, "");
+            }
+        }
         // `arg`: a kernel path. It opens (page-cache mode opens without the daemon) but every
         // read of it is EIO, twice (a failure is not kept).
         "om_read_eio" => {
@@ -189,6 +195,75 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         m.check("rp_stats", want);
         m.stop();
     }
+}
+
+/// `auto` on large kernels opens through the daemon (passthrough) until the mount serves a warm
+/// set: after `WARM_OPENS_TO_PAGE_CACHE` (64) opens in a row of kernels decoded and opened
+/// before, it refuses the next OPEN with ENOSYS, and the kernel opens every file without the
+/// daemon from then on, reading each once through it into its page cache. An explicit
+/// `--open-mode passthrough` never turns.
+#[test]
+fn auto_open_mode_turns_to_page_cache_on_a_warm_set() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = write_archive(
+        &d.path().join("large.kpack"),
+        Compression::Zstd { level: 3 },
+        &[
+            ("lib/libbig.so#0", "gfx900", pattern(200_000, 1)),
+            ("lib/libbig.so#0", "gfx90a", pattern(300_000, 2)),
+            ("lib/libbig.so#1", "gfx942", pattern(150_000, 3)),
+            ("lib/libbig.so#1", "gfx1100", pattern(1000, 4)),
+        ],
+    );
+    let m = Mount::start_env(&archive, &[], &[("RUST_LOG", "info")]);
+    // The cold walk opens 4 kernels; 16 warm walks open them 64 times: not turned yet.
+    m.check("om_walks", "17");
+    m.check(
+        "rp_stats",
+        "page_cache_mode=0,passthrough=1,daemon_opens=68,decodes=4",
+    );
+    // The 65th warm open is refused: from then on no OPEN reaches the daemon, every byte read
+    // is still exact, and nothing is decoded again.
+    m.check("om_walks", "3");
+    m.check(
+        "rp_stats",
+        "page_cache_mode=1,daemon_opens=69,decodes=4,daemon_reads>0",
+    );
+    m.check("om_warm", "");
+    m.check("pread", "");
+    m.check("concurrent", "");
+    m.check("rp_stats", "daemon_opens=69,decodes=4");
+    let log = m.daemon_log();
+    assert!(
+        log.contains("open mode: page-cache from now on"),
+        "{log}"
+    );
+    m.stop();
+
+    // The first open of a kernel among the warm ones starts the count again: 3 kernels read
+    // cold, then 60 warm opens of them, the fourth kernel's first open, and 60 warm opens of
+    // all four.
+    let m = Mount::start(&archive, &[]);
+    let three = [
+        "lib/libbig.so#0/gfx900.hsaco",
+        "lib/libbig.so#0/gfx90a.hsaco",
+        "lib/libbig.so#1/gfx942.hsaco",
+    ]
+    .join(",");
+    m.check("om_read", &three);
+    m.check("om_read", &vec![three.as_str(); 20].join(","));
+    m.check("om_read", "lib/libbig.so#1/gfx1100.hsaco");
+    m.check("om_walks", "15");
+    m.check("rp_stats", "page_cache_mode=0,daemon_opens=124");
+    m.stop();
+
+    let m = Mount::start(&archive, &["--open-mode", "passthrough"]);
+    m.check("om_walks", "20");
+    m.check("rp_stats", "page_cache_mode=0,passthrough=1,daemon_opens=80");
+    m.stop();
 }
 
 /// `CAP_SYS_ADMIN` (Linux's `capability.h`): what the kernel requires of a daemon registering a
