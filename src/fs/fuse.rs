@@ -43,7 +43,9 @@ use fuser::{
 
 use super::fill::OpenedFile;
 use super::pool::Pool;
-use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL, WARM_OPENS_TO_PAGE_CACHE};
+use super::{
+    Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL, WARM_OPENS_TO_PAGE_CACHE,
+};
 use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
@@ -131,6 +133,10 @@ struct Shared {
     fs: KpackFs,
     /// Passthrough is in use (asked for, offered at init, and no backing id refused yet).
     passthrough: AtomicBool,
+    /// Page-cache open mode (resolved from `auto` when the adapter is made, or turned on later
+    /// by [`Adapter::turns_to_page_cache`]). Turned on with `ids` locked, and read there by
+    /// passthrough opens: see `opened`.
+    page_cache: AtomicBool,
     ids: Mutex<BackingIds>,
 }
 
@@ -139,9 +145,6 @@ struct Adapter {
     shared: Arc<Shared>,
     /// Passthrough was asked for (not `--no-passthrough`).
     want_passthrough: bool,
-    /// Page-cache open mode (resolved from `auto` when the adapter is made, and turned on
-    /// later by `turn_when_warm`).
-    page_cache: AtomicBool,
     /// `auto` chose passthrough open mode: page-cache mode once the mount serves a warm set.
     turn_when_warm: bool,
     decoders: Pool,
@@ -170,7 +173,11 @@ impl Shared {
             drop(ids);
             return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
         }
-        if self.passthrough.load(Ordering::Relaxed) && complete && !cached_open(&ids) {
+        if self.passthrough.load(Ordering::Relaxed)
+            && complete
+            && !cached_open(&ids)
+            && !self.page_cache.load(Ordering::Relaxed)
+        {
             // The registration is an ioctl: made without the lock, then checked against what
             // other opens of the inode did meanwhile.
             drop(ids);
@@ -186,6 +193,12 @@ impl Shared {
                         Some(theirs) => {
                             spare = Some(new);
                             Some(theirs)
+                        }
+                        // The mount turned to page-cache mode meanwhile: no passthrough handle
+                        // may be opened after the turn (see `turns_to_page_cache`).
+                        None if self.page_cache.load(Ordering::Relaxed) => {
+                            spare = Some(new);
+                            None
                         }
                         // A page-cache handle of the inode opened meanwhile: Linux would refuse
                         // a passthrough one now.
@@ -264,12 +277,20 @@ impl Shared {
 impl Adapter {
     /// Whether this open is where `auto` turns to page-cache mode (once, when the mount
     /// serves a warm set): this open and every later one are refused with ENOSYS.
+    ///
+    /// Only while no passthrough handle is open: Linux fails with EIO an open without the
+    /// daemon of an inode that has one (seen on 6.18), and after the turn those opens are all
+    /// there is. The flag is set with the backing ids locked, and a passthrough open checks it
+    /// there before and after registering its id, so none is opened after the turn either.
     fn turns_to_page_cache(&self) -> bool {
-        if !self.turn_when_warm
-            || !self.fs.serves_a_warm_set()
-            || self.page_cache.swap(true, Ordering::Relaxed)
-        {
+        if !self.turn_when_warm || !self.fs.serves_a_warm_set() {
             return false;
+        }
+        {
+            let ids = lock(&self.ids);
+            if !ids.by_fh.is_empty() || self.page_cache.swap(true, Ordering::Relaxed) {
+                return false;
+            }
         }
         self.fs.set_page_cache_mode(true);
         log::info!(
@@ -731,10 +752,10 @@ fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
         shared: Arc::new(Shared {
             fs,
             passthrough: AtomicBool::new(false),
+            page_cache: AtomicBool::new(page_cache),
             ids: Mutex::new(BackingIds::default()),
         }),
         want_passthrough: cfg.passthrough,
-        page_cache: AtomicBool::new(page_cache),
         turn_when_warm: cfg.open_mode == OpenMode::Auto && !page_cache,
         decoders: Pool::per_core("kpack-decode"),
     }
