@@ -236,9 +236,14 @@ fn warm_passes(roots: &[&Path], files: &[PathBuf]) -> Vec<(u64, Duration)> {
     for root in roots {
         read_all(root, files, 2);
     }
-    for _ in 0..5 {
+    for round in 0..5 {
         for (root, best) in roots.iter().zip(&mut best) {
             let (b, t) = read_all(root, files, 2);
+            eprintln!(
+                "  warm pass: round {round}, {}: {:.0} MB/s",
+                root.display(),
+                mb_s(b, t)
+            );
             if t < best.1 {
                 *best = (b, t);
             }
