@@ -29,7 +29,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Errno;
 use super::cache_dir::{CacheDir, TmpFile};
@@ -68,7 +68,7 @@ pub struct BackingFile {
     /// When a cache directory's file was last marked as used (seconds since the epoch).
     touched: AtomicU64,
     /// Whether an open was answered with this file already (see [`BackingFile::reopened`]).
-    opened: std::sync::atomic::AtomicBool,
+    opened: AtomicBool,
 }
 
 impl BackingFile {
@@ -343,7 +343,7 @@ impl BackingStore {
             len,
             live: self.live.clone(),
             touched: AtomicU64::new(now_secs()),
-            opened: std::sync::atomic::AtomicBool::new(false),
+            opened: AtomicBool::new(false),
         })
     }
 

@@ -295,7 +295,7 @@ impl Adapter {
         self.fs.set_page_cache_mode(true);
         log::info!(
             "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in a row of \
-             kernels already decoded and read: the kernel opens files without the daemon)"
+             kernels decoded and opened before: the kernel opens files without the daemon)"
         );
         true
     }
@@ -746,8 +746,7 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
-    let resolved = fs.resolve_open_mode(cfg.open_mode);
-    let page_cache = resolved == OpenMode::PageCache;
+    let page_cache = fs.resolve_open_mode(cfg.open_mode) == OpenMode::PageCache;
     Adapter {
         shared: Arc::new(Shared {
             fs,
