@@ -133,10 +133,9 @@ struct Shared {
     fs: KpackFs,
     /// Passthrough is in use (asked for, offered at init, and no backing id refused yet).
     passthrough: AtomicBool,
-    /// Page-cache open mode (resolved from `auto` when the adapter is made, or turned on later
-    /// by [`Adapter::turns_to_page_cache`]). Turned on with `ids` locked, and read there by
-    /// passthrough opens: see `opened`.
-    page_cache: AtomicBool,
+    /// Backing ids by inode and handle. Page-cache open mode (`KpackFs::page_cache_mode`) is
+    /// turned on later with this locked, and read with it locked by passthrough opens (see
+    /// [`Adapter::turns_to_page_cache`]).
     ids: Mutex<BackingIds>,
 }
 
@@ -176,7 +175,7 @@ impl Shared {
         if self.passthrough.load(Ordering::Relaxed)
             && complete
             && !cached_open(&ids)
-            && !self.page_cache.load(Ordering::Relaxed)
+            && !self.fs.page_cache_mode()
         {
             // The registration is an ioctl: made without the lock, then checked against what
             // other opens of the inode did meanwhile.
@@ -196,7 +195,7 @@ impl Shared {
                         }
                         // The mount turned to page-cache mode meanwhile: no passthrough handle
                         // may be opened after the turn (see `turns_to_page_cache`).
-                        None if self.page_cache.load(Ordering::Relaxed) => {
+                        None if self.fs.page_cache_mode() => {
                             spare = Some(new);
                             None
                         }
@@ -288,11 +287,10 @@ impl Adapter {
         }
         {
             let ids = lock(&self.ids);
-            if !ids.by_fh.is_empty() || self.page_cache.swap(true, Ordering::Relaxed) {
+            if !ids.by_fh.is_empty() || self.fs.set_page_cache_mode(true) {
                 return false;
             }
         }
-        self.fs.set_page_cache_mode(true);
         log::info!(
             "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in a row of \
              kernels decoded and opened before: the kernel opens files without the daemon)"
@@ -352,13 +350,13 @@ impl Filesystem for Adapter {
         // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
         // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
         // open would fail, so the mount opens through the daemon instead.
-        let no_open = self.page_cache.load(Ordering::Relaxed) || self.turn_when_warm;
+        let no_open = self.fs.page_cache_mode() || self.turn_when_warm;
         if no_open
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT)
                 .is_err()
         {
-            if self.page_cache.swap(false, Ordering::Relaxed) {
+            if self.fs.set_page_cache_mode(false) {
                 log::warn!(
                     "the kernel cannot open files without the daemon (Linux 4.19+); \
                      using passthrough open mode"
@@ -366,7 +364,7 @@ impl Filesystem for Adapter {
             }
             self.turn_when_warm = false;
         }
-        let page_cache = self.page_cache.load(Ordering::Relaxed);
+        let page_cache = self.fs.page_cache_mode();
         let mut on = false;
         // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
         if self.want_passthrough && !page_cache {
@@ -387,7 +385,6 @@ impl Filesystem for Adapter {
         let _ = config.set_max_background(64);
         self.passthrough.store(on, Ordering::Relaxed);
         self.fs.set_passthrough(on);
-        self.fs.set_page_cache_mode(page_cache);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
             if page_cache {
@@ -424,7 +421,7 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if self.page_cache.load(Ordering::Relaxed) || self.turns_to_page_cache() {
+        if self.fs.page_cache_mode() || self.turns_to_page_cache() {
             return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
         }
         let shared = self.shared.clone();
@@ -450,7 +447,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         // Handles start at 1: handle 0 is a file the kernel opened by itself (page-cache mode).
-        if fh.0 == 0 && self.page_cache.load(Ordering::Relaxed) {
+        if fh.0 == 0 && self.fs.page_cache_mode() {
             return self.read_ino(ino.0, offset, size, reply);
         }
         let done = Box::new(move |r: Result<&[u8], Errno>| match r {
@@ -747,11 +744,11 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let page_cache = fs.resolve_open_mode(cfg.open_mode) == OpenMode::PageCache;
+    fs.set_page_cache_mode(page_cache);
     Adapter {
         shared: Arc::new(Shared {
             fs,
             passthrough: AtomicBool::new(false),
-            page_cache: AtomicBool::new(page_cache),
             ids: Mutex::new(BackingIds::default()),
         }),
         want_passthrough: cfg.passthrough,

@@ -456,9 +456,15 @@ impl KpackFs {
         Some(*sizes.select_nth_unstable(mid).1)
     }
 
-    /// Records that the mount runs in page-cache open mode (shown in `user.kpack.stats`).
-    pub fn set_page_cache_mode(&self, on: bool) {
-        self.page_cache.store(on, Ordering::Relaxed);
+    /// Sets whether the mount runs in page-cache open mode (the adapter answers OPEN with
+    /// ENOSYS and READs come by inode; shown in `user.kpack.stats`); returns what it was.
+    pub fn set_page_cache_mode(&self, on: bool) -> bool {
+        self.page_cache.swap(on, Ordering::Relaxed)
+    }
+
+    /// Whether the mount runs in page-cache open mode.
+    pub fn page_cache_mode(&self) -> bool {
+        self.page_cache.load(Ordering::Relaxed)
     }
 
     /// Whether the last [`WARM_OPENS_TO_PAGE_CACHE`] opens were all warm: their kernels were
@@ -539,13 +545,15 @@ impl KpackFs {
             return None;
         }
         let id = kernel_id(file);
-        // A small kernel decoded into a backing file before the mount turned to page-cache
-        // mode is read from that file: nothing is decoded twice while it is kept.
-        if self.decodes_into_reply(file) && !self.store.contains(id) {
+        if self.decodes_into_reply(file) {
             if let Some(bytes) = self.small.get(id) {
                 answer_slice(&bytes, offset, size, done);
                 return None;
             }
+        }
+        // A small kernel decoded into a backing file before the mount turned to page-cache
+        // mode is read from that file: nothing is decoded twice while it is kept.
+        if self.decodes_into_reply(file) && !self.store.contains(id) {
             // One decode per small kernel at a time: other READs of it wait for that one.
             let mut decoding = lock(&self.small_decoding);
             if let Some(waiting) = decoding.get_mut(&id) {
