@@ -91,6 +91,19 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             drop(new);
             whole(&File::open(&path).unwrap());
         }
+        // 4 threads open, read and close the kernels over and over, each holding a few of
+        // its handles open across rounds, so that with a cache too small for any of them the
+        // opens of one kernel race its eviction, its decode again and the registration of its
+        // backing file by the other threads. Every read gets exactly the kernel's bytes.
+        "rp_churn" => {
+            let want = expected(archive);
+            std::thread::scope(|s| {
+                for t in 0..4u64 {
+                    let want = &want;
+                    s.spawn(move || churn(mnt, want, t));
+                }
+            });
+        }
         // `arg`: a kernel path; reads it sequentially in 64 KiB steps and compares.
         "rp_chunked" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();
@@ -118,6 +131,59 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
             }
         }
         other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// One thread of `rp_churn`: 150 rounds of opening a kernel chosen by a per-thread sequence,
+/// reading all of it or a range of it through the new handle and through one held from an
+/// earlier round, keeping up to 3 handles open.
+fn churn(mnt: &Path, want: &[(String, String, Vec<u8>)], thread: u64) {
+    let mut x = 0x2545_f491_4f6c_dd1d ^ (thread + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let check = |f: &File, i: usize, r: u64| {
+        let (key, arch, data) = &want[i];
+        let len = data.len() as u64;
+        // Whole, or a range that may run past the end.
+        let (at, n) = if r % 2 == 0 || len == 0 {
+            (0, len)
+        } else {
+            let at = r % len;
+            (at, (r >> 32) % (len - at + 64))
+        };
+        let mut got = vec![0u8; n as usize];
+        let mut filled = 0;
+        while filled < got.len() {
+            match f.read_at(&mut got[filled..], at + filled as u64).unwrap() {
+                0 => break,
+                m => filled += m,
+            }
+        }
+        let end = (at + n).min(len) as usize;
+        assert!(
+            got[..filled] == data[at as usize..end],
+            "{key} [{arch}]: {n} bytes at {at}, thread {thread}"
+        );
+    };
+    let mut held: Vec<(usize, File)> = Vec::new();
+    for _ in 0..150 {
+        let r = next();
+        let i = (r % want.len() as u64) as usize;
+        let f = File::open(kernel_path(mnt, &want[i].0, &want[i].1)).unwrap();
+        check(&f, i, next());
+        if let Some((j, old)) = held.get((r >> 8) as usize % 4) {
+            check(old, *j, next());
+        }
+        if (r >> 16) % 3 == 0 {
+            if held.len() == 3 {
+                held.remove((r >> 20) as usize % 3);
+            }
+            held.push((i, f));
+        }
     }
 }
 
@@ -248,6 +314,29 @@ fn an_evicted_kernel_reopened_beside_its_old_handle_reads_right() {
             let m = start_passthrough(&archive, &args);
             m.check("rp_reopen_evicted", "");
             m.check("rp_stats", "evictions>0");
+            m.stop();
+        }
+    }
+}
+
+/// Opens, reads and closes of the same kernels from 4 threads at once, some handles held across
+/// rounds, with a bound that keeps none of them: evictions race new decodes and backing-file
+/// registrations of the same kernels, and every read still gets the kernel's exact bytes, on
+/// memory and disk backing, with and without passthrough.
+#[test]
+fn opens_racing_evictions_from_four_threads_read_right() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    for (backing, bound) in [("memory", "--cache-size"), ("disk", "--cache-dir-size")] {
+        for extra in [&[][..], &["--no-passthrough"][..]] {
+            let mut args = vec!["--backing", backing, bound, "8K"];
+            args.extend_from_slice(extra);
+            let m = start_passthrough(&archive, &args);
+            m.check("rp_churn", "");
+            m.check("rp_stats", "evictions>10,decodes>20");
             m.stop();
         }
     }
