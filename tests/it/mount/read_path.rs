@@ -306,17 +306,7 @@ fn an_evicted_kernel_reopened_beside_its_old_handle_reads_right() {
     }
     let d = tmp();
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
-    // The bound of each backing: 8 KiB holds none of the kernels reopened here.
-    for (backing, bound) in [("memory", "--cache-size"), ("disk", "--cache-dir-size")] {
-        for extra in [&[][..], &["--no-passthrough"][..]] {
-            let mut args = vec!["--backing", backing, bound, "8K"];
-            args.extend_from_slice(extra);
-            let m = start_passthrough(&archive, &args);
-            m.check("rp_reopen_evicted", "");
-            m.check("rp_stats", "evictions>0");
-            m.stop();
-        }
-    }
+    on_each_backing_bounded_to_8k(&archive, "rp_reopen_evicted", "evictions>0");
 }
 
 /// Opens, reads and closes of the same kernels from 4 threads at once, some handles held across
@@ -330,13 +320,20 @@ fn opens_racing_evictions_from_four_threads_read_right() {
     }
     let d = tmp();
     let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    on_each_backing_bounded_to_8k(&archive, "rp_churn", "evictions>10,decodes>20");
+}
+
+/// Mounts `archive` on memory and on disk backing, each bounded to 8 KiB (which holds none of
+/// `rich_archive`'s larger kernels), with and without passthrough; runs `scenario` on each
+/// mount and checks `user.kpack.stats` against `stats` (as `rp_stats` does).
+fn on_each_backing_bounded_to_8k(archive: &Path, scenario: &str, stats: &str) {
     for (backing, bound) in [("memory", "--cache-size"), ("disk", "--cache-dir-size")] {
         for extra in [&[][..], &["--no-passthrough"][..]] {
             let mut args = vec!["--backing", backing, bound, "8K"];
             args.extend_from_slice(extra);
-            let m = start_passthrough(&archive, &args);
-            m.check("rp_churn", "");
-            m.check("rp_stats", "evictions>10,decodes>20");
+            let m = start_passthrough(archive, &args);
+            m.check(scenario, "");
+            m.check("rp_stats", stats);
             m.stop();
         }
     }
