@@ -9,17 +9,17 @@ use super::{CliError, CliResult, Exit};
 pub struct Args {
     /// The archive.
     pub archive: PathBuf,
-    /// The binary key, e.g. lib/libfoo.so#0.
-    pub binary: String,
+    /// The kernel's key (the KEY column of `list`), e.g. lib/libfoo.so#0.
+    pub key: String,
     /// The arch, e.g. gfx90a:xnack-.
     pub arch: String,
     #[command(flatten)]
-    pub remote: crate::remote::settings::RemoteArgs,
+    pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
-    let data = archive.get_kernel(&args.binary, &args.arch)?;
+    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
+    let data = archive.get_kernel(&args.key, &args.arch)?;
     let mut out = std::io::stdout().lock();
     out.write_all(&data)
         .and_then(|_| out.flush())

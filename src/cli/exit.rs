@@ -1,13 +1,15 @@
 //! The exit codes of every command, and the error type commands return. One table for the whole
 //! binary (documented in docs/cli.md), so scripts can tell a missing file from a corrupt one, and
 //! one place that maps errors to it: core errors by kind (`exit_for`), and the mount's source
-//! errors, whose core errors go through the same `exit_for`.
+//! errors and remote sources' errors, whose core errors go through the same `exit_for`.
 
 use std::fmt;
 use std::process::ExitCode;
 
 use rocm_kpack::fs::source::{SourceError, SourceErrorKind};
 use rocm_kpack::{Error, ErrorKind};
+
+use crate::remote::{RemoteError, RemoteErrorKind};
 
 /// Why a command failed, as an exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,12 +106,24 @@ impl From<SourceError> for CliError {
     }
 }
 
+impl From<RemoteError> for CliError {
+    fn from(e: RemoteError) -> CliError {
+        let exit = match e.kind {
+            RemoteErrorKind::BadUrl => Exit::Usage,
+            RemoteErrorKind::Unreachable => Exit::Unreadable,
+            RemoteErrorKind::Archive(kind) => exit_for(kind),
+            RemoteErrorKind::NoArchives => Exit::NotFound,
+        };
+        CliError::new(exit, e.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A core error reaches the same exit code whether a command returns it directly or the
-    /// mount's source reading passes it on.
+    /// A core error reaches the same exit code whether a command returns it directly, the
+    /// mount's source reading passes it on, or a remote source met it.
     #[test]
     fn core_errors_classify_once() {
         for code in 1..=14 {
@@ -119,7 +133,13 @@ mod tests {
                 message: String::new(),
             });
             assert_eq!(via_source.exit, exit_for(kind), "{kind:?}");
+            let via_remote = CliError::from(RemoteError {
+                kind: RemoteErrorKind::Archive(kind),
+                message: String::new(),
+            });
+            assert_eq!(via_remote.exit, exit_for(kind), "{kind:?}");
         }
+        assert_eq!(exit_for(ErrorKind::DecompressionFailed), Exit::Corrupt);
         assert_eq!(exit_for(ErrorKind::FileNotFound), Exit::Unreadable);
         assert_eq!(exit_for(ErrorKind::MsgpackParseFailed), Exit::BadFormat);
         assert_eq!(exit_for(ErrorKind::ArchNotFound), Exit::NotFound);

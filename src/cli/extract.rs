@@ -20,11 +20,11 @@ pub struct Args {
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
-    pub remote: crate::remote::settings::RemoteArgs,
+    pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
+    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
     let mut plan = Vec::new();
     for (key, entry) in archive.entries() {
         let refuse = |why: String| {

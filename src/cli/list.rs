@@ -13,11 +13,11 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub remote: crate::remote::settings::RemoteArgs,
+    pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = crate::remote::open_one(&args.archive, &args.remote)?;
+    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
     for ((b, e), key, entry) in archive.indexed_entries() {
         let row = match archive.locate_at(b, e) {
@@ -46,8 +46,9 @@ pub fn run(args: Args) -> CliResult {
         let kernels: Vec<_> = rows
             .iter()
             .map(|r| {
+                // `binary` is the older name of `key`, kept for scripts that read it.
                 serde_json::json!({
-                    "binary": r.key, "arch": r.arch, "ordinal": r.ordinal,
+                    "key": r.key, "binary": r.key, "arch": r.arch, "ordinal": r.ordinal,
                     "size": r.size, "stored_size": r.stored,
                     "blake3": r.blake3.map(|d| rocm_kpack::error::hex(&d)), "error": r.error,
                 })
@@ -67,11 +68,11 @@ pub fn run(args: Args) -> CliResult {
         );
         return Ok(());
     }
-    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(6).max(6);
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
     let awidth = rows.iter().map(|r| r.arch.len()).max().unwrap_or(4).max(4);
     println!(
         "{:<width$}  {:<awidth$}  {:>12}  {:>12}  {:>6}",
-        "BINARY", "ARCH", "SIZE", "STORED", "RATIO"
+        "KEY", "ARCH", "SIZE", "STORED", "RATIO"
     );
     for r in &rows {
         match (r.size, r.stored) {

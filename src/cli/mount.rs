@@ -24,7 +24,8 @@ use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
 use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
-use crate::remote::{self, settings::RemoteArgs};
+use super::remote_args::RemoteArgs;
+use crate::remote;
 
 /// Default `--cache-size`: 256 MiB.
 pub const DEFAULT_CACHE: u64 = 256 << 20;
@@ -34,8 +35,9 @@ pub const DEFAULT_CACHE_DIR_SIZE: u64 = 10 << 30;
 
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
-    /// What to show: a .kpack archive, a directory of .kpack archives, or a HIPK host binary
-    /// (its archives are found as the loader finds them).
+    /// What to show: a .kpack archive, a directory of .kpack archives, a HIPK host binary (its
+    /// archives are found as the loader finds them), or a remote archive: s3://BUCKET/KEY.kpack,
+    /// s3://BUCKET/PREFIX/ (every *.kpack directly under it) or http(s)://HOST/PATH.kpack.
     pub source: PathBuf,
     /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a
     /// privileged launcher has already mounted.
@@ -199,6 +201,10 @@ fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
              make {FUSE_DEVICE} usable by all (mode 0666, as the fuse3 package sets it), or, in a \
              container, pass --device {FUSE_DEVICE})"
         )
+    } else if !running_as_root() && !fusermount_available() {
+        " (a user other than root mounts through fusermount3, which is not installed: install \
+         it (Debian and Ubuntu: apt install fuse3), or mount as root, which does not need it)"
+            .to_owned()
     } else {
         String::new()
     };
@@ -210,6 +216,11 @@ fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
 }
 
 const FUSE_DEVICE: &str = "/dev/fuse";
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// Whether this process (its real user, as for a non-setuid program) may open /dev/fuse.
 fn fuse_device_usable() -> bool {
@@ -386,7 +397,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
 
     let (src, remote_session) = match args.source.to_str().filter(|s| remote::is_remote(s)) {
         Some(url) => {
-            let (src, session) = remote::mount_source(url, &s.remote, s.strict)?;
+            let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
             (src, Some(session))
         }
         None => (

@@ -49,7 +49,7 @@ pub struct Settings {
     pub no_decode_ahead: bool,
     pub open_mode: OpenMode,
     /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
-    pub remote: crate::remote::settings::RemoteArgs,
+    pub remote: super::remote_args::RemoteArgs,
 }
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.

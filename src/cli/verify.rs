@@ -30,7 +30,7 @@ pub struct Args {
     #[arg(long, value_name = "ROOT", requires = "split")]
     pub original: Option<PathBuf>,
     #[command(flatten)]
-    pub remote: crate::remote::settings::RemoteArgs,
+    pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -47,7 +47,7 @@ pub fn run(args: Args) -> CliResult {
     // Said only when everything verified: next to BAD lines it would be noise.
     let mut undigested = Vec::new();
     for path in &args.archives {
-        for archive in crate::remote::open_for_command(path, &args.remote, true)? {
+        for archive in super::remote_args::open_archives(path, &args.remote, true)? {
             let (n, d) = check(&archive, &mut problems);
             if d.kernel + d.frame_only == 0 && n != 0 {
                 undigested.push(archive.path().to_path_buf());

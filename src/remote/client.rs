@@ -21,7 +21,7 @@ use object_store::{
 };
 
 use super::credentials;
-use super::settings::Resolved;
+use super::settings::Settings;
 
 /// Where requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,7 +161,7 @@ impl Drop for Permit<'_> {
 /// Requests to one endpoint.
 pub struct Client {
     endpoint: Endpoint,
-    settings: Resolved,
+    settings: Settings,
     live: Mutex<Option<Arc<Live>>>,
     permits: Permits,
     stats: Arc<Stats>,
@@ -185,7 +185,7 @@ enum Class {
 }
 
 impl Client {
-    pub fn new(endpoint: Endpoint, settings: Resolved, stats: Arc<Stats>) -> Client {
+    pub fn new(endpoint: Endpoint, settings: Settings, stats: Arc<Stats>) -> Client {
         Client {
             permits: Permits {
                 free: Mutex::new(settings.requests.max(1)),

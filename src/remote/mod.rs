@@ -20,45 +20,58 @@ use object_store::path::Path as ObjectPath;
 use rocm_kpack::Archive;
 use rocm_kpack::error::ErrorKind;
 
-use crate::cli::Exit;
 use client::{Client, Endpoint, FetchError, Stats};
 use object::RemoteObject;
-use settings::RemoteArgs;
+use settings::Settings;
 pub use url::{RemoteUrl, is_remote};
 
-/// Why a remote source cannot be used, with the exit code the commands give it.
+/// What kind of failure a [`RemoteError`] is; the command line maps each to its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteErrorKind {
+    /// The URL itself is malformed, or names a prefix where one object is needed.
+    BadUrl,
+    /// A request failed: the object is missing, forbidden, or the server could not be reached.
+    Unreachable,
+    /// The object was fetched but is not a readable archive (the core's reason).
+    Archive(ErrorKind),
+    /// A prefix holds no archive that opens.
+    NoArchives,
+}
+
+/// Why a remote source cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteError {
-    pub exit: Exit,
+    pub kind: RemoteErrorKind,
     pub message: String,
 }
 
 impl RemoteError {
-    fn new(exit: Exit, message: impl Into<String>) -> RemoteError {
+    fn new(kind: RemoteErrorKind, message: impl Into<String>) -> RemoteError {
         RemoteError {
-            exit,
+            kind,
             message: message.into(),
         }
     }
 
-    /// A request failure at open: the source is missing or unreadable (exit 3), with the
-    /// server's reason.
+    /// A request failure at open, with the server's reason.
     fn fetch(e: FetchError) -> RemoteError {
-        RemoteError::new(Exit::Unreadable, e.to_string())
+        RemoteError::new(RemoteErrorKind::Unreachable, e.to_string())
     }
 
     fn archive(url: &str, e: &rocm_kpack::Error) -> RemoteError {
-        let exit = match e.kind() {
-            ErrorKind::FileNotFound | ErrorKind::IoError => Exit::Unreadable,
-            _ => Exit::BadFormat,
-        };
         let text = e.to_string();
         let message = if text.contains(url) {
             text
         } else {
             format!("{url}: {text}")
         };
-        RemoteError::new(exit, message)
+        RemoteError::new(RemoteErrorKind::Archive(e.kind()), message)
+    }
+}
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -106,18 +119,17 @@ fn spill_dir(dir: Option<&Path>) -> PathBuf {
 /// warnings (errors with `strict`), as in a local directory.
 pub fn open(
     source: &str,
-    args: &RemoteArgs,
+    settings: &Settings,
     strict: bool,
     spill: Option<&Path>,
 ) -> Result<Opened, RemoteError> {
-    let url = RemoteUrl::parse(source).map_err(|m| RemoteError::new(Exit::Usage, m))?;
+    let url = RemoteUrl::parse(source).map_err(|m| RemoteError::new(RemoteErrorKind::BadUrl, m))?;
     let stats = Arc::new(Stats::default());
-    let resolved = args.resolve();
     let spill = spill_dir(spill);
     let (endpoint, members, is_prefix) = match &url {
         RemoteUrl::Http { base, path } => {
             let p = ObjectPath::from_url_path(path)
-                .map_err(|e| RemoteError::new(Exit::Usage, format!("{url}: {e}")))?;
+                .map_err(|e| RemoteError::new(RemoteErrorKind::BadUrl, format!("{url}: {e}")))?;
             (
                 Endpoint::Http { base: base.clone() },
                 vec![(p, url.to_string())],
@@ -126,7 +138,7 @@ pub fn open(
         }
         RemoteUrl::S3Object { bucket, key } => {
             let p = ObjectPath::parse(key)
-                .map_err(|e| RemoteError::new(Exit::Usage, format!("{url}: {e}")))?;
+                .map_err(|e| RemoteError::new(RemoteErrorKind::BadUrl, format!("{url}: {e}")))?;
             (
                 Endpoint::S3 {
                     bucket: bucket.clone(),
@@ -143,7 +155,7 @@ pub fn open(
             true,
         ),
     };
-    let client = Arc::new(Client::new(endpoint, resolved, stats.clone()));
+    let client = Arc::new(Client::new(endpoint, settings.clone(), stats.clone()));
     let members = match &url {
         RemoteUrl::S3Prefix { bucket, prefix } => {
             let mut objects = client
@@ -153,7 +165,7 @@ pub fn open(
             objects.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
             if objects.is_empty() {
                 return Err(RemoteError::new(
-                    Exit::NotFound,
+                    RemoteErrorKind::NoArchives,
                     format!("{url}: no *.kpack object directly under this prefix"),
                 ));
             }
@@ -188,7 +200,7 @@ pub fn open(
     }
     if archives.is_empty() {
         return Err(RemoteError::new(
-            Exit::NotFound,
+            RemoteErrorKind::NoArchives,
             format!("{url}: none of its {total} *.kpack objects opens"),
         ));
     }
@@ -204,45 +216,15 @@ pub fn open(
     })
 }
 
-/// The archives a command argument names: a local path (one archive), or a URL (one object,
-/// or with `allow_prefix` every archive under an S3 prefix).
-pub fn open_for_command(
-    arg: &Path,
-    args: &RemoteArgs,
-    allow_prefix: bool,
-) -> crate::cli::CliResult<Vec<Arc<Archive>>> {
-    use crate::cli::CliError;
-    let Some(url) = arg.to_str().filter(|s| is_remote(s)) else {
-        return Ok(vec![Arc::new(Archive::open(arg)?)]);
-    };
-    let parsed = RemoteUrl::parse(url).map_err(|m| CliError::new(Exit::Usage, m))?;
-    if !allow_prefix && matches!(parsed, RemoteUrl::S3Prefix { .. }) {
-        return Err(CliError::new(
-            Exit::Usage,
-            format!("{url}: names a prefix; this command reads one archive (s3://BUCKET/KEY)"),
-        ));
-    }
-    // Commands fail on any member that does not open, as they do for a local file.
-    let opened = open(url, args, true, None).map_err(|e| CliError::new(e.exit, e.message))?;
-    Ok(opened.archives)
-}
-
-/// The one archive a command argument names (a local path or a URL of one object).
-pub fn open_one(arg: &Path, args: &RemoteArgs) -> crate::cli::CliResult<Arc<Archive>> {
-    let mut v = open_for_command(arg, args, false)?;
-    Ok(v.remove(0))
-}
-
 /// A remote mount source, opened as the mount's [`Source`](rocm_kpack::fs::source::Source)
 /// (shown by its URL), and its session (counters; threads to stop before the fork).
 pub fn mount_source(
     url: &str,
-    args: &RemoteArgs,
+    settings: &Settings,
     strict: bool,
-) -> crate::cli::CliResult<(rocm_kpack::fs::source::Source, Session)> {
+) -> Result<(rocm_kpack::fs::source::Source, Session), RemoteError> {
     use rocm_kpack::fs::source::{Source, SourceKind};
-    let o =
-        open(url, args, strict, None).map_err(|e| crate::cli::CliError::new(e.exit, e.message))?;
+    let o = open(url, settings, strict, None)?;
     let src = Source {
         kind: if o.is_prefix {
             SourceKind::Directory

@@ -1,5 +1,5 @@
-//! Network settings of remote sources: flags shared by `mount`, `list`, `verify` and `extract`,
-//! the same settings as `-o` mount options, and their documented defaults.
+//! Network settings of remote sources with their documented defaults. How a user gives them
+//! (flags and `-o` items) is the command line's business (`cli/remote_args.rs`).
 
 use std::time::Duration;
 
@@ -12,31 +12,10 @@ pub const DEFAULT_RETRIES: u32 = 3;
 /// Default requests in flight at once, per mount (or per command).
 pub const DEFAULT_REQUESTS: u32 = 8;
 
-/// Remote settings as given (flags, then `-o` items); `None` means the default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct RemoteArgs {
-    /// S3 endpoint for S3-compatible stores (path-style addressing) [default: AWS_ENDPOINT_URL,
-    /// else AWS]. A plain http:// endpoint also needs AWS_ALLOW_HTTP=true.
-    #[arg(long, value_name = "URL")]
-    pub endpoint_url: Option<String>,
-    /// Seconds one remote request may take before it is retried [default: 30].
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    pub remote_timeout: Option<u64>,
-    /// Seconds to establish a connection before the attempt is retried [default: 5].
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    pub remote_connect_timeout: Option<u64>,
-    /// Retries of a remote request after a timeout, connection error, 5xx or 429, with
-    /// exponential backoff (0.2 s doubling, at most 5 s) [default: 3].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=20))]
-    pub remote_retries: Option<u32>,
-    /// Remote requests in flight at once [default: 8].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub remote_requests: Option<u32>,
-}
-
-/// Settings with defaults applied.
-#[derive(Debug, Clone)]
-pub struct Resolved {
+/// The settings one remote source is opened with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// S3 endpoint for S3-compatible stores; `None` means `AWS_ENDPOINT_URL`, else AWS.
     pub endpoint_url: Option<String>,
     pub timeout: Duration,
     pub connect_timeout: Duration,
@@ -44,93 +23,14 @@ pub struct Resolved {
     pub requests: u32,
 }
 
-impl RemoteArgs {
-    pub fn resolve(&self) -> Resolved {
-        Resolved {
-            endpoint_url: self.endpoint_url.clone(),
-            timeout: self
-                .remote_timeout
-                .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
-            connect_timeout: self
-                .remote_connect_timeout
-                .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs),
-            retries: self.remote_retries.unwrap_or(DEFAULT_RETRIES),
-            requests: self.remote_requests.unwrap_or(DEFAULT_REQUESTS),
-        }
-    }
-
-    /// Applies one `-o` item if it is a remote setting: `None` when the name is not one of
-    /// ours, else whether its value was accepted.
-    pub fn apply_option(&mut self, name: &str, value: Option<&str>) -> Option<Result<(), String>> {
-        let needs = |what: &str| {
-            value
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| format!("mount option {name:?} needs a value ({name}={what})"))
-        };
-        let number = |what: &str, lo: u64, hi: u64| -> Result<u64, String> {
-            let v = needs(what)?;
-            v.parse::<u64>()
-                .ok()
-                .filter(|n| (lo..=hi).contains(n))
-                .ok_or_else(|| format!("mount option {name}: {v:?} is not a number in {lo}..={hi}"))
-        };
-        Some(match name {
-            "endpoint_url" => needs("URL").map(|v| self.endpoint_url = Some(v.to_owned())),
-            "remote_timeout" => number("SECS", 1, 3600).map(|n| self.remote_timeout = Some(n)),
-            "remote_connect_timeout" => {
-                number("SECS", 1, 3600).map(|n| self.remote_connect_timeout = Some(n))
-            }
-            "remote_retries" => number("N", 0, 20).map(|n| self.remote_retries = Some(n as u32)),
-            "remote_requests" => number("N", 1, 256).map(|n| self.remote_requests = Some(n as u32)),
-            _ => return None,
-        })
-    }
-}
-
-fn parse_secs(s: &str) -> Result<u64, String> {
-    s.parse::<u64>()
-        .ok()
-        .filter(|n| (1..=3600).contains(n))
-        .ok_or_else(|| format!("{s:?} is not a number of seconds in 1..=3600"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_and_options() {
-        let mut a = RemoteArgs::default();
-        let r = a.resolve();
-        assert_eq!(r.timeout, Duration::from_secs(30));
-        assert_eq!(r.connect_timeout, Duration::from_secs(5));
-        assert_eq!((r.retries, r.requests), (3, 8));
-        assert_eq!(
-            a.apply_option("endpoint_url", Some("http://127.0.0.1:9000")),
-            Some(Ok(()))
-        );
-        assert_eq!(a.apply_option("remote_timeout", Some("2")), Some(Ok(())));
-        assert_eq!(
-            a.apply_option("remote_connect_timeout", Some("1")),
-            Some(Ok(()))
-        );
-        assert_eq!(a.apply_option("remote_retries", Some("0")), Some(Ok(())));
-        assert_eq!(a.apply_option("remote_requests", Some("2")), Some(Ok(())));
-        let r = a.resolve();
-        assert_eq!(r.endpoint_url.as_deref(), Some("http://127.0.0.1:9000"));
-        assert_eq!(r.timeout, Duration::from_secs(2));
-        assert_eq!(r.connect_timeout, Duration::from_secs(1));
-        assert_eq!((r.retries, r.requests), (0, 2));
-        assert_eq!(a.apply_option("cache_size", Some("1G")), None);
-        for (n, v, why) in [
-            ("remote_timeout", Some("0"), "1..=3600"),
-            ("remote_requests", Some("x"), "not a number"),
-            ("remote_retries", Some("21"), "0..=20"),
-            ("endpoint_url", None, "needs a value"),
-            ("endpoint_url", Some(""), "needs a value"),
-        ] {
-            let e = a.apply_option(n, v).unwrap().unwrap_err();
-            assert!(e.contains(why), "{n}={v:?}: {e}");
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            endpoint_url: None,
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retries: DEFAULT_RETRIES,
+            requests: DEFAULT_REQUESTS,
         }
     }
 }

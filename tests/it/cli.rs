@@ -94,7 +94,7 @@ fn pack_list_cat_extract_verify_round_trip() {
     let text = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4);
-    assert!(lines[0].starts_with("BINARY"));
+    assert!(lines[0].starts_with("KEY "), "{}", lines[0]);
     assert!(
         lines[1].starts_with("bin/testapp#0     gfx900")
             && lines[1].ends_with("168           168    1.00"),
@@ -105,6 +105,7 @@ fn pack_list_cat_extract_verify_round_trip() {
     let o = kpack_fuse(&[&"list", &"--json", &out]);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["scheme"], "none");
+    assert_eq!(doc["kernels"][2]["key"], "lib/libtest.so#0");
     assert_eq!(doc["kernels"][2]["binary"], "lib/libtest.so#0");
     assert_eq!(doc["kernels"][2]["arch"], "gfx906");
     assert_eq!(doc["kernels"][2]["size"], 219);

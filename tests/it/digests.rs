@@ -386,7 +386,7 @@ fn list_json_shows_digests_in_hex() {
         let kernels = doc["kernels"].as_array().unwrap();
         assert_eq!(kernels.len(), 4);
         for k in kernels {
-            let key = k["binary"].as_str().unwrap();
+            let key = k["key"].as_str().unwrap();
             let arch = k["arch"].as_str().unwrap();
             let data = golden_zstd_kernels()
                 .into_iter()
