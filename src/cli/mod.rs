@@ -17,8 +17,10 @@ mod mount_options;
 mod pack;
 mod pack_manifest;
 mod progress;
+mod remote_args;
 mod resolve;
 mod split;
+mod stats;
 mod umount;
 mod verify;
 mod words;
@@ -57,6 +59,8 @@ pub enum Command {
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
     Unmount(mount::UnmountArgs),
+    /// Show a mount's counters (cache, decodes, read path) as a table or as JSON.
+    Stats(stats::Args),
     /// Show which paths, archives and targets the loader tries for a HIPK host binary.
     Resolve(resolve::Args),
     /// Load one code object the way kpack_load_code_object does, and write it to a file.
@@ -99,6 +103,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Mount(a) => mount::run_mount(a),
         Command::Unmount(a) => mount::run_unmount(a),
+        Command::Stats(a) => stats::run(a),
         Command::Resolve(a) => resolve::run(a),
         Command::Load(a) => load::run(a),
         Command::Split(a) => split::run(a),
@@ -115,10 +120,88 @@ pub fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{Args as _, CommandFactory};
 
     #[test]
     fn cli_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    /// The synopsis lines of `kpack-fuse NAME` in a document's code blocks: each line that
+    /// starts the command, and the indented lines that continue it.
+    fn synopsis(doc: &str, name: &str) -> String {
+        let start = format!("kpack-fuse {name} ");
+        let mut out = String::new();
+        let mut inside = false;
+        for line in doc.lines() {
+            if line.starts_with(&start) {
+                inside = true;
+            } else if !(inside && line.starts_with(' ')) {
+                inside = false;
+            }
+            if inside {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Each visible option as its long spelling, with its short one where it has one.
+    fn options(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
+        cmd.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| Some((a.get_long()?, a.get_short())))
+            .filter(|(l, _)| !matches!(*l, "help" | "version"))
+            .map(|(l, s)| (format!("--{l}"), s.map(|s| format!("-{s}"))))
+            .collect()
+    }
+
+    /// Every visible option of every command is in its synopsis in docs/cli.md (by either
+    /// spelling), and every
+    /// option of `mount` also in docs/mount.md's. The network flags of remote sources may
+    /// stand there as `[REMOTE FLAGS]`, which docs/cli.md spells out once.
+    #[test]
+    fn documented_synopses_name_every_option() {
+        let cli_md = include_str!("../../docs/cli.md");
+        let mount_md = include_str!("../../docs/mount.md");
+        let remote: Vec<String> = options(&super::remote_args::RemoteArgs::augment_args(
+            clap::Command::new("remote"),
+        ))
+        .into_iter()
+        .map(|(long, _)| long)
+        .collect();
+        for flag in &remote {
+            assert!(cli_md.contains(flag), "docs/cli.md never names {flag}");
+        }
+        let top = super::Cli::command();
+        let mut missing = Vec::new();
+        for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = sub.get_name();
+            let mut docs = vec![("docs/cli.md", synopsis(cli_md, name))];
+            if name == "mount" || name == "unmount" {
+                docs.push(("docs/mount.md", synopsis(mount_md, name)));
+            }
+            for (doc, text) in docs {
+                if text.is_empty() {
+                    missing.push(format!("{doc}: no synopsis of `kpack-fuse {name}`"));
+                    continue;
+                }
+                for (flag, short) in options(sub) {
+                    let named = |f: &str| {
+                        [" ", "]", "\n", "=", "."]
+                            .iter()
+                            .any(|end| text.contains(&format!("{f}{end}")))
+                    };
+                    let covered = named(&flag)
+                        || short.as_deref().is_some_and(named)
+                        || (remote.contains(&flag) && text.contains("[REMOTE FLAGS]"));
+                    if !covered {
+                        missing.push(format!("{doc}: `kpack-fuse {name}` lacks {flag}"));
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

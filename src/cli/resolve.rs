@@ -10,16 +10,16 @@ use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};
 
-/// The arguments `resolve` and `load` share: the host binary and the device's arch list.
+/// The arguments `resolve` and `load` share: the host binary and the device's ISA list.
 #[derive(Debug, clap::Args)]
 pub struct HostArgs {
     /// The HIPK host binary (executable or shared library).
     pub binary: PathBuf,
     /// Device ISA, e.g. gfx942:sramecc+:xnack- (with or without amdgcn-amd-amdhsa--). Given
     /// once, the list is [ISA, its generic ISA] as the HIP runtime builds it; repeat to pass an
-    /// exact list instead.
-    #[arg(long = "arch", value_name = "ISA", required = true)]
-    pub arch: Vec<String>,
+    /// exact list instead. Named as in `mount --gpu`; `--arch` is its older spelling.
+    #[arg(long = "gpu", alias = "arch", value_name = "ISA", required = true)]
+    pub gpus: Vec<String>,
 }
 
 /// A host binary read for loading: its HIPK parts, the path the runtime would report for it, and
@@ -41,7 +41,7 @@ impl HostArgs {
         Ok(OpenedHost {
             host: read_host(&self.binary)?,
             binary: runtime_path(&self.binary),
-            arches: arch_list(&self.arch),
+            arches: arch_list(&self.gpus),
         })
     }
 }
@@ -58,7 +58,7 @@ pub struct Args {
     pub json: bool,
 }
 
-/// The arch list for `--arch` values: one value means the device list `[isa, generic(isa)]`,
+/// The arch list for `--gpu` values: one value means the device list `[isa, generic(isa)]`,
 /// several are used exactly as given.
 pub fn arch_list(args: &[String]) -> Vec<String> {
     match args {

@@ -52,7 +52,7 @@ fn resolve_shows_every_step_and_the_pick() {
         &[
             "resolve",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "amdgcn-amd-amdhsa--gfx90a:xnack+",
         ],
         &[],
@@ -108,7 +108,7 @@ fn resolve_json_and_generic_fallback() {
         &[
             "resolve",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "gfx906:xnack-",
             "--json",
         ],
@@ -145,6 +145,7 @@ fn resolve_json_and_generic_fallback() {
     assert_eq!(co1["result"]["error"], "KPACK_ERROR_KERNEL_NOT_FOUND");
 }
 
+/// `--arch`, the older spelling of `--gpu`, still adds to the same list.
 #[test]
 fn resolve_with_exact_list_and_one_code_object() {
     let (_tmp, prefix, exe) = host();
@@ -152,7 +153,7 @@ fn resolve_with_exact_list_and_one_code_object() {
         &[
             "resolve",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "gfx1100",
             "--arch",
             "gfx90a:xnack-",
@@ -183,7 +184,7 @@ fn resolve_rejects_non_hipk_files() {
         &[
             "resolve",
             env!("CARGO_BIN_EXE_kpack-fuse"),
-            "--arch",
+            "--gpu",
             "gfx900",
         ],
         &[],
@@ -191,7 +192,7 @@ fn resolve_rejects_non_hipk_files() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("no .rocm_kpack_ref section"), "{stderr}");
-    let out = kpack_fuse(&["resolve", "/nonexistent/binary", "--arch", "gfx900"], &[]);
+    let out = kpack_fuse(&["resolve", "/nonexistent/binary", "--gpu", "gfx900"], &[]);
     assert_eq!(out.status.code(), Some(3));
 }
 
@@ -203,7 +204,7 @@ fn load_writes_the_code_object_the_library_would_return() {
         &[
             "load",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "amdgcn-amd-amdhsa--gfx90a:xnack+",
             "--co",
             "1",
@@ -234,7 +235,7 @@ fn load_writes_the_code_object_the_library_would_return() {
         &[
             "load",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "gfx1100",
             "--co",
             "0",
@@ -249,7 +250,7 @@ fn load_writes_the_code_object_the_library_would_return() {
         &[
             "load",
             exe.to_str().unwrap(),
-            "--arch",
+            "--gpu",
             "gfx90a",
             "--co",
             "0",

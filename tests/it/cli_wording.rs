@@ -28,10 +28,10 @@ fn a_missing_input_reads_the_same_in_every_command() {
         vec![&"extract", &missing, &out],
         vec![&"verify", &missing],
         vec![&"mount", &missing, &mnt],
-        vec![&"resolve", &"--arch", &"gfx900", &missing],
+        vec![&"resolve", &"--gpu", &"gfx900", &missing],
         vec![
             &"load",
-            &"--arch",
+            &"--gpu",
             &"gfx900",
             &"--co",
             &"0",

@@ -189,7 +189,7 @@ fn pinned_binary(l: &Layout, pins: Option<&[Pin]>) -> PathBuf {
 
 fn resolve(binary: &Path, json: bool) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"));
-    cmd.arg("resolve").arg(binary).args(["--arch", "gfx900"]);
+    cmd.arg("resolve").arg(binary).args(["--gpu", "gfx900"]);
     if json {
         cmd.arg("--json");
     }
@@ -377,7 +377,7 @@ fn split_pins_its_archives_and_no_pins_writes_the_reference_marker() {
         Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
             .arg("load")
             .arg(binary)
-            .args(["--arch", "gfx900", "--co", "1", "-o"])
+            .args(["--gpu", "gfx900", "--co", "1", "-o"])
             .arg(dir.join("got.hsaco"))
             .env_remove("ROCM_KPACK_PATH")
             .env_remove("ROCM_KPACK_PATH_PREFIX")

@@ -103,7 +103,7 @@ fn check_cli(f: &Fixture) {
     let out = kpack(&[
         "resolve".as_ref(),
         f.binary.as_os_str(),
-        "--arch".as_ref(),
+        "--gpu".as_ref(),
         "gfx90a:xnack-".as_ref(),
         "--json".as_ref(),
     ]);
@@ -127,7 +127,7 @@ fn check_cli(f: &Fixture) {
         let out = kpack(&[
             "load".as_ref(),
             f.binary.as_os_str(),
-            "--arch".as_ref(),
+            "--gpu".as_ref(),
             co.arch.as_ref(),
             "--co".as_ref(),
             co.index.to_string().as_ref(),

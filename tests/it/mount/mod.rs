@@ -10,6 +10,7 @@ mod faults;
 mod open_mode;
 mod read_path;
 mod scenarios;
+mod stats_command;
 pub(crate) mod sources;
 mod user_errors;
 

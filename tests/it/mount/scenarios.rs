@@ -89,7 +89,7 @@ pub fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
     }
 }
 
-fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+pub fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
     let (p, n) = (cpath(path), CString::new(name).unwrap());
     let mut buf = vec![0u8; 4096];
     // SAFETY: valid strings; the buffer is as large as we say.
