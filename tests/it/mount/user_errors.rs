@@ -11,15 +11,11 @@ use crate::support::mount::{Mount, fuse_available};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kpack-fuse");
 
-/// A non-root user for whom /dev/fuse is root-only (done in a private mount namespace, by binding
-/// a mode-0600 copy of the device node over /dev/fuse, so the machine's /dev/fuse is untouched):
-/// the refusal names /dev/fuse and the fixes.
-#[test]
-fn non_root_without_dev_fuse_access_is_told_so() {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
-        return;
-    }
+/// Runs `kpack-fuse mount ARCHIVE MNT -f` as user nobody in a private mount namespace whose
+/// /dev/fuse is a copy of the device node with `mode` (so the machine's /dev/fuse is untouched),
+/// after `hide`, shell commands run as root in that namespace. Returns the output and the
+/// mount point.
+fn mount_as_nobody(mode: &str, hide: &str) -> (std::process::Output, std::path::PathBuf) {
     let d = tempfile::tempdir().unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // The binary and the archive where user nobody can reach them.
@@ -33,7 +29,7 @@ fn non_root_without_dev_fuse_access_is_told_so() {
     std::os::unix::fs::chown(&mnt, Some(65534), Some(65534)).unwrap();
     let node = d.path().join("fuse");
     let script = format!(
-        "mknod {node} c 10 229 && chmod 600 {node} && mount --bind {node} /dev/fuse && \
+        "mknod {node} c 10 229 && chmod {mode} {node} && mount --bind {node} /dev/fuse && {hide} \
          exec setpriv --reuid=65534 --regid=65534 --clear-groups -- {bin} mount {archive} {mnt} -f",
         node = node.display(),
         bin = bin.display(),
@@ -53,6 +49,17 @@ fn non_root_without_dev_fuse_access_is_told_so() {
         .arg(&script)
         .output()
         .unwrap();
+    (out, mnt)
+}
+
+/// A non-root user for whom /dev/fuse is root-only: the refusal names /dev/fuse and the fixes.
+#[test]
+fn non_root_without_dev_fuse_access_is_told_so() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let (out, mnt) = mount_as_nobody("600", "");
     // In the foreground the log is standard error too: the message is printed once, by the
     // command, not also logged.
     let err = String::from_utf8_lossy(&out.stderr);
@@ -65,6 +72,36 @@ fn non_root_without_dev_fuse_access_is_told_so() {
             mnt.display()
         )
     );
+    assert_eq!(out.status.code(), Some(9));
+}
+
+/// A non-root user on a machine without fusermount3 (hidden in the namespace by binding
+/// /dev/null over it, so it cannot be run): the refusal says that such mounts need it and that
+/// root mounts do not.
+#[test]
+fn non_root_without_fusermount_is_told_so() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let hide = "for f in /usr/bin/fusermount3 /usr/bin/fusermount /bin/fusermount3 \
+                /bin/fusermount /sbin/fusermount3 /sbin/fusermount; do \
+                if [ -e $f ]; then mount --bind /dev/null $f || exit 99; fi; done &&";
+    let (out, mnt) = mount_as_nobody("666", hide);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!("kpack-fuse: cannot mount on {}: ", mnt.display())),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            " (a user other than root mounts through fusermount3, which is not installed: \
+             install it (Debian and Ubuntu: apt install fuse3), or mount as root, which does not \
+             need it)\n"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(out.status.code(), Some(9));
 }
 
