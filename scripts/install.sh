@@ -240,9 +240,12 @@ main() {
   make_dir "$(dirname -- "$manifest")"
   { [ -f "$manifest" ] && cat -- "$manifest"; printf '%s\n' "${installed[@]}"; } | sort -u > "$manifest.new"
   mv -- "$manifest.new" "$manifest"
-  echo "installed kpack-fuse and librocm_kpack ${version} into ${prefix}" \
-    "(helper: $([ "$sbindir" = none ] && echo none || echo "${sbindir}/mount.kpack-fuse");" \
-    "manifest: ${prefix}/${manifest_rel})"
+  local where="${prefix}"
+  # Staged for packaging: say where the files are now, and where they are meant to live.
+  [ -n "${DESTDIR:-}" ] && where="${DESTDIR}${prefix} (staged under DESTDIR=${DESTDIR} for ${prefix})"
+  echo "installed kpack-fuse and librocm_kpack ${version} into ${where}" \
+    "(helper: $([ "$sbindir" = none ] && echo none || echo "${DESTDIR:-}${sbindir}/mount.kpack-fuse");" \
+    "manifest: ${DESTDIR:-}${prefix}/${manifest_rel})"
 }
 
 main

@@ -401,10 +401,29 @@ fn default_prefix_and_sbindir_under_destdir() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
     let script = cc::manifest_dir().join("scripts/install.sh");
-    sh(Command::new(&script)
+    let said = sh(Command::new(&script)
         .arg("--from")
         .arg(build_dir())
         .env("DESTDIR", &root));
+    let r = root.display();
+    assert_eq!(
+        said,
+        format!(
+            "installed kpack-fuse and librocm_kpack {} into {r}/usr/local (staged under \
+             DESTDIR={r} for /usr/local) (helper: {r}/sbin/mount.kpack-fuse; manifest: \
+             {r}/usr/local/share/rocm-kpack/install-manifest.txt)\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    // The staged .pc file works in place once pkg-config takes the prefix from its location.
+    let flags = sh(Command::new("pkg-config")
+        .args(["--define-prefix", "--cflags", "--libs", "rocm_kpack"])
+        .env("PKG_CONFIG_PATH", root.join("usr/local/lib/pkgconfig")));
+    // (pkg-config ends its line with a space before the newline.)
+    assert_eq!(
+        flags.trim_end(),
+        format!("-I{r}/usr/local/include -L{r}/usr/local/lib -lrocm_kpack")
+    );
     assert_eq!(
         std::fs::read_link(root.join("sbin/mount.kpack-fuse")).unwrap(),
         Path::new("/usr/local/bin/kpack-fuse")
