@@ -6,7 +6,7 @@
 //! `fuser`; it translates these answers into kernel replies.
 //!
 //! The read path: `open` makes sure the kernel's decoded bytes exist as a backing file
-//! (`backing.rs`: one decode, straight into the file, shared by every handle and thread) and
+//! (`backing.rs`, filled by one decode job of `fill.rs` and shared by every handle and thread) and
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
 //! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
