@@ -265,9 +265,9 @@ fn main() {
     };
     let zstd_part = |part: usize, step: usize| in_memory(part, step, false);
     // Two floors of the same decodes, so that a run shows what no implementation of the API
-    // can avoid: the BLAKE3 check of every frame (issue 15) with nothing else, and reading each
-    // frame from the file with nothing else. A system call right before a decode costs the
-    // decode more than the call itself on these VMs (see docs/benchmarks.md).
+    // can avoid: the BLAKE3 check of every frame with nothing else, and reading each frame from
+    // the file with nothing else. A system call right before a decode can cost the decode more
+    // than the call itself (see docs/benchmarks.md).
     let hash_floor_part = |part: usize, step: usize| in_memory(part, step, true);
     let read_floor_part = |part: usize, step: usize| {
         use std::os::unix::fs::FileExt;

@@ -90,7 +90,7 @@ fn main() {
         }
         t.elapsed()
     };
-    // The floor of any reader that checks every decode (issue 15): the same decodes with the
+    // The floor of any reader that checks every decode: the same decodes with the
     // BLAKE3 of each frame and nothing else.
     let mut hashed_dctx = zstd::zstd_safe::DCtx::create();
     let mut hashed_out = vec![0u8; 2_100_000];

@@ -1,4 +1,4 @@
-//! Split and pack benchmark (issue 13): a synthetic fat host library laid out like real ROCm
+//! Split and pack benchmark: a synthetic fat host library laid out like real ROCm
 //! libraries (`tests/it/support/fat_host.rs`: 120 bundles of 5 arches, code objects of 20 KB to
 //! 15 MB compressing about 6:1 at zstd-3), 1.2 GB of device code by default, and Debian's
 //! `librocrand.so.1.1` when `bench/fetch-rocrand.sh` has fetched it.

@@ -154,18 +154,18 @@ fn drop_caches() {
 static SETTLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Where a guest kernel with free page reporting counts the memory it has handed back to its
-/// host (this project's VMs expose it; most machines have no such file, and nothing waits).
+/// host (VMs with free page reporting expose it; most machines have no such file, and nothing
+/// waits).
 const REPORTED: &str = "/sys/module/page_reporting/parameters/reported_kib";
 
 /// Waits until the guest has stopped handing freed memory back to its host: the count at
 /// [`REPORTED`] unchanged for one second (at most 15 s in all).
 ///
 /// A page frame handed back costs a host fault at its next first touch, several times what a
-/// recycled frame costs (`dd` into a new file: 336-628 MB/s against 4.4-5.3 GB/s), and a cold
-/// pass writes a gigabyte of decoded pages. Reporting runs in the second or so after the page
-/// cache is dropped, so a pass that started at once met some mix of both kinds of frames, set
-/// by whatever ran before it: in one run kpack-fuse's cold passes took 117 to 248 ticks of
-/// system time for the same work. Once reporting is done, every pass meets the same frames.
+/// recycled frame costs, and a cold pass writes a gigabyte of decoded pages. Reporting runs in
+/// the second or so after the page cache is dropped, so a pass that started at once would meet
+/// some mix of both kinds of frames, set by whatever ran before it, and its system time would
+/// follow that mix. Once reporting is done, every pass meets the same frames.
 fn settle_freed_memory() {
     let read = || fs::read_to_string(REPORTED).ok();
     let Some(mut last) = read() else { return };
@@ -432,17 +432,15 @@ type Contender<'a> = (
 /// pass, in the order [`Rounds::order`] gives (rotated, every other round reversed), and ratios
 /// are taken within a round.
 ///
-/// On this VM a cold pass mostly costs filling page frames, and what that costs swings within
+/// On a VM a cold pass mostly costs filling page frames, and what that costs swings within
 /// minutes (frames the host has taken back cost several times recycled ones; see
 /// [`settle_freed_memory`] and docs/benchmarks.md). Measured one contender after another, every
-/// ratio carried that swing: against EROFS it read 0.65x, 1.26x and 1.30x in three runs of one
-/// build. Each pass is also printed on stderr with the CPU time it took, so a run can be read
-/// for that.
+/// ratio would carry that swing; within a round both sides see the same machine. Each pass is
+/// also printed on stderr with the CPU time it took, so a run can be read for that.
 ///
 /// Warm passes come after: one pass fills every contender's caches, then [`warm_passes`] takes
 /// local disk (`tree`) and every contender in turn. A warm pass of 1 GB takes a tenth of a
-/// second, so a single one against a single pass of local disk read anywhere from 0.86x to
-/// 1.08x for the same build.
+/// second, too short for a single pass against a single pass of local disk to mean much.
 fn measure_reads(
     files: &[PathBuf],
     total: u64,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer runs of issue 9 (see docs/reliability.md, "Sanitizers"):
+# Sanitizer runs (see docs/reliability.md, "Sanitizers"):
 #
 #   1. valgrind memcheck of the C test programs against a build without ASan: api.c, loader.c
 #      (also part of `cargo test`), threads.c and hipk_host.c. Any error or definite leak fails.

@@ -1027,7 +1027,7 @@ fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Sp
 
 /// A vector's allocation that a read fills: zstd decodes straight into it, so nothing clears it
 /// first (a cleared allocation is a pass of `memset` over every kernel when the allocator reuses
-/// memory, about 1% of a decode). A `none` read clears it before copying into it (`init_mut`).
+/// memory). A `none` read clears it before copying into it (`init_mut`).
 struct Unfilled {
     /// Capacity `len`, length 0 until filled.
     buf: Vec<u8>,

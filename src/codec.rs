@@ -19,8 +19,7 @@ thread_local! {
 
 /// A buffer a kernel is written into, exactly the kernel's size. Its bytes need not be
 /// initialised before they are filled: a C caller's `malloc`'d buffer is decoded into as it comes,
-/// since clearing it first would cost a pass over every kernel (about a tenth of the decoding
-/// time, see `benches/capi.rs`).
+/// since clearing it first would cost a pass over every kernel.
 ///
 /// # Safety
 /// `as_mut_ptr` points at `size()` bytes, writable through that pointer for as long as the value

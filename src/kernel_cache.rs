@@ -1,17 +1,20 @@
-//! The shared cache of decoded kernels: one per mount, used by every open file and every FUSE
-//! worker thread. What it holds is the caller's choice (the mount keeps backing files: a decoded
-//! kernel on disk or in a memfd); it only needs each value's weight in bytes.
+//! A byte-bounded LRU of decoded kernels, shared by threads. What it holds is the caller's
+//! choice; it only needs each value's weight in bytes. The mount uses two: the backing store's
+//! (`fs/backing.rs`: backing files on disk or in memfds) and the small kernels' cache of
+//! page-cache mode (`fs/mod.rs`: decoded bytes).
 //!
-//! * Bounded in bytes: entries are evicted least recently used first until the new one fits.
-//! * Single-flight: when several threads miss the same kernel at once, one of them decodes it
-//!   and the others wait for that result instead of decoding it again.
+//! * Bounded in bytes, and optionally in entries: entries are evicted least recently used first
+//!   until the new one fits.
+//! * The mount runs its own single flight (the decode jobs of `fs/fill.rs`) and uses
+//!   [`KernelCache::get`], [`KernelCache::peek`], [`KernelCache::count`] and
+//!   [`KernelCache::put`]. [`KernelCache::get_or_load`] offers single-flight loading through a
+//!   closure (concurrent misses of one kernel share one load); only this module's tests call it.
 //! * The map lock is only held to look up, insert or evict; never while decoding, so a slow
 //!   decode of one kernel does not hold up hits on others.
-//! * A kernel larger than the whole cache is handed to its callers but not kept; the caller
-//!   (an open file handle) holds it until it is released, so it is decoded once per handle and
-//!   not once per read.
+//! * A kernel larger than the whole cache is not kept; whoever made it (an open file handle)
+//!   holds it until it is released.
 //!
-//! This module knows nothing about archives or FUSE: values come from a loader closure.
+//! This module knows nothing about archives or FUSE.
 
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -53,7 +56,8 @@ pub struct CacheStats {
     /// Lookups that did not find the kernel (including those that then waited for another
     /// thread's decode of it).
     pub misses: u64,
-    /// Loader calls, i.e. kernels actually decoded.
+    /// Loader calls of [`KernelCache::get_or_load`]; the mount reports its own count of kernels
+    /// decoded here instead.
     pub decodes: u64,
     /// Bytes currently held by cached entries.
     pub bytes_cached: u64,

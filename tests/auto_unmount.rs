@@ -3,9 +3,8 @@
 //!
 //! A test binary of its own, so that no other mount comes or goes while it runs: cargo runs
 //! test binaries one at a time, and inside the `it` binary dozens of mount tests run in
-//! parallel. Beside them, `fusermount3` left the crashed mount in place in 5 of 35 runs (with this
-//! session's daemon and the one before it alike), alone in none of 20: its monitor exits without
-//! unmounting. It decides whether to unmount by looking the mount point up in the mount table,
+//! parallel. Beside them, `fusermount3` at times leaves the crashed mount in place (alone, it
+//! does not): its monitor exits without unmounting. It decides whether to unmount by looking the mount point up in the mount table,
 //! which other mounts coming and going at the same moment can make it miss (our reading of it; the
 //! test cannot see inside `fusermount3`).
 

@@ -29,12 +29,12 @@ pub fn kernel_bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// Code-like synthetic kernels that compress and decode like real AMDGPU code objects: zstd-3
-/// makes the suite's large set 6.0x smaller, as a real ROCm library's code objects are (about
-/// 6x; Debian's rocRAND, built for older GPUs too, is 4.4x), and it decodes at 1.7 GB/s per core
-/// (rocRAND: 1.4 GB/s). With three words changed per block instead of four the set was 7.1x,
-/// easier to decode than real code. A library has a vocabulary of 4-byte words and a dictionary
-/// of instruction blocks built from it (with random operands); a kernel is blocks drawn with a
-/// skew towards common ones, a few words of each changed, and runs of zero padding.
+/// makes them about 6x smaller, as it does a real ROCm library's code objects (Debian's
+/// rocRAND, built for older GPUs too, is 4.4x). Four words of each block are changed: fewer
+/// would make the data compress further and decode faster than real code. A library has a
+/// vocabulary of 4-byte words and a dictionary of instruction blocks built from it (with random
+/// operands); a kernel is blocks drawn with a skew towards common ones, a few words of each
+/// changed, and runs of zero padding.
 pub struct CodeLike {
     x: u64,
     blocks: Vec<Vec<u8>>,

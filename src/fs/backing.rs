@@ -9,14 +9,14 @@
 //!   reclaimed without swap, so `--cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
 //!
-//! All three are behind one single-flight, byte-bounded LRU ([`KernelCache`]): many opens of a
-//! cold kernel decode it once, and evicting an entry only drops the store's reference; open
-//! handles keep their file until they are released.
+//! All three are behind one byte-bounded LRU ([`KernelCache`]); the decode jobs of `fill.rs`
+//! make many opens of a cold kernel decode it once. Evicting an entry only drops the store's
+//! reference; open handles keep their file until they are released.
 //!
 //! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
-//! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk), where decoding into a
-//! writable mapping faulted every 4 KiB page in (and dirtied it) one by one, which cost more CPU
-//! than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
+//! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk): decoding into a
+//! writable mapping would fault every 4 KiB page in (and dirty it) one by one, which costs more
+//! CPU than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
 //! zstd) is written the same way, only published once it matched.
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
 //! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
@@ -502,13 +502,10 @@ fn seal(file: &File) {
 /// The page cache sizes the folios of a new file by the writes that fill it (ext4 takes large
 /// folios since Linux 6.16), and the page allocator serves blocks of up to 32 KiB (order 3) from
 /// per-CPU lists of frames freed moments ago, larger ones from its free areas. On a VM whose
-/// kernel hands free memory back to the host (free page reporting, as on the machines of
-/// docs/benchmarks.md), frames from the free areas cost a host fault each at first touch. Cold
-/// 1.1 GB scans with 2 readers, builds alternating, page cache dropped and settled before each:
-/// writes of 1 MiB 546-624 MB/s with 254-296 ticks of system time, of 32 KiB 869-1198 MB/s with
-/// 88-157 ticks (16 KiB 791-982, 64 KiB 731-1050, 4 KiB 708-784). On a host without that cost
-/// the 32 extra system calls per MiB are a few microseconds against some 700 of decoding.
-/// Memfds do not get this: their folio size is set by the shmem huge-page policy, not the writes.
+/// kernel hands free memory back to the host, frames from the free areas cost a host fault each
+/// at first touch, so small writes fill a cold file faster (figures: docs/benchmarks.md, "Cold
+/// reads"); elsewhere the extra system calls cost little next to decoding. Memfds are written
+/// whole: their folio size is set by the shmem huge-page policy, not the writes.
 pub const WRITE_PIECE: usize = 32 << 10;
 
 /// A backing file being written by [`BackingStore::begin`]: readable through

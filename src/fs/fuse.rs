@@ -1,6 +1,6 @@
 //! The FUSE adapter: the only file that imports `fuser`. It translates kernel requests into
 //! calls on [`KpackFs`] and its answers back into replies, and sets up the mount. Beyond that
-//! translation it owns the two things that are fuser objects:
+//! translation it owns four decisions that depend on what the kernel's FUSE protocol allows:
 //!
 //! * passthrough: asking for it at init, and the kernel's backing ids. The kernel requires one
 //!   backing id per inode for all its open handles, so ids are shared by inode (weakly) and held
@@ -237,8 +237,8 @@ impl Shared {
         drop(spare);
         // With passthrough, a kernel still decoding is read with direct I/O: each read goes to
         // the daemon, which answers from the part already written, and the kernel keeps no
-        // second copy of pages that later opens read from the backing file (measured: the
-        // first warm pass after a cold one ran at about half speed with those copies).
+        // second copy of pages that later opens read from the backing file (such copies would
+        // slow the first warm pass after a cold one).
         // Otherwise keep the page cache across opens (it is the warm cache of the daemon read
         // path): the archive does not change while mounted.
         let flags = if complete || !self.passthrough.load(Ordering::Relaxed) {
@@ -716,8 +716,8 @@ fn fuser_config(cfg: &MountConfig) -> Config {
         MountOption::NoDev,
         MountOption::NoSuid,
         // No `default_permissions`: every mode here is readable by all and nothing is
-        // writable, so the kernel's permission check of each path component decided nothing and
-        // cost 7% of a warm small-file pass. Who may use the mount at all is still the kernel's
+        // writable, so the kernel's permission check of each path component would decide
+        // nothing and only add work to every warm open. Who may use the mount at all is still the kernel's
         // check (`acl`), exec still needs an execute bit, and `access` is answered from the modes.
         MountOption::FSName(escape_fsname(&cfg.source)),
         // The root mount path ignores Subtype; the raw option makes the type fuse.kpack-fuse.

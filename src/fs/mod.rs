@@ -6,7 +6,7 @@
 //! `fuser`; it translates these answers into kernel replies.
 //!
 //! The read path: `open` makes sure the kernel's decoded bytes exist as a backing file
-//! (`backing.rs`: one decode, straight into the file, shared by every handle and thread) and
+//! (`backing.rs`, filled by one decode job of `fill.rs` and shared by every handle and thread) and
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
 //! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
@@ -153,7 +153,8 @@ impl ReadSlice {
 ///   kept in the small kernels' cache), a larger one from its backing file; warm opens and
 ///   reads never reach it.
 /// * `Auto`: `PageCache` when the mounted kernels are small (median decoded size at most
-///   [`PAGE_CACHE_MEDIAN_MAX`]), `Passthrough` otherwise.
+///   [`PAGE_CACHE_MEDIAN_MAX`]); otherwise `Passthrough`, turning to `PageCache` for good once
+///   the mount serves a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OpenMode {
     #[default]
@@ -193,10 +194,8 @@ pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 /// `--open-mode auto` on a mount it starts in passthrough mode turns to page-cache mode after
 /// this many opens in a row of kernels that an earlier open had already read and that are still
 /// decoded: the mount is serving a warm set again and again (processes loading the same code
-/// objects), and there each OPEN and RELEASE round trip is what a read costs. Measured on the
-/// suite's VM: an open and close of a warm file took 47 us through the daemon, 3.5 us without
-/// it (and on local disk), so a warm pass over 700 files of 1.6 MB ran at 0.63x local disk.
-/// The turn cannot be undone (the kernel stops sending OPEN for good); files not decoded yet
+/// objects), and there each OPEN and RELEASE round trip is what a read costs: an open the
+/// kernel does alone is more than ten times cheaper (docs/benchmarks.md, "Warm reads"). The turn cannot be undone (the kernel stops sending OPEN for good); files not decoded yet
 /// are then read through the daemon, as in page-cache mode.
 pub const WARM_OPENS_TO_PAGE_CACHE: u64 = 64;
 
@@ -782,8 +781,7 @@ impl KpackFs {
         // An open that continues a scan, while files are decoded ahead of it, gets the complete
         // file: its reader gains nothing from the first bytes early (the decode threads are
         // busy either way) and much from passthrough, which a handle opened before the file is
-        // complete cannot use. Cold 1.1 GB set, 2 readers: 1404 to 1706 MB/s (medians of 6
-        // passes); 1 reader about even.
+        // complete cannot use.
         let whole = in_scan && self.decodes_ahead() && self.passthrough.load(Ordering::Relaxed);
         self.start_or_join(ino, file, whole, done)
     }

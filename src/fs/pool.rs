@@ -1,8 +1,9 @@
-//! A fixed set of threads for cold opens, separate from the FUSE request threads.
+//! A fixed set of threads for decode jobs (cold opens, cold READs in page-cache mode, decodes
+//! ahead of a scan), separate from the FUSE request threads.
 //!
 //! Decoding a kernel can take a while; done on a request thread it would hold that thread, and
 //! with few threads (`-s`) every lookup, getattr and read of other files would wait behind it.
-//! Cold opens are handed here instead (the reply travels with the job), so up to one decode per
+//! Decode jobs are handed here instead (the replies travel with the job), so up to one decode per
 //! core runs at once whatever `--threads` says, and request threads stay free.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

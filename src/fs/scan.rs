@@ -9,9 +9,8 @@
 //! starts a new one and decodes nothing ahead, so a loader that opens a few kernels here and
 //! there costs what it reads. At most [`MAX_RUNNING`] decodes run ahead at a time, each on a
 //! decode thread that would otherwise idle (at an open, or when a thread finishes a job and no
-//! other job waits), never more than [`WINDOW`] inodes past the furthest open: measured on a cold 300 MB set, the decode threads were idle a
-//! quarter to a third of the time while one or two readers went through the files, waiting for
-//! each reader to finish a file and open the next. A decode ahead also asks the archive to read
+//! other job waits), never more than [`WINDOW`] inodes past the furthest open. Without it, the decode threads
+//! would sit idle while each reader finishes a file and opens the next. A decode ahead also asks the archive to read
 //! the stored bytes of the next [`PREFETCH`] files into the page cache: archives are opened with
 //! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
 //! threads each wait on the disk for their frame.

@@ -1,13 +1,9 @@
 //! How a decode thread writes a kernel into its backing file: in steps, through buffers the
-//! thread keeps from job to job (fresh ones had every page faulted in and zeroed per job: a
-//! tenth of a cold reader's decode thread, in perf), each step published to the readers waiting
-//! for it (`fill.rs`) as soon as it is written, or, for a kernel checked whole, nothing
-//! published before the last step matched the digest.
-//!
-//! Tried and dropped: a second thread per kernel doing the writing and the answering while the
-//! first decodes. With one cold reader it was no faster (the decoding thread was already idle a
-//! fifth of the time, waiting for the reader to open the next kernel), and with two it cost a
-//! little.
+//! thread keeps from job to job (fresh ones would be faulted in and zeroed for every job), each
+//! step published to the readers waiting for it (`fill.rs`) as soon as it is written, or, for a
+//! kernel checked whole, nothing published before the last step matched the digest. The thread
+//! that decodes also writes and answers: with the cores already busy decoding, a second thread
+//! per kernel for the writing would only compete with them.
 
 use std::cell::{Cell, RefCell};
 

@@ -1,8 +1,8 @@
-//! Input buffers handed back by the workers once a kernel is compressed, for the producer to
-//! read the next kernels into. A fresh buffer for every kernel costs a page fault and a page of
-//! zeroing by the kernel for every 4 KiB read (on a 1.2 GB pack, more CPU than the digests), and
-//! the read's copy runs slower into pages not yet mapped; a buffer that comes back keeps its
-//! pages. The pool is small and bounded, so what it keeps adds a fixed amount to the pipeline's
+//! Input buffers handed back by the workers once a kernel is compressed, for whoever reads the
+//! next kernels into them (the producer in `run`, each worker in `run_loaded`). A fresh buffer
+//! for every kernel costs a page fault and a page of zeroing by the kernel for every 4 KiB
+//! read, and the read's copy runs slower into pages not yet mapped; a buffer that comes back
+//! keeps its pages. The pool is small and bounded, so what it keeps adds a fixed amount to the pipeline's
 //! budget, never something that grows with the input.
 
 use std::sync::Mutex;

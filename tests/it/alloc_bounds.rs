@@ -167,9 +167,8 @@ fn run_child(case: &str, path: &Path) -> Measured {
     m
 }
 
-/// What every child touches whatever the file: the code and the zstd context of a first open.
-/// 1.4-1.9 MiB when the table in docs/reliability.md was taken; 2.5-4.3 MiB with the larger test
-/// binary of 2026-12-02, where a bound of 4 MiB failed a run at 4.28 MB. A hostile size still
+/// What every child touches whatever the file: the code and the zstd context of a first open,
+/// which grows with the size of the test binary (docs/reliability.md). A hostile size still
 /// shows: it asks for 2^32 to 2^60 bytes.
 const FIXED_ALLOWANCE: u64 = 6 * MIB;
 

@@ -1,4 +1,4 @@
-//! The C thread and HIPK host programs under valgrind's memcheck (issue 9, sanitizers), built
+//! The C thread and HIPK host programs under valgrind's memcheck, built
 //! without ASan (valgrind cannot run ASan binaries). `#[ignore]`d because `scripts/sanitizers.sh`
 //! runs them (about 7 s); `api.c` and `loader.c` under memcheck are part of the normal run
 //! (`c_api::c_api_suites_under_valgrind`).

@@ -399,7 +399,7 @@ fn bin_typed_keys_never_match_and_nil_scheme_means_none() {
     check(&blob, &toc, OK, Some(NOT_FOUND));
 }
 
-// ---- TOC edge cases the reference accepts (issue 12) ----------------------------------------
+// ---- TOC edge cases the reference accepts -------------------------------------------------
 
 fn entry(ordinal: u64, size: Option<u64>) -> V {
     let mut pairs = vec![("type", s("hsaco")), ("ordinal", V::U(ordinal))];

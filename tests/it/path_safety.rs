@@ -1,4 +1,4 @@
-//! Path safety (issue 9): TOC keys and arch names that would leave a directory never do, in
+//! Path safety: TOC keys and arch names that would leave a directory never do, in
 //! `extract` (also against symlinks planted in the destination) and in the mount (refused before
 //! anything is mounted). The loader's `@GFXARCH@` expansion is covered in `loader.rs`
 //! (`a_hostile_arch_never_opens_an_archive_outside_the_pattern_directory`) and in

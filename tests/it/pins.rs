@@ -1,4 +1,4 @@
-//! Pins (issue 15): a host binary whose HIPK metadata lists the TOC digests of its archives only
+//! Pins: a host binary whose HIPK metadata lists the TOC digests of its archives only
 //! takes code objects from those archives. Scenario: the binary was split into `first.kpack` and
 //! `second.kpack` (both hold its code object), then `first.kpack` was swapped for another valid
 //! archive of the same name. The pinned binary skips it and falls through to `second.kpack`; the
@@ -416,7 +416,7 @@ fn split_pins_its_archives_and_no_pins_writes_the_reference_marker() {
     assert_eq!(std::fs::read(dir.join("got.hsaco")).unwrap(), b"swapped");
 }
 
-/// Issue 15's size check: a library with 120 bundles of 7 arches each (840 code objects). The
+/// The size of pins: a library with 120 bundles of 7 arches each (840 code objects). The
 /// reference reads at most 64 KiB of metadata; ours grows by 34 bytes per archive, not per
 /// code object.
 #[test]

@@ -1,4 +1,4 @@
-//! `split` (issue 8, ELF side): gcc-built fat libraries and executables whose wrappers point into
+//! `split`, ELF side: gcc-built fat libraries and executables whose wrappers point into
 //! `.hip_fatbin` through dynamic relocations are rewritten, then checked with readelf, loaded
 //! with dlopen (wrappers inspected in memory) or run, and Debian's librocrand.so.1.1 is split.
 

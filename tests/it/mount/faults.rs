@@ -1,4 +1,4 @@
-//! Live-mount faults (issue 9): the archive truncated, overwritten, replaced by rename or deleted
+//! Live-mount faults: the archive truncated, overwritten, replaced by rename or deleted
 //! under a running mount; the daemon killed with SIGKILL; 16 readers doing checked random reads;
 //! a tiny cache under pressure. The rule throughout: a read returns the archive's bytes as they
 //! were at mount time, or fails with EIO; never other bytes, never a crash or a hang.

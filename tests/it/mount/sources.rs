@@ -419,7 +419,7 @@ fn hipk_binary_source_honours_rocm_kpack_path_prefix() {
     m.stop();
 }
 
-/// Issue 8's round trip: a fat library rewritten by `kpack-fuse split`, mounted through the
+/// The split round trip: a fat library rewritten by `kpack-fuse split`, mounted through the
 /// rewritten binary, shows every code object of the original, byte for byte.
 #[test]
 fn split_binary_mounts_with_the_original_code_objects() {
