@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use rocm_kpack::Compression;
-use rocm_kpack::import::{self, ArchiveSet, Tag};
-use rocm_kpack::pack_pipeline::{self, Options};
+use rocm_kpack::tools::import::{self, ArchiveSet, Tag};
+use rocm_kpack::tools::pack_pipeline::{self, Options};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

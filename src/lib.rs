@@ -1,33 +1,30 @@
 //! kpack-fuse: read, write, load and mount ROCm `.kpack` kernel archives.
 //!
-//! The core (`format`, `msgpack`, `codec`, `archive`, `writer`, `arch`) is pure Rust with no C
-//! or FUSE types; the C ABI lives only in `ffi`, the FUSE adapter only in `fs`, and the command
-//! line only in `cli`.
+//! The layers, each importing only those above it in this list:
+//! - [`error`], [`names`], [`bytes`]: the error type, the naming rules for keys and arches, and
+//!   bounded little-endian field readers, shared by everything;
+//! - [`archive`]: the archive format (layout, TOC, codec, reader, writer);
+//! - [`host`]: host binaries (ELF, offload bundles, HIPK, target IDs);
+//! - [`tools`]: what writes archives (pack pipeline, import, split);
+//! - [`loader`]: the loader algorithm of `kpack_load_code_object`;
+//! - [`fs`]: the FUSE file system (the only place that knows fuser);
+//! - [`ffi`]: the C ABI (the only place that exports symbols).
+//!
+//! The `kpack-fuse` program adds the command line and remote sources on top (`src/main.rs`).
 
-pub mod arch;
 pub mod archive;
-pub mod bundle;
-pub mod byte_source;
 pub mod bytes;
-pub mod codec;
-pub mod elf;
 pub mod error;
 pub mod ffi;
-pub mod format;
 pub mod fs;
-pub mod hipk;
-pub mod import;
-pub mod kernel_cache;
+pub mod host;
 pub mod loader;
-pub mod msgpack;
 pub mod names;
-pub mod pack_pipeline;
-pub mod split;
 mod sync;
-pub mod writer;
+pub mod tools;
 
+pub use archive::byte_source::{ByteSource, LocalFile};
+pub use archive::format::Scheme;
+pub use archive::writer::{ArchiveWriter, Compression};
 pub use archive::{Archive, KernelRef};
-pub use byte_source::{ByteSource, LocalFile};
 pub use error::{Error, ErrorKind, Result};
-pub use format::Scheme;
-pub use writer::{ArchiveWriter, Compression};

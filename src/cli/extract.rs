@@ -99,8 +99,8 @@ pub fn run(args: Args) -> CliResult {
     }
     eprintln!(
         "extracted {} ({}) into {}",
-        super::words::count(count, "kernel", "kernels"),
-        super::words::count(bytes, "byte", "bytes"),
+        super::plural::count(count, "kernel", "kernels"),
+        super::plural::count(bytes, "byte", "bytes"),
         args.dest.display()
     );
     Ok(())

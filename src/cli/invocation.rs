@@ -170,7 +170,7 @@ fn native_helper(rest: &[OsString]) -> Result<Invocation, HelperUsage> {
     if positional.len() != 2 {
         return Err(usage(format!(
             "expected SOURCE and MOUNTPOINT, got {}",
-            super::words::count_of(positional.len(), "argument", "arguments")
+            super::plural::count_of(positional.len(), "argument", "arguments")
         )));
     }
     if fake {

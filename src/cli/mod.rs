@@ -16,6 +16,7 @@ mod mount_log;
 mod mount_options;
 mod pack;
 mod pack_manifest;
+mod plural;
 mod progress;
 mod remote_args;
 mod resolve;
@@ -23,7 +24,6 @@ mod split;
 mod stats;
 mod umount;
 mod verify;
-mod words;
 
 use std::process::ExitCode;
 

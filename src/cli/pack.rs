@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::pack_pipeline::{self, ArchiveHead, PackFilesError};
-use rocm_kpack::{ArchiveWriter, Compression, codec, names};
+use rocm_kpack::tools::pack_pipeline::{self, ArchiveHead, PackFilesError};
+use rocm_kpack::archive::codec;
+use rocm_kpack::{ArchiveWriter, Compression, names};
 
 use super::import::{self, ImportRequest};
 use super::pack_manifest;
@@ -208,7 +209,7 @@ pub fn run(args: Args) -> CliResult {
         compression,
         reference_layout: args.compression.reference_layout,
     };
-    // Reading, compressing, hashing and writing overlap (rocm_kpack::pack_pipeline).
+    // Reading, compressing, hashing and writing overlap (rocm_kpack::tools::pack_pipeline).
     let bar = super::progress::bar(total);
     let written = pack_pipeline::pack_files(
         &args.output,
@@ -236,11 +237,11 @@ pub fn run(args: Args) -> CliResult {
     let written = written?;
     eprintln!(
         "packed {} ({}) from {} into {} ({})",
-        super::words::count_of(sized.len(), "kernel", "kernels"),
-        super::words::count(total, "byte", "bytes"),
+        super::plural::count_of(sized.len(), "kernel", "kernels"),
+        super::plural::count(total, "byte", "bytes"),
         source.display(),
         args.output.display(),
-        super::words::count(written, "byte", "bytes")
+        super::plural::count(written, "byte", "bytes")
     );
     Ok(())
 }

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::arch;
-use rocm_kpack::hipk::HipkHost;
+use rocm_kpack::host::target_id;
+use rocm_kpack::host::hipk::HipkHost;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};
@@ -62,7 +62,7 @@ pub struct Args {
 /// several are used exactly as given.
 pub fn arch_list(args: &[String]) -> Vec<String> {
     match args {
-        [one] => arch::device_arch_list(one),
+        [one] => target_id::device_arch_list(one),
         many => many.to_vec(),
     }
 }
@@ -161,7 +161,7 @@ pub fn run(args: Args) -> CliResult {
         if host.wrappers.is_empty() {
             println!(
                 "wrappers:     none ({} not found)",
-                rocm_kpack::elf::FATBIN_SEGMENT_SECTION
+                rocm_kpack::host::elf::FATBIN_SEGMENT_SECTION
             );
         }
         for w in &host.wrappers {
@@ -226,12 +226,12 @@ fn describe(event: &Event) -> Option<String> {
         Event::Disabled => "ROCM_KPACK_DISABLE is set: loading is disabled".into(),
         Event::MetadataInvalid { reason } => format!("bad metadata: {reason}"),
         Event::UsingOverride { paths } => {
-            let paths = super::words::count_of(*paths, "path is", "paths are");
+            let paths = super::plural::count_of(*paths, "path is", "paths are");
             format!("ROCM_KPACK_PATH is set: only its {paths} tried")
         }
         Event::PrependingPrefix { paths } => format!(
             "ROCM_KPACK_PATH_PREFIX: {} first",
-            super::words::count_of(*paths, "path", "paths")
+            super::plural::count_of(*paths, "path", "paths")
         ),
         Event::ExpandedPattern { pattern, path } => format!("path    {path}   (from {pattern})"),
         Event::UnsafeTarget { pattern, target } => {
@@ -264,7 +264,7 @@ fn describe(event: &Event) -> Option<String> {
         Event::TryingArchitecture { arch: a } => {
             format!(
                 "arch    {a}: targets {}",
-                arch::compatible_targets(a).join(", ")
+                target_id::compatible_targets(a).join(", ")
             )
         }
         Event::Candidate { archive, target } => format!("  try   {target} in {archive}"),

@@ -1,11 +1,11 @@
 //! `kpack-fuse split`: fat ROCm host binaries become HIPK host binaries plus shared per-arch
-//! archives in `<OUTROOT>/.kpack/`. The work is `rocm_kpack::split::split_tree`; this file maps
+//! archives in `<OUTROOT>/.kpack/`. The work is `rocm_kpack::tools::split::split_tree`; this file maps
 //! its errors to exit codes and prints a summary.
 //! `verify --split OUTROOT --original ROOT` calls [`verify_tree`].
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::split::{self, Outcome, SplitRequest, TreeError};
+use rocm_kpack::tools::split::{self, Outcome, SplitRequest, TreeError};
 
 use super::pack::CompressionArgs;
 use super::{CliError, CliResult, Exit};
@@ -63,8 +63,8 @@ pub fn run(args: Args) -> CliResult {
             } => println!(
                 "{}: {} now HIPK, {} moved out, {size_before} -> {size_after} bytes",
                 b.output.display(),
-                super::words::count_of(*wrappers, "wrapper", "wrappers"),
-                super::words::count_of(*code_objects, "code object", "code objects")
+                super::plural::count_of(*wrappers, "wrapper", "wrappers"),
+                super::plural::count_of(*code_objects, "code object", "code objects")
             ),
             Outcome::Copied => println!("{}: no device code, copied unchanged", b.output.display()),
         }
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> CliResult {
         println!(
             "{}: {}",
             path.display(),
-            super::words::count_of(*n, "code object", "code objects")
+            super::plural::count_of(*n, "code object", "code objects")
         );
     }
     Ok(())

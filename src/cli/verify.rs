@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rocm_kpack::format::TocEntry;
+use rocm_kpack::archive::format::TocEntry;
 use rocm_kpack::{Archive, Scheme, names};
 
 use super::import;
@@ -67,7 +67,7 @@ pub fn run(args: Args) -> CliResult {
             format!(
                 "{} of {} bad",
                 problems.len(),
-                super::words::count_of(total, "entry is", "entries are")
+                super::plural::count_of(total, "entry is", "entries are")
             ),
         ));
     }
@@ -81,8 +81,8 @@ pub fn run(args: Args) -> CliResult {
     let how = digested.say(total);
     eprintln!(
         "ok: {} in {}, {how}",
-        super::words::count_of(total, "kernel", "kernels"),
-        super::words::count_of(opened, "archive", "archives")
+        super::plural::count_of(total, "kernel", "kernels"),
+        super::plural::count_of(opened, "archive", "archives")
     );
     if !args.against.is_empty() {
         import::verify_against(&args.archives, &args.against)?;

@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use crate::codec::KernelBuf;
+use crate::archive::codec::KernelBuf;
 
 /// A `malloc`'d byte buffer. Freed on drop unless given away with [`MallocBuf::into_raw`].
 ///

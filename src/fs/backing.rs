@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Errno;
 use super::cache_dir::{CacheDir, TmpFile};
-use crate::kernel_cache::{CacheStats, KernelCache, KernelId, Weighed};
+use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId, Weighed};
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]

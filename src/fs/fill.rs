@@ -251,7 +251,7 @@ fn answer(file: &BackingFile, r: Parked) {
 mod tests {
     use super::*;
     use crate::fs::backing::{BackingStore, KernelSpec, Placement};
-    use crate::kernel_cache::KernelId;
+    use crate::archive::kernel_cache::KernelId;
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;

@@ -1,10 +1,10 @@
 //! The local GPUs, as the KFD driver reports them: each topology node's `properties` file has a
-//! `gfx_target_version` line (0 for CPU nodes) that `arch::processor_from_target_version` turns
+//! `gfx_target_version` line (0 for CPU nodes) that `target_id::processor_from_target_version` turns
 //! into a processor name. Used for `native.hsaco` when no `--gpu` is given.
 
 use std::path::Path;
 
-use crate::arch;
+use crate::host::target_id;
 
 /// The default KFD topology directory.
 pub const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
@@ -29,7 +29,7 @@ pub fn local_gpus(nodes_dir: &Path) -> Vec<String> {
             let mut it = l.split_whitespace();
             (it.next()? == "gfx_target_version").then(|| it.next()?.parse::<u64>().ok())?
         });
-        if let Some(name) = version.and_then(arch::processor_from_target_version) {
+        if let Some(name) = version.and_then(target_id::processor_from_target_version) {
             if !out.contains(&name) {
                 out.push(name);
             }

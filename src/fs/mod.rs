@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::{Archive, KernelRef};
-use crate::codec::SharedKernel;
-use crate::kernel_cache::{CacheStats, KernelCache, KernelId};
+use crate::archive::codec::SharedKernel;
+use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use scan::Scan;
@@ -1065,7 +1065,7 @@ impl KpackFs {
     /// are checked: a kernel whose only digest is of its decoded bytes is decoded whole.
     fn plan(&self, file: &FileNode, kref: &KernelRef<'_>) -> Result<Plan, Errno> {
         let archive = self.archive_of(file);
-        if archive.scheme() != crate::format::Scheme::ZstdPerKernel {
+        if archive.scheme() != crate::archive::format::Scheme::ZstdPerKernel {
             return Ok(Plan::Whole);
         }
         let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
@@ -1266,7 +1266,7 @@ impl KpackFs {
     /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked
     /// that the stored kernel produces that many bytes). Failures are logged with archive, key
     /// and arch.
-    fn decode_with<T: crate::codec::KernelBuf>(
+    fn decode_with<T: crate::archive::codec::KernelBuf>(
         &self,
         file: &FileNode,
         kref: &KernelRef<'_>,

@@ -18,10 +18,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::arch;
+use crate::host::target_id;
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
-use crate::hipk::{self, HipkHost};
+use crate::host::hipk::{self, HipkHost};
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
 use super::{Duplicate, FsOptions, KpackFs};
@@ -355,7 +355,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     let arches: Vec<String> = opts
         .gpus
         .iter()
-        .flat_map(|g| arch::device_arch_list(g))
+        .flat_map(|g| target_id::device_arch_list(g))
         .collect();
     let refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
     let expansion = if opts.gpus.is_empty() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::tree::{Entry, ROOT};
 use super::*;
-use crate::writer::{ArchiveWriter, Compression};
+use crate::archive::writer::{ArchiveWriter, Compression};
 
 type Kernels = Vec<(&'static str, &'static str, Vec<u8>)>;
 
@@ -714,7 +714,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         got.extend_from_slice(s.as_slice());
     }
     assert!(got == big);
-    assert!(fs.store().contains(crate::kernel_cache::KernelId {
+    assert!(fs.store().contains(crate::archive::kernel_cache::KernelId {
         archive: 0,
         ordinal: 0
     }));

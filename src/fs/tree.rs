@@ -24,7 +24,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use crate::arch;
+use crate::host::target_id;
 use crate::archive::Archive;
 use crate::error::Error;
 use crate::names;
@@ -333,7 +333,7 @@ impl Tree {
         if !dir.has_files() {
             return None;
         }
-        let found = arch::resolve_in(&arch::device_arch_list(target), |candidate| {
+        let found = target_id::resolve_in(&target_id::device_arch_list(target), |candidate| {
             self.kernel_file(dir, &names::hsaco_name(candidate))
                 .is_some()
         })?;
@@ -677,7 +677,7 @@ impl TreeBuilder {
             .iter()
             .map(|gpu| {
                 let mut order = Vec::new();
-                arch::resolve_in(&arch::device_arch_list(gpu), |c| {
+                target_id::resolve_in(&target_id::device_arch_list(gpu), |c| {
                     order.push(names::hsaco_name(c));
                     false
                 });
@@ -737,7 +737,7 @@ mod tests {
 
     #[test]
     fn key_directories_are_named_by_their_keys_without_a_copy() {
-        use crate::writer::{ArchiveWriter, Compression};
+        use crate::archive::writer::{ArchiveWriter, Compression};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.kpack");
         let mut w = ArchiveWriter::new("g", "f", vec!["gfx942".into()], Compression::None).unwrap();

@@ -22,13 +22,13 @@ pub mod trace;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::arch;
+use crate::host::target_id;
 use crate::archive::Archive;
-use crate::codec::KernelBuf;
+use crate::archive::codec::KernelBuf;
 use crate::error::{Error, Result};
 
-pub use crate::hipk::HipkMetadata;
-use crate::hipk::metadata::Pin;
+pub use crate::host::hipk::HipkMetadata;
+use crate::host::hipk::metadata::Pin;
 pub use archive_cache::ArchiveCache;
 pub use config::LoaderConfig;
 pub use search::Expansion;
@@ -238,7 +238,7 @@ where
         emit(trace, || Event::TryingArchitecture {
             arch: (*arch).to_owned(),
         });
-        for target in arch::compatible_targets(arch) {
+        for target in target_id::compatible_targets(arch) {
             for (path, archive) in archives.iter().filter(|(_, a)| a.has_architecture(&target)) {
                 emit(trace, || Event::Candidate {
                     archive: path.display().to_string(),

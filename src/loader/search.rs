@@ -25,8 +25,9 @@ use std::path::{Component, Path, PathBuf};
 
 use super::config::LoaderConfig;
 use super::trace::{Event, Trace, emit};
-use crate::hipk::GFXARCH_TOKEN;
-use crate::{arch, names};
+use crate::host::hipk::GFXARCH_TOKEN;
+use crate::host::target_id;
+use crate::names;
 
 /// What `@GFXARCH@` in an embedded search path stands for.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +102,7 @@ fn expand_for_targets(
     add: &mut dyn FnMut(PathBuf, &mut dyn Trace),
 ) {
     for a in arch_list.iter().flatten() {
-        for target in arch::compatible_targets(a) {
+        for target in target_id::compatible_targets(a) {
             if names::is_safe_component(&target) {
                 add(replace_first_token(resolved, &target), trace);
             } else {

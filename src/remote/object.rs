@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use object_store::path::Path as ObjectPath;
-use rocm_kpack::byte_source::ByteSource;
+use rocm_kpack::archive::byte_source::ByteSource;
 use rocm_kpack::error::{Error, Result};
 
 use super::client::{Client, FetchError, Version};

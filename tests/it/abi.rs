@@ -151,7 +151,7 @@ fn header_constants_match_the_format() {
     assert!(text.contains("#define KPACK_MAGIC_SIZE 4"));
     assert!(text.contains(&format!(
         "#define KPACK_CURRENT_VERSION {}",
-        rocm_kpack::format::VERSION
+        rocm_kpack::archive::format::VERSION
     )));
     assert!(text.contains("KPACK_COMPRESSION_NOOP = 0"));
     assert!(text.contains("KPACK_COMPRESSION_ZSTD_PER_KERNEL = 1"));

@@ -536,7 +536,7 @@ fn a_fifo_in_place_of_the_archive_does_not_block_open() {
 /// fail as `InvalidMetadata` without touching the guard page.
 #[test]
 fn metadata_without_a_terminator_stops_at_the_cap() {
-    use rocm_kpack::hipk::metadata::{HipkMetadata, MAX_METADATA_BYTES};
+    use rocm_kpack::host::hipk::metadata::{HipkMetadata, MAX_METADATA_BYTES};
 
     use crate::fuzz_regressions::checks::hipk_metadata::GuardedCopy;
 

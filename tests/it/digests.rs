@@ -1,7 +1,7 @@
 //! The metadata our writer adds to TOC entries (frame positions, BLAKE3 digests), the archive's
 //! TOC digest, and the reference layout that leaves them out.
 
-use rocm_kpack::msgpack::{Value, decode_slice};
+use rocm_kpack::archive::msgpack::{Value, decode_slice};
 use rocm_kpack::{Archive, ArchiveWriter, Compression, ErrorKind};
 
 use crate::cli::kpack_fuse;

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rocm_kpack::bundle::{build_ccob, build_uncompressed};
-use rocm_kpack::elf::{ElfFile, HIP_FATBIN_SECTION};
-use rocm_kpack::import::{self, ArchiveSet, CodeObject, ImportError, Tag};
-use rocm_kpack::pack_pipeline::{self, Options};
+use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
+use rocm_kpack::host::elf::{ElfFile, HIP_FATBIN_SECTION};
+use rocm_kpack::tools::import::{self, ArchiveSet, CodeObject, ImportError, Tag};
+use rocm_kpack::tools::pack_pipeline::{self, Options};
 use rocm_kpack::{Archive, Compression};
 
 const HOST: &str = "host-x86_64-unknown-linux";
@@ -262,7 +262,7 @@ fn fatbin_per_arch_archives_round_trip() {
     }
 
     // The metadata the binary will carry: one level up from lib/ to the .kpack folder.
-    let meta = rocm_kpack::hipk::metadata::encode(
+    let meta = rocm_kpack::host::hipk::metadata::encode(
         &[import::search_path("lib/libsynth.so", "synth", false)],
         "lib/libsynth.so",
     );
@@ -558,7 +558,7 @@ fn fatbin_cli_pack_and_verify_against() {
     );
     // The metadata pins the three archives (in the order they were written).
     let meta = std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap();
-    let parsed = rocm_kpack::hipk::HipkMetadata::parse(&meta).unwrap();
+    let parsed = rocm_kpack::host::hipk::HipkMetadata::parse(&meta).unwrap();
     let pins = parsed.pins.clone().unwrap();
     let mut want: Vec<[u8; 32]> = ["gfx1030", "gfx900", "gfx90a:xnack-"]
         .iter()
@@ -574,7 +574,7 @@ fn fatbin_cli_pack_and_verify_against() {
     assert_eq!(got, want);
     assert_eq!(
         meta,
-        rocm_kpack::hipk::metadata::encode_pinned(
+        rocm_kpack::host::hipk::metadata::encode_pinned(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/libsynth.so",
             Some(&pins)

@@ -192,8 +192,8 @@ fn pack_manifest_order_gives_ordinals_and_toc_order() {
     );
     let bytes = std::fs::read(&out).unwrap();
     let toc_offset = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
-    let (toc, _) = rocm_kpack::msgpack::decode_slice(&bytes[toc_offset..]).unwrap();
-    use rocm_kpack::msgpack::Value;
+    let (toc, _) = rocm_kpack::archive::msgpack::decode_slice(&bytes[toc_offset..]).unwrap();
+    use rocm_kpack::archive::msgpack::Value;
     let Some(Value::Map(bins)) = toc.get("toc") else {
         panic!()
     };

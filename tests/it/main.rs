@@ -20,6 +20,7 @@ mod frame_digest;
 mod fuzz_regressions;
 mod golden;
 mod install;
+mod layers;
 mod lazy_open;
 mod loader;
 mod mount;

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::hipk::metadata::{self, Pin};
+use rocm_kpack::host::hipk::metadata::{self, Pin};
 use rocm_kpack::loader::{Event, HipkMetadata, LoadRequest, Loader, LoaderConfig, Recorder};
 use rocm_kpack::{Archive, Compression, ErrorKind};
 
@@ -305,8 +305,8 @@ fn the_mount_hides_unpinned_archives_unless_no_pins() {
 /// The marker bytes of a rewritten binary.
 fn marker_of(binary: &Path) -> Vec<u8> {
     let bytes = std::fs::read(binary).unwrap();
-    let elf = rocm_kpack::elf::ElfFile::parse(&bytes).unwrap();
-    elf.section(rocm_kpack::elf::KPACK_REF_SECTION)
+    let elf = rocm_kpack::host::elf::ElfFile::parse(&bytes).unwrap();
+    elf.section(rocm_kpack::host::elf::KPACK_REF_SECTION)
         .unwrap()
         .data
         .to_vec()
@@ -422,7 +422,7 @@ fn split_pins_its_archives_and_no_pins_writes_the_reference_marker() {
 #[test]
 fn metadata_of_a_large_split_stays_small() {
     use crate::split::{HIPF, Kind, build};
-    use rocm_kpack::bundle::build_uncompressed;
+    use rocm_kpack::host::bundle::build_uncompressed;
     let arches = [
         "gfx900",
         "gfx906",

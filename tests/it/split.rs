@@ -6,9 +6,9 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::bundle::build_uncompressed;
-use rocm_kpack::hipk::HIPK_MAGIC;
-use rocm_kpack::split::{self, SplitError};
+use rocm_kpack::host::bundle::build_uncompressed;
+use rocm_kpack::host::hipk::HIPK_MAGIC;
+use rocm_kpack::tools::split::{self, SplitError};
 
 pub(crate) const HIPF: u32 = 0x4849_5046;
 
@@ -223,7 +223,7 @@ fn split_library(kind: Kind) {
     assert_eq!(s.result.relocations_rewritten, if relr { 1 } else { 3 });
     assert_eq!(
         s.metadata,
-        rocm_kpack::hipk::metadata::encode(
+        rocm_kpack::host::hipk::metadata::encode(
             &["../.kpack/splt_@GFXARCH@.kpack".into()],
             "lib/libsplit.so"
         )
@@ -470,7 +470,7 @@ pub(crate) fn fat_tree(tmp: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf, P
 
 #[test]
 fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
-    use rocm_kpack::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
+    use rocm_kpack::tools::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
     use rocm_kpack::{Archive, Compression};
 
     let tmp = tempfile::tempdir().unwrap();
@@ -570,7 +570,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         );
     }
     let meta =
-        rocm_kpack::hipk::metadata::encode(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
+        rocm_kpack::host::hipk::metadata::encode(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
     let o = Command::new(out.join("bin/app"))
         .arg(meta.len().to_string())
         .output()
@@ -588,7 +588,7 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     let mut total = 0;
     let read = std::cell::Cell::new(0u64);
     let with_progress =
-        rocm_kpack::split::verify_split_with_progress(&out, &root, &mut |t| total = t, &|n| {
+        rocm_kpack::tools::split::verify_split_with_progress(&out, &root, &mut |t| total = t, &|n| {
             read.set(read.get() + n)
         })
         .unwrap();

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::Compression;
-use rocm_kpack::import::{self, CodeObject};
-use rocm_kpack::split::{Outcome, SplitRequest, split_tree, verify_split};
+use rocm_kpack::tools::import::{self, CodeObject};
+use rocm_kpack::tools::split::{Outcome, SplitRequest, split_tree, verify_split};
 
 use crate::split::{HIPF, Kind, build, tu_blobs};
 use crate::support::cc::{self, Lang};

@@ -387,8 +387,8 @@ fn split_cli_default_output_is_root_dot_split() {
 
 #[test]
 fn verify_split_names_a_bad_marker_a_bad_wrapper_and_a_missing_original() {
-    use rocm_kpack::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
-    use rocm_kpack::split::verify_split;
+    use rocm_kpack::host::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+    use rocm_kpack::tools::split::verify_split;
 
     let tmp = tempfile::tempdir().unwrap();
     let (dir, root, lib, app) = fat_tree(&tmp);

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rocm_kpack::Compression;
-use rocm_kpack::import::{self, CodeObject};
-use rocm_kpack::split::{Outcome, SplitRequest, split_tree};
+use rocm_kpack::tools::import::{self, CodeObject};
+use rocm_kpack::tools::split::{Outcome, SplitRequest, split_tree};
 
 use crate::split::{HIPF, Kind, assert_readelf_clean, build, tu_blobs};
 use crate::support::mount::{Mount, fuse_available};

@@ -5,7 +5,7 @@
 //! section's own bytes at their offsets; a CCOB bundle decodes to exactly the size its header
 //! declares. The single-bundle readers agree with the section reader on the first bundle.
 
-use rocm_kpack::bundle::{self, Layout};
+use rocm_kpack::host::bundle::{self, Layout};
 
 pub fn run(data: &[u8]) {
     let Ok(bundles) = bundle::parse_fatbin(data) else {

@@ -8,8 +8,8 @@
 //! a kernel name and at least one search path; errors are `InvalidMetadata`.
 
 use rocm_kpack::ErrorKind;
-use rocm_kpack::hipk::metadata::HipkMetadata;
-use rocm_kpack::msgpack;
+use rocm_kpack::host::hipk::metadata::HipkMetadata;
+use rocm_kpack::archive::msgpack;
 
 pub fn run(data: &[u8]) {
     let from_slice = HipkMetadata::parse(data);
@@ -22,7 +22,7 @@ pub fn run(data: &[u8]) {
     }
     let limit = &data[..data
         .len()
-        .min(rocm_kpack::hipk::metadata::MAX_METADATA_BYTES)];
+        .min(rocm_kpack::host::hipk::metadata::MAX_METADATA_BYTES)];
     let Ok((_, used)) = msgpack::decode_slice(limit) else {
         return;
     };

@@ -51,10 +51,10 @@ pub fn run(data: &[u8]) {
 
     // The lookup key is always `<name>#<index>` and never loses the name.
     let index = data.first().copied().map_or(0, u32::from);
-    let key = rocm_kpack::hipk::lookup_key(name, index);
+    let key = rocm_kpack::host::hipk::lookup_key(name, index);
     assert_eq!(key, format!("{name}#{index}"));
     assert_eq!(
-        rocm_kpack::hipk::split_lookup_key(&key),
+        rocm_kpack::host::hipk::split_lookup_key(&key),
         Some((name, index))
     );
 }

@@ -7,14 +7,14 @@
 //! processor, adds only features the input had, and is not itself generic-mapped again;
 //! `device_arch_list` is the ISA plus at most its generic.
 
-use rocm_kpack::arch::{self, MAX_FEATURES, TargetId};
+use rocm_kpack::host::target_id::{self, MAX_FEATURES, TargetId};
 
 pub fn run(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let isa = text.as_ref();
-    let stripped = arch::strip_target_prefix(isa);
+    let stripped = target_id::strip_target_prefix(isa);
     assert!(isa.ends_with(stripped));
-    let candidates = arch::compatible_targets(isa);
+    let candidates = target_id::compatible_targets(isa);
     assert!(candidates.len() <= 1 << MAX_FEATURES);
     match TargetId::parse(stripped) {
         None => assert!(
@@ -50,7 +50,7 @@ pub fn run(data: &[u8]) {
         }
     }
 
-    if let Some(generic) = arch::generic_isa(isa) {
+    if let Some(generic) = target_id::generic_isa(isa) {
         let prefix = &isa[..isa.len() - stripped.len()];
         assert!(generic.starts_with(prefix));
         let g = TargetId::parse(&generic[prefix.len()..]).expect("generic parses");
@@ -60,15 +60,15 @@ pub fn run(data: &[u8]) {
             g.features.iter().all(|f| input.features.contains(f)),
             "{generic:?} invents features"
         );
-        assert_eq!(arch::generic_isa(&generic), None, "{generic:?} maps again");
+        assert_eq!(target_id::generic_isa(&generic), None, "{generic:?} maps again");
     }
-    let list = arch::device_arch_list(isa);
+    let list = target_id::device_arch_list(isa);
     assert!(matches!(list.len(), 1 | 2) && list[0] == isa);
 
     // The KFD version decoder takes any number; only its shape is checked.
     if data.len() >= 8 {
         let version = u64::from_le_bytes(data[..8].try_into().unwrap());
-        match arch::processor_from_target_version(version) {
+        match target_id::processor_from_target_version(version) {
             None => assert_eq!(version, 0),
             Some(name) => assert!(name.starts_with("gfx") && name.len() > 3),
         }

@@ -12,8 +12,8 @@
 
 use std::cell::Cell;
 
-use rocm_kpack::format::{TOC_WINDOW, parse_toc, read_toc_windowed};
-use rocm_kpack::msgpack::{self, Input};
+use rocm_kpack::archive::format::{TOC_WINDOW, parse_toc, read_toc_windowed};
+use rocm_kpack::archive::msgpack::{self, Input};
 
 /// A slice that remembers the furthest byte any request reached.
 struct Watched<'a> {

@@ -10,8 +10,8 @@
 
 use std::io;
 
-use rocm_kpack::codec;
-use rocm_kpack::format::{self, Span};
+use rocm_kpack::archive::codec;
+use rocm_kpack::archive::format::{self, Span};
 
 /// Largest decode attempted per frame; larger claims were already bounded by the size check,
 /// and decoding them would only slow the fuzzer down.

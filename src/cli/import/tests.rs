@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::bundle::{build_ccob, build_uncompressed};
+use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
 use rocm_kpack::{Archive, ArchiveWriter};
 
 use super::*;
@@ -128,7 +128,7 @@ fn import_with_root_writes_archives_and_metadata() {
     let pins = [a.toc_digest(), b.toc_digest()];
     assert_eq!(
         std::fs::read(kpack.join("libother.so.2.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode_pinned(
+        rocm_kpack::host::hipk::metadata::encode_pinned(
             &["../../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/hip/libother.so.2",
             Some(&pins)
@@ -136,7 +136,7 @@ fn import_with_root_writes_archives_and_metadata() {
     );
     assert_eq!(
         std::fs::read(kpack.join("libsynth.so.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode_pinned(
+        rocm_kpack::host::hipk::metadata::encode_pinned(
             &["../.kpack/synth_@GFXARCH@.kpack".into()],
             "lib/libsynth.so",
             Some(&pins)
@@ -174,7 +174,7 @@ fn import_single_default_prefix_and_names() {
     // No root: kernel_name is the file name and the archives sit in .kpack/ beside it.
     assert_eq!(
         std::fs::read(out.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode_pinned(
+        rocm_kpack::host::hipk::metadata::encode_pinned(
             &[".kpack/rocfoo.kpack".into()],
             "librocfoo.so.1.2",
             Some(&[a.toc_digest()])
@@ -191,7 +191,7 @@ fn import_single_default_prefix_and_names() {
     run(req).unwrap();
     assert_eq!(
         std::fs::read(plain.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
-        rocm_kpack::hipk::metadata::encode(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
+        rocm_kpack::host::hipk::metadata::encode(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
     );
 }
 

@@ -264,7 +264,7 @@ pub(crate) fn hipk_library(path: &Path, metadata: Option<&[u8]>) -> PathBuf {
 /// targets (xnack variants included). Another binary's keys share the archives; a file that
 /// does not fit the pattern sits beside them. Returns (binary, kernels by (key, arch)).
 fn hipk_layout(root: &Path) -> (PathBuf, Vec<(String, String, Vec<u8>)>) {
-    let meta = rocm_kpack::hipk::metadata::encode(
+    let meta = rocm_kpack::host::hipk::metadata::encode(
         &["../.kpack/hk_@GFXARCH@.kpack".into()],
         "lib/libhk.so",
     );

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::bundle::build_uncompressed;
+use rocm_kpack::host::bundle::build_uncompressed;
 
 /// Arches of each bundle, as in real multi-arch ROCm builds.
 pub const ARCHES: [&str; 5] = ["gfx90a:xnack-", "gfx942", "gfx1030", "gfx1100", "gfx1201"];

@@ -17,9 +17,9 @@
 use std::fmt;
 use std::path::{Component, Path};
 
-use crate::bundle::{self, BundleError};
-use crate::elf::{self, ElfFile};
-use crate::hipk;
+use crate::host::bundle::{self, BundleError};
+use crate::host::elf::{self, ElfFile};
+use crate::host::hipk;
 use crate::names;
 
 mod archives;

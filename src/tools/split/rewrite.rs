@@ -25,8 +25,8 @@
 use super::elf64::*;
 use super::emit::Rewrite;
 use super::{SplitError, SplitResult, relocs};
-use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
-use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
+use crate::host::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
+use crate::host::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a

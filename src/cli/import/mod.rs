@@ -1,12 +1,12 @@
 //! Importing device code from ROCm fat binaries (`pack --from-fatbin`) and checking archives
-//! against them (`verify --against`). The naming rules live in `rocm_kpack::import`; this file
+//! against them (`verify --against`). The naming rules live in `rocm_kpack::tools::import`; this file
 //! reads the binaries, resolves paths, writes the files and reports.
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::import::{self, ArchiveSet, CodeObject, HostFile, StreamError, Tag};
-use rocm_kpack::pack_pipeline::{self, Feed, Options};
-use rocm_kpack::split::{StageError, Staging};
+use rocm_kpack::tools::import::{self, ArchiveSet, CodeObject, HostFile, StreamError, Tag};
+use rocm_kpack::tools::pack_pipeline::{self, Feed, Options};
+use rocm_kpack::tools::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
 
 use super::{CliError, CliResult, Exit, progress};
@@ -128,7 +128,7 @@ pub fn run(req: ImportRequest) -> CliResult {
             });
             let search = vec![import::search_path(&h.kernel_name, &prefix, req.single)];
             let bytes =
-                rocm_kpack::hipk::metadata::encode_pinned(&search, &h.kernel_name, pins.as_deref());
+                rocm_kpack::host::hipk::metadata::encode_pinned(&search, &h.kernel_name, pins.as_deref());
             (name, bytes)
         })
         .collect();
@@ -263,8 +263,8 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
     if problems.is_empty() {
         println!(
             "{} from {} match the archives byte for byte",
-            super::words::count_of(checked, "code object", "code objects"),
-            super::words::count_of(hosts.len(), "binary", "binaries")
+            super::plural::count_of(checked, "code object", "code objects"),
+            super::plural::count_of(hosts.len(), "binary", "binaries")
         );
         return Ok(());
     }
@@ -276,7 +276,7 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
         format!(
             "{} of {} missing or differ",
             problems.len(),
-            super::words::count_of(checked, "code object is", "code objects are")
+            super::plural::count_of(checked, "code object is", "code objects are")
         ),
     ))
 }

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::*;
-use crate::bundle::{build_ccob, build_uncompressed};
-use crate::writer::Compression;
+use crate::host::bundle::{build_ccob, build_uncompressed};
+use crate::archive::writer::Compression;
 
 const GFX900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
 const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-";
@@ -170,7 +170,7 @@ fn assign(single: bool) -> (Summary, tempfile::TempDir) {
     for (kernel_name, cos) in ["lib/liba.so", "bin/b"].iter().zip(cos) {
         for co in cos {
             let (tag, data) = Tag::split(co, kernel_name);
-            let encoded = crate::pack_pipeline::Encoded {
+            let encoded = crate::tools::pack_pipeline::Encoded {
                 original_size: data.len() as u64,
                 stored: data,
                 digest: None,
@@ -338,8 +338,8 @@ fn open_tables_reads_only_what_lists_the_sections() {
     assert_eq!(tables.len(), whole.len() as u64);
     assert!(tables.fatbin().is_none());
     let (t, w) = (
-        crate::elf::ElfFile::parse(tables.image()).unwrap(),
-        crate::elf::ElfFile::parse(&whole).unwrap(),
+        crate::host::elf::ElfFile::parse(tables.image()).unwrap(),
+        crate::host::elf::ElfFile::parse(&whole).unwrap(),
     );
     for name in [
         ".text",

@@ -1,5 +1,5 @@
 //! Writing an archive to a file as its kernels arrive, in ordinal order: the blob is appended
-//! kernel by kernel, the TOC (encoded by [`crate::writer::encode_toc`], so the bytes are those
+//! kernel by kernel, the TOC (encoded by [`crate::archive::writer::encode_toc`], so the bytes are those
 //! [`crate::ArchiveWriter`] writes for the same kernels) goes after it, and the header and the
 //! zstd frame count, which depend on everything before, are written last at their places.
 //! Only the TOC's per-kernel records stay in memory.
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use super::Encoded;
 use crate::error::{Error, Result};
-use crate::format::{self, Header};
-use crate::writer::{Compression, TocEntry, TocHead, encode_toc};
+use crate::archive::format::{self, Header};
+use crate::archive::writer::{Compression, TocEntry, TocHead, encode_toc};
 
 struct Kept {
     key: String,
@@ -227,7 +227,7 @@ pub struct Finished {
 mod tests {
     use super::*;
     use crate::ArchiveWriter;
-    use crate::codec::FrameEncoder;
+    use crate::archive::codec::FrameEncoder;
 
     /// Same kernels, same bytes as the in-memory writer, for both schemes and both layouts.
     #[test]

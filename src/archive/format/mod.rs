@@ -13,7 +13,7 @@ use kernels::{KernelsBuilder, NewEntry};
 use window::Window;
 pub use window::{CHUNK as TOC_WINDOW, ReadAt, TocReadError};
 
-use crate::msgpack::{self, Value};
+use crate::archive::msgpack::{self, Value};
 
 pub const MAGIC: &[u8; 4] = b"KPAK";
 pub const VERSION: u32 = 1;

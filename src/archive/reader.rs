@@ -11,10 +11,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::byte_source::{ByteSource, LocalFile, read_full_at};
-use crate::codec::{self, KernelBuf};
+use crate::archive::byte_source::{ByteSource, LocalFile, read_full_at};
+use crate::archive::codec::{self, KernelBuf};
 use crate::error::{Error, Result};
-use crate::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocReadError};
+use crate::archive::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocReadError};
 
 /// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
 /// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
@@ -1136,11 +1136,11 @@ mod tests {
 
     /// An archive of zstd kernels with digests, written to `dir`.
     fn digested_archive(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
-        let mut w = crate::writer::ArchiveWriter::new(
+        let mut w = crate::archive::writer::ArchiveWriter::new(
             "g",
             "f",
             vec!["gfx90a".into()],
-            crate::writer::Compression::Zstd { level: 1 },
+            crate::archive::writer::Compression::Zstd { level: 1 },
         )
         .unwrap();
         let kernels: Vec<(String, Vec<u8>)> = (0..40u8)
@@ -1182,11 +1182,11 @@ mod tests {
             .map(|i| (i % 251) as u8 ^ (i >> 13) as u8)
             .collect();
         for (name, compression) in [
-            ("n.kpack", crate::writer::Compression::None),
-            ("z.kpack", crate::writer::Compression::Zstd { level: 1 }),
+            ("n.kpack", crate::archive::writer::Compression::None),
+            ("z.kpack", crate::archive::writer::Compression::Zstd { level: 1 }),
         ] {
             let mut w =
-                crate::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
+                crate::archive::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
                     .unwrap();
             w.add_kernel("lib/big.so#0", "gfx90a", data.clone())
                 .unwrap();
@@ -1246,11 +1246,11 @@ mod tests {
     fn read_in_steps_hands_out_nothing_of_a_kernel_that_cannot_be_there() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("n.kpack");
-        let mut w = crate::writer::ArchiveWriter::new(
+        let mut w = crate::archive::writer::ArchiveWriter::new(
             "g",
             "f",
             vec!["gfx90a".into()],
-            crate::writer::Compression::None,
+            crate::archive::writer::Compression::None,
         )
         .unwrap();
         w.add_kernel("k#0", "gfx90a", vec![5; 3 << 20]).unwrap();
@@ -1527,11 +1527,11 @@ mod tests {
     #[test]
     fn opens_any_byte_source() {
         for compression in [
-            crate::writer::Compression::None,
-            crate::writer::Compression::Zstd { level: 3 },
+            crate::archive::writer::Compression::None,
+            crate::archive::writer::Compression::Zstd { level: 3 },
         ] {
             let mut w =
-                crate::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
+                crate::archive::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
                     .unwrap();
             w.add_kernel("lib/a.so#0", "gfx90a", b"kernel bytes".to_vec())
                 .unwrap();

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel, sync_channel};
 
 use super::{CodeObject, HostFile, StreamError, visit_host_code_objects};
-use crate::pack_pipeline::Budget;
+use crate::tools::pack_pipeline::Budget;
 
 /// Bytes of code objects read ahead of the workers: a few real code objects (up to 15 MB
 /// each) per core.

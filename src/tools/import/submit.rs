@@ -1,12 +1,12 @@
 //! Feeding a host binary's code objects to the pack pipeline: the one place that turns a
-//! visited [`CodeObject`] into what travels through the [pack pipeline](crate::pack_pipeline) to its
+//! visited [`CodeObject`] into what travels through the [pack pipeline](crate::tools::pack_pipeline) to its
 //! archive, shared by
 //! `pack --from-fatbin` and `split`.
 //!
 //! [`CodeObject`]: super::CodeObject
 
 use super::{CodeObject, HostFile, StreamError, visit_host_code_objects};
-use crate::pack_pipeline::Feed;
+use crate::tools::pack_pipeline::Feed;
 
 /// What a code object carries through the pipeline to its archive: its key, arch and bundler
 /// triple (recorded as the entry's `target`), and the binary it came from (for the pins).

@@ -17,8 +17,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::bundle::FileRange;
-use crate::elf::HIP_FATBIN_SECTION;
+use crate::host::bundle::FileRange;
+use crate::host::elf::HIP_FATBIN_SECTION;
 
 /// Reads go through pieces of this size, so a short read is retried close to where it stopped.
 const READ_CHUNK: usize = 8 << 20;

@@ -14,7 +14,7 @@
 
 use std::io;
 
-use crate::msgpack::Reader;
+use crate::archive::msgpack::Reader;
 
 use super::TocError;
 

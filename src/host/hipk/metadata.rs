@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::error::{Error, Result};
-use crate::msgpack::{self, Input, Value};
+use crate::archive::msgpack::{self, Input, Value};
 
 /// Key of the binary's name in the archives' TOC (a msgpack `str`).
 pub const KEY_KERNEL_NAME: &str = "kernel_name";

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
-use crate::hipk::metadata::Pin;
-use crate::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
+use crate::host::hipk::metadata::Pin;
+use crate::tools::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
 use crate::loader::search::weakly_canonical;
-use crate::pack_pipeline::{self, Feed, Options};
-use crate::writer::Compression;
+use crate::tools::pack_pipeline::{self, Feed, Options};
+use crate::archive::writer::Compression;
 
 /// What `split` was asked to do.
 #[derive(Debug, Clone)]

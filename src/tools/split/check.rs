@@ -18,9 +18,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
-use crate::hipk::wrapper::{HIPK_MAGIC, Wrapper, parse_wrappers};
-use crate::import::{self, HostFile, KPACK_DIR, StreamError};
+use crate::host::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+use crate::host::hipk::wrapper::{HIPK_MAGIC, Wrapper, parse_wrappers};
+use crate::tools::import::{self, HostFile, KPACK_DIR, StreamError};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
 
 /// What `verify_split` found.

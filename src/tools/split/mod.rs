@@ -24,8 +24,8 @@ pub use tree::{
     split_tree_with_progress,
 };
 
-use crate::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};
-use crate::import::{self, CodeObject, ImportError};
+use crate::host::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};
+use crate::tools::import::{self, CodeObject, ImportError};
 
 /// Why a binary cannot be split.
 #[derive(Debug, Clone, PartialEq, Eq)]

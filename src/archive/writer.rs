@@ -10,9 +10,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::codec::{self, FrameEncoder};
+use crate::archive::codec::{self, FrameEncoder};
 use crate::error::{Error, Result};
-use crate::format::{self, Header, Scheme};
+use crate::archive::format::{self, Header, Scheme};
 
 /// How the writer stores kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! A HIPK host binary as the loader, `resolve` and the mount see it: the metadata in
 //! `.rocm_kpack_ref` and the wrapper array in `.hipFatBinSegment`, read from the ELF file.
 
-use crate::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+use crate::host::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
 use crate::error::{Error, Result};
 
 use super::metadata::HipkMetadata;

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
-use crate::codec::FrameEncoder;
+use crate::archive::codec::FrameEncoder;
 use crate::error::Error;
-use crate::writer::Compression;
+use crate::archive::writer::Compression;
 
 mod archive_file;
 mod budget;
@@ -49,7 +49,7 @@ pub struct Options {
     /// Bytes of kernels in flight before a submission waits.
     pub budget: u64,
     /// Compute the digests our layout records (off for `--reference-layout`); which ones is
-    /// decided by [`crate::writer::Digests`].
+    /// decided by [`crate::archive::writer::Digests`].
     pub hash: bool,
 }
 
@@ -318,14 +318,14 @@ fn work<T, E>(
 /// One worker's compressor and digests.
 struct Encoder {
     frames: Option<Result<FrameEncoder, String>>,
-    digests: crate::writer::Digests,
+    digests: crate::archive::writer::Digests,
 }
 
 impl Encoder {
     fn new(level: Option<i32>, hash: bool) -> Encoder {
         Encoder {
             frames: level.map(FrameEncoder::new),
-            digests: crate::writer::Digests::written(hash, level.is_some()),
+            digests: crate::archive::writer::Digests::written(hash, level.is_some()),
         }
     }
 

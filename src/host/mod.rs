@@ -1,0 +1,9 @@
+//! The host-binary layer: what ROCm host binaries carry and how it is read. ELF sections
+//! ([`elf`]), clang offload bundles of fat binaries ([`bundle`]), the HIPK marker and wrappers of
+//! split binaries ([`hipk`]), and target IDs, the names of the GPUs code is built for and how a
+//! device picks among them ([`target_id`]). Pure functions over bytes and names.
+
+pub mod bundle;
+pub mod elf;
+pub mod hipk;
+pub mod target_id;
