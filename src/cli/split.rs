@@ -52,7 +52,23 @@ pub fn run(args: Args) -> CliResult {
         reference_layout: args.compression.reference_layout,
         pins: !args.no_pins,
     };
-    let report = split::split_tree(&req).map_err(cli_error)?;
+    // Progress is counted in bytes of the input binaries (an unreadable one counts 0 here and
+    // is reported by the split itself).
+    let total = req
+        .hosts
+        .iter()
+        .map(|h| std::fs::metadata(h).map_or(0, |m| m.len()))
+        .sum();
+    let bar = super::progress::bar(total);
+    let report = split::split_tree_with_progress(&req, &|n| {
+        if let Some(b) = &bar {
+            b.inc(n);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let report = report.map_err(cli_error)?;
     for b in &report.binaries {
         match &b.outcome {
             Outcome::Split {

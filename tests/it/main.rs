@@ -26,6 +26,7 @@ mod loader;
 mod mount;
 mod path_safety;
 mod pins;
+mod progress;
 mod remote;
 mod split;
 mod split_c;
