@@ -92,7 +92,7 @@ fn c_get(archive: ffi::kpack_archive_t, key: &CString, arch: &CString) -> usize 
 struct Row {
     name: String,
     value: String,
-    ratio: Option<(f64, &'static str, &'static str)>,
+    ratio: Option<(f64, &'static str, &'static str, common::Sense)>,
 }
 
 fn main() {
@@ -175,6 +175,7 @@ fn main() {
             first.as_secs_f64() / decode.as_secs_f64(),
             "decode only",
             "",
+            common::Sense::Time,
         )),
     });
 
@@ -199,6 +200,7 @@ fn main() {
             warm.as_secs_f64() / decode.as_secs_f64(),
             "decode only",
             if quick { "" } else { "(target: near 1)" },
+            common::Sense::Time,
         )),
     });
 
@@ -363,14 +365,30 @@ fn main() {
                 value: format!("{:.0} MB/s", rate(wall[ti].best(i))),
                 ratio: match i {
                     ZSTD => None,
-                    1 => Some((wall[ti].median_ratio(i, ZSTD), "plain zstd", "")),
-                    2 => Some((wall[ti].median_ratio(i, ZSTD), "plain zstd", target)),
+                    1 => Some((
+                        wall[ti].median_ratio(i, ZSTD),
+                        "plain zstd",
+                        "",
+                        common::Sense::Faster,
+                    )),
+                    2 => Some((
+                        wall[ti].median_ratio(i, ZSTD),
+                        "plain zstd",
+                        target,
+                        common::Sense::Faster,
+                    )),
                     3 => Some((
                         wall[ti].median_ratio(i, ZSTD),
                         "plain zstd (no digest to check)",
                         "",
+                        common::Sense::Faster,
                     )),
-                    _ => Some((wall[ti].median_ratio(i, ZSTD), "plain zstd", "")),
+                    _ => Some((
+                        wall[ti].median_ratio(i, ZSTD),
+                        "plain zstd",
+                        "",
+                        common::Sense::Faster,
+                    )),
                 },
             });
         }
@@ -382,6 +400,7 @@ fn main() {
                     cpu[ti].median_ratio(i, ZSTD),
                     "plain zstd's CPU time / this",
                     "",
+                    common::Sense::Faster,
                 )),
             });
         }
@@ -397,12 +416,13 @@ fn main() {
     );
     for r in rows {
         match r.ratio {
-            Some((ratio, against, target)) => println!(
-                "{:<44} {:>12} {:>8.2}x  {against} {}",
+            Some((ratio, against, target, sense)) => println!(
+                "{:<44} {:>12} {:>8.2}x  {against} {}: {}",
                 r.name,
                 r.value,
                 ratio,
-                common::against_for_print(target, quick)
+                common::against_for_print(target, quick),
+                common::plainly(ratio, sense)
             ),
             None => println!("{:<44} {:>12} {:>9}  baseline", r.name, r.value, "1.00x"),
         }

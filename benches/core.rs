@@ -8,7 +8,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{CodeLike, Rounds, best_of, kernel_bytes};
+use common::{CodeLike, Rounds, Sense, best_of, kernel_bytes};
 
 use std::hint::black_box;
 use std::path::Path;
@@ -26,7 +26,7 @@ struct Row {
     value: String,
     /// (ratio, what it is against, target): the target is a bound such as ">= 0.95" or
     /// "<= 0.02", or empty for an informative ratio.
-    ratio: Option<(f64, &'static str, &'static str)>,
+    ratio: Option<(f64, &'static str, &'static str, Sense)>,
 }
 
 fn main() {
@@ -162,22 +162,37 @@ fn main() {
     rows.push(Row {
         name: "get_kernel, 1 thread".into(),
         value: format!("{rate_one:.0} MB/s"),
-        ratio: Some((rounds.median_ratio(one_i, raw_i), "plain zstd", ">= 0.95")),
+        ratio: Some((
+            rounds.median_ratio(one_i, raw_i),
+            "plain zstd",
+            ">= 0.95",
+            Sense::Faster,
+        )),
     });
     rows.push(Row {
         name: "  floor: plain zstd + frame BLAKE3, 1 thread".into(),
         value: format!("{:.0} MB/s", mbps(bytes, rounds.best(hashed_i))),
-        ratio: Some((rounds.median_ratio(hashed_i, raw_i), "plain zstd", "")),
+        ratio: Some((
+            rounds.median_ratio(hashed_i, raw_i),
+            "plain zstd",
+            "",
+            Sense::Faster,
+        )),
     });
     rows.push(Row {
         name: "get_kernel, 2 threads".into(),
         value: format!("{rate_two:.0} MB/s"),
-        ratio: Some((rounds.median_ratio(two_i, one_i), "1 thread", ">= 1.8")),
+        ratio: Some((
+            rounds.median_ratio(two_i, one_i),
+            "1 thread",
+            ">= 1.8",
+            Sense::Faster,
+        )),
     });
     rows.push(Row {
         name: "archive size / input".into(),
         value: format!("{stored} B"),
-        ratio: Some((stored as f64 / bytes as f64, "input", "")),
+        ratio: Some((stored as f64 / bytes as f64, "input", "", Sense::Size)),
     });
 
     // Open time of an archive with many 1 KiB entries, file in the page cache.
@@ -219,6 +234,7 @@ fn main() {
             open.as_secs_f64() / read_file.as_secs_f64(),
             "reading the file",
             "",
+            Sense::Time,
         )),
     });
 
@@ -302,6 +318,7 @@ fn open_cost(rows: &mut Vec<Row>, dir: &Path, quick: bool, runs: usize) {
                 resident as f64 / len as f64,
                 "file size",
                 if reference { "<= 0.05" } else { "<= 0.02" },
+                Sense::Size,
             )),
         });
 
@@ -324,6 +341,7 @@ fn open_cost(rows: &mut Vec<Row>, dir: &Path, quick: bool, runs: usize) {
                 open.as_secs_f64() / read.as_secs_f64(),
                 "reading the file",
                 "<= 0.25",
+                Sense::Time,
             )),
         });
         std::fs::remove_file(&path).unwrap();
@@ -380,7 +398,7 @@ fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
     );
     for r in rows {
         match r.ratio {
-            Some((ratio, against, target)) => {
+            Some((ratio, against, target, sense)) => {
                 // A smoke run is not a measurement: no target, no verdict.
                 let verdict = match verdict(ratio, target) {
                     Some(true) => " ok",
@@ -393,8 +411,11 @@ fn print_table(rows: &[Row], quick: bool, _archive: &Path) {
                     format!(" ({target}{verdict})")
                 };
                 println!(
-                    "{:<48} {:>14} {:>9.3}x  {against}{target}",
-                    r.name, r.value, ratio
+                    "{:<48} {:>14} {:>9.3}x  {against}{target}: {}",
+                    r.name,
+                    r.value,
+                    ratio,
+                    common::plainly(ratio, sense)
                 );
             }
             None => println!("{:<48} {:>14} {:>10}  baseline", r.name, r.value, "1.00x"),

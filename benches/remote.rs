@@ -350,30 +350,34 @@ fn main() {
     let refetched = after["remote_bytes_fetched"] - before["remote_bytes_fetched"];
 
     let against = |what: &str| common::against_for_print(what, quick);
+    let plainly = |ratio: f64| common::plainly(ratio, common::Sense::Faster);
     println!(
         "  local mount, cold:          {:8.1} MiB/s",
         mib_s(read, t_local)
     );
     println!(
-        "  s3:// mount, cold:          {:8.1} MiB/s  {:.2}x {}",
+        "  s3:// mount, cold:          {:8.1} MiB/s  {:.2}x {}: {}",
         mib_s(read, t_s3),
         t_local.as_secs_f64() / t_s3.as_secs_f64(),
-        against("the local mount")
+        against("the local mount"),
+        plainly(t_local.as_secs_f64() / t_s3.as_secs_f64())
     );
     println!(
-        "  http:// mount (nginx), cold: {:8.1} MiB/s  {:.2}x {}",
+        "  http:// mount (nginx), cold: {:8.1} MiB/s  {:.2}x {}: {}",
         mib_s(read, t_http),
         t_local.as_secs_f64() / t_http.as_secs_f64(),
-        against("the local mount")
+        against("the local mount"),
+        plainly(t_local.as_secs_f64() / t_http.as_secs_f64())
     );
     println!(
         "  s3:// fetched per byte read: {:.3} ({fetched} bytes in {requests} requests for {read} bytes read)",
         fetched as f64 / read as f64
     );
     println!(
-        "  s3:// remount, --cache-dir: {:8.1} MiB/s  {:.2}x {}; {refetched} bytes fetched",
+        "  s3:// remount, --cache-dir: {:8.1} MiB/s  {:.2}x {}: {}; {refetched} bytes fetched",
         mib_s(read, t_warm),
         t_local.as_secs_f64() / t_warm.as_secs_f64(),
-        against("the local mount (target >= 0.9x)")
+        against("the local mount (target >= 0.9x)"),
+        plainly(t_local.as_secs_f64() / t_warm.as_secs_f64())
     );
 }

@@ -21,6 +21,8 @@
 //! 24 MB smoke run: figures only, no verdicts). Scratch space: `$KPACK_BENCH_TMP` or the
 //! system's temp dir (the full run needs about 8 GB free).
 
+#[path = "common/mod.rs"]
+mod common;
 #[path = "../tests/it/support/fat_host.rs"]
 mod fat_host;
 
@@ -141,9 +143,10 @@ fn report_split(quick: bool, what: &str, f: &SplitFigures) {
     let ratio = f.split.as_secs_f64() / f.python.as_secs_f64();
     println!("  {what}:");
     println!(
-        "    split {:8.2} s, Python single-threaded pack {:8.2} s: {ratio:.3}x {}",
+        "    split {:8.2} s, Python single-threaded pack {:8.2} s: {ratio:.3}x, split {} {}",
         f.split.as_secs_f64(),
         f.python.as_secs_f64(),
+        common::plainly(ratio, common::Sense::Time),
         verdict(quick, ratio <= 0.6, "<= 0.6x")
     );
     println!(
@@ -316,9 +319,10 @@ fn main() {
     let ratio = pack.as_secs_f64() / py_pack.as_secs_f64();
     println!("  pack of a tree of the same code objects (the median turn of {turns}):");
     println!(
-        "    pack --threads 2 {:8.2} s, Python single-threaded {:8.2} s: {ratio:.3}x {}",
+        "    pack --threads 2 {:8.2} s, Python single-threaded {:8.2} s: {ratio:.3}x, pack {} {}",
         pack.as_secs_f64(),
         py_pack.as_secs_f64(),
+        common::plainly(ratio, common::Sense::Time),
         verdict(quick, ratio <= 0.5, "<= 0.5x")
     );
     println!(

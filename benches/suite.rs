@@ -56,7 +56,7 @@ fn opts() -> Opts {
 struct Line {
     what: String,
     value: String,
-    ratio: Option<(f64, String)>,
+    ratio: Option<(f64, String, common::Sense)>,
 }
 
 struct Report {
@@ -84,11 +84,12 @@ impl Report {
         value: impl Into<String>,
         ratio: f64,
         against: impl Into<String>,
+        sense: common::Sense,
     ) {
         self.lines.push(Line {
             what: what.into(),
             value: value.into(),
-            ratio: Some((ratio, against.into())),
+            ratio: Some((ratio, against.into(), sense)),
         });
     }
     /// Prints the table; a smoke run (`quick`) shows no targets (it is not a measurement).
@@ -96,12 +97,13 @@ impl Report {
         for l in &self.lines {
             match &l.ratio {
                 _ if l.value.is_empty() => println!("{}", l.what),
-                Some((r, against)) => println!(
-                    "  {:<52} {:>14} {:>8.2}x  vs {}",
+                Some((r, against, sense)) => println!(
+                    "  {:<52} {:>14} {:>8.2}x  vs {}: {}",
                     l.what,
                     l.value,
                     r,
-                    common::against_for_print(against, quick)
+                    common::against_for_print(against, quick),
+                    common::plainly(*r, *sense)
                 ),
                 None => println!("  {:<52} {:>14}", l.what, l.value),
             }
@@ -670,6 +672,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{:.0} MB/s", mb_s(total, p2)),
         p1.as_secs_f64() / p2.as_secs_f64(),
         "1 thread",
+        common::Sense::Faster,
     );
     pack(&k19, "19", "2");
     let size = |p: &Path| fs::metadata(p).unwrap().len();
@@ -694,12 +697,14 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
             format!("{} B", size(&k3)),
             size(&k3) as f64 / size(&s3) as f64,
             "squashfs zstd-3",
+            common::Sense::Size,
         );
         report.ratio(
             "archive: kpack zstd-19",
             format!("{} B", size(&k19)),
             size(&k19) as f64 / size(&s19) as f64,
             "squashfs zstd-19",
+            common::Sense::Size,
         );
     } else {
         eprintln!(
@@ -719,6 +724,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{} B", size(&k3)),
         size(&k3) as f64 / size(&tarball) as f64,
         "tar --zstd",
+        common::Sense::Size,
     );
 
     report.value(
@@ -757,6 +763,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{direct_cold:.0} MB/s"),
         direct_cold / ceiling,
         "plain zstd",
+        common::Sense::Faster,
     );
     drop_caches();
     let (nb, nt) = read_all(tree, &files, 2);
@@ -860,12 +867,14 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         speed(cold2, kp_default),
         mb_s(total, cold2.median(kp_default)) / direct_cold,
         "direct API cold",
+        common::Sense::Faster,
     );
     report.ratio(
         "kpack-fuse cold, 2 readers, digests checked",
         speed(cold2, kp_default),
         cold2.median_ratio(kp_default, kp_reference),
         "same kernels, --reference-layout (target >= 0.85)",
+        common::Sense::Faster,
     );
     report.value("kpack-fuse cold, 1 reader", speed(cold1, kp_default));
     report.ratio(
@@ -873,6 +882,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{:.0} MB/s", warm2[kp_default]),
         warm2[kp_default] / native_warm,
         "local disk warm (target >= 0.95)",
+        common::Sense::Faster,
     );
     for (what, r) in [
         ("memory backing", kp_memory),
@@ -883,12 +893,14 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
             speed(cold2, r),
             cold2.median_ratio(r, kp_default),
             "kpack-fuse default",
+            common::Sense::Faster,
         );
         report.ratio(
             format!("kpack-fuse {what} warm, 2 readers"),
             format!("{:.0} MB/s", warm2[r]),
             warm2[r] / native_warm,
             "local disk warm",
+            common::Sense::Faster,
         );
     }
     report.ratio(
@@ -896,6 +908,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{:.0} MiB", kp_rss as f64 / 1048576.0),
         kp_rss as f64 / ((256u64 << 20) + (64 << 20)) as f64,
         "cache size + 64 MiB (target <= 1)",
+        common::Sense::Size,
     );
     report.value(
         format!("kpack-fuse --backing memory --cache-size {cache_size}: backing held"),
@@ -933,6 +946,7 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
         format!("{kp_rand:.0} op/s"),
         kp_rand / native_rand,
         "local disk cold",
+        common::Sense::Faster,
     );
 
     if let Some(er) = er {
@@ -941,12 +955,14 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
             speed(cold2, er),
             cold2.median_ratio(kp_default, er),
             "kpack-fuse is this much faster (target >= 1)",
+            common::Sense::KpackFaster,
         );
         report.ratio(
             "EROFS lz4hc cold, 1 reader",
             speed(cold1, er),
             cold1.median_ratio(kp_default, er),
             "kpack-fuse is this much faster",
+            common::Sense::KpackFaster,
         );
         report.value("EROFS image (lz4hc)", format!("{} B", size(&erofs_img)));
     }
@@ -970,30 +986,35 @@ fn bench_set(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &Opts
             speed(cold2, sq),
             cold2.median_ratio(kp_default, sq),
             "kpack-fuse cold is this much faster (target >= 2)",
+            common::Sense::KpackFaster,
         );
         report.ratio(
             "squashfuse_ll cold, 1 reader",
             speed(cold1, sq),
             cold1.median_ratio(kp_default, sq),
             "kpack-fuse cold is this much faster (target >= 1.5)",
+            common::Sense::KpackFaster,
         );
         report.ratio(
             "squashfuse_ll cold, 2 readers, vs the daemon read path",
             speed(cold2, sq),
             cold2.median_ratio(kp_daemon, sq),
             "kpack-fuse --no-passthrough is this much faster",
+            common::Sense::KpackFaster,
         );
         report.ratio(
             "squashfuse_ll warm, 2 readers",
             format!("{:.0} MB/s", warm2[sq]),
             warm2[kp_default] / warm2[sq],
             "kpack-fuse warm is this much faster",
+            common::Sense::KpackFaster,
         );
         report.ratio(
             "random 4 KiB reads after one pass, squashfuse_ll",
             format!("{sq_rand:.0} op/s"),
             kp_rand / sq_rand,
             "kpack-fuse --cache-dir is this much faster (target >= 1)",
+            common::Sense::KpackFaster,
         );
     }
 }
@@ -1032,6 +1053,7 @@ fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
         format!("{:.1} ms", d.mount_time.as_secs_f64() * 1e3),
         d.mount_time.as_secs_f64() / open.as_secs_f64(),
         "Archive::open",
+        common::Sense::Time,
     );
     // The same files through another FUSE filesystem beside it: what FUSE itself costs.
     let squash_mnt = work.join("mnt-squash");
@@ -1070,6 +1092,7 @@ fn bench_many_entries(report: &mut Report, work: &Path, entries: usize) {
             format!("{:.0} files/s", files.len() as f64 / t.as_secs_f64()),
             mb_s(b, t) / mb_s(nb, nt),
             against,
+            common::Sense::Faster,
         );
     }
     drop(squash);

@@ -46,6 +46,9 @@ export RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" CARGO_TA
 export TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1"
 tsan() { cargo +nightly test -Zbuild-std --target "$host" "$@"; }
 
+# The instrumented std and tests are built first, in the open: several minutes on a first run.
+tsan --lib --test it --no-run
+
 # Self-check first: a deliberate race must be reported, or a clean run below means nothing.
 if out=$(tsan --test it -- --ignored --exact tsan_check::tsan_self_check_a_deliberate_race_is_reported 2>&1); then
     echo "$out" | tail -20
@@ -55,7 +58,7 @@ fi
 grep -q "WARNING: ThreadSanitizer: data race" <<<"$out" || { echo "$out" | tail -20; exit 1; }
 echo "self-check: the deliberate race was reported"
 
-tsan --lib -- cache::tests:: loader::archive_cache::tests:: fs::tests::
+tsan --lib -q -- cache::tests:: loader::archive_cache::tests:: fs::tests::
 mount_tests=(mount::eight_concurrent_readers mount::single_flight_one_decode_for_eight_cold_readers)
 if [[ $mode == --full ]]; then
     mount_tests+=(mount::faults:: mount::kernel_larger_than_cache_decoded_once_in_small_chunks

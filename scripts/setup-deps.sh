@@ -43,7 +43,12 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup-deps: installing ${missing[*]}"
   sudo_if_needed apt-get update -qq
-  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # One line per package as it is set up: progress without apt's download chatter.
+  if ! sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" |
+    { grep --line-buffered '^Setting up ' || true; } | sed -u 's/^Setting up /setup-deps:   /'; then
+    echo "setup-deps: apt-get install failed" >&2
+    exit 1
+  fi
 fi
 
 if ! python3 -c "import msgpack, zstandard, yaml, boto3, flask_cors, moto.server" 2>/dev/null; then

@@ -16,16 +16,23 @@ scripts/setup-deps.sh
 passed=()
 failed=()
 
-# step NAME COMMAND...: runs one step and records how it went.
+# step NAME COMMAND...: runs one step, says when it starts and how it ended, and records it.
 step() {
-  local name="$1"
+  local name="$1" start=$SECONDS
   shift
   echo "==> test.sh: $name"
-  if "$@"; then passed+=("$name"); else failed+=("$name"); fi
+  if "$@"; then
+    passed+=("$name")
+    echo "<== test.sh: $name: passed in $((SECONDS - start)) s"
+  else
+    failed+=("$name")
+    echo "<== test.sh: $name: FAILED after $((SECONDS - start)) s"
+  fi
 }
 
 # The installed program and library of a release build, stripped by scripts/install.sh, stay
-# within the sizes users were promised (issue 17: about 4.6 MB and 0.9 MB when it was written).
+# within the limits below (the program is about 11 MB, the library about 1 MB), so that a change
+# that pulls in a large dependency is noticed.
 release_install_sizes() {
   local tmp status=0
   tmp="$(mktemp -d)"
@@ -43,7 +50,8 @@ release_install_sizes() {
 }
 
 step "build" cargo build --all-targets
-step "cargo test" cargo test --no-fail-fast
+# -q: a dot per passed test instead of a line each; failures are printed in full.
+step "cargo test" cargo test --no-fail-fast -q
 step "sanitizers" scripts/sanitizers.sh
 step "bench core --quick" cargo bench --bench core -- --quick
 step "bench capi --quick" cargo bench --bench capi -- --quick

@@ -187,3 +187,40 @@ impl Rounds {
         }
     }
 }
+
+/// How a ratio reads in words, so that every line says which side is ahead without the reader
+/// working out which way the ratio was taken.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // each bench uses some of them
+pub enum Sense {
+    /// A speed of the line's subject over its baseline's: above 1, the subject is faster.
+    Faster,
+    /// A speed of kpack-fuse over the line's subject (another file system): above 1,
+    /// kpack-fuse is faster.
+    KpackFaster,
+    /// A time of the line's subject over its baseline's: below 1, the subject is faster.
+    Time,
+    /// A size (bytes on disk, memory) of the subject over its baseline's: below 1, smaller.
+    Size,
+}
+
+/// The ratio in words: within 2% of 1 counts as even.
+pub fn plainly(ratio: f64, sense: Sense) -> &'static str {
+    let (above, below, even) = match sense {
+        Sense::Faster => ("faster", "slower", "as fast"),
+        Sense::KpackFaster => (
+            "kpack-fuse faster",
+            "kpack-fuse slower",
+            "as fast as kpack-fuse",
+        ),
+        Sense::Time => ("slower", "faster", "as fast"),
+        Sense::Size => ("larger", "smaller", "the same size"),
+    };
+    if ratio > 1.02 {
+        above
+    } else if ratio < 0.98 {
+        below
+    } else {
+        even
+    }
+}
