@@ -13,8 +13,8 @@ use std::time::SystemTime;
 
 use crate::archive::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::archive::codec::{self, KernelBuf};
-use crate::error::{Error, Result};
 use crate::archive::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocReadError};
+use crate::error::{Error, Result};
 
 /// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
 /// past it (about 4.5 MiB), each is read from the TOC in the file when a kernel is located. A
@@ -1183,11 +1183,18 @@ mod tests {
             .collect();
         for (name, compression) in [
             ("n.kpack", crate::archive::writer::Compression::None),
-            ("z.kpack", crate::archive::writer::Compression::Zstd { level: 1 }),
+            (
+                "z.kpack",
+                crate::archive::writer::Compression::Zstd { level: 1 },
+            ),
         ] {
-            let mut w =
-                crate::archive::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
-                    .unwrap();
+            let mut w = crate::archive::writer::ArchiveWriter::new(
+                "g",
+                "f",
+                vec!["gfx90a".into()],
+                compression,
+            )
+            .unwrap();
             w.add_kernel("lib/big.so#0", "gfx90a", data.clone())
                 .unwrap();
             w.add_kernel("lib/empty.so#0", "gfx90a", Vec::new())
@@ -1530,9 +1537,13 @@ mod tests {
             crate::archive::writer::Compression::None,
             crate::archive::writer::Compression::Zstd { level: 3 },
         ] {
-            let mut w =
-                crate::archive::writer::ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression)
-                    .unwrap();
+            let mut w = crate::archive::writer::ArchiveWriter::new(
+                "g",
+                "f",
+                vec!["gfx90a".into()],
+                compression,
+            )
+            .unwrap();
             w.add_kernel("lib/a.so#0", "gfx90a", b"kernel bytes".to_vec())
                 .unwrap();
             let mut bytes = Vec::new();

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::archive::codec::{self, FrameEncoder};
-use crate::error::{Error, Result};
 use crate::archive::format::{self, Header, Scheme};
+use crate::error::{Error, Result};
 
 /// How the writer stores kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

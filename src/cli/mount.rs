@@ -22,9 +22,9 @@ use rocm_kpack::loader::LoaderConfig;
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
+use super::remote_args::RemoteArgs;
 use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
-use super::remote_args::RemoteArgs;
 use crate::remote;
 
 /// Default `--cache-size`: 256 MiB.

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::tools::pack_pipeline::{self, ArchiveHead, PackFilesError};
 use rocm_kpack::archive::codec;
+use rocm_kpack::tools::pack_pipeline::{self, ArchiveHead, PackFilesError};
 use rocm_kpack::{ArchiveWriter, Compression, names};
 
 use super::import::{self, ImportRequest};

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::host::target_id;
 use rocm_kpack::host::hipk::HipkHost;
+use rocm_kpack::host::target_id;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use super::{CliError, CliResult, Exit};

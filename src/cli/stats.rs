@@ -31,7 +31,14 @@ pub fn run(args: Args) -> CliResult {
             ),
         )
     })?;
-    print!("{}", if args.json { json(&counters) } else { table(&counters) });
+    print!(
+        "{}",
+        if args.json {
+            json(&counters)
+        } else {
+            table(&counters)
+        }
+    );
     Ok(())
 }
 
@@ -127,7 +134,11 @@ mod tests {
         let c = parse("hits 12\ncapacity 10737418240\nbacking_bytes 512\n").unwrap();
         assert_eq!(
             c,
-            vec![("hits", 12), ("capacity", 10737418240), ("backing_bytes", 512)]
+            vec![
+                ("hits", 12),
+                ("capacity", 10737418240),
+                ("backing_bytes", 512)
+            ]
         );
         assert_eq!(
             table(&c),

@@ -250,8 +250,8 @@ fn answer(file: &BackingFile, r: Parked) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::backing::{BackingStore, KernelSpec, Placement};
     use crate::archive::kernel_cache::KernelId;
+    use crate::fs::backing::{BackingStore, KernelSpec, Placement};
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;

@@ -33,9 +33,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::archive::{Archive, KernelRef};
 use crate::archive::codec::SharedKernel;
 use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId};
+use crate::archive::{Archive, KernelRef};
 use backing::{BackingFile, BackingStore, KernelSpec, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use scan::Scan;

@@ -18,10 +18,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::target_id;
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
 use crate::host::hipk::{self, HipkHost};
+use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
 use super::{Duplicate, FsOptions, KpackFs};

@@ -24,9 +24,9 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use crate::host::target_id;
 use crate::archive::Archive;
 use crate::error::Error;
+use crate::host::target_id;
 use crate::names;
 
 pub type Ino = u64;

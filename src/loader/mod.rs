@@ -22,10 +22,10 @@ pub mod trace;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::host::target_id;
 use crate::archive::Archive;
 use crate::archive::codec::KernelBuf;
 use crate::error::{Error, Result};
+use crate::host::target_id;
 
 pub use crate::host::hipk::HipkMetadata;
 use crate::host::hipk::metadata::Pin;

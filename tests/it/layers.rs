@@ -38,7 +38,10 @@ fn layers_import_one_way() {
         assert!(!files.is_empty(), "src/{layer} has no sources");
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
-            for other in LAYERS.iter().filter(|o| *o != layer && !allowed.contains(o)) {
+            for other in LAYERS
+                .iter()
+                .filter(|o| *o != layer && !allowed.contains(o))
+            {
                 let path = format!("crate::{other}::");
                 if let Some(line) = text.lines().find(|l| l.contains(&path)) {
                     wrong.push(format!("{}: {}", file.display(), line.trim()));
@@ -46,7 +49,11 @@ fn layers_import_one_way() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports across layers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports across layers:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The program's remote sources stand below the command line: nothing in `src/remote/` names

@@ -77,7 +77,10 @@ fn long_commands_show_progress_on_a_terminal_only() {
         .entries()
         .map(|(_, e)| e.original_size)
         .sum();
-    assert!(kernels >= 64 << 20, "the test needs a larger archive: {kernels}");
+    assert!(
+        kernels >= 64 << 20,
+        "the test needs a larger archive: {kernels}"
+    );
     let shown = on_terminal(d.path(), &["verify", archive]);
     assert!(has_bar(&shown), "verify drew no bar:\n{shown}");
     let dest = d.path().join("extracted");

@@ -569,8 +569,10 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
             "{name}"
         );
     }
-    let meta =
-        rocm_kpack::host::hipk::metadata::encode(&["../.kpack/splt_@GFXARCH@.kpack".into()], "bin/app");
+    let meta = rocm_kpack::host::hipk::metadata::encode(
+        &["../.kpack/splt_@GFXARCH@.kpack".into()],
+        "bin/app",
+    );
     let o = Command::new(out.join("bin/app"))
         .arg(meta.len().to_string())
         .output()
@@ -587,11 +589,13 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     // not split), and exactly that much is reported read.
     let mut total = 0;
     let read = std::cell::Cell::new(0u64);
-    let with_progress =
-        rocm_kpack::tools::split::verify_split_with_progress(&out, &root, &mut |t| total = t, &|n| {
-            read.set(read.get() + n)
-        })
-        .unwrap();
+    let with_progress = rocm_kpack::tools::split::verify_split_with_progress(
+        &out,
+        &root,
+        &mut |t| total = t,
+        &|n| read.set(read.get() + n),
+    )
+    .unwrap();
     assert_eq!(with_progress, check);
     let originals: u64 = inputs.iter().map(|b| b.len() as u64).sum();
     assert_eq!((total, read.get()), (originals, originals));

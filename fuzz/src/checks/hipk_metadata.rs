@@ -8,8 +8,8 @@
 //! a kernel name and at least one search path; errors are `InvalidMetadata`.
 
 use rocm_kpack::ErrorKind;
-use rocm_kpack::host::hipk::metadata::HipkMetadata;
 use rocm_kpack::archive::msgpack;
+use rocm_kpack::host::hipk::metadata::HipkMetadata;
 
 pub fn run(data: &[u8]) {
     let from_slice = HipkMetadata::parse(data);

@@ -60,7 +60,11 @@ pub fn run(data: &[u8]) {
             g.features.iter().all(|f| input.features.contains(f)),
             "{generic:?} invents features"
         );
-        assert_eq!(target_id::generic_isa(&generic), None, "{generic:?} maps again");
+        assert_eq!(
+            target_id::generic_isa(&generic),
+            None,
+            "{generic:?} maps again"
+        );
     }
     let list = target_id::device_arch_list(isa);
     assert!(matches!(list.len(), 1 | 2) && list[0] == isa);

@@ -127,8 +127,11 @@ pub fn run(req: ImportRequest) -> CliResult {
                     .collect()
             });
             let search = vec![import::search_path(&h.kernel_name, &prefix, req.single)];
-            let bytes =
-                rocm_kpack::host::hipk::metadata::encode_pinned(&search, &h.kernel_name, pins.as_deref());
+            let bytes = rocm_kpack::host::hipk::metadata::encode_pinned(
+                &search,
+                &h.kernel_name,
+                pins.as_deref(),
+            );
             (name, bytes)
         })
         .collect();

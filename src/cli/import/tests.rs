@@ -191,7 +191,10 @@ fn import_single_default_prefix_and_names() {
     run(req).unwrap();
     assert_eq!(
         std::fs::read(plain.join("librocfoo.so.1.2.hipk.msgpack")).unwrap(),
-        rocm_kpack::host::hipk::metadata::encode(&[".kpack/rocfoo.kpack".into()], "librocfoo.so.1.2")
+        rocm_kpack::host::hipk::metadata::encode(
+            &[".kpack/rocfoo.kpack".into()],
+            "librocfoo.so.1.2"
+        )
     );
 }
 

@@ -1,8 +1,8 @@
 //! A HIPK host binary as the loader, `resolve` and the mount see it: the metadata in
 //! `.rocm_kpack_ref` and the wrapper array in `.hipFatBinSegment`, read from the ELF file.
 
-use crate::host::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
 use crate::error::{Error, Result};
+use crate::host::elf::{ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
 
 use super::metadata::HipkMetadata;
 use super::wrapper::{Wrapper, parse_wrappers};

@@ -14,8 +14,8 @@ use std::ffi::OsString;
 use std::marker::PhantomData;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use crate::error::{Error, Result};
 use crate::archive::msgpack::{self, Input, Value};
+use crate::error::{Error, Result};
 
 /// Key of the binary's name in the archives' TOC (a msgpack `str`).
 pub const KEY_KERNEL_NAME: &str = "kernel_name";

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use super::*;
-use crate::host::bundle::{build_ccob, build_uncompressed};
 use crate::archive::writer::Compression;
+use crate::host::bundle::{build_ccob, build_uncompressed};
 
 const GFX900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
 const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-";

@@ -14,9 +14,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::Encoded;
-use crate::error::{Error, Result};
 use crate::archive::format::{self, Header};
 use crate::archive::writer::{Compression, TocEntry, TocHead, encode_toc};
+use crate::error::{Error, Result};
 
 struct Kept {
     key: String,

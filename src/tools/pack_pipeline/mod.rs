@@ -18,8 +18,8 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
 use crate::archive::codec::FrameEncoder;
-use crate::error::Error;
 use crate::archive::writer::Compression;
+use crate::error::Error;
 
 mod archive_file;
 mod budget;

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use crate::host::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
 use crate::host::hipk::wrapper::{HIPK_MAGIC, Wrapper, parse_wrappers};
-use crate::tools::import::{self, HostFile, KPACK_DIR, StreamError};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
+use crate::tools::import::{self, HostFile, KPACK_DIR, StreamError};
 
 /// What `verify_split` found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

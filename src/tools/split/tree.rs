@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
-use crate::host::hipk::metadata::Pin;
-use crate::tools::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
-use crate::loader::search::weakly_canonical;
-use crate::tools::pack_pipeline::{self, Feed, Options};
 use crate::archive::writer::Compression;
+use crate::host::hipk::metadata::Pin;
+use crate::loader::search::weakly_canonical;
+use crate::tools::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
+use crate::tools::pack_pipeline::{self, Feed, Options};
 
 /// What `split` was asked to do.
 #[derive(Debug, Clone)]

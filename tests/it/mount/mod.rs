@@ -10,8 +10,8 @@ mod faults;
 mod open_mode;
 mod read_path;
 mod scenarios;
-mod stats_command;
 pub(crate) mod sources;
+mod stats_command;
 mod user_errors;
 
 use std::path::{Path, PathBuf};
