@@ -4,6 +4,7 @@
 mod exit;
 
 mod cat;
+mod daemon_lock;
 mod extract;
 mod import;
 mod invocation;

@@ -22,6 +22,7 @@ use rocm_kpack::loader::LoaderConfig;
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
+use super::daemon_lock;
 use super::remote_args::RemoteArgs;
 use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
@@ -468,6 +469,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         noexec: s.noexec,
         passthrough: !s.no_passthrough,
         open_mode: s.open_mode,
+        exit_delay: test_exit_delay(),
     };
     // In the foreground without --log-file the log is standard error, where the command
     // prints a failure itself: logging it too would show it twice.
@@ -523,7 +525,7 @@ fn serve(
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    let (mut mounted, mountpoint) = match target {
+    let (mounted, mountpoint) = match target {
         Target::Dir(mp) => {
             let m = fuse::mount(fs, &mp, cfg)
                 .map_err(|e| CliError::new(Exit::MountFailed, mount_refused(&mp, &e, cfg)))?;
@@ -547,26 +549,34 @@ fn serve(
     if let Some(r) = ready {
         r.ok();
     }
-    let mut unmounter = mounted.unmounter();
+    let own = mounted.own_mount();
+    // Held until the process exits, so that `kpack-fuse unmount` can wait for it.
+    let held = own.as_ref().and_then(|o| {
+        daemon_lock::hold(o.device())
+            .map_err(|e| log::debug!("no lock for unmount to wait on: {e}"))
+            .ok()
+    });
     std::thread::Builder::new()
         .name("kpack-signals".into())
         .spawn(move || {
             let Some(sig) = signals.wait() else { return };
-            let Some(mp) = mountpoint else {
+            let Some(own) = own else {
                 // The launcher owns a /dev/fd/N mount; all this process can do is stop serving.
                 log::info!("signal {sig}: stopping (the launcher unmounts /dev/fd mounts)");
                 std::process::exit(0);
             };
+            let mp = own.mountpoint();
             log::info!("signal {sig}: unmounting {}", mp.display());
-            if let Err(e) = unmounter.unmount() {
+            // Only while the mount at the path is still ours: it may have been unmounted from
+            // outside and another mounted there since.
+            if !own.still_mounted() {
+                return;
+            }
+            if let Err(e) = unmount_path(mp, false) {
                 // Busy (files still open): detach now; the session ends on last close.
                 log::warn!("unmount of {} failed ({e}); detaching lazily", mp.display());
-            }
-            // Still there when the unmount was busy, or when auto_unmount only handed it to
-            // fusermount3: detach it here (lazily, so open files keep being served).
-            if let Ok(Some(m)) = mountinfo::mount_at(&mp) {
-                if m.fs_type == format!("fuse.{}", fuse::SUBTYPE) {
-                    if let Err(e) = detach(&mp) {
+                if own.still_mounted() {
+                    if let Err(e) = unmount_path(mp, true) {
                         log::error!("lazy unmount of {} failed: {e}", mp.display());
                     }
                 }
@@ -578,33 +588,57 @@ fn serve(
                 format!("cannot start the signal thread: {e}"),
             )
         })?;
-    mounted
+    let served = mounted
         .run()
-        .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {shown} failed: {e}")))?;
+        .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {shown} failed: {e}")));
+    if let Some(h) = held {
+        h.retire();
+    }
+    served?;
     log::info!("{shown}: unmounted, exiting");
     Ok(())
 }
 
-/// Lazy unmount: `umount2(MNT_DETACH)` as root, `fusermount3 -uz` otherwise.
-fn detach(path: &Path) -> io::Result<()> {
-    match umount2(path, libc::MNT_DETACH) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            let status = std::process::Command::new("fusermount3")
-                .arg("-uz")
-                .arg("--")
-                .arg(path)
-                .status()?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(io::Error::other(format!("fusermount3 -uz: {status}")))
-            }
-        }
-        // Already gone (fusermount3 got there first).
+/// The delay a test of the mount's life cycle asks for at the session's end
+/// (`KPACK_FUSE_TEST_EXIT_DELAY_MS`), so that a daemon's slow exit can be made to overlap the
+/// next mount at the same path. Zero otherwise.
+fn test_exit_delay() -> std::time::Duration {
+    std::env::var("KPACK_FUSE_TEST_EXIT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
+}
+
+/// Unmounts `path` (lazily: detaches it, open files keep being served): `umount2` as root,
+/// `fusermount3 -u` (`-uz`) for other users. A path that is no longer mounted is not an error.
+fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    match umount2(path, flags) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => fusermount_unmount(path, lazy),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
         other => other,
     }
 }
+
+/// The setuid helper's unmount, for users other than root.
+fn fusermount_unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    for helper in ["fusermount3", "fusermount"] {
+        let mut cmd = std::process::Command::new(helper);
+        cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(path);
+        match cmd.status() {
+            Ok(s) if s.success() => return Ok(()),
+            Ok(s) => return Err(io::Error::other(format!("{helper} failed ({s})"))),
+            Err(_) => continue,
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "only root may unmount it, and no fusermount3 was found",
+    ))
+}
+
+/// How long `unmount` waits for the daemon to let go before it says so and returns.
+const DAEMON_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn run_unmount(args: UnmountArgs) -> CliResult {
     mount_log::init(Verbosity::default());
@@ -629,49 +663,35 @@ pub fn run_unmount(args: UnmountArgs) -> CliResult {
             entry.fs_type
         )));
     }
-    let flags = if args.lazy { libc::MNT_DETACH } else { 0 };
-    match umount2(&canonical, flags) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(CliError::new(
-            Exit::MountFailed,
-            format!(
-                "{}: busy (files are open); use --lazy to detach now",
-                canonical.display()
-            ),
-        )),
-        // Not root: let the setuid helper do it.
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            fusermount_unmount(&canonical, args.lazy, e)
+    // Opened before the unmount: once it is done, a new mount may take the same device number.
+    let daemons = daemon_lock::holders((entry.major, entry.minor));
+    match unmount_path(&canonical, args.lazy) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(CliError::new(
+                Exit::MountFailed,
+                format!(
+                    "{}: busy (files are open); use --lazy to detach now",
+                    canonical.display()
+                ),
+            ));
         }
-        Err(e) => Err(CliError::new(
-            Exit::MountFailed,
-            format!("{}: unmount failed: {e}", canonical.display()),
-        )),
-    }
-}
-
-fn fusermount_unmount(path: &Path, lazy: bool, first: io::Error) -> CliResult {
-    for helper in ["fusermount3", "fusermount"] {
-        let mut cmd = std::process::Command::new(helper);
-        cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(path);
-        match cmd.status() {
-            Ok(s) if s.success() => return Ok(()),
-            Ok(s) => {
-                return Err(CliError::new(
-                    Exit::MountFailed,
-                    format!("{}: {helper} failed ({s})", path.display()),
-                ));
-            }
-            Err(_) => continue,
+        Err(e) => {
+            return Err(CliError::new(
+                Exit::MountFailed,
+                format!("{}: unmount failed: {e}", canonical.display()),
+            ));
         }
     }
-    Err(CliError::new(
-        Exit::MountFailed,
-        format!(
-            "{}: unmount failed: {first} (and no fusermount3 found)",
-            path.display()
-        ),
-    ))
+    // A lazy detach leaves the daemon serving the files still open: nothing to wait for.
+    if !args.lazy && !daemon_lock::wait_released(&daemons, DAEMON_EXIT_WAIT) {
+        eprintln!(
+            "kpack-fuse: {}: unmounted, but its daemon has not exited after {} s",
+            canonical.display(),
+            DAEMON_EXIT_WAIT.as_secs()
+        );
+    }
+    Ok(())
 }
 
 /// The write end of the self-pipe, for the async-signal-safe handler.

@@ -27,18 +27,19 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::os::fd::{AsFd, OwnedFd};
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL,
-    SessionUnmounter, TimeOrNow, WriteFlags,
+    TimeOrNow, WriteFlags,
 };
 
 use super::fill::OpenedFile;
@@ -147,6 +148,8 @@ struct Adapter {
     /// `auto` chose passthrough open mode: page-cache mode once the mount serves a warm set.
     turn_when_warm: bool,
     decoders: Pool,
+    /// Held at the end of the session, before the process lets go (tests make exits slow).
+    exit_delay: Duration,
 }
 
 impl Shared {
@@ -346,6 +349,12 @@ impl std::ops::Deref for Adapter {
 }
 
 impl Filesystem for Adapter {
+    fn destroy(&mut self) {
+        if !self.exit_delay.is_zero() {
+            std::thread::sleep(self.exit_delay);
+        }
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
         // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
@@ -367,7 +376,11 @@ impl Filesystem for Adapter {
         let page_cache = self.fs.page_cache_mode();
         let mut on = false;
         // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
-        if self.want_passthrough && !page_cache {
+        // The kernel registers backing files only for a daemon with CAP_SYS_ADMIN: without it,
+        // the read path is the daemon's from the start rather than after a first refusal.
+        if self.want_passthrough && !page_cache && !may_register_backing_files() {
+            log::info!("FUSE passthrough needs CAP_SYS_ADMIN; reads go through the daemon");
+        } else if self.want_passthrough && !page_cache {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
                 // containers).
@@ -691,22 +704,75 @@ pub struct MountConfig {
     pub passthrough: bool,
     /// How files are opened; `Auto` is resolved against the mounted kernels' sizes.
     pub open_mode: OpenMode,
+    /// How long the session's end is held before the daemon lets go of the mount (zero but in
+    /// tests of the mount's life cycle, which need a slow exit).
+    pub exit_delay: Duration,
 }
 
 /// A live mount whose requests are not served until [`Mounted::run`].
 pub struct Mounted {
     session: Session<Adapter>,
+    /// Our mount in the mount table, to tell it from a later mount at the same path.
+    own: Option<OwnMount>,
 }
 
-/// Unmounts a [`Mounted`] from another thread (a signal watcher).
-pub struct Unmounter(SessionUnmounter);
+/// This process's mount: its path, the device number of its FUSE connection, and a handle on
+/// the connection. Device numbers are reused as soon as a mount is gone, so a mount at our path
+/// with our device is ours only while our connection is alive.
+#[derive(Debug, Clone)]
+pub struct OwnMount {
+    mountpoint: PathBuf,
+    device: (u32, u32),
+    connection: Arc<OwnedFd>,
+}
 
-impl Unmounter {
-    /// Unmounts (for a session over an inherited descriptor, there is nothing to unmount and
-    /// this does nothing). With auto-unmount this only tells `fusermount3` to do it.
-    pub fn unmount(&mut self) -> io::Result<()> {
-        self.0.unmount()
+impl OwnMount {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
     }
+
+    /// The mount's device number (major, minor).
+    pub fn device(&self) -> (u32, u32) {
+        self.device
+    }
+
+    /// Whether the mount at our path is still ours.
+    pub fn still_mounted(&self) -> bool {
+        connection_alive(&self.connection)
+            && matches!(
+                super::mountinfo::mount_at(&self.mountpoint),
+                Ok(Some(m)) if (m.major, m.minor) == self.device
+            )
+    }
+}
+
+/// Whether this process has CAP_SYS_ADMIN in its effective set, which the kernel asks of a
+/// daemon that registers backing files for passthrough.
+fn may_register_backing_files() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        // Unknown: try, and fall back on the first refusal.
+        return true;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_none_or(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// Whether a FUSE connection still stands: once it ended (unmounted, or aborted), polling its
+/// device reports an error.
+fn connection_alive(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    !(n == 1 && p.revents & (libc::POLLERR | libc::POLLNVAL) != 0)
 }
 
 fn fuser_config(cfg: &MountConfig) -> Config {
@@ -754,13 +820,27 @@ fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
         want_passthrough: cfg.passthrough,
         turn_when_warm: cfg.open_mode == OpenMode::Auto && !page_cache,
         decoders: Pool::per_core("kpack-decode"),
+        exit_delay: cfg.exit_delay,
     }
 }
 
 pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
     let session = Session::new(adapter(fs, cfg), mountpoint, &fuser_config(cfg))?;
-    raise_readahead(mountpoint);
-    Ok(Mounted { session })
+    // The device comes from the mount table: a stat of the mount point would wait for the
+    // session, which is not serving yet.
+    let entry = super::mountinfo::mount_at(mountpoint).ok().flatten();
+    if let Some(m) = &entry {
+        raise_readahead(m);
+    }
+    let connection = Arc::new(session.as_fd().try_clone_to_owned()?);
+    Ok(Mounted {
+        session,
+        own: entry.map(|m| OwnMount {
+            mountpoint: mountpoint.to_path_buf(),
+            device: (m.major, m.minor),
+            connection,
+        }),
+    })
 }
 
 /// Readahead of the mount, in KiB. The kernel offers FUSE filesystems 128 KiB and lets them only
@@ -770,12 +850,7 @@ pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mo
 const READAHEAD_KB: u32 = 1024;
 
 /// Sets the mount's readahead; only logged when it cannot (not root, no sysfs).
-fn raise_readahead(mountpoint: &Path) {
-    // The device comes from the mount table: a stat of the mount point would wait for the
-    // session, which is not serving yet.
-    let Ok(Some(m)) = super::mountinfo::mount_at(mountpoint) else {
-        return;
-    };
+fn raise_readahead(m: &super::mountinfo::MountEntry) {
     let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", m.major, m.minor);
     let current = std::fs::read_to_string(&knob)
         .ok()
@@ -795,18 +870,31 @@ pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mount
     let config = fuser_config(cfg);
     let acl = config.acl;
     let session = Session::from_fd(adapter(fs, cfg), fd, acl, config)?;
-    Ok(Mounted { session })
+    Ok(Mounted { session, own: None })
 }
 
 impl Mounted {
-    pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+    /// Our mount (`None` for a `/dev/fd/N` session, whose mount is the launcher's).
+    pub fn own_mount(&self) -> Option<OwnMount> {
+        self.own.clone()
     }
 
-    /// Serves requests until the filesystem is unmounted (by [`Unmounter`], `umount` or
-    /// `kpack-fuse unmount`).
+    /// Serves requests until the filesystem is unmounted (`umount`, `kpack-fuse unmount`, or
+    /// a signal handler unmounting [`OwnMount`]).
+    ///
+    /// The session's end never unmounts anything: fuser unmounts its mount point by path when
+    /// its mount handle is dropped, and its test of whether the connection already ended takes
+    /// an ended one for live, so after an unmount from outside it would unmount whatever was
+    /// mounted at that path since (a restart at the same path). The handle is therefore never
+    /// dropped; the process exits soon after, which closes the device.
     pub fn run(self) -> io::Result<()> {
-        self.session.run()
+        let background = ManuallyDrop::new(self.session.spawn()?);
+        // SAFETY: the join handle is read out of a value that is never dropped or used again,
+        // so it is owned exactly once, here.
+        let serving = unsafe { std::ptr::read(&background.guard) };
+        serving
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the session thread panicked")))
     }
 }
 

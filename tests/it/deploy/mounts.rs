@@ -399,6 +399,20 @@ fn unprivileged_user_mounts_and_unmounts_through_fusermount3() {
     );
     assert!(r.ok(), "mount as nobody exited {:?}: {}", r.code, r.stderr);
     assert_eq!(mounted_type(&s.mnt).as_deref(), Some("fuse.kpack-fuse"));
+    // Without CAP_SYS_ADMIN the kernel would refuse every backing file: the daemon read path
+    // is in force from the start, before any open.
+    let stats = run_for(
+        Command::new(as_nobody[0])
+            .args(&as_nobody[1..])
+            .arg(&bin)
+            .args(["stats", "--json"])
+            .arg(&s.mnt),
+        30,
+    );
+    assert!(stats.ok(), "stats as nobody: {}", stats.stderr);
+    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(stats["passthrough"], 0, "{stats}");
+    assert_eq!(stats["daemon_opens"], 0, "{stats}");
     s.check_read(&as_nobody);
     // The daemon runs as the user.
     let pids = super::processes_mentioning(&s.mnt.display().to_string());

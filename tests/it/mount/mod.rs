@@ -7,6 +7,7 @@ mod crafted;
 mod daemon;
 mod fault_io;
 mod faults;
+mod lifecycle;
 mod open_mode;
 mod read_path;
 mod scenarios;

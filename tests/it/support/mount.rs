@@ -253,12 +253,22 @@ impl Mount {
     /// Mounts `archive` on an existing directory `mountpoint` owned by the caller (for a new
     /// mount on a point an earlier, crashed one used). The caller removes the directory.
     pub fn start_on(mountpoint: &Path, archive: &Path, extra: &[&str]) -> Mount {
+        Mount::start_on_configured(mountpoint, archive, extra, &|_| {})
+    }
+
+    /// [`Mount::start_on`] with a hook that adjusts the daemon's command before it starts.
+    pub fn start_on_configured(
+        mountpoint: &Path,
+        archive: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         Mount::start_in(
             tempfile::tempdir().unwrap(),
             mountpoint,
             archive,
             extra,
-            &|_| {},
+            configure,
         )
     }
 
@@ -635,15 +645,23 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
+        let mut killed = false;
         if let Some(mut daemon) = self.daemon.take() {
             if let Ok(None) = daemon.try_wait() {
                 abort_connection(self.conn);
                 let _ = daemon.kill();
+                killed = true;
             }
             let _ = daemon.wait();
         }
-        if let Ok(Some(_)) = mountinfo::mount_at(&self.mountpoint) {
-            umount_lazy(&self.mountpoint);
+        // Only our own mount, left behind by a daemon that was killed: a live mount at the same
+        // path is a later one, which may even have been given the same device number.
+        if let Ok(Some(m)) = mountinfo::mount_at(&self.mountpoint) {
+            let dead = std::fs::metadata(&self.mountpoint)
+                .is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+            if m.minor == self.conn && (killed || dead) {
+                umount_lazy(&self.mountpoint);
+            }
         }
     }
 }
