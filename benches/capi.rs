@@ -417,11 +417,11 @@ fn main() {
     for r in rows {
         match r.ratio {
             Some((ratio, against, target, sense)) => println!(
-                "{:<44} {:>12} {:>8.2}x  {against} {}: {}",
+                "{:<44} {:>12} {:>8.2}x  {}: {}",
                 r.name,
                 r.value,
                 ratio,
-                common::against_for_print(target, quick),
+                format!("{against} {}", common::against_for_print(target, quick)).trim_end(),
                 common::plainly(ratio, sense)
             ),
             None => println!("{:<44} {:>12} {:>9}  baseline", r.name, r.value, "1.00x"),
