@@ -52,6 +52,10 @@ step "bench suite --quick" cargo bench --bench suite -- --quick
 step "bench mount_scale --quick" cargo bench --bench mount_scale -- --quick
 step "bench remote --quick" cargo bench --bench remote -- --quick
 step "release install sizes" release_install_sizes
+# After the release build above, which they reuse (tests/deploy/: root, /dev/fuse, podman).
+step "container image (podman)" tests/deploy/container.sh
+step "kubernetes manifests (podman kube play)" tests/deploy/kube.sh
+step "debian packages" tests/deploy/debs.sh
 
 if [ "${#failed[@]}" -gt 0 ]; then
   printf 'test.sh: failed: %s\n' "$(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"
