@@ -2,9 +2,10 @@
 # The project's test command: installs what the tests need (scripts/setup-deps.sh; README.md
 # lists what that is), then runs every test (unit, integration, C ABI under ASan/UBSan, real FUSE
 # mounts; valgrind memcheck and ThreadSanitizer runs), a short smoke run of each benchmark so they
-# cannot rot (smoke runs print no verdicts: they are not measurements), and checks the size of a
-# stripped release install. Long benchmarks and fuzzing run by hand (docs/benchmarks.md,
-# docs/reliability.md).
+# cannot rot (smoke runs print no verdicts: they are not measurements), checks the size of a
+# stripped release install, and builds and runs the container image, the Kubernetes manifests
+# (podman) and the Debian packages (tests/deploy/). Long benchmarks and fuzzing run by hand
+# (docs/benchmarks.md, docs/reliability.md).
 #
 # Every step runs even when an earlier one failed; the last line counts them
 # ("test.sh: N passed, N failed") and the exit status is non-zero when any failed.
