@@ -36,6 +36,11 @@ run_doc image 900 >&2
 got="$(run_doc run 120)"
 same_text "kernels read in the container" "$want" "$got"
 
+# Without the device or the capability the entrypoint says why and exits 3 (no command run).
+run_doc_failing no-device 60 3 "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: no such file"
+run_doc_failing no-cap 60 3 \
+  "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: fusermount3: mount failed: Operation not permitted"
+
 # Two containers: one mounts under a shared host directory, the other reads through it.
 run_doc shared-mount 60 >/dev/null
 for _ in $(seq 100); do

@@ -18,11 +18,14 @@ fail() { echo "deploy/$test_name: FAIL: $*" >&2; exit 1; }
 # doc_block NAME: the text of the code block after `<!-- test: NAME -->` in docs/deploy.md.
 doc_block() {
   local text
+  # A block in a list item is indented: the marker and fence may be, and the fence's indentation
+  # is taken off each line.
   text="$(awk -v want="<!-- test: $1 -->" '
-    $0 == want { armed = 1; next }
-    armed == 1 && /^```/ { inside = 1; armed = 2; next }
-    inside && /^```/ { exit }
-    inside { print }
+    { line = $0; sub(/^ +/, "", line) }
+    line == want { armed = 1; next }
+    armed == 1 && line ~ /^```/ { inside = 1; armed = 2; indent = index($0, "`") - 1; next }
+    inside && line ~ /^```/ { exit }
+    inside { print substr($0, indent + 1) }
   ' docs/deploy.md)"
   [ -n "$text" ] || fail "docs/deploy.md has no block marked <!-- test: $1 -->"
   printf '%s\n' "$text"
@@ -35,6 +38,17 @@ run_doc() {
   say "running the documented commands '$1'"
   timeout --kill-after=10 "$2" bash -euo pipefail -c "$block" \
     || fail "the commands of '$1' failed or took more than $2 s (status $?)"
+}
+
+# run_doc_failing NAME SECONDS STATUS TEXT: runs that block, which must exit with STATUS and
+# print TEXT (a whole line) on its standard error.
+run_doc_failing() {
+  local block status=0
+  block="$(doc_block "$1")"
+  say "running the documented commands '$1' (they must fail with status $3)"
+  timeout --kill-after=10 "$2" bash -euo pipefail -c "$block" > /dev/null 2> "$work/$1.err" || status=$?
+  [ "$status" -eq "$3" ] || { cat "$work/$1.err" >&2; fail "'$1' exited with $status, not $3"; }
+  grep -qxF -- "$4" "$work/$1.err" || { cat "$work/$1.err" >&2; fail "'$1' did not print: $4"; }
 }
 
 # need_root_tools TOOL...: the tests mount and run containers: root, /dev/fuse and the tools.
