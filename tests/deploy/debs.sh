@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The Debian packages: built by scripts/build-debs.sh, checked by lintian and by their symbols
 # file, installed with dpkg, used (a pack mounted through the packaged mount helper and read byte
-# for byte; a C program built with pkg-config against the packaged library reading each kernel),
-# then removed and purged, after which every file and directory is as it was before the install.
+# for byte; a C program built against the packaged library with pkg-config, and with CMake,
+# reading each kernel), then removed and purged, after which every file and directory is as it
+# was before the install.
 #
-# Needs root, /dev/fuse, dpkg-dev, debhelper, lintian, gcc and pkg-config (scripts/setup-deps.sh
-# installs them), and a machine where these packages are not installed.
+# Needs root, /dev/fuse, dpkg-dev, debhelper, lintian, gcc, pkg-config and cmake
+# (scripts/setup-deps.sh installs them), and a machine where these packages are not installed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-need_root_tools dpkg-buildpackage dh lintian gcc pkg-config findmnt
+need_root_tools dpkg-buildpackage dh lintian gcc pkg-config cmake findmnt
 packages=(kpack-fuse librocm-kpack0 librocm-kpack-dev)
 work="$(mktemp -d /tmp/kpack-debs-test.XXXXXX)"
 KPACK="$root/samples/rocrand-sample.kpack"
@@ -131,16 +132,29 @@ gcc -Wall -Werror -o "$work/read-kernel" tests/deploy/read-kernel.c $cflags || f
 resolved="$(ldd "$work/read-kernel" | awk '$1 == "librocm_kpack.so.0" { print $3 }')"
 [ -n "$resolved" ] && [ "$(readlink -f -- "$resolved")" = "/usr/lib/$multiarch/librocm_kpack.so.$version" ] \
   || fail "read-kernel does not use the packaged library: $(ldd "$work/read-kernel")"
+# The same program built with CMake through the packaged rocm-kpack package.
+mkdir -p "$work/cmake"
+cat > "$work/cmake/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.16)
+project(read_kernel C)
+find_package(rocm-kpack REQUIRED)
+add_executable(read-kernel "$root/tests/deploy/read-kernel.c")
+target_link_libraries(read-kernel PRIVATE rocm::rocm_kpack)
+CMAKE
+{ cmake -S "$work/cmake" -B "$work/cmake/build" && cmake --build "$work/cmake/build"; } > "$work/cmake.out" 2>&1 \
+  || { cat "$work/cmake.out" >&2; fail "building with find_package(rocm-kpack) failed"; }
 n=0
 while read -r _ path; do
   binary="$(dirname -- "${path#./}")"
   arch_name="$(basename -- "$path" .hsaco)"
-  timeout 60 "$work/read-kernel" "$KPACK" "$binary" "$arch_name" > "$work/kernel" \
-    || fail "read-kernel $binary $arch_name failed"
-  cmp -- "$work/kernel" "$work/extracted/${path#./}" || fail "read-kernel $binary $arch_name: wrong bytes"
+  for program in "$work/read-kernel" "$work/cmake/build/read-kernel"; do
+    timeout 60 "$program" "$KPACK" "$binary" "$arch_name" > "$work/kernel" \
+      || fail "$program $binary $arch_name failed"
+    cmp -- "$work/kernel" "$work/extracted/${path#./}" || fail "$program $binary $arch_name: wrong bytes"
+  done
   n=$((n + 1))
 done <<< "$want"
-[ "$n" -eq 3 ] || fail "read $n kernels with the C program, not 3"
+[ "$n" -eq 3 ] || fail "read $n kernels with the C programs, not 3"
 
 # ---- remove and purge -----------------------------------------------------------------------
 say "removing and purging"
@@ -158,4 +172,4 @@ if ! diff "$work/before.txt" "$work/after.txt" > "$work/left.diff"; then
   cat "$work/left.diff" >&2
   fail "install and purge changed the file system (diff above: < before, > after)"
 fi
-say "ok: ${packages[*]} built, lintian clean, installed, used (mount, pkg-config), purged without a trace"
+say "ok: ${packages[*]} built, lintian clean, installed, used (mount, pkg-config, CMake), purged without a trace"
