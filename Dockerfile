@@ -13,6 +13,7 @@
 #                     `DESTDIR=target/container-staging scripts/install.sh --prefix /usr/local
 #                     --sbindir /usr/sbin --from target/release`; the host must have the C
 #                     library of the image's Debian release or an older one.
+# Only the selected stage is built (BuildKit, Docker's builder since version 23, and podman).
 # Either way scripts/install.sh strips what it installs: the image gets no debug information.
 #
 # On hosts with AppArmor, add --security-opt apparmor:unconfined if the mount is denied.
