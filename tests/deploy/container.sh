@@ -11,6 +11,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 need_root_tools podman runc debootstrap findmnt
+# The container and Kubernetes sections show only commands these tests run.
+untested="$(untested_doc_blocks)"
+[ -z "$untested" ] || fail "docs/deploy.md: $untested"
 work="$(mktemp -d /tmp/kpack-container-test.XXXXXX)"
 export KPACK="$root/samples/rocrand-sample.kpack"
 export SHARE="$work/share"

@@ -93,3 +93,27 @@ same_text() {
     fail "$1: not the expected bytes (diff above: < expected, > actual)"
   fi
 }
+
+# untested_doc_blocks: the code blocks of the Containers and Kubernetes sections of
+# docs/deploy.md that no test runs: unmarked ones other than the Docker block (the machines have
+# no Docker daemon), and marked ones whose name no test in tests/deploy/ passes to run_doc.
+untested_doc_blocks() {
+  local name
+  awk '
+    /^## / { in_scope = ($0 == "## Containers" || $0 == "## Kubernetes") }
+    !in_scope { next }
+    { line = $0; sub(/^ +/, "", line) }
+    line ~ /^<!-- test: / { marked = 1; next }
+    line ~ /^```/ && !inside { inside = 1; first = ""; next }
+    inside && line ~ /^```/ {
+      inside = 0
+      if (!marked && first !~ /^docker build /) print "unmarked block: " first
+      marked = 0
+      next
+    }
+    inside && first == "" { first = line }
+  ' docs/deploy.md
+  for name in $(sed -n 's/^ *<!-- test: \(.*\) -->$/\1/p' docs/deploy.md); do
+    grep -qE "run_doc(_failing)? $name " tests/deploy/*.sh || echo "block '$name' is run by no test"
+  done
+}
