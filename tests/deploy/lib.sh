@@ -34,7 +34,7 @@ doc_block() {
 # run_doc NAME SECONDS: runs that block; its standard output is the caller's.
 run_doc() {
   local block
-  block="$(doc_block "$1")"
+  block="$(doc_block "$1")" || exit 1
   say "running the documented commands '$1'"
   timeout --kill-after=10 "$2" bash -euo pipefail -c "$block" \
     || fail "the commands of '$1' failed or took more than $2 s (status $?)"
@@ -44,7 +44,7 @@ run_doc() {
 # print TEXT (a whole line) on its standard error.
 run_doc_failing() {
   local block status=0
-  block="$(doc_block "$1")"
+  block="$(doc_block "$1")" || exit 1
   say "running the documented commands '$1' (they must fail with status $3)"
   timeout --kill-after=10 "$2" bash -euo pipefail -c "$block" > /dev/null 2> "$work/$1.err" || status=$?
   [ "$status" -eq "$3" ] || { cat "$work/$1.err" >&2; fail "'$1' exited with $status, not $3"; }
