@@ -28,6 +28,7 @@ APT_PACKAGES=(
   nginx            # a real HTTP server with range requests for the http:// source tests
   openssl          # a test CA and server certificate for the https:// source test
   podman runc      # the container and kube play tests (tests/deploy/; runc: see its lib.sh)
+  catatonit netavark  # podman's pod infra process and network stack (recommended, not required, by podman)
   debootstrap      # their local Debian base image (scripts/container-base.sh)
   dpkg-dev debhelper lintian man-db  # the Debian packages (scripts/build-debs.sh, tests/deploy/debs.sh)
 )
