@@ -197,7 +197,10 @@ fn dockerfile_builds_from_files_in_the_repository() {
     );
     let ignore = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
     let ignore: Vec<&str> = ignore.lines().collect();
-    let target = ignore.iter().position(|l| *l == "target").expect("target ignored");
+    let target = ignore
+        .iter()
+        .position(|l| *l == "target")
+        .expect("target ignored");
     let staged = ignore
         .iter()
         .position(|l| *l == "!target/container-staging")
