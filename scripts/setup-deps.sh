@@ -27,6 +27,10 @@ APT_PACKAGES=(
   python3-pip      # only for what Debian does not package (PIP_PACKAGES)
   nginx            # a real HTTP server with range requests for the http:// source tests
   openssl          # a test CA and server certificate for the https:// source test
+  podman runc      # the container and kube play tests (tests/deploy/; runc: see its lib.sh)
+  catatonit netavark  # podman's pod infra process and network stack (recommended, not required, by podman)
+  debootstrap      # their local Debian base image (scripts/container-base.sh)
+  dpkg-dev debhelper lintian man-db  # the Debian packages (scripts/build-debs.sh, tests/deploy/debs.sh)
 )
 # Installed with pip only if still missing after apt (an older release without the packages);
 # moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).

@@ -2,9 +2,10 @@
 # The project's test command: installs what the tests need (scripts/setup-deps.sh; README.md
 # lists what that is), then runs every test (unit, integration, C ABI under ASan/UBSan, real FUSE
 # mounts; valgrind memcheck and ThreadSanitizer runs), a short smoke run of each benchmark so they
-# cannot rot (smoke runs print no verdicts: they are not measurements), and checks the size of a
-# stripped release install. Long benchmarks and fuzzing run by hand (docs/benchmarks.md,
-# docs/reliability.md).
+# cannot rot (smoke runs print no verdicts: they are not measurements), checks the size of a
+# stripped release install, and builds and runs the container image, the Kubernetes manifests
+# (podman) and the Debian packages (tests/deploy/). Long benchmarks and fuzzing run by hand
+# (docs/benchmarks.md, docs/reliability.md).
 #
 # Every step runs even when an earlier one failed; the last line counts them
 # ("test.sh: N passed, N failed") and the exit status is non-zero when any failed.
@@ -60,6 +61,10 @@ step "bench suite --quick" cargo bench --bench suite -- --quick
 step "bench mount_scale --quick" cargo bench --bench mount_scale -- --quick
 step "bench remote --quick" cargo bench --bench remote -- --quick
 step "release install sizes" release_install_sizes
+# After the release build above, which they reuse (tests/deploy/: root, /dev/fuse, podman).
+step "container image (podman)" tests/deploy/container.sh
+step "kubernetes manifests (podman kube play)" tests/deploy/kube.sh
+step "debian packages" tests/deploy/debs.sh
 
 if [ "${#failed[@]}" -gt 0 ]; then
   printf 'test.sh: failed: %s\n' "$(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The container image, built and run with podman as docs/deploy.md shows: the Dockerfile built
+# from a local Debian base and the host's release build; a container mounting a pack with its
+# entrypoint and reading every kernel; and the shared-mount pattern, one container mounting under
+# a host directory with rshared propagation and another reading through it. Each read is checked
+# against the kernels kpack-fuse extract writes on the host, byte for byte (SHA-256 of each file).
+# Containers and mounts are removed on every exit.
+#
+# Needs root, /dev/fuse, podman, runc, debootstrap (scripts/setup-deps.sh installs them).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+need_root_tools podman runc debootstrap findmnt
+# The container and Kubernetes sections show only commands these tests run.
+untested="$(untested_doc_blocks)"
+[ -z "$untested" ] || fail "docs/deploy.md: $untested"
+work="$(mktemp -d /tmp/kpack-container-test.XXXXXX)"
+export KPACK="$root/samples/rocrand-sample.kpack"
+export SHARE="$work/share"
+
+cleanup() {
+  podman rm -f -t 0 kpack-mount >/dev/null 2>&1 || true
+  if findmnt -n "$SHARE/kpack" >/dev/null 2>&1; then umount -l "$SHARE/kpack" || true; fi
+  if findmnt -n "$SHARE" >/dev/null 2>&1; then umount -l "$SHARE" || true; fi
+  rm -rf -- "$work"
+}
+trap cleanup EXIT
+use_test_podman_config "$work"
+# A container left by an interrupted run would hold the name.
+podman rm -f -t 0 kpack-mount >/dev/null 2>&1 || true
+
+want="$(kernel_sums "$KPACK" "$work/extracted")"
+[ "$(printf '%s\n' "$want" | wc -l)" -eq 3 ] || fail "expected 3 kernels in the sample, got: $want"
+
+# The image.
+run_doc image 900 >&2
+
+# One container: the entrypoint mounts the pack, the command reads every kernel.
+got="$(run_doc run 120)"
+same_text "kernels read in the container" "$want" "$got"
+
+# Without the device or the capability the entrypoint says why and exits 3 (no command run).
+run_doc_failing no-device 60 3 "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: no such file"
+run_doc_failing no-cap 60 3 \
+  "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: fusermount3: mount failed: Operation not permitted"
+
+# Two containers: one mounts under a shared host directory, the other reads through it.
+run_doc shared-mount 60 >/dev/null
+for _ in $(seq 100); do
+  [ "$(findmnt -n -o FSTYPE "$SHARE/kpack" 2>/dev/null)" = fuse.kpack-fuse ] && break
+  sleep 0.2
+done
+[ "$(findmnt -n -o FSTYPE "$SHARE/kpack")" = fuse.kpack-fuse ] \
+  || fail "the mount made in the container did not appear on the host at $SHARE/kpack"
+got="$(run_doc shared-read 120)"
+same_text "kernels read in the second container" "$want" "$got"
+run_doc shared-stop 60 >/dev/null
+# Stopping the mounting container unmounts, on the host too.
+if findmnt -n "$SHARE/kpack" >/dev/null; then fail "$SHARE/kpack still mounted after podman stop"; fi
+podman container exists kpack-mount && fail "kpack-mount was not removed (--rm)"
+say "ok: image built; kernels read byte for byte in one container and through a shared mount"
