@@ -27,8 +27,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::mem::ManuallyDrop;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -379,7 +379,9 @@ impl Filesystem for Adapter {
         // The kernel registers backing files only for a daemon with CAP_SYS_ADMIN: without it,
         // the read path is the daemon's from the start rather than after a first refusal.
         if self.want_passthrough && !page_cache && !may_register_backing_files() {
-            log::info!("FUSE passthrough needs CAP_SYS_ADMIN; reads go through the daemon");
+            log::warn!(
+                "FUSE passthrough needs CAP_SYS_ADMIN, which this daemon lacks; reads go through the daemon"
+            );
         } else if self.want_passthrough && !page_cache {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
