@@ -16,6 +16,9 @@ tool=${1:-$here/../target/release/kpack-fuse}
 tree=$data/rocsparse-tree
 lib=$data/rocsparse/usr/lib/x86_64-linux-gnu/librocsparse.so.0.1
 
+[ -x "$tool" ] || { echo "fetch-rocsparse: $tool is not there: build it (cargo build --release)" >&2; exit 1; }
+tool=$(cd "$(dirname "$tool")" && pwd)/$(basename "$tool")
+
 if [ -d "$tree" ]; then
     echo "$tree"
     exit 0
@@ -37,7 +40,7 @@ if [ ! -f "$lib" ]; then
     mv rocsparse.tmp rocsparse
 fi
 rm -rf rocsparse-pack.tmp rocsparse-tree.tmp
-"$tool" pack --from-fatbin "$lib" --root rocsparse/usr --single --compression none \
+"$tool" pack --from-fatbin "$lib" --root rocsparse/usr --single --compression none --reference-layout \
     -o rocsparse-pack.tmp >&2
 "$tool" extract rocsparse-pack.tmp/*.kpack rocsparse-tree.tmp >&2
 rm -rf rocsparse-pack.tmp

@@ -10,19 +10,19 @@ Three measurements, each in a fresh interpreter, taking turns between the two im
 - write: one zstd archive of every kernel, `prepare_kernel` on a thread pool of 2 (each worker
   reads its kernel's file), `add_kernel` in input order, `finalize_archive`, `write`. The two
   archives must be byte-identical.
-- read+1: `read` of that archive and one `get_kernel` of its largest kernel.
+- read+1: `read` of that archive and one `get_kernel` of a kernel of the mean size.
 - read all: `read` and `get_kernel` of every kernel through `toc`.
 Each prints wall and CPU (user+system) time and peak memory above the interpreter's resident
-size after imports (the peak resident size minus the size before the work), as the median of
+size after imports (the peak resident size, VmHWM, minus the resident size before the work), as the median of
 the rounds, and the ratios API / baseline. Run it with the wheel installed (scripts/test-python.sh
 makes a venv that has it).
 """
 
 import argparse
+import filecmp
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,9 +35,14 @@ HERE = Path(__file__).resolve().parent
 TARGETS = {"write": 0.9, "read+1": 0.1, "read all": 1.0}
 
 
-def rss_kb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+def status_kb(field):
+    """A size from /proc/self/status: VmRSS now, or VmHWM, the peak since this program started
+    (getrusage's ru_maxrss would carry the parent's peak across exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise SystemExit(f"no {field} in /proc/self/status")
 
 
 def child(impl, mode, tree, archive):
@@ -53,7 +58,7 @@ def child(impl, mode, tree, archive):
     if mode == "write":
         for f in sorted(Path(tree).rglob("*.hsaco")):
             items.append((f.parent.relative_to(tree).as_posix(), f.stem, f))
-    base = rss_kb()
+    base = status_kb("VmRSS")
     t0, c0 = time.perf_counter(), os.times()
     if mode == "write":
         archive = PackedKernelArchive("bench", "all", sorted({a for _, a, _ in items}),
@@ -83,7 +88,7 @@ def child(impl, mode, tree, archive):
     wall = time.perf_counter() - t0
     c1 = os.times()
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = status_kb("VmHWM")
     print(json.dumps({"wall": wall, "cpu": cpu, "mem_kb": peak - base, "result": result}))
 
 
@@ -109,9 +114,12 @@ def synthetic_tree(root, n=300):
         (d / f"gfx{900 + i % 3}.hsaco").write_bytes(data)
 
 
-def largest(tree):
-    best = max(Path(tree).rglob("*.hsaco"), key=lambda f: f.stat().st_size)
-    return best.parent.relative_to(tree).as_posix(), best.stem, best.stat().st_size
+def typical(tree):
+    """The kernel whose size is closest to the mean: the one kernel a loader asks for."""
+    files = [(f, f.stat().st_size) for f in Path(tree).rglob("*.hsaco")]
+    mean = sum(n for _, n in files) / len(files)
+    best, size = min(files, key=lambda fn: (abs(fn[1] - mean), str(fn[0])))
+    return best.parent.relative_to(tree).as_posix(), best.stem, size
 
 
 def main():
@@ -135,10 +143,10 @@ def main():
             rounds = args.rounds
         else:
             ap.error("give --tree DIR (bench/fetch-rocsparse.sh makes one) or --quick")
-        key, arch, size = largest(tree)
+        key, arch, size = typical(tree)
         files = list(Path(tree).rglob("*.hsaco"))
         total = sum(f.stat().st_size for f in files)
-        print(f"kernels: {len(files)}, {total / 2**20:.1f} MiB; largest {key} [{arch}] "
+        print(f"kernels: {len(files)}, {total / 2**20:.1f} MiB; read+1 reads {key} [{arch}], "
               f"{size / 2**20:.2f} MiB; rounds: {rounds}")
         env = dict(os.environ, BENCH_OUT=str(work), BENCH_LARGEST=json.dumps([key, arch]))
         figures = {m: {"api": [], "baseline": []} for m in TARGETS}
@@ -146,10 +154,8 @@ def main():
             order = ["api", "baseline"] if r % 2 == 0 else ["baseline", "api"]
             for impl in order:
                 figures["write"][impl].append(run_child(impl, "write", tree, "", env))
-            api_bytes = (work / "api.kpack").read_bytes()
-            if api_bytes != (work / "baseline.kpack").read_bytes():
+            if not filecmp.cmp(work / "api.kpack", work / "baseline.kpack", shallow=False):
                 sys.exit("python_api: the two implementations wrote different archives")
-            del api_bytes
             archive = work / "api.kpack"
             for mode in ("read+1", "read all"):
                 for impl in order:

@@ -337,8 +337,9 @@ class PackedKernelArchive:
             for gfx_arch in arches:
                 yield relative_path, gfx_arch
 
-    def __len__(self) -> int:
-        """The number of kernels."""
+    def kernel_count(self) -> int:
+        """The number of kernels. (No `__len__`: an empty archive stays truthy, as in the
+        reference.)"""
         return sum(len(arches) for arches in self.toc.values())
 
     def items(self) -> Iterator[Tuple[str, str, bytes]]:

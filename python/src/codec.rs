@@ -34,7 +34,11 @@ pub fn zstd_frame<'py>(
     data: &[u8],
     level: i32,
     digests: bool,
-) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyBytes>>)> {
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+)> {
     let (frame, kd, fd) = py
         .allow_threads(|| {
             let frame = encode(data, level)?;

@@ -14,6 +14,10 @@ use rocm_kpack::msgpack::{self, Value};
 #[pyclass(frozen, module = "kpack_fuse._native")]
 pub struct TocData {
     bytes: Vec<u8>,
+    /// Every top-level field but `toc`, converted at open.
+    head: Py<PyDict>,
+    /// Whether the (last) `toc` field holds a map.
+    has_toc: bool,
 }
 
 fn bad(msg: impl Into<String>) -> PyErr {
@@ -53,7 +57,9 @@ fn to_py<'py>(py: Python<'py>, v: &Value<'_>) -> PyResult<Bound<'py, PyAny>> {
             dict.into_any()
         }
         Value::Ext(code, _) => {
-            return Err(bad(format!("TOC holds a msgpack extension value (type {code})")));
+            return Err(bad(format!(
+                "TOC holds a msgpack extension value (type {code})"
+            )));
         }
     })
 }
@@ -85,8 +91,8 @@ fn check(v: &Value<'_>) -> PyResult<()> {
 
 impl TocData {
     fn decode(&self) -> PyResult<Value<'_>> {
-        let (value, _) = msgpack::decode_slice(&self.bytes)
-            .map_err(|e| bad(format!("Invalid TOC: {e}")))?;
+        let (value, _) =
+            msgpack::decode_slice(&self.bytes).map_err(|e| bad(format!("Invalid TOC: {e}")))?;
         if !matches!(value, Value::Map(_)) {
             return Err(bad(format!(
                 "Invalid TOC: a {} instead of a map",
@@ -122,41 +128,43 @@ impl TocData {
             }
             Err(e) => return Err(PyOSError::new_err(e.to_string())),
         };
-        let toc = TocData { bytes };
-        check(&toc.decode()?)?;
-        Ok(toc)
-    }
-
-    /// Every top-level field but `toc`, as a dict in file order.
-    fn head<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        if let Value::Map(pairs) = self.decode()? {
-            for (k, v) in &pairs {
+        let (head, has_toc) = {
+            let (value, _) =
+                msgpack::decode_slice(&bytes).map_err(|e| bad(format!("Invalid TOC: {e}")))?;
+            let Value::Map(pairs) = &value else {
+                return Err(bad(format!(
+                    "Invalid TOC: a {} instead of a map",
+                    value.type_name()
+                )));
+            };
+            check(&value)?;
+            let head = PyDict::new(py);
+            let mut has_toc = false;
+            for (k, v) in pairs {
                 if matches!(k, Value::Str(b) if *b == b"toc") {
+                    has_toc = matches!(v, Value::Map(_));
                     continue;
                 }
-                if !matches!(k, Value::Str(_) | Value::Bin(_)) {
-                    return Err(bad(format!(
-                        "TOC map key of type {} (only str and bytes keys are allowed)",
-                        k.type_name()
-                    )));
-                }
-                dict.set_item(to_py(py, k)?, to_py(py, v)?)?;
+                head.set_item(to_py(py, k)?, to_py(py, v)?)?;
             }
-        }
-        Ok(dict)
+            (head, has_toc)
+        };
+        let head = head.unbind();
+        Ok(TocData {
+            bytes,
+            head,
+            has_toc,
+        })
+    }
+
+    /// Every top-level field but `toc`, as a dict in file order (a new dict each time).
+    fn head<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.head.bind(py).copy()
     }
 
     /// Whether the TOC has a `toc` field holding a map (the last one, when repeated).
-    fn has_toc(&self) -> PyResult<bool> {
-        let Value::Map(pairs) = self.decode()? else {
-            return Ok(false);
-        };
-        Ok(pairs
-            .iter()
-            .rev()
-            .find(|(k, _)| matches!(k, Value::Str(b) if *b == b"toc"))
-            .is_some_and(|(_, v)| matches!(v, Value::Map(_))))
+    fn has_toc(&self) -> bool {
+        self.has_toc
     }
 
     /// The `toc` field (path -> arch -> entry), or `None` when there is none. With repeated

@@ -63,7 +63,12 @@ impl Spool {
     }
 
     /// `size` bytes of the blob body from `offset`.
-    fn read<'py>(&self, py: Python<'py>, offset: u64, size: usize) -> PyResult<Bound<'py, PyBytes>> {
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        size: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let mut buf = vec![0u8; size];
         py.allow_threads(|| self.file.read_exact_at(&mut buf, offset))
             .map_err(os_err)?;
@@ -105,9 +110,16 @@ fn write_file(path: &Path, prefix: &[u8], spool: Option<&Spool>, toc: &[u8]) -> 
     };
     std::fs::create_dir_all(&dir)?;
     let name = path.file_name().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a file path", path.display()))
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a file path", path.display()),
+        )
     })?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let result = (|| {
         let blob_len = prefix.len() as u64 + spool.map_or(0, Spool::byte_len);
         let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
