@@ -10,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rocm_kpack::Archive;
+use rocm_kpack::codec::KernelBuf;
 
 use crate::to_py;
 
@@ -20,15 +21,71 @@ pub struct Reader {
     by_ordinal: OnceLock<HashMap<u32, (usize, usize)>>,
 }
 
+/// A new `bytes` object of a kernel's size whose buffer the core decodes into, so a kernel is
+/// neither cleared before decoding nor copied after. The core asks for it only once the stored
+/// bytes were checked to hold that many, so a hostile size is never allocated.
+struct BytesBuf {
+    obj: Py<PyBytes>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the object is fresh and reached only through this value until it is handed to Python;
+// the pointer is its buffer, which lives as long as the object.
+unsafe impl Send for BytesBuf {}
+
+impl BytesBuf {
+    /// An uninitialised `bytes` of `len` bytes (taking the GIL for the allocation), or `None`
+    /// when Python cannot allocate it.
+    fn new(len: usize) -> Option<BytesBuf> {
+        Python::with_gil(|py| {
+            let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+            // SAFETY: a NULL source asks for an uninitialised buffer of `size` bytes; the result
+            // is a new reference, or NULL with an exception set.
+            let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size) };
+            if raw.is_null() {
+                PyErr::fetch(py);
+                return None;
+            }
+            // SAFETY: `raw` is a new, owned reference to a bytes object.
+            let obj: Py<PyBytes> = unsafe { Py::from_owned_ptr(py, raw) };
+            // SAFETY: the buffer of a bytes object of `size` bytes.
+            let ptr = unsafe { pyo3::ffi::PyBytes_AsString(raw) }.cast::<u8>();
+            Some(BytesBuf { obj, ptr, len })
+        })
+    }
+}
+
+// SAFETY: `ptr` points at the object's `len` bytes, writable while the object is unshared.
+unsafe impl KernelBuf for BytesBuf {
+    fn size(&self) -> usize {
+        self.len
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+    fn init_mut(&mut self) -> &mut [u8] {
+        // SAFETY: see the impl; zeroed before it is handed out as initialised.
+        unsafe {
+            std::ptr::write_bytes(self.ptr, 0, self.len);
+            std::slice::from_raw_parts_mut(self.ptr, self.len)
+        }
+    }
+    unsafe fn filled_mut(&mut self) -> &mut [u8] {
+        // SAFETY: every byte was written (the caller's promise).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 impl Reader {
     fn read_at<'py>(&self, py: Python<'py>, b: usize, e: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let data = py
+        let buf = py
             .allow_threads(|| {
                 let kref = self.archive.locate_for_read_at(b, e)?;
-                self.archive.read_with(&kref, |n| Some(vec![0u8; n]))
+                self.archive.read_with(&kref, BytesBuf::new)
             })
             .map_err(to_py)?;
-        Ok(PyBytes::new(py, &data))
+        Ok(buf.obj.into_bound(py))
     }
 }
 
