@@ -2,10 +2,10 @@
 
 use std::cell::RefCell;
 
+use crate::kpack_core::codec::FrameEncoder;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rocm_kpack::codec::FrameEncoder;
 
 thread_local! {
     /// One encoder per worker thread and level: a pool's threads compress many kernels, and a

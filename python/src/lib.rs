@@ -13,7 +13,13 @@ mod reader;
 mod spool;
 
 use rocm_kpack::error::Error;
-use rocm_kpack::format;
+
+/// The core modules this crate uses, named in one place.
+mod kpack_core {
+    pub use rocm_kpack::{codec, format, msgpack};
+}
+
+use crate::kpack_core::format;
 
 /// A core error as the exception the reference raises for it: `ValueError` for anything wrong
 /// with the archive's bytes, the OS errors for files, `MemoryError` for a failed allocation.
@@ -37,8 +43,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("META_FRAME", format::META_FRAME)?;
     m.add("META_BLAKE3", format::META_BLAKE3)?;
     m.add("META_FRAME_BLAKE3", format::META_FRAME_BLAKE3)?;
-    m.add("MIN_LEVEL", rocm_kpack::codec::MIN_LEVEL)?;
-    m.add("MAX_LEVEL", rocm_kpack::codec::MAX_LEVEL)?;
+    m.add("MIN_LEVEL", kpack_core::codec::MIN_LEVEL)?;
+    m.add("MAX_LEVEL", kpack_core::codec::MAX_LEVEL)?;
     m.add_function(wrap_pyfunction!(codec::zstd_frame, m)?)?;
     m.add_function(wrap_pyfunction!(codec::blake3_digest, m)?)?;
     m.add_function(wrap_pyfunction!(msgpack_out::packb, m)?)?;

@@ -4,10 +4,10 @@
 
 use std::os::unix::fs::FileExt;
 
+use crate::kpack_core::msgpack::{self, Value};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rocm_kpack::msgpack::{self, Value};
 
 /// The raw TOC of one archive. Its parts are converted when asked for, so reading an archive's
 /// header fields does not build a Python dict for every one of its kernels.

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::kpack_core::codec::KernelBuf;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rocm_kpack::Archive;
-use rocm_kpack::codec::KernelBuf;
 
 use crate::to_py;
 

@@ -8,10 +8,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::kpack_core::format::{self, Header};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rocm_kpack::format::{self, Header};
 
 /// The blob body of an archive being built: for zstd each record is the frame's `u32` size word
 /// and the frame, for `none` the kernels' bytes back to back.
