@@ -327,3 +327,19 @@ def test_digests_need_a_builtin_compressor():
         PackedKernelArchive("g", "f", [], compressor=Mine(), digests=True)
     assert str(e.value) == "digests=True needs NoOpCompressor or ZstdCompressor"
     assert c.COMPRESSION_SCHEMES is COMPRESSION_SCHEMES
+
+
+def test_inputs_of_another_scheme_and_late_adds_are_refused():
+    zstd_archive = PackedKernelArchive("g", "f", ["gfx900"], compressor=ZstdCompressor())
+    noop_prepared = PackedKernelArchive("g", "f", ["gfx900"]).prepare_kernel("k", "gfx900", b"x")
+    with pytest.raises(TypeError) as e:
+        zstd_archive.add_kernel(noop_prepared)
+    assert str(e.value) == (
+        "k@gfx900: a NoOpCompressionInput cannot be added to an archive using ZstdCompressor"
+    )
+    assert zstd_archive.toc == {}
+    zstd_archive.finalize_archive()
+    with pytest.raises(RuntimeError) as e:
+        zstd_archive.add_kernel(zstd_archive.prepare_kernel("k", "gfx900", b"x"))
+    assert str(e.value) == "Cannot add_kernel() after finalize_archive()"
+    assert zstd_archive.toc == {}
