@@ -25,6 +25,7 @@ APT_PACKAGES=(
   python3-msgpack python3-zstandard  # the Python reference reader in tests/python
   python3-yaml     # Kubernetes manifest checks
   python3-pip      # only for what Debian does not package (PIP_PACKAGES)
+  python3-venv     # the Python package's tests run in a venv (scripts/test-python.sh)
   nginx            # a real HTTP server with range requests for the http:// source tests
   openssl          # a test CA and server certificate for the https:// source test
   podman runc      # the container and kube play tests (tests/deploy/; runc: see its lib.sh)

@@ -60,6 +60,7 @@ step "bench split --quick" cargo bench --bench split -- --quick
 step "bench suite --quick" cargo bench --bench suite -- --quick
 step "bench mount_scale --quick" cargo bench --bench mount_scale -- --quick
 step "bench remote --quick" cargo bench --bench remote -- --quick
+step "python" scripts/test-python.sh
 step "release install sizes" release_install_sizes
 # After the release build above, which they reuse (tests/deploy/: root, /dev/fuse, podman).
 step "container image (podman)" tests/deploy/container.sh

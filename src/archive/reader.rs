@@ -323,8 +323,8 @@ impl Archive {
         self.toc.gfx_arches.iter().any(|a| a == arch)
     }
 
-    /// The (binary, entry) indices of a kernel in `binaries()`.
-    fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
+    /// The (binary, entry) indices of a kernel in `binaries()`, when the TOC has an entry for it.
+    pub fn entry_index(&self, key: &str, arch: &str) -> Option<(usize, usize)> {
         let b = self.toc.kernels.find(key)?;
         let e = self.toc.kernels.binary(b)?.position(arch)?;
         Some((b, e))
@@ -448,6 +448,15 @@ impl Archive {
             digest: None,
             frame_digest: None,
         })
+    }
+
+    /// How many stored kernels the archive holds, by ordinal: the `blobs` list (`none`) or the
+    /// zstd blob's frame count.
+    pub fn stored_count(&self) -> usize {
+        match self.lazy_frames {
+            Some((_, count)) => count as usize,
+            None => self.spans.len(),
+        }
     }
 
     /// Whether frames are located from the TOC's `frame` metadata (open read no frame table).
