@@ -173,6 +173,8 @@ def main():
             line = (f"{mode:10} {a['wall']:9.3f} {b['wall']:9.3f} {ratio('wall'):6.2f} | "
                     f"{a['cpu']:8.2f} {b['cpu']:8.2f} {ratio('cpu'):6.2f} | "
                     f"{a['mem_kb'] / 1024:8.1f} {b['mem_kb'] / 1024:8.1f} {ratio('mem_kb'):6.2f}")
+            line += (f"  API {plainly(ratio('wall'), 'faster', 'slower', 'as fast')}, "
+                     f"{plainly(ratio('mem_kb'), 'less', 'more', 'the same')} memory")
             if not args.quick:
                 time_ok = ratio("wall") <= target
                 mem_target = {"write": 0.5, "read+1": 0.1, "read all": None}[mode]
@@ -181,6 +183,15 @@ def main():
                          + ("" if mem_target is None else
                             f", memory <= {mem_target}x: {'met' if mem_ok else 'MISSED'}"))
             print(line)
+
+
+def plainly(ratio, below, above, even):
+    """An API/baseline ratio of times or sizes in words (within 2% of 1 counts as even)."""
+    if ratio < 0.98:
+        return below
+    if ratio > 1.02:
+        return above
+    return even
 
 
 if __name__ == "__main__":

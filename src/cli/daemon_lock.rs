@@ -82,16 +82,18 @@ pub fn holders(device: (u32, u32)) -> Vec<File> {
 /// Waits, up to `limit`, until every holder has let go; whether they all did.
 pub fn wait_released(holders: &[File], limit: Duration) -> bool {
     let start = Instant::now();
-    holders.iter().all(|f| loop {
-        match flock(f, libc::LOCK_EX | libc::LOCK_NB) {
-            Ok(()) => break true,
-            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-                if start.elapsed() > limit {
-                    break false;
+    holders.iter().all(|f| {
+        loop {
+            match flock(f, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => break true,
+                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                    if start.elapsed() > limit {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                Err(_) => break true,
             }
-            Err(_) => break true,
         }
     })
 }

@@ -19,10 +19,10 @@ use rocm_kpack::fs::source::{self, SourceOptions};
 use rocm_kpack::fs::{FsOptions, OpenMode, gpus, mountinfo};
 use rocm_kpack::loader::LoaderConfig;
 
+use super::daemon_lock;
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
-use super::daemon_lock;
 use super::remote_args::RemoteArgs;
 use super::umount::umount2;
 use super::{CliError, CliResult, Exit};

@@ -43,7 +43,10 @@ fn remount_cycles(unmount: &dyn Fn(&Path)) {
         let next = mount_at(&mp);
         let remounted = Instant::now();
         let status = current.wait_exit();
-        assert!(status.success(), "cycle {cycle}: old daemon exited with {status}");
+        assert!(
+            status.success(),
+            "cycle {cycle}: old daemon exited with {status}"
+        );
         std::thread::sleep(STILL_SERVING_AFTER.saturating_sub(remounted.elapsed()));
         let entry = rocm_kpack::fs::mountinfo::mount_at(&next.mountpoint).unwrap();
         assert_eq!(
