@@ -4,6 +4,7 @@
 mod ahead;
 mod cold;
 mod crafted;
+mod crash_cache;
 mod daemon;
 mod fault_io;
 mod faults;
