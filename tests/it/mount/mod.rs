@@ -8,6 +8,7 @@ mod crash_cache;
 mod daemon;
 mod fault_io;
 mod faults;
+mod memory_limit;
 mod open_mode;
 mod read_path;
 mod scenarios;
