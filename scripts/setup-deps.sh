@@ -27,6 +27,7 @@ APT_PACKAGES=(
   python3-pip      # only for what Debian does not package (PIP_PACKAGES)
   nginx            # a real HTTP server with range requests for the http:// source tests
   openssl          # a test CA and server certificate for the https:// source test
+  e2fsprogs        # mkfs.ext4: the small loop-mounted file system of the full-disk cache test
 )
 # Installed with pip only if still missing after apt (an older release without the packages);
 # moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).

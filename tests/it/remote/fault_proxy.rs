@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ struct Shared {
     upstream: u16,
     seed: u64,
     /// Out of 1000 answers, how many get a fault.
-    rate: AtomicU32,
+    rate: u32,
     armed: AtomicBool,
     delay: Duration,
     /// The whole object, for [`Fault::WholeObject`].
@@ -85,7 +85,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             upstream,
             seed,
-            rate: AtomicU32::new(per_mille),
+            rate: per_mille,
             armed: AtomicBool::new(false),
             delay,
             whole,
@@ -121,11 +121,6 @@ impl FaultProxy {
     /// Starts (or stops) injecting faults.
     pub fn arm(&self, on: bool) {
         self.shared.armed.store(on, Ordering::SeqCst);
-    }
-
-    /// Faults `per_mille` of the answers from now on.
-    pub fn set_rate(&self, per_mille: u32) {
-        self.shared.rate.store(per_mille, Ordering::SeqCst);
     }
 
     /// Injects only `fault` (all kinds in turn with `None`).
@@ -340,7 +335,7 @@ fn serve(client: TcpStream, s: &Shared) -> std::io::Result<()> {
                 *n
             };
             let h = mix(hash_str(s.seed, &key) ^ nth);
-            ((h % 1000) < u64::from(s.rate.load(Ordering::SeqCst))).then(|| {
+            ((h % 1000) < u64::from(s.rate)).then(|| {
                 let n = s.injected.fetch_add(1, Ordering::SeqCst);
                 let only = *s.only.lock().unwrap();
                 (only.unwrap_or(FAULTS[(n % 6) as usize]), h >> 32)
