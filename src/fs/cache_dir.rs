@@ -11,9 +11,10 @@
 //!   exclusive `flock` on each until it closes it, so a temporary nobody holds a lock on belongs
 //!   to a daemon that died (or was killed) while writing it, and the next listing removes it.
 //!
-//! Safety without locks: every file is written under a unique temporary name and renamed into
-//! place (readers see a whole old file or a whole new one, never a partial one); two daemons
-//! missing the same kernel both decode it and the second rename replaces identical bytes;
+//! Nothing is locked against readers or other writers: every file is written under a unique
+//! temporary name and renamed into place (readers see a whole old file or a whole new one, never
+//! a partial one); two daemons missing the same kernel both decode it and the second rename
+//! replaces identical bytes;
 //! removing a file another daemon has open leaves that daemon's descriptor valid. Before use, a
 //! file's length and BLAKE3 are checked (against the archive's digest when it has one, else the
 //! `.b3` file); a file that fails is decoded again, never served.
@@ -288,7 +289,9 @@ fn lock_while_open(file: &File) -> io::Result<()> {
     }
 }
 
-/// Whether no process holds the lock of the temporary file at `path` (its writer is gone).
+/// Whether no process holds the lock of the temporary file at `path` (its writer is gone). One
+/// caught between its creation and its lock looks abandoned too; removing it only makes its
+/// writer's rename fail, so that kernel is served but not kept.
 fn abandoned(path: &Path) -> bool {
     let Ok(file) = File::options()
         .read(true)
