@@ -1,9 +1,11 @@
 //! `split_elf`: arbitrary bytes as a host binary given to `split`, which reads its ELF headers,
 //! wrappers and relocations and rewrites it.
 //!
-//! The file is split twice, as `split_binary` does it (in memory) and as `split` does it on a tree
-//! (read through `HostFile`, the device code never read, written file to file); both must reach
-//! the same refusal or the same bytes. Whatever `split` accepts must come out as a HIPK binary
+//! The rewrite is planned twice, from the bytes in memory (`split_elf`) and as `split` does it on
+//! a tree (read through `HostFile`, the device code never read, written file to file); both must
+//! reach the same refusal or the same bytes. The commands (`split_binary`, and `split` on a tree,
+//! whose code-object walk `host_walk` checks against the in-memory one) rewrite a binary only
+//! when import's ELF reader accepts it too; whatever they write must come out as a HIPK binary
 //! that every reader of split binaries accepts: `split`'s own reader (already split), the mount's
 //! and `resolve`'s (`HipkHost`, metadata equal to the marker, one HIPK wrapper per wrapper
 //! rewritten, indices in order, the marker where the result says) and import's (refused as
@@ -57,8 +59,16 @@ pub fn run(data: &[u8]) {
             planned.as_ref().map(|r| r.len())
         ),
     }
-    if let Ok(r) = &direct {
-        check_output(data, &marker, r);
+    // `split_elf` alone trusts the headers `split` reads and may accept a binary whose other
+    // tables are broken; the commands also read its device code with import's reader, and
+    // refuse what that reader refuses.
+    match (split::split_binary(data, KERNEL_NAME, PREFIX), &direct) {
+        (Ok(b), Ok(r)) => {
+            assert!(b.result == *r, "split_binary and split_elf differ");
+            check_output(data, &marker, r);
+        }
+        (Ok(_), Err(e)) => panic!("split_binary rewrote what split_elf refuses: {e}"),
+        (Err(_), _) => {}
     }
     // The file was only read.
     let mut again = vec![0u8; data.len()];
