@@ -28,6 +28,12 @@ use super::{SplitError, SplitResult, relocs};
 use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
 use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
+/// Largest segment alignment accepted (x86-64 uses 4 KiB to 2 MiB).
+const MAX_PAGE: u64 = 1 << 30;
+/// Loaded segments end below this (x86-64 addresses have at most 57 bits), so addresses rounded
+/// up to a page cannot overflow.
+const MAX_VADDR: u64 = 1 << 62;
+
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a
 }
@@ -86,6 +92,28 @@ impl<'a> Input<'a> {
             "section headers",
             Shdr::parse,
         )?;
+        // Every table and section the layout is computed from lies inside the file, so no sum
+        // of an offset and a size below can overflow.
+        for (i, p) in phdrs.iter().enumerate() {
+            range(
+                bytes,
+                p.p_offset,
+                p.p_filesz,
+                &format!("program header {i}"),
+            )?;
+            if p.p_vaddr
+                .checked_add(p.p_memsz)
+                .is_none_or(|end| end > MAX_VADDR)
+            {
+                return Err(SplitError::Malformed(format!(
+                    "program header {i}: {:#x}+{:#x} is past the address space",
+                    p.p_vaddr, p.p_memsz
+                )));
+            }
+        }
+        for (i, s) in shdrs.iter().enumerate() {
+            range(bytes, s.sh_offset, s.file_size(), &format!("section {i}"))?;
+        }
         let st = &shdrs[ehdr.e_shstrndx as usize];
         let shstrtab = &bytes[range(bytes, st.sh_offset, st.sh_size, "section name table")?];
         Ok(Input {
@@ -206,9 +234,9 @@ fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
     let file_len = bytes.len() as u64;
     let loads: Vec<&Phdr> = inp.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
     let page = loads.iter().map(|p| p.p_align).max().unwrap_or(0).max(4096);
-    if !page.is_power_of_two() {
+    if !page.is_power_of_two() || page > MAX_PAGE {
         return Err(SplitError::Malformed(format!(
-            "segment alignment {page} is not a power of two"
+            "segment alignment {page} is not a power of two of at most {MAX_PAGE}"
         )));
     }
     let seg_idx = inp

@@ -234,6 +234,14 @@ fn host_seeds_reach_the_deep_paths() {
                     other => panic!("{:?}", other.map(|b| b.result.bytes.len())),
                 }
             }
+            // Found by the fuzzer: a section whose offset plus size overflows 64 bits made the
+            // layout's sums overflow (a panic with overflow checks, a wrapped layout without).
+            "crash-section-end-overflows-u64" => match got {
+                Err(SplitError::Malformed(why)) => {
+                    assert!(why.contains("run past the 24576-byte file"), "{why}")
+                }
+                other => panic!("{:?}", other.map(|r| r.bytes.len())),
+            },
             other => panic!("split_elf seed {other} has no expectation here"),
         }
         checked += 1;
