@@ -284,6 +284,14 @@ fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
     } else {
         file_len
     };
+    // With no whole page of device code to remove the hole is empty; it is put where it cannot
+    // lie past the bytes kept (a short section near the end of the file rounds up past them).
+    let (cut_lo, cut_hi) = if delta == 0 {
+        let at = cut_lo.min(keep_end);
+        (at, at)
+    } else {
+        (cut_lo, cut_hi)
+    };
     let new_seg_off = round_up(keep_end - delta, page);
     let new_seg_vaddr = round_up(
         loads
