@@ -28,8 +28,9 @@ use super::{SplitError, SplitResult, relocs};
 use crate::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
 use crate::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
-/// Largest segment alignment accepted (x86-64 uses 4 KiB to 2 MiB).
-const MAX_PAGE: u64 = 1 << 30;
+/// Largest segment alignment accepted (x86-64 binaries use 4 KiB to 2 MiB). The output pads the
+/// new segment to it, in memory too, so it bounds what a hostile header can make us allocate.
+const MAX_PAGE: u64 = 16 << 20;
 /// Loaded segments end below this (x86-64 addresses have at most 57 bits), so addresses rounded
 /// up to a page cannot overflow.
 const MAX_VADDR: u64 = 1 << 62;
@@ -234,9 +235,14 @@ fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
     let file_len = bytes.len() as u64;
     let loads: Vec<&Phdr> = inp.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
     let page = loads.iter().map(|p| p.p_align).max().unwrap_or(0).max(4096);
-    if !page.is_power_of_two() || page > MAX_PAGE {
+    if !page.is_power_of_two() {
         return Err(SplitError::Malformed(format!(
-            "segment alignment {page} is not a power of two of at most {MAX_PAGE}"
+            "segment alignment {page} is not a power of two"
+        )));
+    }
+    if page > MAX_PAGE {
+        return Err(SplitError::Unsupported(format!(
+            "segment alignment {page} is larger than {MAX_PAGE}"
         )));
     }
     let seg_idx = inp
