@@ -32,6 +32,7 @@ APT_PACKAGES=(
   catatonit netavark  # podman's pod infra process and network stack (recommended, not required, by podman)
   debootstrap      # their local Debian base image (scripts/container-base.sh)
   dpkg-dev debhelper lintian man-db  # the Debian packages (scripts/build-debs.sh, tests/deploy/debs.sh)
+  e2fsprogs        # mkfs.ext4: the small loop-mounted file system of the full-disk cache test
 )
 # Installed with pip only if still missing after apt (an older release without the packages);
 # moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).

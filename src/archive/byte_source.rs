@@ -30,6 +30,10 @@ pub trait ByteSource: Send + Sync + std::fmt::Debug {
     /// Hint that [offset, offset+len) will be read soon / only these bytes are needed (fadvise
     /// for files).
     fn will_need(&self, _offset: u64, _len: u64) {}
+    /// The bytes read from [offset, offset+len) failed their check (digest, size word, decode):
+    /// a source that keeps copies of fetched bytes drops them, so the next read fetches them
+    /// again instead of failing the same way for as long as the archive is open.
+    fn forget(&self, _offset: u64, _len: u64) {}
     /// When the object was last modified, if the source knows (shown as the mount's times).
     fn modified(&self) -> Option<SystemTime> {
         None

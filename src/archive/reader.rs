@@ -768,6 +768,14 @@ impl Archive {
         Ok(out)
     }
 
+    /// Tells the source that the stored bytes of `kref` (with a frame's size word) failed
+    /// their check, so that a copy it keeps is not served again.
+    fn distrust(&self, kref: &KernelRef<'_>) {
+        let from = kref.stored.offset.saturating_sub(4);
+        self.source
+            .forget(from, kref.stored.size + (kref.stored.offset - from));
+    }
+
     fn digest_error(
         &self,
         kref: &KernelRef<'_>,
@@ -775,6 +783,7 @@ impl Archive {
         recorded: [u8; 32],
         actual: [u8; 32],
     ) -> Error {
+        self.distrust(kref);
         Error::DigestMismatch {
             path: self.path.clone(),
             key: kref.key.to_owned(),
@@ -842,6 +851,7 @@ impl Archive {
             let start = kref.stored.offset - head.len() as u64;
             let found = crate::bytes::le_u32(head, 0).expect("4 bytes");
             if u64::from(found) != kref.stored.size {
+                self.distrust(kref);
                 return Err(Error::ZstdIndex {
                     path: self.path.clone(),
                     offset: start,
@@ -930,6 +940,7 @@ impl Archive {
     }
 
     fn decode_error(&self, kref: &KernelRef<'_>, reason: String) -> Error {
+        self.distrust(kref);
         Error::Decompress {
             path: self.path.clone(),
             key: kref.key.to_owned(),

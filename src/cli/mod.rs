@@ -11,6 +11,7 @@ mod invocation;
 mod list;
 mod load;
 mod man;
+mod mem_limit;
 mod mount;
 mod mount_daemon;
 mod mount_log;

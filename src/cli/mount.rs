@@ -31,6 +31,22 @@ use crate::remote;
 /// Default `--cache-size`: 256 MiB.
 pub const DEFAULT_CACHE: u64 = 256 << 20;
 
+/// `--cache-size` for `--backing memory` when none is given: [`DEFAULT_CACHE`], or a quarter of
+/// the memory limit of the mount's cgroup when that is smaller (memfds cannot be reclaimed, and
+/// decodes in flight and the daemon itself need the rest).
+fn default_memory_cache() -> u64 {
+    match super::mem_limit::cgroup_memory_limit() {
+        Some(limit) if limit / 4 < DEFAULT_CACHE => {
+            log::info!(
+                "--cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {limit}",
+                limit / 4
+            );
+            limit / 4
+        }
+        _ => DEFAULT_CACHE,
+    }
+}
+
 /// Default `--cache-dir-size`: 10 GiB.
 pub const DEFAULT_CACHE_DIR_SIZE: u64 = 10 << 30;
 
@@ -44,7 +60,8 @@ pub struct MountArgs {
     /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
     /// With --backing memory: bytes of decoded kernels kept in memory once no file has them
-    /// open (suffixes K, M, G: powers of 1024) [default: 256M].
+    /// open (suffixes K, M, G: powers of 1024) [default: 256M, or a quarter of the memory limit
+    /// of the mount's cgroup when that is less].
     #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
     pub cache_size: Option<u64>,
     /// Where decoded kernels live while the mount uses them: disk (a directory of this mount
@@ -425,7 +442,10 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let disk_bound = s.cache_dir_size.unwrap_or(DEFAULT_CACHE_DIR_SIZE);
     let (backing, cache_size) = if s.memory_backing {
-        (Placement::Memory, s.cache_size.unwrap_or(DEFAULT_CACHE))
+        (
+            Placement::Memory,
+            s.cache_size.unwrap_or_else(default_memory_cache),
+        )
     } else if let Some(dir) = &s.cache_dir {
         check_dir(dir, true)?;
         (Placement::CacheDir(dir.clone()), disk_bound)

@@ -7,11 +7,14 @@
 //!   `KpackFs::cache_key`; `XY` its first two digits (keeps directories small).
 //! * `XY/HEX.b3`: `kpack-fuse cache v1`, `len N`, `blake3 HEX` (one per line): what the data
 //!   file must be. Used to validate files of archives that carry no per-kernel digest.
-//! * `XY/.tmp.*`: files being written; renamed into place when complete.
+//! * `XY/.tmp.*`: files being written; renamed into place when complete. Their writer holds an
+//!   exclusive `flock` on each until it closes it, so a temporary nobody holds a lock on belongs
+//!   to a daemon that died (or was killed) while writing it, and the next listing removes it.
 //!
-//! Safety without locks: every file is written under a unique temporary name and renamed into
-//! place (readers see a whole old file or a whole new one, never a partial one); two daemons
-//! missing the same kernel both decode it and the second rename replaces identical bytes;
+//! Nothing is locked against readers or other writers: every file is written under a unique
+//! temporary name and renamed into place (readers see a whole old file or a whole new one, never
+//! a partial one); two daemons missing the same kernel both decode it and the second rename
+//! replaces identical bytes;
 //! removing a file another daemon has open leaves that daemon's descriptor valid. Before use, a
 //! file's length and BLAKE3 are checked (against the archive's digest when it has one, else the
 //! `.b3` file); a file that fails is decoded again, never served.
@@ -21,7 +24,7 @@
 //! directory is listed and the least recently used files are removed until it fits.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -34,7 +37,7 @@ use super::backing::{DirStats, KernelSpec, fail};
 /// Where the layout above starts, inside the directory the user named.
 const VERSION_DIR: &str = "kpack-v1";
 const META_HEADER: &str = "kpack-fuse cache v1";
-/// A temporary file older than this belongs to a daemon that died while writing it.
+/// A temporary file older than this is removed even when locked (a writer that never finishes).
 const STALE_TMP: Duration = Duration::from_secs(3600);
 
 pub struct CacheDir {
@@ -129,7 +132,10 @@ impl CacheDir {
             .mode(0o644)
             .open(&path)
             .map_err(|e| fail(&format!("cannot create {}", path.display()), &e))?;
-        Ok((file, TmpFile { path: Some(path) }))
+        let tmp = TmpFile { path: Some(path) };
+        lock_while_open(&file)
+            .map_err(|e| fail(&format!("cannot lock {}", tmp.path_display()), &e))?;
+        Ok((file, tmp))
     }
 
     /// Puts a completely written file (still open by the caller) in place, with its record
@@ -144,8 +150,16 @@ impl CacheDir {
         let (data, meta, sub) = self.paths(&spec.cache_key);
         let tmp_meta = self.tmp_path(&sub);
         let text = format!("{META_HEADER}\nlen {}\nblake3 {}\n", spec.len, hex(&digest));
-        std::fs::write(&tmp_meta, text)
-            .and_then(|()| std::fs::rename(&tmp_meta, &meta))
+        File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp_meta)
+            .and_then(|mut f| {
+                lock_while_open(&f)?;
+                f.write_all(text.as_bytes())?;
+                std::fs::rename(&tmp_meta, &meta)
+            })
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp_meta);
                 fail(&format!("cannot write {}", meta.display()), &e)
@@ -217,7 +231,8 @@ impl CacheDir {
                 let mtime = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 let name = name.to_string_lossy();
                 if name.starts_with(".tmp.") {
-                    if now.duration_since(mtime).is_ok_and(|age| age > STALE_TMP) {
+                    let old = now.duration_since(mtime).is_ok_and(|age| age > STALE_TMP);
+                    if old || abandoned(&path) {
                         let _ = std::fs::remove_file(&path);
                     }
                     continue;
@@ -253,6 +268,40 @@ impl CacheDir {
 pub struct TmpFile {
     /// `None` once committed.
     path: Option<PathBuf>,
+}
+
+impl TmpFile {
+    fn path_display(&self) -> String {
+        self.path
+            .as_deref()
+            .map_or(String::new(), |p| p.display().to_string())
+    }
+}
+
+/// Takes an exclusive `flock` on a new temporary file, held until its last descriptor closes:
+/// the kernel drops it when the writer dies, however it dies.
+fn lock_while_open(file: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether no process holds the lock of the temporary file at `path` (its writer is gone). One
+/// caught between its creation and its lock looks abandoned too; removing it only makes its
+/// writer's rename fail, so that kernel is served but not kept.
+fn abandoned(path: &Path) -> bool {
+    let Ok(file) = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; it is released when `file` is dropped.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 impl Drop for TmpFile {

@@ -157,6 +157,10 @@ impl ByteSource for RemoteObject {
         self.version.size
     }
 
+    fn forget(&self, offset: u64, len: u64) {
+        self.fetched.forget(offset, len);
+    }
+
     fn display_name(&self) -> String {
         self.url.clone()
     }

@@ -74,6 +74,28 @@ impl FetchedRanges {
         Ok(())
     }
 
+    /// Stops holding `[offset, offset + len)` (bytes that failed a check): later reads there
+    /// fetch again. The rest of each range is kept.
+    pub fn forget(&self, offset: u64, len: u64) {
+        let end = offset.saturating_add(len);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let overlapping: Vec<(u64, u64)> = held
+            .range(..end)
+            .rev()
+            .take_while(|(_, e)| **e > offset)
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        for (s, e) in overlapping {
+            held.remove(&s);
+            if s < offset {
+                held.insert(s, offset);
+            }
+            if e > end {
+                held.insert(end, e);
+            }
+        }
+    }
+
     /// Bytes held.
     #[cfg(test)]
     pub fn held_bytes(&self) -> u64 {
@@ -108,5 +130,16 @@ mod tests {
         assert!(r.read(&mut two, 9).unwrap());
         assert_eq!(&two, b"XYb");
         assert!(!r.read(&mut two, 21).unwrap());
+        // Forgetting the middle keeps both ends; reads across the hole fetch again.
+        r.forget(12, 4);
+        assert_eq!(r.held_bytes(), 9);
+        assert!(r.read(&mut two, 9).unwrap());
+        assert!(!r.read(&mut two, 11).unwrap());
+        assert!(!r.read(&mut two, 14).unwrap());
+        let mut tail = [0u8; 6];
+        assert!(r.read(&mut tail, 16).unwrap());
+        assert_eq!(&tail, b"ghijkl");
+        r.forget(0, 100);
+        assert_eq!(r.held_bytes(), 0);
     }
 }

@@ -7,6 +7,7 @@
 #[path = "../../fuzz/src/checks/mod.rs"]
 #[allow(dead_code)]
 pub(crate) mod checks;
+mod host_seeds;
 mod seeds;
 
 use std::collections::BTreeMap;
@@ -191,6 +192,122 @@ fn archive_inputs_give_their_expected_outcomes() {
         inputs.len(),
         "archive inputs without a line in {EXPECTED}"
     );
+}
+
+/// The host-binary seeds are gcc's output, so they are written (when blessing) but not compared;
+/// instead each must still reach the path it is there for.
+#[test]
+fn host_seeds_reach_the_deep_paths() {
+    use rocm_kpack::host::hipk::HipkHost;
+    use rocm_kpack::tools::import;
+    use rocm_kpack::tools::split::{self, SplitError};
+
+    if std::env::var_os("KPACK_BLESS_FUZZ_SEEDS").is_some() {
+        for (target, name, bytes) in host_seeds::host_seeds() {
+            fs::create_dir_all(dir(target)).unwrap();
+            fs::write(dir(target).join(name), bytes).unwrap();
+        }
+    }
+    let mut checked = 0;
+    for (name, bytes) in committed("split_elf") {
+        let got = split::split_elf(&bytes, &split::marker("k", "p", None));
+        match name.as_str() {
+            n if n.starts_with("fat-") => {
+                let r = got.unwrap_or_else(|e| panic!("{n}: {e}"));
+                assert_eq!(r.wrappers, 2, "{n}");
+            }
+            n if n.starts_with("split-") => assert_eq!(got.unwrap_err(), SplitError::AlreadySplit),
+            "bad-magic-library.so" => assert!(matches!(got, Err(SplitError::BadWrapper { .. }))),
+            n if n.starts_with("stray-pointer") => {
+                assert!(matches!(got, Err(SplitError::DanglingReloc { .. })), "{n}")
+            }
+            "no-device-code.so" => assert_eq!(got.unwrap_err(), SplitError::NoDeviceCode),
+            // Found by the fuzzer: a binary whose .dynsym links to a section that is not a
+            // string table. split's own reader plans the rewrite (it does not read .dynsym),
+            // but the command refuses it: import's reader rejects the file.
+            "crash-dynsym-links-a-non-string-section" => {
+                assert!(got.is_ok());
+                match split::split_binary(&bytes, "k", "p") {
+                    Err(SplitError::Import(import::ImportError::NotElf(why))) => {
+                        assert!(why.contains("Invalid ELF string section type"), "{why}")
+                    }
+                    other => panic!("{:?}", other.map(|b| b.result.bytes.len())),
+                }
+            }
+            // Found by the fuzzer: a section whose offset plus size overflows 64 bits made the
+            // layout's sums overflow (a panic with overflow checks, a wrapped layout without).
+            "crash-section-end-overflows-u64" => match got {
+                Err(SplitError::Malformed(why)) => {
+                    assert!(why.contains("run past the 24576-byte file"), "{why}")
+                }
+                other => panic!("{:?}", other.map(|r| r.bytes.len())),
+            },
+            // Found by the fuzzer: a device-code section shorter than a page near the end of the
+            // file put the (empty) hole past the bytes kept, and the copy plan underflowed. It
+            // now splits like any binary with nothing to cut.
+            "crash-empty-hole-past-the-kept-bytes" => {
+                let r = got.unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(r.removed, 0);
+                rocm_kpack::host::hipk::HipkHost::read(&r.bytes).unwrap();
+            }
+            // Found by the fuzzer: a segment aligned to 1 GiB, which the output pads the new
+            // segment to (in memory too): over 2 GiB allocated for a 24 KiB input.
+            "oom-huge-segment-alignment" => match got {
+                Err(SplitError::Unsupported(why)) => {
+                    assert!(why.contains("is larger than 16777216"), "{why}")
+                }
+                other => panic!("{:?}", other.map(|r| r.bytes.len())),
+            },
+            other => panic!("split_elf seed {other} has no expectation here"),
+        }
+        checked += 1;
+    }
+    for (name, bytes) in committed("host_walk") {
+        let got = import::host_code_objects("k", &bytes);
+        if name.starts_with("fat-") || name.starts_with("stray-") || name.starts_with("bad-") {
+            let arches: Vec<String> = got.unwrap().into_iter().map(|c| c.arch).collect();
+            assert_eq!(
+                arches,
+                ["gfx900", "gfx90a:xnack-", "gfx900", "gfx1100"],
+                "{name}"
+            );
+        } else {
+            assert!(got.is_err(), "{name}");
+        }
+        checked += 1;
+    }
+    for (name, bytes) in committed("hipk_host") {
+        let got = HipkHost::read(&bytes);
+        if name.starts_with("split-") {
+            let host = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(host.hipk_code_objects(), [0, 1], "{name}");
+            assert_eq!(
+                host.metadata.pins.is_some(),
+                name.starts_with("split-pinned-"),
+                "{name}"
+            );
+        } else {
+            assert!(got.is_err(), "{name}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} host seeds");
+}
+
+/// Debian's librocrand (a real ROCm library: one CCOB-less bundle, seven code objects) and
+/// what `split` makes of it go through the host-binary checks like any fuzz input.
+#[test]
+fn real_rocrand_passes_the_host_binary_checks() {
+    let Some(so) = crate::fatbin::rocrand() else {
+        return;
+    };
+    let bytes = fs::read(so).unwrap();
+    checks::split_elf::run(&bytes);
+    checks::host_walk::run(&bytes);
+    let marker = rocm_kpack::tools::split::marker("lib/librocrand.so.1.1", "rocrand", None);
+    let split = rocm_kpack::tools::split::split_elf(&bytes, &marker).unwrap();
+    checks::hipk_host::run(&split.bytes);
+    checks::split_elf::run(&split.bytes);
 }
 
 /// The fuzz workspace must list every target the replay knows, and the other way round.

@@ -9,9 +9,12 @@
 pub mod archive;
 pub mod archive_mutate;
 pub mod bundle;
+pub mod hipk_host;
 pub mod hipk_metadata;
+pub mod host_walk;
 pub mod maps;
 pub mod names;
+pub mod split_elf;
 pub mod target_id;
 pub mod toc;
 pub mod zstd_index;
@@ -31,4 +34,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("hipk_metadata", |d| hipk_metadata::run(d)),
     ("bundle", |d| bundle::run(d)),
     ("maps", |d| maps::run(d)),
+    ("split_elf", |d| split_elf::run(d)),
+    ("hipk_host", |d| hipk_host::run(d)),
+    ("host_walk", |d| host_walk::run(d)),
 ];

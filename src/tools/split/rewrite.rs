@@ -28,6 +28,13 @@ use super::{SplitError, SplitResult, relocs};
 use crate::host::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
 use crate::host::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 
+/// Largest segment alignment accepted (x86-64 binaries use 4 KiB to 2 MiB). The output pads the
+/// new segment to it, in memory too, so it bounds what a hostile header can make us allocate.
+const MAX_PAGE: u64 = 16 << 20;
+/// Loaded segments end below this (x86-64 addresses have at most 57 bits), so addresses rounded
+/// up to a page cannot overflow.
+const MAX_VADDR: u64 = 1 << 62;
+
 fn round_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a) * a
 }
@@ -86,6 +93,28 @@ impl<'a> Input<'a> {
             "section headers",
             Shdr::parse,
         )?;
+        // Every table and section the layout is computed from lies inside the file, so no sum
+        // of an offset and a size below can overflow.
+        for (i, p) in phdrs.iter().enumerate() {
+            range(
+                bytes,
+                p.p_offset,
+                p.p_filesz,
+                &format!("program header {i}"),
+            )?;
+            if p.p_vaddr
+                .checked_add(p.p_memsz)
+                .is_none_or(|end| end > MAX_VADDR)
+            {
+                return Err(SplitError::Malformed(format!(
+                    "program header {i}: {:#x}+{:#x} is past the address space",
+                    p.p_vaddr, p.p_memsz
+                )));
+            }
+        }
+        for (i, s) in shdrs.iter().enumerate() {
+            range(bytes, s.sh_offset, s.file_size(), &format!("section {i}"))?;
+        }
         let st = &shdrs[ehdr.e_shstrndx as usize];
         let shstrtab = &bytes[range(bytes, st.sh_offset, st.sh_size, "section name table")?];
         Ok(Input {
@@ -211,6 +240,11 @@ fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
             "segment alignment {page} is not a power of two"
         )));
     }
+    if page > MAX_PAGE {
+        return Err(SplitError::Unsupported(format!(
+            "segment alignment {page} is larger than {MAX_PAGE}"
+        )));
+    }
     let seg_idx = inp
         .phdrs
         .iter()
@@ -255,6 +289,14 @@ fn plan_layout(bytes: &[u8], inp: &Input<'_>) -> Result<Layout, SplitError> {
         inp.ehdr.e_shoff
     } else {
         file_len
+    };
+    // With no whole page of device code to remove the hole is empty; it is put where it cannot
+    // lie past the bytes kept (a short section near the end of the file rounds up past them).
+    let (cut_lo, cut_hi) = if delta == 0 {
+        let at = cut_lo.min(keep_end);
+        (at, at)
+    } else {
+        (cut_lo, cut_hi)
     };
     let new_seg_off = round_up(keep_end - delta, page);
     let new_seg_vaddr = round_up(

@@ -4,10 +4,12 @@
 mod ahead;
 mod cold;
 mod crafted;
+mod crash_cache;
 mod daemon;
 mod fault_io;
 mod faults;
 mod lifecycle;
+mod memory_limit;
 mod open_mode;
 mod read_path;
 mod scenarios;

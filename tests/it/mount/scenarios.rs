@@ -71,6 +71,8 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         other if other.starts_with("cold_") => super::cold::run(other, mnt, archive, arg),
         other if other.starts_with("ahead_") => super::ahead::run(other, mnt, archive, arg),
         other if other.starts_with("om_") => super::open_mode::run(other, mnt, archive, arg),
+        "crash_reads" => super::crash_cache::run(name, mnt, arg),
+        "full_reads" => super::crash_cache::run_full(mnt, arg),
         other if other.starts_with("remote_") => crate::remote::scenarios::run(other, mnt, arg),
         other => super::fault_io::run(other, mnt, archive, arg),
     }

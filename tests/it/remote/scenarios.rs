@@ -72,6 +72,64 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
                 }
             });
         }
+        // `PASSES|THREADS|EXPECTED_DIR`: every file of EXPECTED_DIR is read PASSES times through
+        // the mount, by THREADS threads at once, each read with the page cache dropped first.
+        // A read must return exactly the file or fail with EIO; prints the counts and the slowest.
+        "remote_faulty_reads" => {
+            let mut parts = arg.splitn(3, '|');
+            let passes: usize = parts.next().unwrap().parse().unwrap();
+            let threads: usize = parts.next().unwrap().parse().unwrap();
+            let dir = Path::new(parts.next().unwrap());
+            let files = files_below(dir);
+            let ok = std::sync::atomic::AtomicU64::new(0);
+            let eio = std::sync::atomic::AtomicU64::new(0);
+            let slowest = std::sync::Mutex::new(std::time::Duration::ZERO);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (files, ok, eio, slowest) = (&files, &ok, &eio, &slowest);
+                    s.spawn(move || {
+                        for pass in 0..passes {
+                            for rel in files.iter().skip((t + pass) % threads).step_by(threads) {
+                                let started = std::time::Instant::now();
+                                let got = read_uncached(&mnt.join(rel));
+                                let took = started.elapsed();
+                                let mut worst = slowest.lock().unwrap();
+                                *worst = (*worst).max(took);
+                                drop(worst);
+                                match got {
+                                    Ok(bytes) => {
+                                        let want = std::fs::read(dir.join(rel)).unwrap();
+                                        assert!(
+                                            bytes == want,
+                                            "WRONG BYTES: {} ({} bytes read, {} expected)",
+                                            rel.display(),
+                                            bytes.len(),
+                                            want.len()
+                                        );
+                                        ok.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    }
+                                    Err(e) => {
+                                        assert_eq!(
+                                            e.raw_os_error(),
+                                            Some(libc::EIO),
+                                            "{}: {e}",
+                                            rel.display()
+                                        );
+                                        eio.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            println!(
+                "READS ok {} eio {} slowest_ms {}",
+                ok.into_inner(),
+                eio.into_inner(),
+                slowest.into_inner().unwrap().as_millis()
+            );
+        }
         "remote_stats" => {
             let text = String::from_utf8(xattr(mnt, "user.kpack.stats")).unwrap();
             for line in text.lines() {
@@ -80,6 +138,36 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
         }
         other => panic!("unknown remote scenario {other}"),
     }
+}
+
+/// Every file below `dir`, relative to it.
+fn files_below(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Reads a whole file with its page cache dropped first, so the daemon answers.
+fn read_uncached(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::io::AsRawFd;
+    let mut f = std::fs::File::open(path)?;
+    // SAFETY: fadvise on a descriptor we hold; no memory is passed.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
 }
 
 fn xattr(path: &Path, name: &str) -> Vec<u8> {
