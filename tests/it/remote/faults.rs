@@ -154,23 +154,32 @@ fn http_reads_through_injected_faults_are_exact_or_eio() {
     }
     let www = tempfile::tempdir().unwrap();
     let archive = write(www.path(), "f.kpack", Compression::Zstd { level: 3 });
+    let summary = read_from_nginx_through_faults(&archive, 300, 4);
+    eprintln!("http (nginx), zstd archive: {summary}");
+}
+
+/// Serves `archive` with nginx from its directory, behind a fault proxy (faults on `per_mille`
+/// of the requests, from [`SEED`]), mounts it through the proxy and reads every file `passes`
+/// times through the faults; returns the summary of what was injected and read.
+fn read_from_nginx_through_faults(archive: &Path, per_mille: u32, passes: usize) -> String {
     let want = tempfile::tempdir().unwrap();
-    expected_dir(&[archive.as_path()], want.path());
-    let nginx = Nginx::start(www.path());
+    expected_dir(&[archive], want.path());
+    let nginx = Nginx::start(archive.parent().unwrap());
     let proxy = FaultProxy::start(
         nginx.port,
         SEED,
-        300,
+        per_mille,
         DELAY,
-        std::fs::read(&archive).unwrap(),
+        std::fs::read(archive).unwrap(),
     );
-    let url = format!("http://127.0.0.1:{}/f.kpack", proxy.port);
+    let name = archive.file_name().unwrap().to_str().unwrap();
+    let url = format!("http://127.0.0.1:{}/{name}", proxy.port);
     let args = mount_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let m = mount(&url, &args, &[]);
-    let summary = read_through_faults(&m, &proxy, want.path(), 4);
-    eprintln!("http (nginx), zstd archive: {summary}");
+    let summary = read_through_faults(&m, &proxy, want.path(), passes);
     m.stop();
+    summary
 }
 
 #[test]
@@ -249,22 +258,7 @@ fn remote_faults_200mb_archive() {
     for compression in [Compression::None, Compression::Zstd { level: 1 }] {
         let www = tempfile::tempdir().unwrap();
         let archive = write_archive(&www.path().join("big.kpack"), compression, &list);
-        let want = tempfile::tempdir().unwrap();
-        expected_dir(&[archive.as_path()], want.path());
-        let nginx = Nginx::start(www.path());
-        let proxy = FaultProxy::start(
-            nginx.port,
-            SEED,
-            100,
-            DELAY,
-            std::fs::read(&archive).unwrap(),
-        );
-        let url = format!("http://127.0.0.1:{}/big.kpack", proxy.port);
-        let args = mount_args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let m = mount(&url, &args, &[]);
-        let summary = read_through_faults(&m, &proxy, want.path(), 3);
+        let summary = read_from_nginx_through_faults(&archive, 100, 3);
         eprintln!("200 MiB {compression:?} through nginx: {summary}");
-        m.stop();
     }
 }
