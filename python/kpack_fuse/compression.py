@@ -84,24 +84,35 @@ class _Spooled:
         return self.spool.read(self.offset, self.size)
 
 
+class _SpoolableBytes:
+    """A bytes attribute of a prepared kernel that an archive may move to its spool file (it then
+    sets the slot to None and `_spooled`): reading loads it back, assigning replaces it."""
+
+    def __init__(self, slot: str):
+        self.slot = slot
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        value = getattr(obj, self.slot)
+        if value is None and obj._spooled is not None:
+            return obj._spooled.load()
+        return value
+
+    def __set__(self, obj, value: bytes) -> None:
+        setattr(obj, self.slot, value)
+        obj._spooled = None
+
+
 class NoOpCompressionInput(CompressionInput):
     """A kernel stored as it is (`data`)."""
 
     _digests = None
 
+    data = _SpoolableBytes("_data")
+
     def __init__(self, data: bytes):
         self.data = data
-
-    @property
-    def data(self) -> bytes:
-        if self._data is None and self._spooled is not None:
-            return self._spooled.load()
-        return self._data
-
-    @data.setter
-    def data(self, value: bytes) -> None:
-        self._data = value
-        self._spooled = None
 
 
 class NoOpCompressor(Compressor):
@@ -167,22 +178,12 @@ class ZstdCompressionInput(CompressionInput):
     """A kernel compressed to one zstd frame (`compressed_frame`) of `original_size` bytes."""
 
     _digests = None
+    compressed_frame = _SpoolableBytes("_frame")
 
     def __init__(self, kernel_id: str, compressed_frame: bytes, original_size: int):
         self.kernel_id = kernel_id
         self.compressed_frame = compressed_frame
         self.original_size = original_size
-
-    @property
-    def compressed_frame(self) -> bytes:
-        if self._frame is None and self._spooled is not None:
-            return self._spooled.load()
-        return self._frame
-
-    @compressed_frame.setter
-    def compressed_frame(self, value: bytes) -> None:
-        self._frame = value
-        self._spooled = None
 
 
 class ZstdCompressor(Compressor):
