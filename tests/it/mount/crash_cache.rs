@@ -200,19 +200,7 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
     let mut seed: u64 = parts.next().unwrap().parse::<u64>().unwrap() * 2654435761 + 1;
     let may_fail = parts.next() == Some("may-fail");
     let stop = dir.parent().unwrap().join("stop");
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.push(p.strip_prefix(dir).unwrap().to_path_buf());
-            }
-        }
-    }
-    files.sort();
+    let mut files = crate::support::files_below(dir);
     let (mut ok, mut failed) = (0u64, 0u64);
     'passes: for _ in 0..passes {
         for i in (1..files.len()).rev() {

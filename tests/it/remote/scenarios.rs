@@ -80,7 +80,7 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
             let passes: usize = parts.next().unwrap().parse().unwrap();
             let threads: usize = parts.next().unwrap().parse().unwrap();
             let dir = Path::new(parts.next().unwrap());
-            let files = files_below(dir);
+            let files = crate::support::files_below(dir);
             let ok = std::sync::atomic::AtomicU64::new(0);
             let eio = std::sync::atomic::AtomicU64::new(0);
             let slowest = std::sync::Mutex::new(std::time::Duration::ZERO);
@@ -138,24 +138,6 @@ pub fn run(name: &str, mnt: &Path, arg: &str) {
         }
         other => panic!("unknown remote scenario {other}"),
     }
-}
-
-/// Every file below `dir`, relative to it.
-fn files_below(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.push(p.strip_prefix(dir).unwrap().to_path_buf());
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 /// Reads a whole file with its page cache dropped first, so the daemon answers.
