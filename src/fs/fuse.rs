@@ -1,37 +1,24 @@
 //! The FUSE adapter: the only file that imports `fuser`. It translates kernel requests into
-//! calls on [`KpackFs`] and its answers back into replies, and sets up the mount. Beyond that
-//! translation it owns four decisions that depend on what the kernel's FUSE protocol allows:
+//! calls on [`KpackFs`] and its answers back into replies, carries out the decisions of the
+//! open policy (`policy.rs`: which read path each open gets), and sets up the mount.
 //!
-//! * passthrough: asking for it at init, and the kernel's backing ids. The kernel requires one
-//!   backing id per inode for all its open handles, so ids are shared by inode (weakly) and held
-//!   by handle (strongly); the id is closed when the inode's last handle is released. When the
-//!   kernel does not offer passthrough, or refuses a backing id (no `CAP_SYS_ADMIN`), the mount
-//!   serves reads itself from then on and says so once in the log.
-//! * where a cold kernel decodes: on the decode pool (`pool.rs`), so request threads are never
-//!   held by a decode. Opens and reads that must wait for it travel with the job as callbacks
-//!   that own their replies (`fill.rs`).
-//! * which handles the kernel reads itself: a complete file is opened with passthrough; one
-//!   still being decoded is read by the daemon (its reads wait for their bytes), with direct
-//!   I/O while passthrough is on, in the kernel's page-cache mode otherwise. The kernel refuses
-//!   a passthrough open of an inode that has daemon-read handles open, and the reverse, so the
-//!   mode is decided per inode: daemon-read handles are counted, and while any is open new opens
-//!   are read by the daemon too; while the inode has a backing id, every open gets passthrough
-//!   with it (its file holds the same bytes).
-//! * the open mode ([`OpenMode`]): in page-cache open mode OPEN is answered ENOSYS, after
-//!   which the kernel opens files without the daemon (no OPEN, no RELEASE, page cache kept),
-//!   and READs arrive with handle 0 and are served by inode (a cold one on the decode pool too).
-//!   `auto` on a mount of large kernels starts in passthrough mode and turns to page-cache mode
-//!   for good once it serves a warm set (see [`WARM_OPENS_TO_PAGE_CACHE`]); handles opened
-//!   before keep reading as they did.
+//! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
+//!   where this daemon may register backing files) and tells the policy what was granted.
+//! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
+//!   ready ([`KpackFs::open_start`]) and the policy says how the new handle is answered. A
+//!   backing id is registered here, without the policy's lock, and reported back to it.
+//! * Cold kernels decode on the decode pool (`pool.rs`), so request threads are never held by
+//!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
+//!   replies (`fill.rs`).
+//! * A READ with handle 0 is a file the kernel opened by itself (page-cache mode) and is served
+//!   by inode; any other reads its handle's file.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -43,10 +30,9 @@ use fuser::{
 };
 
 use super::fill::OpenedFile;
+use super::policy::{Granted, Handle, OpenPolicy, OpenStart, WARM_OPENS_TO_PAGE_CACHE};
 use super::pool::Pool;
-use super::{
-    Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL, WARM_OPENS_TO_PAGE_CACHE,
-};
+use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL};
 use crate::sync::lock;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
@@ -119,188 +105,66 @@ pub fn escape_fsname(name: &str) -> String {
     out
 }
 
-/// Backing ids: shared per inode, held per handle; and the handles opened in page-cache mode
-/// while passthrough is on, per inode.
-#[derive(Default)]
-struct BackingIds {
-    by_ino: HashMap<u64, Weak<BackingId>>,
-    by_fh: HashMap<u64, Arc<BackingId>>,
-    cached_by_ino: HashMap<u64, u32>,
-    cached_fh: HashSet<u64>,
-}
+/// The open policy, with the kernel's backing ids as its ids: shared with the stats lines.
+type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
 
 /// What the adapter and the jobs it sends to the decode pool share.
 struct Shared {
     fs: KpackFs,
-    /// Passthrough is in use (asked for, offered at init, and no backing id refused yet).
-    passthrough: AtomicBool,
-    /// Backing ids by inode and handle. Page-cache open mode (`KpackFs::page_cache_mode`) is
-    /// turned on later with this locked, and read with it locked by passthrough opens (see
-    /// [`Adapter::turns_to_page_cache`]).
-    ids: Mutex<BackingIds>,
+    /// Which read path each open gets; its decisions are carried out here.
+    policy: Policy,
 }
 
 /// The adapter handed to fuser.
 struct Adapter {
     shared: Arc<Shared>,
-    /// Passthrough was asked for (not `--no-passthrough`).
-    want_passthrough: bool,
-    /// `auto` chose passthrough open mode: page-cache mode once the mount serves a warm set.
-    turn_when_warm: bool,
     decoders: Pool,
     /// Held at the end of the session, before the process lets go (tests make exits slow).
     exit_delay: Duration,
 }
 
 impl Shared {
-    /// Replies to an open once the file is there: with the inode's backing id when
-    /// passthrough is on and the file is complete (or the inode already has an id), else in
-    /// page-cache mode, read by the daemon.
+    /// Replies to an open once its file is there, as the policy decides: passthrough with the
+    /// inode's backing id (registered through `reply` when it has none), or read by the
+    /// daemon.
     fn opened(&self, ino: u64, opened: Result<OpenedFile, Errno>, reply: ReplyOpen) {
         let opened = match opened {
             Ok(o) => o,
             Err(e) => return reply.error(errno(e)),
         };
-        let complete = opened.is_complete();
-        let fh = self.fs.add_handle(opened);
-        // A backing id registered by an open that raced with another of the same inode: the
-        // first one registered is used, this one is closed once no lock is held.
-        let mut spare: Option<BackingId> = None;
-        let cached_open = |ids: &BackingIds| ids.cached_by_ino.get(&ino).copied().unwrap_or(0) > 0;
-        let mut ids = lock(&self.ids);
-        // An inode with a live backing id is opened with it whatever the mount does now: Linux
-        // refuses an open without passthrough while another handle of the inode has it.
-        if let Some(id) = ids.by_ino.get(&ino).and_then(Weak::upgrade) {
-            ids.by_fh.insert(fh, id.clone());
-            drop(ids);
-            return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-        }
-        if self.passthrough.load(Ordering::Relaxed)
-            && complete
-            && !cached_open(&ids)
-            && !self.fs.page_cache_mode()
-        {
-            // The registration is an ioctl: made without the lock, then checked against what
-            // other opens of the inode did meanwhile.
-            drop(ids);
-            let made = self
-                .fs
-                .backing_of(fh)
-                .ok_or_else(|| io::Error::other("no handle"))
-                .and_then(|file| reply.open_backing(file.file()));
-            ids = lock(&self.ids);
-            match made {
-                Ok(new) => {
-                    let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
-                        Some(theirs) => {
-                            spare = Some(new);
-                            Some(theirs)
-                        }
-                        // The mount turned to page-cache mode meanwhile: no passthrough handle
-                        // may be opened after the turn (see `turns_to_page_cache`).
-                        None if self.fs.page_cache_mode() => {
-                            spare = Some(new);
-                            None
-                        }
-                        // A page-cache handle of the inode opened meanwhile: Linux would refuse
-                        // a passthrough one now.
-                        None if cached_open(&ids) => {
-                            spare = Some(new);
-                            None
-                        }
-                        None => {
-                            let new = Arc::new(new);
-                            ids.by_ino.insert(ino, Arc::downgrade(&new));
-                            Some(new)
-                        }
-                    };
-                    if let Some(id) = id {
-                        ids.by_fh.insert(fh, id.clone());
-                        drop(ids);
-                        drop(spare);
-                        return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-                    }
-                }
-                Err(e) => {
-                    if self.passthrough.swap(false, Ordering::Relaxed) {
-                        log::warn!(
-                            "the kernel refused a passthrough backing file ({e}); \
-                             reads go through the daemon from now on"
-                        );
-                        self.fs.set_passthrough(false);
-                    }
-                }
+        let new = self.fs.add_handle(opened);
+        let fh = new.fh;
+        let register = || match self.fs.backing_of(fh) {
+            Some(file) => reply.open_backing(file.file()).map(Arc::new),
+            None => Err(io::Error::other("no handle")),
+        };
+        let handle = OpenPolicy::answer(&self.policy, ino, fh, new.complete, new.warm, register);
+        match handle {
+            Handle::Passthrough(id) => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+            }
+            // Direct I/O: the daemon answers from the part already decoded, and the kernel keeps
+            // no second copy of pages that later opens pass through. Otherwise the page cache is
+            // kept across opens (the warm cache of the daemon read path): the archive does not
+            // change while mounted.
+            Handle::Daemon { direct_io: true } => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            }
+            Handle::Daemon { direct_io: false } | Handle::Register => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
         }
-        if self.passthrough.load(Ordering::Relaxed) {
-            *ids.cached_by_ino.entry(ino).or_insert(0) += 1;
-            ids.cached_fh.insert(fh);
-        }
-        drop(ids);
-        drop(spare);
-        // With passthrough, a kernel still decoding is read with direct I/O: each read goes to
-        // the daemon, which answers from the part already written, and the kernel keeps no
-        // second copy of pages that later opens read from the backing file (such copies would
-        // slow the first warm pass after a cold one).
-        // Otherwise keep the page cache across opens (it is the warm cache of the daemon read
-        // path): the archive does not change while mounted.
-        let flags = if complete || !self.passthrough.load(Ordering::Relaxed) {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::FOPEN_DIRECT_IO
-        };
-        reply.opened(FileHandle(fh), flags);
     }
 
-    fn release(&self, ino: u64, fh: u64) {
-        // Dropping the last strong reference closes the backing id in the kernel: done once
-        // the lock is released.
-        let id = {
-            let mut ids = lock(&self.ids);
-            let id = ids.by_fh.remove(&fh);
-            if id.is_some() && ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 1) {
-                ids.by_ino.remove(&ino);
-            }
-            if ids.cached_fh.remove(&fh) {
-                if let Some(n) = ids.cached_by_ino.get_mut(&ino) {
-                    *n -= 1;
-                    if *n == 0 {
-                        ids.cached_by_ino.remove(&ino);
-                    }
-                }
-            }
-            id
-        };
-        drop(id);
+    fn release(&self, fh: u64) {
+        // The last handle's backing id is closed in the kernel once the lock is released.
+        let closed = lock(&self.policy).release(fh);
+        drop(closed);
         self.fs.release(fh);
     }
 }
 
 impl Adapter {
-    /// Whether this open is where `auto` turns to page-cache mode (once, when the mount
-    /// serves a warm set): this open and every later one are refused with ENOSYS.
-    ///
-    /// Only while no passthrough handle is open: Linux fails with EIO an open without the
-    /// daemon of an inode that has one (seen on 6.18), and after the turn those opens are all
-    /// there is. The flag is set with the backing ids locked, and a passthrough open checks it
-    /// there before and after registering its id, so none is opened after the turn either.
-    fn turns_to_page_cache(&self) -> bool {
-        if !self.turn_when_warm || !self.fs.serves_a_warm_set() {
-            return false;
-        }
-        {
-            let ids = lock(&self.ids);
-            if !ids.by_fh.is_empty() || self.fs.set_page_cache_mode(true) {
-                return false;
-            }
-        }
-        log::info!(
-            "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in a row of \
-             kernels decoded and opened before: the kernel opens files without the daemon)"
-        );
-        true
-    }
-
     /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
     /// there is one to decode ahead of and no other job waits for a thread.
     fn decode(&self, job: FillJob) {
@@ -319,9 +183,9 @@ impl Adapter {
         });
     }
 
-    /// A page-cache mode read: answered at once for a stored kernel, else by the kernel's
-    /// decode job (started on the decode pool when none runs), so request threads stay free
-    /// for other files.
+    /// A read without a handle (page-cache mode): answered at once for a stored kernel, else by
+    /// the kernel's decode job (started on the decode pool when none runs), so request threads
+    /// stay free for other files.
     fn read_ino(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
         let done = Box::new(move |r: Result<&[u8], Errno>| match r {
             Ok(bytes) => reply.data(bytes),
@@ -356,37 +220,32 @@ impl Filesystem for Adapter {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let wants = lock(&self.policy).wants();
         // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
         // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
         // open would fail, so the mount opens through the daemon instead.
-        let no_open = self.fs.page_cache_mode() || self.turn_when_warm;
-        if no_open
+        let no_open = wants.no_open
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT)
-                .is_err()
-        {
-            if self.fs.set_page_cache_mode(false) {
-                log::warn!(
-                    "the kernel cannot open files without the daemon (Linux 4.19+); \
-                     using passthrough open mode"
-                );
-            }
-            self.turn_when_warm = false;
+                .is_ok();
+        if wants.no_open && !no_open {
+            log::warn!(
+                "the kernel cannot open files without the daemon (Linux 4.19+); \
+                 every open goes through the daemon"
+            );
         }
-        let page_cache = self.fs.page_cache_mode();
-        let mut on = false;
-        // Page-cache mode opens no file through the daemon, so there is nothing to pass through.
+        let mut passthrough = false;
         // The kernel registers backing files only for a daemon with CAP_SYS_ADMIN: without it,
         // the read path is the daemon's from the start rather than after a first refusal.
-        if self.want_passthrough && !page_cache && !may_register_backing_files() {
+        if wants.passthrough && !may_register_backing_files() {
             log::warn!(
                 "FUSE passthrough needs CAP_SYS_ADMIN, which this daemon lacks; reads go through the daemon"
             );
-        } else if self.want_passthrough && !page_cache {
+        } else if wants.passthrough {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // Depth 2: backing files may sit on a stacked filesystem (overlayfs, as in
                 // containers).
-                Ok(()) => on = config.set_max_stack_depth(2).is_ok(),
+                Ok(()) => passthrough = config.set_max_stack_depth(2).is_ok(),
                 Err(_) => log::warn!(
                     "the kernel does not offer FUSE passthrough (Linux 6.9+ with \
                      CONFIG_FUSE_PASSTHROUGH); reads go through the daemon"
@@ -398,8 +257,18 @@ impl Filesystem for Adapter {
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // More readahead requests in flight for the daemon read path (fuser's default is 16).
         let _ = config.set_max_background(64);
-        self.passthrough.store(on, Ordering::Relaxed);
-        self.fs.set_passthrough(on);
+        let (page_cache, passthrough) = {
+            let mut policy = lock(&self.policy);
+            policy.granted(Granted {
+                no_open,
+                passthrough,
+            });
+            (policy.page_cache(), policy.passthrough())
+        };
+        if page_cache {
+            // No open walks the files: there is no scan to decode ahead of.
+            self.fs.set_decode_ahead(false);
+        }
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
             if page_cache {
@@ -407,7 +276,7 @@ impl Filesystem for Adapter {
             } else {
                 "passthrough"
             },
-            if on { "passthrough" } else { "daemon" },
+            if passthrough { "passthrough" } else { "daemon" },
             self.fs.store().kind()
         );
         Ok(())
@@ -436,12 +305,23 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if self.fs.page_cache_mode() || self.turns_to_page_cache() {
-            return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
-        }
+        let passthrough = match lock(&self.policy).open() {
+            OpenStart::Open { passthrough } => passthrough,
+            OpenStart::NoOpen { turned } => {
+                if turned {
+                    self.fs.set_decode_ahead(false);
+                    log::info!(
+                        "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in \
+                         a row of kernels decoded and opened before: the kernel opens files \
+                         without the daemon)"
+                    );
+                }
+                return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
+            }
+        };
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        if let Some(job) = self.fs.open_start(ino.0, flags.0, done) {
+        if let Some(job) = self.fs.open_start(ino.0, flags.0, passthrough, done) {
             self.decode(job);
         }
         // If this open continues a scan, decode threads left idle decode ahead of it.
@@ -462,7 +342,7 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         // Handles start at 1: handle 0 is a file the kernel opened by itself (page-cache mode).
-        if fh.0 == 0 && self.fs.page_cache_mode() {
+        if fh.0 == 0 {
             return self.read_ino(ino.0, offset, size, reply);
         }
         let done = Box::new(move |r: Result<&[u8], Errno>| match r {
@@ -475,14 +355,14 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.release(ino.0, fh.0);
+        self.shared.release(fh.0);
         reply.ok();
     }
 
@@ -808,24 +688,22 @@ fn fuser_config(cfg: &MountConfig) -> Config {
     config
 }
 
-/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
-/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
-fn adapter(fs: KpackFs, cfg: &MountConfig) -> Adapter {
-    let page_cache = fs.resolve_open_mode(cfg.open_mode) == OpenMode::PageCache;
-    fs.set_page_cache_mode(page_cache);
+/// The adapter of `fs` for a mount configured by `cfg`; the open policy's state shows in
+/// `user.kpack.stats`.
+fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
+    let start = cfg.open_mode.start(fs.median_kernel_size());
+    let policy: Policy = Arc::new(Mutex::new(OpenPolicy::new(start, cfg.passthrough)));
+    let shown = policy.clone();
+    fs.add_stats(Box::new(move || lock(&shown).stats_text()));
     Adapter {
-        shared: Arc::new(Shared {
-            fs,
-            passthrough: AtomicBool::new(false),
-            ids: Mutex::new(BackingIds::default()),
-        }),
-        want_passthrough: cfg.passthrough,
-        turn_when_warm: cfg.open_mode == OpenMode::Auto && !page_cache,
+        shared: Arc::new(Shared { fs, policy }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
     }
 }
 
+/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
+/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
     let session = Session::new(adapter(fs, cfg), mountpoint, &fuser_config(cfg))?;
     // The device comes from the mount table: a stat of the mount point would wait for the

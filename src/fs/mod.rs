@@ -21,6 +21,7 @@ pub mod fill;
 pub mod fuse;
 pub mod gpus;
 pub mod mountinfo;
+pub mod policy;
 pub mod pool;
 mod scan;
 pub mod source;
@@ -29,7 +30,7 @@ pub mod tree;
 
 use crate::sync::lock;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -41,6 +42,7 @@ use fill::{Fill, OpenDone, OpenedFile, ReadDone};
 use scan::Scan;
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
+pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX, WARM_OPENS_TO_PAGE_CACHE};
 pub use tree::{Duplicate, NATIVE};
 
 /// How long the kernel may trust entries, attributes and negative lookups. The archives are
@@ -140,65 +142,6 @@ impl ReadSlice {
     }
 }
 
-/// How the mount opens files.
-///
-/// * `Passthrough`: every `open` reaches the daemon, which makes sure the kernel's decoded
-///   bytes exist as a backing file and hands it to the kernel (FUSE passthrough where the
-///   kernel allows it, else the daemon reads the file). Best for large kernels: cold reads never
-///   cross into the daemon. Each open and close costs a round trip, which dominates for
-///   small files.
-/// * `PageCache`: the daemon answers the first `open` with ENOSYS, so the kernel stops sending
-///   OPEN and RELEASE for the whole mount and keeps every file's page cache. A file's first
-///   read is served by the daemon by inode: a kernel of one READ decoded into the reply (and
-///   kept in the small kernels' cache), a larger one from its backing file; warm opens and
-///   reads never reach it.
-/// * `Auto`: `PageCache` when the mounted kernels are small (median decoded size at most
-///   [`PAGE_CACHE_MEDIAN_MAX`]); otherwise `Passthrough`, turning to `PageCache` for good once
-///   the mount serves a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OpenMode {
-    #[default]
-    Auto,
-    Passthrough,
-    PageCache,
-}
-
-impl OpenMode {
-    /// The spelling of `--open-mode` and `-o open_mode=`.
-    pub fn parse(s: &str) -> Option<OpenMode> {
-        match s {
-            "auto" => Some(OpenMode::Auto),
-            "passthrough" => Some(OpenMode::Passthrough),
-            "page-cache" | "page_cache" => Some(OpenMode::PageCache),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            OpenMode::Auto => "auto",
-            OpenMode::Passthrough => "passthrough",
-            OpenMode::PageCache => "page-cache",
-        }
-    }
-}
-
-/// `--open-mode auto` picks page-cache mode when the median decoded kernel is at most this
-/// large. Below it the two round trips of an open and a close cost more than reading the file
-/// from page cache (a warm open through the daemon is tens of microseconds; a 64 KiB copy from
-/// page cache is a few), so skipping them is what brings warm reads to local-disk speed. Above
-/// it, passthrough's cold reads without daemon copies win, and warm reads of large files are
-/// page-cache speed in both modes.
-pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
-
-/// `--open-mode auto` on a mount it starts in passthrough mode turns to page-cache mode after
-/// this many opens in a row of kernels that an earlier open had already read and that are still
-/// decoded: the mount is serving a warm set again and again (processes loading the same code
-/// objects), and there each OPEN and RELEASE round trip is what a read costs: an open the
-/// kernel does alone is more than ten times cheaper (docs/benchmarks.md, "Warm reads"). The turn cannot be undone (the kernel stops sending OPEN for good); files not decoded yet
-/// are then read through the daemon, as in page-cache mode.
-pub const WARM_OPENS_TO_PAGE_CACHE: u64 = 64;
-
 /// In page-cache mode, kernels up to this size are decoded straight into the READ reply, with
 /// no backing file (the largest READ the kernel sends by default is 128 KiB).
 const DIRECT_READ_MAX: u64 = 128 << 10;
@@ -220,6 +163,16 @@ pub struct FsOptions {
     pub gid: u32,
 }
 
+/// A handle made by [`KpackFs::add_handle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewHandle {
+    pub fh: u64,
+    /// Every byte of its file is decoded and checked.
+    pub complete: bool,
+    /// Its file was kept from an earlier open, not made or joined by a decode job now.
+    pub warm: bool,
+}
+
 /// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
 /// kernel's one decode job, or a small kernel decoded straight into one READ's reply.
 pub struct FillJob(Job);
@@ -231,6 +184,8 @@ enum Job {
         fill: Arc<Fill>,
         /// Started ahead of a scan (see [`KpackFs::decode_ahead`]), not by an open.
         ahead: bool,
+        /// Started by a read without a handle (page-cache mode).
+        by_inode: bool,
     },
     Small {
         ino: Ino,
@@ -278,17 +233,9 @@ pub struct KpackFs {
     /// Per archive: what its cache-directory keys start with (see [`KpackFs::cache_key`]).
     archive_tokens: Vec<Vec<u8>>,
     store: BackingStore,
-    /// Whether the kernel serves reads of open files itself (FUSE passthrough).
-    passthrough: AtomicBool,
-    /// Page-cache open mode (see [`OpenMode`]): opens are refused with ENOSYS, reads come by
-    /// inode.
-    page_cache: AtomicBool,
     /// OPEN requests answered (in page-cache mode only the ones before the kernel stopped
     /// sending them).
     opens: AtomicU64,
-    /// Opens in a row that found their kernel decoded and opened before (see
-    /// [`WARM_OPENS_TO_PAGE_CACHE`]).
-    warm_opens: AtomicU64,
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
     handles: Mutex<HashMap<u64, OpenedFile>>,
@@ -372,10 +319,7 @@ impl KpackFs {
             archives,
             archive_tokens,
             store,
-            passthrough: AtomicBool::new(false),
-            page_cache: AtomicBool::new(false),
             opens: AtomicU64::new(0),
-            warm_opens: AtomicU64::new(0),
             opens_while_decoding: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
@@ -427,23 +371,6 @@ impl KpackFs {
         &self.store
     }
 
-    /// Records which read path serves open files (shown in `user.kpack.stats`).
-    pub fn set_passthrough(&self, on: bool) {
-        self.passthrough.store(on, Ordering::Relaxed);
-    }
-
-    /// The open mode to use for `asked`: `Auto` becomes `PageCache` when the median decoded
-    /// size of the mounted kernels is at most [`PAGE_CACHE_MEDIAN_MAX`], else `Passthrough`.
-    pub fn resolve_open_mode(&self, asked: OpenMode) -> OpenMode {
-        match asked {
-            OpenMode::Auto => match self.median_kernel_size() {
-                Some(m) if m > PAGE_CACHE_MEDIAN_MAX => OpenMode::Passthrough,
-                _ => OpenMode::PageCache,
-            },
-            other => other,
-        }
-    }
-
     /// The median decoded size of the tree's kernel files (the lower one of the middle two);
     /// `None` for an empty tree.
     pub fn median_kernel_size(&self) -> Option<u64> {
@@ -453,34 +380,6 @@ impl KpackFs {
         }
         let mid = (sizes.len() - 1) / 2;
         Some(*sizes.select_nth_unstable(mid).1)
-    }
-
-    /// Sets whether the mount runs in page-cache open mode (the adapter answers OPEN with
-    /// ENOSYS and READs come by inode; shown in `user.kpack.stats`); returns what it was.
-    pub fn set_page_cache_mode(&self, on: bool) -> bool {
-        self.page_cache.swap(on, Ordering::Relaxed)
-    }
-
-    /// Whether the mount runs in page-cache open mode.
-    pub fn page_cache_mode(&self) -> bool {
-        self.page_cache.load(Ordering::Relaxed)
-    }
-
-    /// Whether the last [`WARM_OPENS_TO_PAGE_CACHE`] opens were all warm: their kernels were
-    /// decoded, still kept, and opened before.
-    pub fn serves_a_warm_set(&self) -> bool {
-        self.warm_opens.load(Ordering::Relaxed) >= WARM_OPENS_TO_PAGE_CACHE
-    }
-
-    /// Counts an open: warm when it was answered from the store (not by a decode job) with a
-    /// file that an earlier open got too.
-    fn note_open(&self, opened: &OpenedFile) {
-        let seen = opened.backing.reopened();
-        if seen && opened.fill.is_none() {
-            self.warm_opens.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.warm_opens.store(0, Ordering::Relaxed);
-        }
     }
 
     /// The answer to an OPEN in page-cache mode: the errors `open` would give (so a bad open
@@ -573,6 +472,7 @@ impl KpackFs {
             ino,
             file,
             false,
+            true,
             Box::new(move |r: Result<OpenedFile, Errno>| match r {
                 Ok(o) => read_opened(&o, offset, size, done, &while_decoding),
                 Err(e) => done(Err(e)),
@@ -751,11 +651,12 @@ impl KpackFs {
     /// [`open_start`](Self::open_start), which never waits.)
     pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
         let (tx, rx) = std::sync::mpsc::channel();
-        if let Some(job) = self.open_start(ino, flags, Box::new(move |r| drop(tx.send(r)))) {
+        let done = Box::new(move |r| drop(tx.send(r)));
+        if let Some(job) = self.open_start(ino, flags, false, done) {
             self.run_fill(job);
         }
         let opened = rx.recv().map_err(|_| Errno::EIO)??;
-        Ok(self.add_handle(opened))
+        Ok(self.add_handle(opened).fh)
     }
 
     /// Starts an open without waiting: `done` gets the file at once when it is stored, when
@@ -763,8 +664,14 @@ impl KpackFs {
     /// checked whole first), or the error. A returned job must be run
     /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
     /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
-    /// the answer into a handle.
-    pub fn open_start(&self, ino: Ino, flags: i32, done: OpenDone) -> Option<FillJob> {
+    /// the answer into a handle. `passthrough`: the kernel would read a complete file itself.
+    pub fn open_start(
+        &self,
+        ino: Ino,
+        flags: i32,
+        passthrough: bool,
+        done: OpenDone,
+    ) -> Option<FillJob> {
         self.opens.fetch_add(1, Ordering::Relaxed);
         let file = match self.openable(ino, flags) {
             Ok(f) => f,
@@ -782,17 +689,19 @@ impl KpackFs {
         // file: its reader gains nothing from the first bytes early (the decode threads are
         // busy either way) and much from passthrough, which a handle opened before the file is
         // complete cannot use.
-        let whole = in_scan && self.decodes_ahead() && self.passthrough.load(Ordering::Relaxed);
-        self.start_or_join(ino, file, whole, done)
+        let whole = in_scan && self.decodes_ahead() && passthrough;
+        self.start_or_join(ino, file, whole, false, done)
     }
 
     /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
     /// or starts one (returned, to be run); with `whole`, `done` waits for the complete file.
+    /// `by_inode`: a read without a handle, which cannot hold the file (see [`RECENT_FILLS`]).
     fn start_or_join(
         &self,
         ino: Ino,
         file: &FileNode,
         whole: bool,
+        by_inode: bool,
         done: OpenDone,
     ) -> Option<FillJob> {
         let id = kernel_id(file);
@@ -818,6 +727,7 @@ impl KpackFs {
                     id,
                     fill: f.clone(),
                     ahead: false,
+                    by_inode,
                 });
                 Err((f, Some(job)))
             }
@@ -897,6 +807,7 @@ impl KpackFs {
                 id,
                 fill,
                 ahead: true,
+                by_inode: false,
             }));
         }
         self.scan.release();
@@ -929,12 +840,10 @@ impl KpackFs {
         }
     }
 
-    /// Whether files are decoded ahead of scans: not when turned off, in page-cache mode, or
-    /// with memory backing.
+    /// Whether files are decoded ahead of scans: not when turned off (as in page-cache mode,
+    /// where no open walks the files), or with memory backing.
     fn decodes_ahead(&self) -> bool {
-        self.scan.enabled.load(Ordering::Relaxed)
-            && !self.page_cache.load(Ordering::Relaxed)
-            && !self.store.in_memory()
+        self.scan.enabled.load(Ordering::Relaxed) && !self.store.in_memory()
     }
 
     /// Turns decoding ahead of scans on or off (on by default).
@@ -963,13 +872,14 @@ impl KpackFs {
     /// Runs a job to its end: a decode job answers everyone waiting on it; a small kernel's
     /// job answers its READ.
     pub fn run_fill(&self, job: FillJob) {
-        let (ino, id, fill, ahead) = match job.0 {
+        let (ino, id, fill, ahead, by_inode) = match job.0 {
             Job::Fill {
                 ino,
                 id,
                 fill,
                 ahead,
-            } => (ino, id, fill, ahead),
+                by_inode,
+            } => (ino, id, fill, ahead, by_inode),
             Job::Small {
                 ino,
                 offset,
@@ -993,8 +903,8 @@ impl KpackFs {
                 held.push_back((id, b.clone()));
                 (held.len() > scan::MAX_HELD).then(|| held.pop_front())
             }
-            // Only page-cache mode reads by inode, with no handle to hold the file.
-            Ok(b) if self.page_cache.load(Ordering::Relaxed) => {
+            // A read by inode has no handle to hold the file.
+            Ok(b) if by_inode => {
                 let mut recent = lock(&self.recent);
                 recent.push_back((id, b.clone()));
                 (recent.len() > RECENT_FILLS).then(|| recent.pop_front())
@@ -1085,14 +995,21 @@ impl KpackFs {
     }
 
     /// Registers an opened file as a new handle.
-    pub fn add_handle(&self, opened: OpenedFile) -> u64 {
-        self.note_open(&opened);
-        if !opened.is_complete() {
+    pub fn add_handle(&self, opened: OpenedFile) -> NewHandle {
+        // Warm: answered from what was kept (not by a decode job) with a file that an earlier
+        // open got too.
+        let seen = opened.backing.reopened();
+        let complete = opened.is_complete();
+        let handle = NewHandle {
+            fh: self.next_fh.fetch_add(1, Ordering::Relaxed),
+            complete,
+            warm: seen && opened.fill.is_none(),
+        };
+        if !complete {
             self.opens_while_decoding.fetch_add(1, Ordering::Relaxed);
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, opened);
-        fh
+        lock(&self.handles).insert(handle.fh, opened);
+        handle
     }
 
     /// The backing file an open handle reads.
@@ -1308,17 +1225,17 @@ impl KpackFs {
 
     /// The `user.kpack.stats` text, one `name value` per line: the backing store's counters
     /// (`decodes` counts kernels actually decoded), the lookup counters, then the read path
-    /// (`passthrough 1` when the kernel reads backing files itself; `page_cache_mode 1` in
-    /// page-cache open mode; `daemon_opens` and `daemon_reads` count the OPEN and READ
-    /// requests the daemon answered, `reads_while_decoding` the READs of kernels still being
-    /// decoded, `opens_while_decoding` the handles made before their file was complete), where
-    /// backing files live
-    /// (`backing_in_memory`), the bytes of backing files open now, and the cache directory's
-    /// counters; then the program's (see [`KpackFs::add_stats`]).
+    /// (`daemon_opens` and `daemon_reads` count the OPEN and READ requests the daemon
+    /// answered, `reads_while_decoding` the READs of kernels still being decoded,
+    /// `opens_while_decoding` the handles made before their file was complete), where backing
+    /// files live (`backing_in_memory`), the bytes of backing files open now, and the cache
+    /// directory's counters; then the adapter's and the program's (see
+    /// [`KpackFs::add_stats`]: the open policy's `passthrough` and `page_cache_mode`, remote
+    /// sources' request counters).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
         let mut text = format!(
-            "{}lookups {}\nlookups_missing {}\npassthrough {}\npage_cache_mode {}\n\
+            "{}lookups {}\nlookups_missing {}\n\
              daemon_opens {}\nopen_handles {}\ndaemon_reads {}\nreads_while_decoding {}\n\
              opens_while_decoding {}\ndecodes_ahead {}\nbacking_in_memory {}\n\
              backing_bytes {}\ncache_dir_hits {}\ncache_dir_misses {}\n\
@@ -1326,8 +1243,6 @@ impl KpackFs {
             self.cache_stats().to_text(),
             self.lookups.load(Ordering::Relaxed),
             self.lookups_missing.load(Ordering::Relaxed),
-            u8::from(self.passthrough.load(Ordering::Relaxed)),
-            u8::from(self.page_cache.load(Ordering::Relaxed)),
             self.opens.load(Ordering::Relaxed),
             self.open_handles(),
             self.reads.load(Ordering::Relaxed),

@@ -397,7 +397,7 @@ fn xattrs_describe_the_entry() {
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
         "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
-         passthrough 0\npage_cache_mode 0\ndaemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\nopens_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
+         daemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\nopens_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
          cache_dir_rejected 0\ncache_dir_evictions 0\n"
     );
 }
@@ -614,16 +614,11 @@ fn statfs_counts_blocks_and_inodes() {
 }
 
 #[test]
-fn auto_open_mode_follows_the_median_kernel_size() {
+fn median_kernel_size_takes_the_lower_middle() {
     let small = sample();
     let (_d, fs) = mount_fs(&small, Compression::None, &options(1 << 20, &[]));
     // Sizes 180, 300, 350, 500, 3000: median 350.
     assert_eq!(fs.median_kernel_size(), Some(350));
-    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::PageCache);
-    assert_eq!(
-        fs.resolve_open_mode(OpenMode::Passthrough),
-        OpenMode::Passthrough
-    );
     let at = |len: usize| -> Kernels {
         vec![
             ("k#0", "gfx900", vec![1; 10]),
@@ -636,22 +631,10 @@ fn auto_open_mode_follows_the_median_kernel_size() {
     let limit = PAGE_CACHE_MEDIAN_MAX as usize;
     let (_d, fs) = mount_fs(&at(limit), Compression::None, &options(1 << 20, &[]));
     assert_eq!(fs.median_kernel_size(), Some(PAGE_CACHE_MEDIAN_MAX));
-    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::PageCache);
     let (_d, fs) = mount_fs(&at(limit + 1), Compression::None, &options(1 << 20, &[]));
-    assert_eq!(fs.resolve_open_mode(OpenMode::Auto), OpenMode::Passthrough);
-    assert_eq!(
-        fs.resolve_open_mode(OpenMode::PageCache),
-        OpenMode::PageCache
-    );
-    for (s, m) in [
-        ("auto", OpenMode::Auto),
-        ("passthrough", OpenMode::Passthrough),
-        ("page-cache", OpenMode::PageCache),
-    ] {
-        assert_eq!(OpenMode::parse(s), Some(m));
-        assert_eq!(m.name(), s);
-    }
-    assert_eq!(OpenMode::parse("fast"), None);
+    assert_eq!(fs.median_kernel_size(), Some(PAGE_CACHE_MEDIAN_MAX + 1));
+    let (_d, fs) = mount_fs(&Vec::new(), Compression::None, &options(1 << 20, &[]));
+    assert_eq!(fs.median_kernel_size(), None);
 }
 
 #[test]
@@ -681,10 +664,9 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
         let ino = attr(&fs, &format!("{key}/{arch}.hsaco")).ino;
         assert_eq!(fs.read_ino(ino, 0, 1 << 20).unwrap().as_slice(), data);
     }
-    fs.set_page_cache_mode(true);
     let stats = fs.stats_text();
     assert!(
-        stats.contains("\npage_cache_mode 1\ndaemon_opens 4\nopen_handles 0\n"),
+        stats.contains("\nlookups_missing 0\ndaemon_opens 4\nopen_handles 0\n"),
         "{stats}"
     );
     // One decode per kernel; every read after a kernel's first is a hit (reads at or past

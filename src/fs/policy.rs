@@ -1,0 +1,685 @@
+//! The open policy: which read path each open of a kernel file gets. Plain state and decisions,
+//! with no FUSE types and no locks: the adapter keeps it behind one mutex, feeds it the events
+//! (what `init` granted, an open starting, an open's file ready, a backing id registered or
+//! refused, a release) and carries out what it returns.
+//!
+//! The read paths:
+//! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux
+//!   wants one id per inode for all its open handles, so the id lives here with the inode and
+//!   goes when the inode's last passthrough handle is released.
+//! * **daemon**: the daemon answers every READ of the handle. While passthrough is on, such a
+//!   handle is opened for direct I/O if its file is still being decoded, so the kernel keeps
+//!   no second copy of pages that later passthrough opens read from the file.
+//! * **page cache**: OPEN is answered ENOSYS, after which the kernel opens every file of the
+//!   mount without the daemon, keeps its page cache, and sends READs with handle 0.
+//!
+//! The invariant Linux enforces, and this type keeps: an inode never has passthrough handles
+//! and daemon handles open at once (the kernel fails the second kind of open with EIO), and no
+//! passthrough handle is open when the mount turns to page-cache mode (an open without the
+//! daemon of an inode with a passthrough handle fails with EIO).
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::sync::Mutex;
+
+use super::tree::Ino;
+use crate::sync::lock;
+
+/// How the mount opens files, as asked with `--open-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenMode {
+    /// Page cache when the mounted kernels are small (median decoded size at most
+    /// [`PAGE_CACHE_MEDIAN_MAX`]); otherwise passthrough until the mount serves a warm set
+    /// ([`WARM_OPENS_TO_PAGE_CACHE`]), then page cache for good.
+    #[default]
+    Auto,
+    /// Every open reaches the daemon; best for large kernels, whose cold reads then never
+    /// cross into the daemon.
+    Passthrough,
+    /// The kernel opens files itself; best for many small files.
+    PageCache,
+}
+
+impl OpenMode {
+    /// The spelling of `--open-mode` and `-o open_mode=`.
+    pub fn parse(s: &str) -> Option<OpenMode> {
+        match s {
+            "auto" => Some(OpenMode::Auto),
+            "passthrough" => Some(OpenMode::Passthrough),
+            "page-cache" | "page_cache" => Some(OpenMode::PageCache),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpenMode::Auto => "auto",
+            OpenMode::Passthrough => "passthrough",
+            OpenMode::PageCache => "page-cache",
+        }
+    }
+
+    /// Where a mount starts, given the median decoded size of its kernels (`None`: no
+    /// kernels).
+    pub fn start(self, median_kernel_size: Option<u64>) -> Start {
+        match self {
+            OpenMode::PageCache => Start::PageCache,
+            OpenMode::Passthrough => Start::Opens,
+            OpenMode::Auto => match median_kernel_size {
+                Some(m) if m > PAGE_CACHE_MEDIAN_MAX => Start::OpensUntilWarm,
+                _ => Start::PageCache,
+            },
+        }
+    }
+}
+
+/// `auto` picks page-cache mode when the median decoded kernel is at most this large. Below
+/// it the two round trips of an open and a close cost more than reading the file from page
+/// cache, so skipping them is what brings warm reads to local-disk speed. Above it,
+/// passthrough's cold reads without daemon copies win.
+pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
+
+/// `auto`, on a mount it starts with opens through the daemon, turns to page-cache mode after
+/// this many opens in a row that found their kernel decoded and opened before: the mount serves
+/// a warm set again and again, and there each OPEN and RELEASE round trip is what a read costs.
+/// The turn cannot be undone: the kernel stops sending OPEN for good.
+pub const WARM_OPENS_TO_PAGE_CACHE: u64 = 64;
+
+/// How a mount starts (see [`OpenMode::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Opens answered ENOSYS from the first.
+    PageCache,
+    /// Every open through the daemon, for good.
+    Opens,
+    /// Opens through the daemon until the mount serves a warm set, then page cache.
+    OpensUntilWarm,
+}
+
+/// What the kernel granted at `init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// The kernel treats ENOSYS from OPEN as "no open needed" (`FUSE_NO_OPEN_SUPPORT`).
+    pub no_open: bool,
+    /// The kernel accepts backing ids (`FUSE_PASSTHROUGH`, and a daemon allowed to register).
+    pub passthrough: bool,
+}
+
+/// What to ask the kernel for at `init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wants {
+    pub no_open: bool,
+    pub passthrough: bool,
+}
+
+/// The answer to an OPEN before anything is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenStart {
+    /// Answer ENOSYS (after the checks any open gets): the kernel opens files itself.
+    /// `turned` is set on the open where an `auto` mount turns to page-cache mode.
+    NoOpen { turned: bool },
+    /// Open through the daemon: make sure the file exists, then ask [`OpenPolicy::opened`].
+    Open {
+        /// Wait for the complete file rather than the first decoded bytes: only a complete
+        /// file can be passed through.
+        passthrough: bool,
+    },
+}
+
+/// How a new handle is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handle<B> {
+    /// Passthrough with the inode's backing id.
+    Passthrough(B),
+    /// Register a backing id for the handle's file (without holding the policy's lock), then
+    /// report it with [`OpenPolicy::registered`] or [`OpenPolicy::refused`].
+    Register,
+    /// Read by the daemon; `direct_io` when the kernel must not cache its pages.
+    Daemon { direct_io: bool },
+}
+
+/// What an open handle reads through, as recorded for its release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Passthrough,
+    Daemon,
+    /// Waiting for its backing id.
+    Registering,
+}
+
+/// One inode's open handles, and its backing id while passthrough handles have it.
+#[derive(Debug)]
+struct Inode<B> {
+    backing: Option<B>,
+    passthrough: u32,
+    daemon: u32,
+    registering: u32,
+}
+
+impl<B> Default for Inode<B> {
+    fn default() -> Self {
+        Inode {
+            backing: None,
+            passthrough: 0,
+            daemon: 0,
+            registering: 0,
+        }
+    }
+}
+
+impl<B> Inode<B> {
+    fn is_idle(&self) -> bool {
+        self.passthrough == 0 && self.daemon == 0 && self.registering == 0
+    }
+}
+
+/// Faults a test may switch on to show that the model test catches them.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Asks for a backing id while the inode has daemon handles open.
+    PassthroughBesideDaemon,
+    /// Turns to page-cache mode while passthrough handles are open.
+    TurnWithPassthroughOpen,
+}
+
+/// The open policy of one mount (see the module documentation). `B` is the kernel's backing
+/// id; the policy only keeps, clones and gives it back.
+#[derive(Debug)]
+pub struct OpenPolicy<B> {
+    start: Start,
+    want_passthrough: bool,
+    /// Opens are answered ENOSYS from now on.
+    page_cache: bool,
+    /// Backing ids are registered: asked for, granted at `init`, none refused since.
+    passthrough: bool,
+    /// Opens in a row that found their kernel decoded and opened before.
+    warm_in_a_row: u64,
+    inodes: HashMap<Ino, Inode<B>>,
+    handles: HashMap<u64, (Ino, Path)>,
+    #[cfg(test)]
+    pub fault: Fault,
+}
+
+impl<B: Clone> OpenPolicy<B> {
+    /// A mount that starts as `start`, with passthrough asked for or not.
+    pub fn new(start: Start, want_passthrough: bool) -> Self {
+        OpenPolicy {
+            start,
+            want_passthrough,
+            page_cache: start == Start::PageCache,
+            passthrough: false,
+            warm_in_a_row: 0,
+            inodes: HashMap::new(),
+            handles: HashMap::new(),
+            #[cfg(test)]
+            fault: Fault::None,
+        }
+    }
+
+    /// What to ask the kernel for at `init`: opening without the daemon where the mount may
+    /// use page-cache mode, and passthrough where opens go through the daemon.
+    pub fn wants(&self) -> Wants {
+        Wants {
+            no_open: self.start != Start::Opens,
+            passthrough: self.want_passthrough && self.start != Start::PageCache,
+        }
+    }
+
+    /// Records what `init` granted. A kernel that cannot open files without the daemon keeps
+    /// every open through it.
+    pub fn granted(&mut self, granted: Granted) {
+        // Only what was asked for counts as granted.
+        let asked = self.wants();
+        self.passthrough = granted.passthrough && asked.passthrough;
+        if !granted.no_open {
+            self.start = Start::Opens;
+            self.page_cache = false;
+        }
+    }
+
+    /// Whether the kernel reads open files itself (FUSE passthrough).
+    pub fn passthrough(&self) -> bool {
+        self.passthrough
+    }
+
+    /// Whether opens are answered ENOSYS (page-cache mode).
+    pub fn page_cache(&self) -> bool {
+        self.page_cache
+    }
+
+    /// An OPEN of `ino` arrives.
+    pub fn open(&mut self) -> OpenStart {
+        if self.page_cache {
+            return OpenStart::NoOpen { turned: false };
+        }
+        if self.start == Start::OpensUntilWarm
+            && self.warm_in_a_row >= WARM_OPENS_TO_PAGE_CACHE
+            && self.may_turn()
+        {
+            self.page_cache = true;
+            return OpenStart::NoOpen { turned: true };
+        }
+        OpenStart::Open {
+            passthrough: self.passthrough,
+        }
+    }
+
+    /// The turn needs no passthrough handle open (or being opened) anywhere.
+    fn may_turn(&self) -> bool {
+        #[cfg(test)]
+        if self.fault == Fault::TurnWithPassthroughOpen {
+            return true;
+        }
+        !self
+            .handles
+            .values()
+            .any(|(_, p)| matches!(p, Path::Passthrough | Path::Registering))
+    }
+
+    /// An open of `ino` has its file as handle `fh`: `complete` when every byte is decoded,
+    /// `warm` when it came from what was kept and an earlier open got it too.
+    pub fn opened(&mut self, ino: Ino, fh: u64, complete: bool, warm: bool) -> Handle<B> {
+        if warm {
+            self.warm_in_a_row += 1;
+        } else {
+            self.warm_in_a_row = 0;
+        }
+        let passthrough = self.passthrough;
+        let page_cache = self.page_cache;
+        #[cfg(test)]
+        let fault = self.fault;
+        let inode = self.inodes.entry(ino).or_default();
+        // An inode with a backing id opens every handle with it: its file holds the same
+        // bytes, and Linux refuses an open without it meanwhile.
+        if let Some(id) = &inode.backing {
+            let id = id.clone();
+            inode.passthrough += 1;
+            self.handles.insert(fh, (ino, Path::Passthrough));
+            return Handle::Passthrough(id);
+        }
+        #[allow(unused_mut)]
+        let mut no_daemon_handles = inode.daemon == 0;
+        #[cfg(test)]
+        if fault == Fault::PassthroughBesideDaemon {
+            no_daemon_handles = true;
+        }
+        if passthrough && complete && no_daemon_handles && !page_cache {
+            inode.registering += 1;
+            self.handles.insert(fh, (ino, Path::Registering));
+            return Handle::Register;
+        }
+        inode.daemon += 1;
+        self.handles.insert(fh, (ino, Path::Daemon));
+        Handle::Daemon {
+            direct_io: passthrough && !complete,
+        }
+    }
+
+    /// Handle `fh` got backing id `id`. Returns the answer, and an id to close (without the
+    /// lock) when another one is used instead or the handle is read by the daemon after all.
+    pub fn registered(&mut self, fh: u64, id: B) -> (Handle<B>, Option<B>) {
+        let Some(ino) = self.stop_registering(fh) else {
+            return (Handle::Daemon { direct_io: false }, Some(id));
+        };
+        let page_cache = self.page_cache;
+        #[cfg(test)]
+        let fault = self.fault;
+        let inode = self.inodes.entry(ino).or_default();
+        if let Some(theirs) = &inode.backing {
+            // Another open of the inode registered first.
+            let theirs = theirs.clone();
+            inode.passthrough += 1;
+            self.handles.insert(fh, (ino, Path::Passthrough));
+            return (Handle::Passthrough(theirs), Some(id));
+        }
+        #[allow(unused_mut)]
+        let mut no_daemon_handles = inode.daemon == 0;
+        #[cfg(test)]
+        if fault == Fault::PassthroughBesideDaemon {
+            no_daemon_handles = true;
+        }
+        // A daemon handle of the inode was opened meanwhile, or the mount turned: a
+        // passthrough open now would fail.
+        if !no_daemon_handles || page_cache {
+            inode.daemon += 1;
+            self.handles.insert(fh, (ino, Path::Daemon));
+            return (Handle::Daemon { direct_io: false }, Some(id));
+        }
+        inode.backing = Some(id.clone());
+        inode.passthrough += 1;
+        self.handles.insert(fh, (ino, Path::Passthrough));
+        (Handle::Passthrough(id), None)
+    }
+
+    /// The kernel refused a backing id for handle `fh`: the daemon reads from now on. Returns
+    /// whether this is the first refusal (to be said once in the log).
+    pub fn refused(&mut self, fh: u64) -> bool {
+        let first = std::mem::replace(&mut self.passthrough, false);
+        if let Some(ino) = self.stop_registering(fh) {
+            self.inodes.entry(ino).or_default().daemon += 1;
+            self.handles.insert(fh, (ino, Path::Daemon));
+        }
+        first
+    }
+
+    /// How new handle `fh` of `ino` is answered, carried out under `policy`'s lock except for
+    /// the registration of a backing id (`register`, an ioctl), which is made without it and
+    /// then checked against what other opens of the inode did meanwhile. An id that is not
+    /// used is dropped once the lock is released. Returns [`Handle::Passthrough`] or
+    /// [`Handle::Daemon`].
+    pub fn answer<E: Display>(
+        policy: &Mutex<Self>,
+        ino: Ino,
+        fh: u64,
+        complete: bool,
+        warm: bool,
+        register: impl FnOnce() -> Result<B, E>,
+    ) -> Handle<B> {
+        let handle = lock(policy).opened(ino, fh, complete, warm);
+        if !matches!(handle, Handle::Register) {
+            return handle;
+        }
+        match register() {
+            Ok(id) => {
+                let (handle, spare) = lock(policy).registered(fh, id);
+                drop(spare);
+                handle
+            }
+            Err(e) => {
+                if lock(policy).refused(fh) {
+                    log::warn!(
+                        "the kernel refused a passthrough backing file ({e}); \
+                         reads go through the daemon from now on"
+                    );
+                }
+                Handle::Daemon { direct_io: false }
+            }
+        }
+    }
+
+    fn stop_registering(&mut self, fh: u64) -> Option<Ino> {
+        let (ino, path) = self.handles.remove(&fh)?;
+        debug_assert_eq!(path, Path::Registering);
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.registering = inode.registering.saturating_sub(1);
+        }
+        Some(ino)
+    }
+
+    /// Handle `fh` is released. Returns the inode's backing id when this was its last
+    /// passthrough handle, to be closed without the lock.
+    pub fn release(&mut self, fh: u64) -> Option<B> {
+        let (ino, path) = self.handles.remove(&fh)?;
+        let inode = self.inodes.get_mut(&ino)?;
+        let mut closed = None;
+        match path {
+            Path::Passthrough => {
+                inode.passthrough -= 1;
+                if inode.passthrough == 0 {
+                    closed = inode.backing.take();
+                }
+            }
+            Path::Daemon => inode.daemon -= 1,
+            Path::Registering => inode.registering -= 1,
+        }
+        if inode.is_idle() {
+            self.inodes.remove(&ino);
+        }
+        closed
+    }
+
+    /// Open handles of `ino`: (passthrough, daemon).
+    pub fn handles_of(&self, ino: Ino) -> (u32, u32) {
+        self.inodes
+            .get(&ino)
+            .map_or((0, 0), |i| (i.passthrough, i.daemon))
+    }
+
+    /// Whether `ino` has a backing id now.
+    pub fn has_backing(&self, ino: Ino) -> bool {
+        self.inodes.get(&ino).is_some_and(|i| i.backing.is_some())
+    }
+
+    /// `name value` lines for `user.kpack.stats`.
+    pub fn stats_text(&self) -> String {
+        format!(
+            "passthrough {}\npage_cache_mode {}\n",
+            u8::from(self.passthrough),
+            u8::from(self.page_cache)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRANT_ALL: Granted = Granted {
+        no_open: true,
+        passthrough: true,
+    };
+
+    fn passthrough_mount() -> OpenPolicy<u32> {
+        let mut p = OpenPolicy::new(Start::Opens, true);
+        p.granted(GRANT_ALL);
+        p
+    }
+
+    #[test]
+    fn auto_starts_from_the_median_size() {
+        assert_eq!(OpenMode::Auto.start(None), Start::PageCache);
+        assert_eq!(
+            OpenMode::Auto.start(Some(PAGE_CACHE_MEDIAN_MAX)),
+            Start::PageCache
+        );
+        assert_eq!(
+            OpenMode::Auto.start(Some(PAGE_CACHE_MEDIAN_MAX + 1)),
+            Start::OpensUntilWarm
+        );
+        assert_eq!(OpenMode::Passthrough.start(Some(1)), Start::Opens);
+        assert_eq!(OpenMode::PageCache.start(Some(u64::MAX)), Start::PageCache);
+        for (s, m) in [
+            ("auto", OpenMode::Auto),
+            ("passthrough", OpenMode::Passthrough),
+            ("page-cache", OpenMode::PageCache),
+            ("page_cache", OpenMode::PageCache),
+        ] {
+            assert_eq!(OpenMode::parse(s), Some(m));
+        }
+        assert_eq!(OpenMode::parse("fast"), None);
+    }
+
+    #[test]
+    fn what_init_asks_for_and_what_it_grants() {
+        let p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
+        assert_eq!(
+            p.wants(),
+            Wants {
+                no_open: true,
+                passthrough: false
+            }
+        );
+        let p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, false);
+        assert_eq!(
+            p.wants(),
+            Wants {
+                no_open: true,
+                passthrough: false
+            }
+        );
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::Opens, true);
+        assert_eq!(
+            p.wants(),
+            Wants {
+                no_open: false,
+                passthrough: true
+            }
+        );
+        p.granted(Granted {
+            no_open: false,
+            passthrough: false,
+        });
+        assert!(!p.passthrough());
+        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+
+        // A kernel that cannot open without the daemon keeps page-cache mounts opening.
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
+        assert!(p.page_cache());
+        p.granted(Granted {
+            no_open: false,
+            passthrough: true,
+        });
+        assert!(!p.page_cache());
+        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
+    }
+
+    #[test]
+    fn page_cache_mode_refuses_every_open() {
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
+        p.granted(GRANT_ALL);
+        assert!(!p.passthrough());
+        assert_eq!(p.open(), OpenStart::NoOpen { turned: false });
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 1\n");
+    }
+
+    #[test]
+    fn one_backing_id_per_inode_closed_with_its_last_handle() {
+        let mut p = passthrough_mount();
+        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(p.registered(1, 50), (Handle::Passthrough(50), None));
+        // A second open reuses the id without registering.
+        assert_eq!(p.opened(5, 2, true, false), Handle::Passthrough(50));
+        assert_eq!(p.handles_of(5), (2, 0));
+        assert_eq!(p.release(1), None);
+        assert!(p.has_backing(5));
+        assert_eq!(p.release(2), Some(50));
+        assert!(!p.has_backing(5));
+        assert_eq!(p.release(2), None, "a second release of a handle is ignored");
+    }
+
+    #[test]
+    fn racing_registrations_keep_the_first_id() {
+        let mut p = passthrough_mount();
+        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(p.opened(5, 2, true, false), Handle::Register);
+        assert_eq!(p.registered(2, 20), (Handle::Passthrough(20), None));
+        assert_eq!(p.registered(1, 10), (Handle::Passthrough(20), Some(10)));
+        assert_eq!(p.handles_of(5), (2, 0));
+        assert_eq!(p.release(2), None);
+        assert_eq!(p.release(1), Some(20));
+    }
+
+    #[test]
+    fn a_file_still_decoding_is_read_by_the_daemon_and_blocks_passthrough() {
+        let mut p = passthrough_mount();
+        assert_eq!(
+            p.opened(5, 1, false, false),
+            Handle::Daemon { direct_io: true }
+        );
+        // Complete now, but the inode has a daemon handle: Linux would refuse passthrough.
+        assert_eq!(
+            p.opened(5, 2, true, false),
+            Handle::Daemon { direct_io: false }
+        );
+        assert_eq!(p.handles_of(5), (0, 2));
+        p.release(1);
+        p.release(2);
+        assert_eq!(p.opened(5, 3, true, false), Handle::Register);
+    }
+
+    #[test]
+    fn a_daemon_handle_opened_during_registration_wins() {
+        let mut p = passthrough_mount();
+        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(
+            p.opened(5, 2, false, false),
+            Handle::Daemon { direct_io: true }
+        );
+        assert_eq!(
+            p.registered(1, 10),
+            (Handle::Daemon { direct_io: false }, Some(10))
+        );
+        assert_eq!(p.handles_of(5), (0, 2));
+    }
+
+    #[test]
+    fn a_refused_id_turns_passthrough_off_once() {
+        let mut p = passthrough_mount();
+        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(p.opened(6, 2, true, false), Handle::Register);
+        assert!(p.refused(1));
+        assert!(!p.passthrough());
+        assert!(!p.refused(2), "said once");
+        assert_eq!(p.handles_of(5), (0, 1));
+        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(
+            p.opened(7, 3, false, false),
+            Handle::Daemon { direct_io: false }
+        );
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
+    }
+
+    #[test]
+    fn auto_turns_after_a_warm_set_once_no_passthrough_handle_is_open() {
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
+        p.granted(GRANT_ALL);
+        assert_eq!(p.opened(1, 1, true, false), Handle::Register);
+        assert_eq!(p.registered(1, 10), (Handle::Passthrough(10), None));
+        for fh in 2..2 + WARM_OPENS_TO_PAGE_CACHE {
+            assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+            assert_eq!(p.opened(1, fh, true, true), Handle::Passthrough(10));
+            p.release(fh);
+        }
+        // Warm enough, but handle 1 still passes through.
+        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(p.release(1), Some(10));
+        assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
+        assert_eq!(p.open(), OpenStart::NoOpen { turned: false });
+        assert!(p.page_cache());
+    }
+
+    #[test]
+    fn a_cold_open_restarts_the_warm_count() {
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, false);
+        p.granted(GRANT_ALL);
+        for fh in 0..WARM_OPENS_TO_PAGE_CACHE - 1 {
+            p.opened(1, fh, true, true);
+            p.release(fh);
+        }
+        p.opened(2, 100, true, false);
+        p.release(100);
+        p.opened(1, 101, true, true);
+        p.release(101);
+        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+    }
+
+    #[test]
+    fn a_registration_after_the_turn_is_read_by_the_daemon() {
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
+        p.granted(GRANT_ALL);
+        for fh in 0..WARM_OPENS_TO_PAGE_CACHE {
+            p.opened(2, fh, false, true);
+            p.release(fh);
+        }
+        assert_eq!(p.opened(1, 500, true, true), Handle::Register);
+        // Registering counts as open with passthrough: no turn yet.
+        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(p.release(500), None);
+        assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
+    }
+
+    #[test]
+    fn a_mount_that_never_turns_counts_nothing() {
+        let mut p = passthrough_mount();
+        for fh in 0..2 * WARM_OPENS_TO_PAGE_CACHE {
+            p.opened(3, fh, false, true);
+            p.release(fh);
+        }
+        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+    }
+}
