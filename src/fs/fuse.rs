@@ -18,15 +18,15 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL,
-    TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session,
+    SessionACL, TimeOrNow, WriteFlags,
 };
 
 use super::fill::OpenedFile;
@@ -113,6 +113,8 @@ struct Shared {
     fs: KpackFs,
     /// Which read path each open gets; its decisions are carried out here.
     policy: Policy,
+    /// Sends notifications to the kernel; set once the session exists.
+    notifier: OnceLock<Notifier>,
 }
 
 /// The adapter handed to fuser.
@@ -153,6 +155,38 @@ impl Shared {
             Handle::Daemon { direct_io: false } | Handle::Register => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
+        }
+    }
+
+    /// Puts every kept kernel into the mount's page cache (FUSE's store notification) on a
+    /// thread of its own, then lets the policy turn to page-cache mode: after the turn, warm
+    /// reads of those files need no request at all, from the first pass on.
+    /// Kernels from inode `from` on go first: a reader walking the tree is there.
+    fn prefill(self: Arc<Self>, from: u64) {
+        let spawned = std::thread::Builder::new()
+            .name("kpack-prefill".into())
+            .spawn({
+                let shared = self.clone();
+                move || {
+                    if let Some(notifier) = shared.notifier.get() {
+                        let store =
+                            |ino, offset, bytes: &[u8]| notifier.store(INodeNo(ino), offset, bytes);
+                        match shared.fs.each_kept_kernel(from, store) {
+                            Ok((n, bytes)) => log::info!(
+                                "a warm set: {n} kept kernels ({bytes} bytes) put into the \
+                                 mount's page cache"
+                            ),
+                            Err(e) => log::warn!(
+                                "cannot put kept kernels into the mount's page cache: {e}"
+                            ),
+                        }
+                    }
+                    lock(&shared.policy).prefilled();
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start putting kept kernels into the page cache: {e}");
+            lock(&self.policy).prefilled();
         }
     }
 
@@ -305,8 +339,17 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let passthrough = match lock(&self.policy).open() {
-            OpenStart::Open { passthrough } => passthrough,
+        let start = lock(&self.policy).open();
+        let passthrough = match start {
+            OpenStart::Open {
+                passthrough,
+                prefill,
+            } => {
+                if prefill {
+                    self.shared.clone().prefill(ino.0);
+                }
+                passthrough
+            }
             OpenStart::NoOpen { turned } => {
                 if turned {
                     self.fs.set_decode_ahead(false);
@@ -696,7 +739,11 @@ fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let shown = policy.clone();
     fs.add_stats(Box::new(move || lock(&shown).stats_text()));
     Adapter {
-        shared: Arc::new(Shared { fs, policy }),
+        shared: Arc::new(Shared {
+            fs,
+            policy,
+            notifier: OnceLock::new(),
+        }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
     }
@@ -705,7 +752,10 @@ fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
-    let session = Session::new(adapter(fs, cfg), mountpoint, &fuser_config(cfg))?;
+    let adapter = adapter(fs, cfg);
+    let shared = adapter.shared.clone();
+    let session = Session::new(adapter, mountpoint, &fuser_config(cfg))?;
+    let _ = shared.notifier.set(session.notifier());
     // The device comes from the mount table: a stat of the mount point would wait for the
     // session, which is not serving yet.
     let entry = super::mountinfo::mount_at(mountpoint).ok().flatten();
@@ -749,7 +799,10 @@ fn raise_readahead(m: &super::mountinfo::MountEntry) {
 pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mounted> {
     let config = fuser_config(cfg);
     let acl = config.acl;
-    let session = Session::from_fd(adapter(fs, cfg), fd, acl, config)?;
+    let adapter = adapter(fs, cfg);
+    let shared = adapter.shared.clone();
+    let session = Session::from_fd(adapter, fd, acl, config)?;
+    let _ = shared.notifier.set(session.notifier());
     Ok(Mounted { session, own: None })
 }
 

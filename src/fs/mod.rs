@@ -146,6 +146,9 @@ impl ReadSlice {
 /// no backing file (the largest READ the kernel sends by default is 128 KiB).
 const DIRECT_READ_MAX: u64 = 128 << 10;
 
+/// The piece size of [`KpackFs::each_kept_kernel`].
+pub const PREFILL_PIECE: usize = 1 << 20;
+
 /// At most this many bytes of small kernels are kept (within the mount's `--cache-size`).
 const SMALL_CACHE_MAX: u64 = 4 << 20;
 
@@ -276,6 +279,22 @@ pub struct KpackFs {
     /// More `name value` lines for `user.kpack.stats` from the program (remote sources' request
     /// counters): the library knows nothing of where the archives' bytes come from.
     extra_stats: Vec<StatsLines>,
+    /// Every decode, in order, for the model test.
+    #[cfg(test)]
+    decode_log: Mutex<Vec<KernelId>>,
+    /// Faults the model test switches on to show it catches them.
+    #[cfg(test)]
+    fault: Mutex<Fault>,
+}
+
+/// A fault in the read path, for the model test (see `model_tests.rs`).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Fault {
+    #[default]
+    None,
+    /// An open does not look in the store, so a kept kernel is decoded again.
+    IgnoreStore,
 }
 
 /// A producer of `name value` lines for `user.kpack.stats`.
@@ -338,6 +357,10 @@ impl KpackFs {
             gid: opts.gid,
             dir_time,
             extra_stats: Vec::new(),
+            #[cfg(test)]
+            decode_log: Mutex::new(Vec::new()),
+            #[cfg(test)]
+            fault: Mutex::new(Fault::None),
         };
         Ok((fs, duplicates))
     }
@@ -492,7 +515,7 @@ impl KpackFs {
         let result = match self.small.peek(id) {
             Some(bytes) => Ok(bytes),
             None => {
-                self.decodes.fetch_add(1, Ordering::Relaxed);
+                self.count_decode(id);
                 let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     self.locate_for_read(file).and_then(|kref| {
                         let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
@@ -517,6 +540,66 @@ impl KpackFs {
                 Err(e) => done(Err(*e)),
             }
         }
+    }
+
+    /// Counts a decode of kernel `id` from its archive.
+    fn count_decode(&self, id: KernelId) {
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        #[cfg(test)]
+        lock(&self.decode_log).push(id);
+        #[cfg(not(test))]
+        let _ = id;
+    }
+
+    #[cfg(test)]
+    fn faulty(&self, fault: Fault) -> bool {
+        *lock(&self.fault) == fault
+    }
+
+    /// Whether the mount holds kernel `id`'s decoded bytes on its own account (not only
+    /// through open handles).
+    #[cfg(test)]
+    fn holds(&self, id: KernelId) -> bool {
+        self.store.contains(id)
+            || self.small.contains(id)
+            || lock(&self.recent).iter().any(|(k, _)| *k == id)
+            || lock(&self.ahead_done).iter().any(|(k, _)| *k == id)
+    }
+
+    /// Hands `put` the bytes of every kept kernel (those an open would find decoded), in
+    /// pieces of at most [`PREFILL_PIECE`] bytes: `put(ino, offset, bytes)`. Inodes are taken
+    /// in order from `from` on, then from the first: a reader walking the tree from there
+    /// finds the files ahead of it done first. Stops at the first error of `put` or of a read.
+    /// Returns the kernels and bytes handed.
+    pub fn each_kept_kernel(
+        &self,
+        from: Ino,
+        mut put: impl FnMut(Ino, u64, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<(u64, u64)> {
+        let mut buf = vec![0u8; PREFILL_PIECE];
+        let (mut kernels, mut bytes) = (0, 0);
+        let last = self.tree.len();
+        let from = from.clamp(1, last.max(1));
+        for ino in (from..=last).chain(1..from) {
+            let Some(Entry::File(file)) = self.tree.entry(ino) else {
+                continue;
+            };
+            let Some(backing) = self.store.lookup(kernel_id(file)) else {
+                continue;
+            };
+            let mut offset = 0;
+            while offset < backing.len() {
+                let n = backing.read_at(&mut buf, offset)?;
+                if n == 0 {
+                    break;
+                }
+                put(ino, offset, &buf[..n])?;
+                offset += n as u64;
+            }
+            kernels += 1;
+            bytes += offset;
+        }
+        Ok((kernels, bytes))
     }
 
     /// Number of open file handles.
@@ -709,7 +792,11 @@ impl KpackFs {
             let mut fills = lock(&self.fills);
             // Each request counts once: a hit when it finds a complete file (in the store, or
             // just finished by its job, which may still be keeping it), else a miss.
-            if let Some(b) = self.store.lookup(id) {
+            #[cfg(test)]
+            let ignore_store = self.faulty(Fault::IgnoreStore);
+            #[cfg(not(test))]
+            let ignore_store = false;
+            if let Some(b) = self.store.lookup(id).filter(|_| !ignore_store) {
                 self.store.count(true);
                 Ok(b)
             } else if let Some(f) = fills.get(&id) {
@@ -966,7 +1053,7 @@ impl KpackFs {
         if let Some(found) = self.store.find_in_dir(&spec) {
             return Ok(Source::Dir(found));
         }
-        self.decodes.fetch_add(1, Ordering::Relaxed);
+        self.count_decode(spec.id);
         Ok(Source::Located(self.checked(file, located)?, spec))
     }
 
@@ -1399,5 +1486,7 @@ fn archive_token(a: &Archive) -> Vec<u8> {
     t
 }
 
+#[cfg(test)]
+mod model_tests;
 #[cfg(test)]
 mod tests;

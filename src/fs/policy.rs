@@ -123,7 +123,22 @@ pub enum OpenStart {
         /// Wait for the complete file rather than the first decoded bytes: only a complete
         /// file can be passed through.
         passthrough: bool,
+        /// The mount serves a warm set: put the kept kernels' bytes into the mount's page
+        /// cache now, and report it with [`OpenPolicy::prefilled`]; the turn to page-cache
+        /// mode waits for that. Set on one open only.
+        prefill: bool,
     },
+}
+
+/// Where an `auto` mount is on its way to page-cache mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prefill {
+    /// No warm set seen yet.
+    NotYet,
+    /// The kept kernels are being put into the mount's page cache.
+    Running,
+    /// Done: the mount may turn.
+    Done,
 }
 
 /// How a new handle is answered.
@@ -197,6 +212,9 @@ pub struct OpenPolicy<B> {
     passthrough: bool,
     /// Opens in a row that found their kernel decoded and opened before.
     warm_in_a_row: u64,
+    /// How many of those make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in tests).
+    turn_after: u64,
+    prefill: Prefill,
     inodes: HashMap<Ino, Inode<B>>,
     handles: HashMap<u64, (Ino, Path)>,
     #[cfg(test)]
@@ -212,11 +230,20 @@ impl<B: Clone> OpenPolicy<B> {
             page_cache: start == Start::PageCache,
             passthrough: false,
             warm_in_a_row: 0,
+            turn_after: WARM_OPENS_TO_PAGE_CACHE,
+            prefill: Prefill::NotYet,
             inodes: HashMap::new(),
             handles: HashMap::new(),
             #[cfg(test)]
             fault: Fault::None,
         }
+    }
+
+    /// Turns after `n` warm opens in a row, for tests that cannot wait for the real number.
+    #[cfg(test)]
+    pub fn turning_after(mut self, n: u64) -> Self {
+        self.turn_after = n;
+        self
     }
 
     /// What to ask the kernel for at `init`: opening without the daemon where the mount may
@@ -250,21 +277,35 @@ impl<B: Clone> OpenPolicy<B> {
         self.page_cache
     }
 
-    /// An OPEN of `ino` arrives.
+    /// An OPEN arrives.
+    ///
+    /// An `auto` mount that serves a warm set first has the kept kernels put into its page
+    /// cache (a warm pass meanwhile still passes through, which keeps it near local-disk
+    /// speed), and turns at the first open after that with no passthrough handle open: from
+    /// then on warm files are read from the page cache without any request.
     pub fn open(&mut self) -> OpenStart {
         if self.page_cache {
             return OpenStart::NoOpen { turned: false };
         }
-        if self.start == Start::OpensUntilWarm
-            && self.warm_in_a_row >= WARM_OPENS_TO_PAGE_CACHE
-            && self.may_turn()
-        {
+        let warm_set = self.start == Start::OpensUntilWarm && self.warm_in_a_row >= self.turn_after;
+        if warm_set && self.prefill == Prefill::Done && self.may_turn() {
             self.page_cache = true;
             return OpenStart::NoOpen { turned: true };
         }
+        let prefill = warm_set && self.prefill == Prefill::NotYet;
+        if prefill {
+            self.prefill = Prefill::Running;
+        }
         OpenStart::Open {
             passthrough: self.passthrough,
+            prefill,
         }
+    }
+
+    /// The kept kernels are in the mount's page cache (or could not be put there): the mount
+    /// may turn to page-cache mode.
+    pub fn prefilled(&mut self) {
+        self.prefill = Prefill::Done;
     }
 
     /// The turn needs no passthrough handle open (or being opened) anywhere.
@@ -287,7 +328,9 @@ impl<B: Clone> OpenPolicy<B> {
         } else {
             self.warm_in_a_row = 0;
         }
-        let passthrough = self.passthrough;
+        // Once the mount prepares its turn, no new backing id: a passthrough open drops the
+        // pages of its inode that the mount's page cache holds, which is what the turn needs.
+        let passthrough = self.passthrough && self.prefill == Prefill::NotYet;
         let page_cache = self.page_cache;
         #[cfg(test)]
         let fault = self.fault;
@@ -523,7 +566,13 @@ mod tests {
             passthrough: false,
         });
         assert!(!p.passthrough());
-        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: false,
+                prefill: false
+            }
+        );
 
         // A kernel that cannot open without the daemon keeps page-cache mounts opening.
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
@@ -533,7 +582,13 @@ mod tests {
             passthrough: true,
         });
         assert!(!p.page_cache());
-        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: false,
+                prefill: false
+            }
+        );
         assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
     }
 
@@ -549,7 +604,13 @@ mod tests {
     #[test]
     fn one_backing_id_per_inode_closed_with_its_last_handle() {
         let mut p = passthrough_mount();
-        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: true,
+                prefill: false
+            }
+        );
         assert_eq!(p.opened(5, 1, true, false), Handle::Register);
         assert_eq!(p.registered(1, 50), (Handle::Passthrough(50), None));
         // A second open reuses the id without registering.
@@ -559,7 +620,11 @@ mod tests {
         assert!(p.has_backing(5));
         assert_eq!(p.release(2), Some(50));
         assert!(!p.has_backing(5));
-        assert_eq!(p.release(2), None, "a second release of a handle is ignored");
+        assert_eq!(
+            p.release(2),
+            None,
+            "a second release of a handle is ignored"
+        );
     }
 
     #[test]
@@ -616,7 +681,13 @@ mod tests {
         assert!(!p.passthrough());
         assert!(!p.refused(2), "said once");
         assert_eq!(p.handles_of(5), (0, 1));
-        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: false,
+                prefill: false
+            }
+        );
         assert_eq!(
             p.opened(7, 3, false, false),
             Handle::Daemon { direct_io: false }
@@ -624,23 +695,64 @@ mod tests {
         assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
     }
 
+    const OPEN: OpenStart = OpenStart::Open {
+        passthrough: true,
+        prefill: false,
+    };
+
     #[test]
-    fn auto_turns_after_a_warm_set_once_no_passthrough_handle_is_open() {
+    fn auto_prefills_then_turns_once_no_passthrough_handle_is_open() {
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
         p.granted(GRANT_ALL);
         assert_eq!(p.opened(1, 1, true, false), Handle::Register);
         assert_eq!(p.registered(1, 10), (Handle::Passthrough(10), None));
         for fh in 2..2 + WARM_OPENS_TO_PAGE_CACHE {
-            assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+            assert_eq!(p.open(), OPEN);
             assert_eq!(p.opened(1, fh, true, true), Handle::Passthrough(10));
             p.release(fh);
         }
-        // Warm enough, but handle 1 still passes through.
-        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        // A warm set: the kept kernels go to the page cache first, asked for once.
+        let prefill = OpenStart::Open {
+            passthrough: true,
+            prefill: true,
+        };
+        assert_eq!(p.open(), prefill);
+        assert_eq!(p.open(), OPEN);
+        p.prefilled();
+        // Prefilled, but handle 1 still passes through.
+        assert_eq!(p.open(), OPEN);
         assert_eq!(p.release(1), Some(10));
         assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
         assert_eq!(p.open(), OpenStart::NoOpen { turned: false });
         assert!(p.page_cache());
+    }
+
+    #[test]
+    fn no_new_backing_id_once_the_turn_is_prepared() {
+        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
+        p.granted(GRANT_ALL);
+        p.opened(1, 1, true, false);
+        p.registered(1, 10);
+        for fh in 2..2 + WARM_OPENS_TO_PAGE_CACHE {
+            p.opened(1, fh, true, true);
+            p.release(fh);
+        }
+        assert!(matches!(p.open(), OpenStart::Open { prefill: true, .. }));
+        // An inode with an id keeps it; any other is read by the daemon through the page
+        // cache, which a passthrough open would drop.
+        assert_eq!(p.opened(1, 100, true, true), Handle::Passthrough(10));
+        assert_eq!(
+            p.opened(2, 101, true, true),
+            Handle::Daemon { direct_io: false }
+        );
+        assert_eq!(
+            p.opened(3, 102, false, false),
+            Handle::Daemon { direct_io: false }
+        );
+        assert!(
+            p.passthrough(),
+            "still granted: shown as the read path of open handles"
+        );
     }
 
     #[test]
@@ -655,7 +767,13 @@ mod tests {
         p.release(100);
         p.opened(1, 101, true, true);
         p.release(101);
-        assert_eq!(p.open(), OpenStart::Open { passthrough: false });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: false,
+                prefill: false
+            }
+        );
     }
 
     #[test]
@@ -667,8 +785,16 @@ mod tests {
             p.release(fh);
         }
         assert_eq!(p.opened(1, 500, true, true), Handle::Register);
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: true,
+                prefill: true
+            }
+        );
+        p.prefilled();
         // Registering counts as open with passthrough: no turn yet.
-        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(p.open(), OPEN);
         assert_eq!(p.release(500), None);
         assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
     }
@@ -680,6 +806,12 @@ mod tests {
             p.opened(3, fh, false, true);
             p.release(fh);
         }
-        assert_eq!(p.open(), OpenStart::Open { passthrough: true });
+        assert_eq!(
+            p.open(),
+            OpenStart::Open {
+                passthrough: true,
+                prefill: false
+            }
+        );
     }
 }

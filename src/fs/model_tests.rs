@@ -1,0 +1,521 @@
+//! A reference-model test of the read path. Random sequences of opens, reads at random
+//! offsets (through a handle, or by inode in page-cache mode), releases, scans that decode
+//! ahead, backing ids the kernel refuses, evictions (caches smaller than the kernels) and the
+//! turn to page-cache mode run against `KpackFs` and the open policy, driven as the FUSE
+//! adapter drives them, from one thread and from several. The model is the archive's bytes,
+//! and a fake kernel that keeps Linux's rules for FUSE handles.
+//!
+//! Checked after every step:
+//! * every read returns the archive's exact bytes, short only at the end of the file;
+//! * an inode never has passthrough and daemon-read handles open at once, all its passthrough
+//!   handles share one backing id, and no file is opened without the daemon while its inode
+//!   has a passthrough handle (Linux fails each of these opens with EIO);
+//! * a kernel is decoded at most once while it is held, by a handle or by the mount;
+//! * the bytes the mount keeps stay within its cache's bound.
+//!
+//! The faults it catches, each switched on by a test below that expects the model to fail:
+//! `policy::Fault::PassthroughBesideDaemon` (a backing id asked for while the inode has
+//! daemon-read handles), `policy::Fault::TurnWithPassthroughOpen` (the turn to page-cache mode
+//! with a passthrough handle open) and `Fault::IgnoreStore` (an open that does not find a kept
+//! kernel and decodes it again).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use super::backing::Placement;
+use super::policy::{self, Granted, Handle, OpenPolicy, OpenStart, Start};
+use super::tree::{Entry, Ino};
+use super::{Errno, Fault, FsOptions, KpackFs, kernel_id};
+use crate::archive::Archive;
+use crate::archive::kernel_cache::KernelId;
+use crate::archive::writer::{ArchiveWriter, Compression};
+use crate::sync::lock;
+
+/// One step of a sequence.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Open file `.0` (modulo the number of files).
+    Open(usize),
+    /// Read `len` bytes at `at` (modulo the file's size plus a little) through open handle
+    /// `handle` (modulo the handles open), or by inode in page-cache mode.
+    Read {
+        handle: usize,
+        at: u64,
+        len: u32,
+    },
+    Release(usize),
+    /// Open and release every file in inode order: a scan, which decodes ahead.
+    Scan,
+    /// The kernel refuses the next backing id.
+    RefuseNextId,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => any::<usize>().prop_map(Op::Open),
+        5 => (any::<usize>(), any::<u64>(), 1..200_000u32)
+            .prop_map(|(handle, at, len)| Op::Read { handle, at, len }),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => Just(Op::Scan),
+        1 => Just(Op::RefuseNextId),
+    ]
+}
+
+/// A mount to try: kernel sizes, where backing files live, how the mount starts, and its cache
+/// bound as a share of all the kernels' bytes.
+#[derive(Debug, Clone)]
+struct Setup {
+    sizes: Vec<usize>,
+    memory: bool,
+    start: Start,
+    passthrough: Granted,
+    cache_percent: u64,
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    let size = prop_oneof![Just(0usize), 1..5_000usize, 60_000..300_000usize];
+    let start = prop_oneof![
+        Just(Start::PageCache),
+        Just(Start::Opens),
+        Just(Start::OpensUntilWarm)
+    ];
+    (
+        prop::collection::vec(size, 1..7),
+        any::<bool>(),
+        start,
+        any::<bool>(),
+        20..150u64,
+    )
+        .prop_map(|(sizes, memory, start, passthrough, cache_percent)| Setup {
+            sizes,
+            memory,
+            start,
+            passthrough: Granted {
+                no_open: true,
+                passthrough,
+            },
+            cache_percent,
+        })
+}
+
+/// Kernel `k`'s bytes: compressible, and different from every other kernel's.
+fn kernel_bytes(k: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i / 7 + k * 13) % 251) as u8 ^ (i % 3) as u8)
+        .collect()
+}
+
+/// The fake kernel: the FUSE handles it has open, and the rules Linux keeps for them.
+#[derive(Default)]
+struct FakeKernel {
+    /// Handle to (inode, backing id when passed through).
+    handles: HashMap<u64, (Ino, Option<u64>)>,
+    refuse_next: bool,
+    next_id: u64,
+}
+
+impl FakeKernel {
+    fn register(&mut self) -> Result<u64, String> {
+        if std::mem::take(&mut self.refuse_next) {
+            return Err("Operation not permitted".into());
+        }
+        self.next_id += 1;
+        Ok(self.next_id)
+    }
+
+    fn of(&self, ino: Ino) -> impl Iterator<Item = Option<u64>> + '_ {
+        self.handles
+            .values()
+            .filter(move |(i, _)| *i == ino)
+            .map(|(_, id)| *id)
+    }
+
+    /// The reply to an OPEN, as Linux would take it.
+    fn opened(&mut self, ino: Ino, fh: u64, handle: &Handle<u64>) -> Result<(), String> {
+        let id = match handle {
+            Handle::Passthrough(id) => Some(*id),
+            Handle::Daemon { .. } => None,
+            Handle::Register => return Err("an open answered with Register".into()),
+        };
+        for other in self.of(ino) {
+            match (id, other) {
+                (Some(_), None) => {
+                    return Err(format!("inode {ino}: passthrough beside a daemon handle"));
+                }
+                (None, Some(_)) => {
+                    return Err(format!("inode {ino}: daemon handle beside passthrough"));
+                }
+                (Some(a), Some(b)) if a != b => {
+                    return Err(format!("inode {ino}: two backing ids, {a} and {b}"));
+                }
+                _ => {}
+            }
+        }
+        self.handles.insert(fh, (ino, id));
+        Ok(())
+    }
+
+    /// An open the kernel makes without the daemon (after ENOSYS).
+    fn opened_alone(&self, ino: Ino) -> Result<(), String> {
+        if self.of(ino).any(|id| id.is_some()) {
+            return Err(format!("inode {ino}: opened alone beside passthrough"));
+        }
+        Ok(())
+    }
+}
+
+/// A mount under test: the filesystem, its open policy and fake kernel, and the model.
+struct Mount {
+    _dir: tempfile::TempDir,
+    fs: Arc<KpackFs>,
+    policy: Mutex<OpenPolicy<u64>>,
+    kernel: Mutex<FakeKernel>,
+    /// Per file: inode, kernel id, bytes.
+    files: Vec<(Ino, KernelId, Vec<u8>)>,
+    capacity: u64,
+}
+
+impl Mount {
+    fn new(s: &Setup, policy_fault: policy::Fault, fault: Fault) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let kernels: Vec<Vec<u8>> = s
+            .sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &len)| kernel_bytes(k, len))
+            .collect();
+        let mut w = ArchiveWriter::new(
+            "g",
+            "fam",
+            vec!["gfx900".to_owned()],
+            Compression::Zstd { level: 1 },
+        )
+        .unwrap();
+        for (k, bytes) in kernels.iter().enumerate() {
+            w.add_kernel(&format!("k{k}"), "gfx900", bytes.clone())
+                .unwrap();
+        }
+        let path = dir.path().join("m.kpack");
+        w.write(&path, &|_| {}).unwrap();
+        let total: u64 = kernels.iter().map(|k| k.len() as u64).sum();
+        let capacity = total * s.cache_percent / 100;
+        let opts = FsOptions {
+            cache_size: capacity,
+            backing: if s.memory {
+                Placement::Memory
+            } else {
+                Placement::Scratch(dir.path().to_path_buf())
+            },
+            gpus: Vec::new(),
+            uid: 0,
+            gid: 0,
+        };
+        let archive = Arc::new(Archive::open(&path).unwrap());
+        let (fs, _) = KpackFs::new(vec![archive], &opts).unwrap();
+        *lock(&fs.fault) = fault;
+        let files = (1..=fs.tree().len())
+            .filter_map(|ino| match fs.tree().entry(ino) {
+                Some(Entry::File(f)) => {
+                    let k: usize = fs.names_of(f).0[1..].parse().unwrap();
+                    Some((ino, kernel_id(f), kernels[k].clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut policy = OpenPolicy::new(s.start, true).turning_after(3);
+        policy.fault = policy_fault;
+        policy.granted(s.passthrough);
+        if policy.page_cache() {
+            fs.set_decode_ahead(false);
+        }
+        Mount {
+            _dir: dir,
+            fs: Arc::new(fs),
+            policy: Mutex::new(policy),
+            kernel: Mutex::new(FakeKernel::default()),
+            files,
+            capacity,
+        }
+    }
+
+    /// Opens file `f` as the adapter does; returns its handle, or `None` when the kernel
+    /// opened it alone (page-cache mode).
+    fn open(&self, f: usize) -> Result<Option<u64>, String> {
+        let (ino, _, _) = self.files[f];
+        let start = lock(&self.policy).open();
+        let passthrough = match start {
+            OpenStart::NoOpen { turned } => {
+                if turned {
+                    self.fs.set_decode_ahead(false);
+                }
+                let refused = self.fs.refuse_open(ino, libc::O_RDONLY);
+                if refused != Errno::ENOSYS {
+                    return Err(format!("an open in page-cache mode gave {refused:?}"));
+                }
+                lock(&self.kernel).opened_alone(ino)?;
+                return Ok(None);
+            }
+            OpenStart::Open {
+                passthrough,
+                prefill,
+            } => {
+                // The fake kernel has no page cache to put the kept kernels into.
+                if prefill {
+                    lock(&self.policy).prefilled();
+                }
+                passthrough
+            }
+        };
+        let (tx, rx) = mpsc::channel();
+        let done = Box::new(move |r| drop(tx.send(r)));
+        let job = self.fs.open_start(ino, libc::O_RDONLY, passthrough, done);
+        // The decode runs on a thread of its own, as on the decode pool: the handle may be
+        // made while it still runs.
+        let worker = job.map(|job| {
+            let fs = self.fs.clone();
+            std::thread::spawn(move || fs.run_fill(job))
+        });
+        let ahead = self.fs.decode_ahead(ino, 1);
+        let opened = rx.recv().map_err(|_| "an open was never answered")?;
+        let opened = opened.map_err(|e| format!("open of inode {ino}: {e:?}"))?;
+        let new = self.fs.add_handle(opened);
+        let register = || lock(&self.kernel).register();
+        let handle =
+            OpenPolicy::answer(&self.policy, ino, new.fh, new.complete, new.warm, register);
+        lock(&self.kernel).opened(ino, new.fh, &handle)?;
+        if let Some(w) = worker {
+            w.join().map_err(|_| "a decode job panicked")?;
+        }
+        for job in ahead {
+            self.fs.run_fill(job);
+        }
+        Ok(Some(new.fh))
+    }
+
+    fn release(&self, fh: u64) {
+        drop(lock(&self.policy).release(fh));
+        lock(&self.kernel).handles.remove(&fh);
+        self.fs.release(fh);
+    }
+
+    /// Reads through `fh`, or by inode without one, and compares with the model.
+    fn read(&self, f: usize, fh: Option<u64>, at: u64, len: u32) -> Result<(), String> {
+        let (ino, _, ref bytes) = self.files[f];
+        let at = at % (bytes.len() as u64 + 3);
+        let got = match fh {
+            Some(fh) => self.fs.read(ino, fh, at, len),
+            None => self.fs.read_ino(ino, at, len),
+        }
+        .map_err(|e| format!("read of inode {ino} at {at}: {e:?}"))?;
+        let start = (at as usize).min(bytes.len());
+        let end = start.saturating_add(len as usize).min(bytes.len());
+        if got.as_slice() != &bytes[start..end] {
+            return Err(format!(
+                "read of inode {ino} at {at}, {len} bytes: {} bytes that differ from the archive's",
+                got.as_slice().len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The kernels held now: by the mount, or by an open handle.
+    fn held(&self, open: &[(u64, usize)]) -> HashSet<KernelId> {
+        let mut held: HashSet<KernelId> = open.iter().map(|&(_, f)| self.files[f].1).collect();
+        held.extend(
+            self.files
+                .iter()
+                .map(|f| f.1)
+                .filter(|&id| self.fs.holds(id)),
+        );
+        held
+    }
+
+    fn decodes(&self) -> usize {
+        lock(&self.fs.decode_log).len()
+    }
+
+    /// Runs `ops` from one thread, checking the model after every step.
+    fn run(&self, ops: &[Op]) -> Result<(), String> {
+        // Open handles: (handle, file).
+        let mut open: Vec<(u64, usize)> = Vec::new();
+        // Files the kernel opened alone, read by inode.
+        let mut alone: Vec<usize> = Vec::new();
+        let n = self.files.len();
+        for (step, op) in ops.iter().enumerate() {
+            let held = self.held(&open);
+            let decoded = self.decodes();
+            let outcome = match op {
+                Op::Open(f) => self.open(f % n).map(|fh| match fh {
+                    Some(fh) => open.push((fh, f % n)),
+                    None => alone.push(f % n),
+                }),
+                Op::Read { handle, at, len } => {
+                    let both = open.len() + alone.len();
+                    if both == 0 {
+                        Ok(())
+                    } else if handle % both < open.len() {
+                        let (fh, f) = open[handle % both];
+                        self.read(f, Some(fh), *at, *len)
+                    } else {
+                        self.read(alone[handle % both - open.len()], None, *at, *len)
+                    }
+                }
+                Op::Release(h) => {
+                    if !open.is_empty() {
+                        let (fh, _) = open.remove(h % open.len());
+                        self.release(fh);
+                    }
+                    Ok(())
+                }
+                Op::Scan => (0..n).try_for_each(|f| match self.open(f)? {
+                    Some(fh) => {
+                        self.read(f, Some(fh), 0, u32::MAX)?;
+                        self.release(fh);
+                        Ok(())
+                    }
+                    None => self.read(f, None, 0, u32::MAX),
+                }),
+                Op::RefuseNextId => {
+                    lock(&self.kernel).refuse_next = true;
+                    Ok(())
+                }
+            };
+            outcome.map_err(|e| format!("step {step} ({op:?}): {e}"))?;
+            let log = lock(&self.fs.decode_log);
+            if let Some(again) = log[decoded..].iter().find(|id| held.contains(id)) {
+                return Err(format!(
+                    "step {step} ({op:?}): decoded {again:?} while held"
+                ));
+            }
+            drop(log);
+            let kept = self.fs.cache_stats().bytes_cached;
+            if kept > self.capacity {
+                return Err(format!(
+                    "step {step}: {kept} bytes kept, bound {}",
+                    self.capacity
+                ));
+            }
+        }
+        for (fh, _) in open {
+            self.release(fh);
+        }
+        Ok(())
+    }
+}
+
+/// Runs the model over random setups and sequences; returns the first failure, shrunk.
+fn check(cases: u32, policy_fault: policy::Fault, fault: Fault) -> Result<(), String> {
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (setup(), prop::collection::vec(op(), 1..40));
+    runner
+        .run(&strategy, |(s, ops)| {
+            Mount::new(&s, policy_fault, fault)
+                .run(&ops)
+                .map_err(TestCaseError::fail)
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_read_path_matches_the_model() {
+    check(96, policy::Fault::None, Fault::None).unwrap();
+}
+
+#[test]
+fn the_model_catches_passthrough_beside_daemon_handles() {
+    let e = check(256, policy::Fault::PassthroughBesideDaemon, Fault::None).unwrap_err();
+    assert!(e.contains("passthrough beside a daemon handle"), "{e}");
+}
+
+#[test]
+fn the_model_catches_a_turn_with_passthrough_open() {
+    let e = check(256, policy::Fault::TurnWithPassthroughOpen, Fault::None).unwrap_err();
+    assert!(e.contains("opened alone beside passthrough"), "{e}");
+}
+
+#[test]
+fn the_model_catches_a_kept_kernel_decoded_again() {
+    let e = check(256, policy::Fault::None, Fault::IgnoreStore).unwrap_err();
+    assert!(e.contains("while held"), "{e}");
+}
+
+/// Several threads share one mount, each running its own sequence; reads are checked as they
+/// come and the kernel's rules on every reply.
+#[test]
+fn the_read_path_matches_the_model_from_several_threads() {
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (
+        setup(),
+        prop::collection::vec(prop::collection::vec(op(), 1..30), 3),
+    );
+    runner
+        .run(&strategy, |(s, sequences)| {
+            let mount = Mount::new(&s, policy::Fault::None, Fault::None);
+            std::thread::scope(|scope| {
+                let threads: Vec<_> = sequences
+                    .iter()
+                    .map(|ops| scope.spawn(|| mount.run_concurrently(ops)))
+                    .collect();
+                for t in threads {
+                    t.join()
+                        .map_err(|_| TestCaseError::fail("a thread panicked"))?
+                        .map_err(TestCaseError::fail)?;
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+}
+
+impl Mount {
+    /// Like [`Mount::run`], but with other threads at work on the same mount: what is held
+    /// changes under it, so only bytes and the kernel's rules are checked.
+    fn run_concurrently(&self, ops: &[Op]) -> Result<(), String> {
+        let mut open: Vec<(u64, usize)> = Vec::new();
+        let n = self.files.len();
+        for op in ops {
+            match op {
+                Op::Open(f) => {
+                    if let Some(fh) = self.open(f % n)? {
+                        open.push((fh, f % n));
+                    }
+                }
+                Op::Read { handle, at, len } if !open.is_empty() => {
+                    let (fh, f) = open[handle % open.len()];
+                    self.read(f, Some(fh), *at, *len)?;
+                }
+                Op::Read { handle, at, len } => self.read(handle % n, None, *at, *len)?,
+                Op::Release(h) if !open.is_empty() => {
+                    let (fh, _) = open.remove(h % open.len());
+                    self.release(fh);
+                }
+                Op::Release(_) => {}
+                Op::Scan => {
+                    for f in 0..n {
+                        if let Some(fh) = self.open(f)? {
+                            self.read(f, Some(fh), 0, u32::MAX)?;
+                            self.release(fh);
+                        }
+                    }
+                }
+                Op::RefuseNextId => lock(&self.kernel).refuse_next = true,
+            }
+        }
+        for (fh, _) in open {
+            self.release(fh);
+        }
+        Ok(())
+    }
+}
