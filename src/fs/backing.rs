@@ -32,8 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Errno;
-use super::cache_dir::{CacheDir, TmpFile};
-use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId, Weighed};
+use super::cache_dir::{CacheDir, DirStats, TmpFile};
+use super::kernel::{KernelId, KernelSpec, fail};
+use crate::archive::kernel_cache::{CacheStats, KernelCache, Weighed};
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,31 +152,6 @@ impl Weighed for Arc<BackingFile> {
     }
 }
 
-/// What the store needs to know about one kernel.
-#[derive(Debug, Clone, Copy)]
-pub struct KernelSpec {
-    pub id: KernelId,
-    /// Decoded size.
-    pub len: u64,
-    /// Key of the kernel in a persistent cache directory (see `cache_dir.rs`).
-    pub cache_key: [u8; 32],
-    /// The archive's BLAKE3 of the decoded bytes, when it records one.
-    pub digest: Option<[u8; 32]>,
-}
-
-/// Counters of the persistent cache directory (all zero without one).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DirStats {
-    /// Kernels found there, valid, and used without decoding.
-    pub hits: u64,
-    /// Kernels not there (decoded and written).
-    pub misses: u64,
-    /// Files found there but refused: wrong length or digest (decoded again).
-    pub rejected: u64,
-    /// Files removed to keep the directory within its bound.
-    pub evictions: u64,
-}
-
 enum Where {
     Scratch(PathBuf),
     Memory,
@@ -192,9 +168,10 @@ pub struct BackingStore {
 }
 
 impl BackingStore {
-    /// A store keeping at most `capacity` bytes of files it is not otherwise using. For a cache
-    /// directory, `capacity` also bounds the directory.
-    pub fn new(placement: &Placement, capacity: u64) -> io::Result<BackingStore> {
+    /// A store keeping at most `capacity` bytes, and `files_max` files (each a descriptor: see
+    /// [`descriptor_budget`]), of files it is not otherwise using. For a cache directory,
+    /// `capacity` also bounds the directory.
+    pub fn new(placement: &Placement, capacity: u64, files_max: usize) -> io::Result<BackingStore> {
         let place = match placement {
             Placement::Scratch(base) => Where::Scratch(make_scratch_dir(base)?),
             Placement::Memory => Where::Memory,
@@ -202,7 +179,7 @@ impl BackingStore {
         };
         Ok(BackingStore {
             place,
-            cache: KernelCache::with_max_entries(capacity, descriptor_budget()),
+            cache: KernelCache::with_max_entries(capacity, files_max),
             live: Arc::new(AtomicU64::new(0)),
             next_name: AtomicU64::new(0),
         })
@@ -413,24 +390,11 @@ impl Drop for BackingStore {
     }
 }
 
-/// Logs an I/O failure of the store and turns it into EIO (ENOSPC and ENOMEM keep their
-/// meaning: the reader can do something about those).
-pub(super) fn fail(what: &str, e: &io::Error) -> Errno {
-    log::error!("backing file: {what}: {e}");
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => Errno(libc::ENOSPC),
-        Some(libc::ENOMEM) => Errno::ENOMEM,
-        _ => Errno::EIO,
-    }
-}
-
-/// How many backing files the store may keep open: each is a descriptor. The soft limit is
-/// raised to the hard one first (the default soft limit, 1024, is small for large trees), and
-/// the hard one to the system's ceiling (`fs.nr_open`) where the daemon may (root): a tree of
-/// 100,000 small kernels with a budget of 10,000 files evicted every file before its next open,
-/// so every warm open decoded again. The store then takes half of the limit, leaving the rest to
-/// archives, FUSE channels and open handles.
-fn descriptor_budget() -> usize {
+/// Raises the process's open-file limit as far as it goes, once, at the program's start-up:
+/// the soft limit to the hard one (the default soft limit, 1024, is small for large trees),
+/// and the hard one to the system's ceiling (`fs.nr_open`) where the process may (root).
+/// Returns the soft limit now (256 when it cannot be read).
+pub fn raise_open_file_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -460,7 +424,15 @@ fn descriptor_budget() -> usize {
             }
         }
     }
-    (lim.rlim_cur / 2).clamp(16, 1 << 19) as usize
+    lim.rlim_cur
+}
+
+/// How many backing files a store may keep open under an open-file limit of `limit`: each is
+/// a descriptor, and half of the limit is left to archives, FUSE channels and open handles. A
+/// tree of 100,000 small kernels with a budget of 10,000 files evicted every file before its
+/// next open, so every warm open decoded again: hence [`raise_open_file_limit`] first.
+pub fn descriptor_budget(limit: u64) -> usize {
+    (limit / 2).clamp(16, 1 << 19) as usize
 }
 
 fn make_scratch_dir(base: &Path) -> io::Result<PathBuf> {
@@ -613,7 +585,7 @@ mod tests {
             Placement::Memory,
             Placement::CacheDir(d.path().join("cache")),
         ] {
-            let store = BackingStore::new(&place, 1 << 24).unwrap();
+            let store = BackingStore::new(&place, 1 << 24, 64).unwrap();
             let s = spec(len as u64, 9);
             let mut pending = store.begin(&s).unwrap();
             // Two writes, each across piece boundaries, the second from an odd offset.
@@ -630,7 +602,8 @@ mod tests {
     #[test]
     fn a_cache_dir_file_is_touched_at_most_once_per_interval() {
         let d = tempfile::tempdir().unwrap();
-        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let store =
+            BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20, 64).unwrap();
         let b = written(&store, &spec(100, 1), &[7; 100]);
         let set_old = || {
             let old = libc::timespec {
@@ -660,7 +633,8 @@ mod tests {
     #[test]
     fn a_cache_dir_file_that_cannot_be_put_in_place_still_reads_and_is_not_kept() {
         let d = tempfile::tempdir().unwrap();
-        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let store =
+            BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20, 64).unwrap();
         let s = spec(4096, 2);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
         let mut pending = store.begin(&s).unwrap();

@@ -251,7 +251,8 @@ fn answer(file: &BackingFile, r: Parked) {
 mod tests {
     use super::*;
     use crate::archive::kernel_cache::KernelId;
-    use crate::fs::backing::{BackingStore, KernelSpec, Placement};
+    use crate::fs::backing::{BackingStore, Placement};
+    use crate::fs::kernel::KernelSpec;
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;
@@ -297,7 +298,7 @@ mod tests {
 
     #[test]
     fn reads_wait_for_their_bytes_and_opens_for_the_stream() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = BackingStore::new(&Placement::Memory, 1 << 20, 64).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let fill = Arc::new(Fill::new());
         let early = open(&fill);
@@ -344,7 +345,7 @@ mod tests {
 
     #[test]
     fn an_open_of_the_whole_file_waits_for_it_to_complete() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = BackingStore::new(&Placement::Memory, 1 << 20, 64).unwrap();
         let data: Vec<u8> = (0..9000u32).map(|i| (i % 7) as u8).collect();
         let fill = Arc::new(Fill::new());
         let (early, streamed) = (open_as(&fill, true), open(&fill));
@@ -377,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_file_with_every_byte_published_is_complete_before_it_is_kept() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = BackingStore::new(&Placement::Memory, 1 << 20, 64).unwrap();
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
         let fill = Arc::new(Fill::new());
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
@@ -400,7 +401,7 @@ mod tests {
 
     #[test]
     fn a_failure_answers_every_waiter_and_later_reads_with_eio() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = BackingStore::new(&Placement::Memory, 1 << 20, 64).unwrap();
         let fill = Arc::new(Fill::new());
         let waiting = open(&fill);
         let pending = store.begin(&spec(8192)).unwrap();

@@ -20,6 +20,7 @@ pub mod cache_dir;
 pub mod fill;
 pub mod fuse;
 pub mod gpus;
+pub mod kernel;
 pub mod mountinfo;
 pub mod pool;
 mod scan;
@@ -36,8 +37,9 @@ use std::time::{Duration, SystemTime};
 use crate::archive::codec::SharedKernel;
 use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId};
 use crate::archive::{Archive, KernelRef};
-use backing::{BackingFile, BackingStore, KernelSpec, Placement};
+use backing::{BackingFile, BackingStore, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
+use kernel::KernelSpec;
 use scan::Scan;
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
@@ -213,6 +215,10 @@ pub struct FsOptions {
     pub cache_size: u64,
     /// Where backing files live.
     pub backing: Placement,
+    /// Most backing files kept open for kernels no handle has open (each is a descriptor):
+    /// [`backing::descriptor_budget`] of the limit the program raised at start-up
+    /// ([`backing::raise_open_file_limit`]).
+    pub files_max: usize,
     /// Device ISAs, in order, for `native.hsaco`.
     pub gpus: Vec<String>,
     /// Owner of every inode.
@@ -361,11 +367,12 @@ impl KpackFs {
             .filter_map(|a| a.modified())
             .max()
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let store = BackingStore::new(&opts.backing, opts.cache_size).unwrap_or_else(|e| {
-            log::error!("cannot keep backing files as asked ({e}); keeping them in memory");
-            BackingStore::new(&Placement::Memory, opts.cache_size)
-                .expect("a memory store needs no I/O")
-        });
+        let store = BackingStore::new(&opts.backing, opts.cache_size, opts.files_max)
+            .unwrap_or_else(|e| {
+                log::error!("cannot keep backing files as asked ({e}); keeping them in memory");
+                BackingStore::new(&Placement::Memory, opts.cache_size, opts.files_max)
+                    .expect("a memory store needs no I/O")
+            });
         let archive_tokens = archives.iter().map(|a| archive_token(a)).collect();
         let fs = KpackFs {
             tree,

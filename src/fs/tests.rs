@@ -45,6 +45,7 @@ fn options(cache: u64, gpus: &[&str]) -> FsOptions {
     FsOptions {
         cache_size: cache,
         backing: Placement::Memory,
+        files_max: 1024,
         gpus: gpus.iter().map(|s| s.to_string()).collect(),
         uid: 1234,
         gid: 5678,
