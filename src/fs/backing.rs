@@ -1,5 +1,7 @@
-//! Backing files: each decoded kernel the mount serves lives in a file of its own, which the
-//! kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the fallback path).
+//! Backing files: each decoded kernel the mount serves from a file lives in a file of its own,
+//! which the kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the
+//! fallback path). This module makes, writes, seals and puts in place the files ([`Files`]);
+//! which of them the mount keeps is the store's business (`store.rs`), which uses this.
 //!
 //! Where the files live is the mount's choice ([`Placement`]):
 //! * `Scratch` (the default): a directory of this mount on local disk. Files are unlinked the
@@ -9,9 +11,8 @@
 //!   reclaimed without swap, so `--cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
 //!
-//! All three are behind one byte-bounded LRU ([`KernelCache`]); the decode jobs of `fill.rs`
-//! make many opens of a cold kernel decode it once. Evicting an entry only drops the store's
-//! reference; open handles keep their file until they are released.
+//! The open-file limit the store's budget of files comes from is raised once, by the program
+//! at start-up ([`raise_open_file_limit`], [`descriptor_budget`]).
 //!
 //! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
 //! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk): decoding into a
@@ -19,7 +20,7 @@
 //! CPU than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
 //! zstd) is written the same way, only published once it matched.
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
-//! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
+//! open, not a `SIGBUS` in the daemon; and [`Files::begin`] is called only once the
 //! archive has checked that the stored kernel really produces that many bytes, so a hostile
 //! size never claims disk or memory.
 
@@ -34,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::Errno;
 use super::cache_dir::{CacheDir, DirStats, TmpFile};
 use super::kernel::{KernelId, KernelSpec, fail};
-use crate::archive::kernel_cache::{CacheStats, KernelCache, Weighed};
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,40 +146,32 @@ impl Drop for BackingFile {
     }
 }
 
-impl Weighed for Arc<BackingFile> {
-    fn weight(&self) -> u64 {
-        self.len
-    }
-}
-
 enum Where {
     Scratch(PathBuf),
     Memory,
     CacheDir(CacheDir),
 }
 
-/// The mount's backing files.
-pub struct BackingStore {
+/// Where the mount's backing files are made, found and kept in place (memfds, a per-mount
+/// directory or a cache directory): the file side of the store (`store.rs`), which decides
+/// which of them it holds.
+pub struct Files {
     place: Where,
-    cache: KernelCache<Arc<BackingFile>, Errno>,
     /// Bytes of all backing files still open (cached or held by handles).
     live: Arc<AtomicU64>,
     next_name: AtomicU64,
 }
 
-impl BackingStore {
-    /// A store keeping at most `capacity` bytes, and `files_max` files (each a descriptor: see
-    /// [`descriptor_budget`]), of files it is not otherwise using. For a cache directory,
-    /// `capacity` also bounds the directory.
-    pub fn new(placement: &Placement, capacity: u64, files_max: usize) -> io::Result<BackingStore> {
+impl Files {
+    /// Files placed as `placement` says; a cache directory is bounded to `capacity` bytes.
+    pub fn new(placement: &Placement, capacity: u64) -> io::Result<Files> {
         let place = match placement {
             Placement::Scratch(base) => Where::Scratch(make_scratch_dir(base)?),
             Placement::Memory => Where::Memory,
             Placement::CacheDir(dir) => Where::CacheDir(CacheDir::open(dir, capacity)?),
         };
-        Ok(BackingStore {
+        Ok(Files {
             place,
-            cache: KernelCache::with_max_entries(capacity, files_max),
             live: Arc::new(AtomicU64::new(0)),
             next_name: AtomicU64::new(0),
         })
@@ -212,30 +204,13 @@ impl BackingStore {
         }
     }
 
-    /// Whether `id` has a backing file in the store now (an open of it will not decode).
-    pub fn contains(&self, id: KernelId) -> bool {
-        self.cache.contains(id)
-    }
-
-    /// The stored backing file of `id`, not counted (see [`count`](Self::count)) nor marked
-    /// as used.
-    pub fn lookup(&self, id: KernelId) -> Option<Arc<BackingFile>> {
-        self.cache.peek(id)
-    }
-
-    /// Counts one request as a hit (it found a complete file, in the store or just finished by
-    /// its decode job) or a miss.
-    pub fn count(&self, hit: bool) {
-        self.cache.count(hit)
-    }
-
-    /// A valid file of `spec` in the cache directory (none without one), now kept in the store.
+    /// A valid file of `spec` in the cache directory (none without one).
     pub fn find_in_dir(&self, spec: &KernelSpec) -> Option<Arc<BackingFile>> {
         let Where::CacheDir(dir) = &self.place else {
             return None;
         };
         let file = dir.find(spec)?;
-        Some(self.keep(spec, file))
+        Some(self.wrap(file, spec.len))
     }
 
     /// Makes the file for a decode that serves readers while it writes (see `fill.rs` and
@@ -275,10 +250,11 @@ impl BackingStore {
     }
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
-    /// renames a cache-directory file into place (with its record), and keeps it in the store.
-    /// A cache-directory file that cannot be put in place is logged and only not kept: the
-    /// returned file holds every decoded byte all the same.
-    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> Arc<BackingFile> {
+    /// renames a cache-directory file into place (with its record). Returns the file and
+    /// whether it may be kept: a cache-directory file that cannot be put in place is logged
+    /// and must not be (another daemon may write its name), but it holds every decoded byte
+    /// all the same.
+    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> (Arc<BackingFile>, bool) {
         // A frame that matched its digest decodes to the writer's bytes, whose digest the
         // archive records; only archives without one need the bytes hashed for the record.
         let digest = match pending.hasher.take() {
@@ -299,17 +275,7 @@ impl BackingStore {
             }
             Where::Scratch(_) => true,
         };
-        if keep {
-            self.cache.put(spec.id, &pending.backing);
-        }
-        pending.backing
-    }
-
-    /// A file found valid in the cache directory, as a backing file kept in the store.
-    fn keep(&self, spec: &KernelSpec, file: File) -> Arc<BackingFile> {
-        let backing = self.wrap(file, spec.len);
-        self.cache.put(spec.id, &backing);
-        backing
+        (pending.backing, keep)
     }
 
     /// A file of `len` bytes as a backing file, counted in the live bytes.
@@ -364,10 +330,6 @@ impl BackingStore {
         Ok(file)
     }
 
-    pub fn stats(&self) -> CacheStats {
-        self.cache.stats()
-    }
-
     pub fn dir_stats(&self) -> DirStats {
         match &self.place {
             Where::CacheDir(d) => d.stats(),
@@ -381,7 +343,7 @@ impl BackingStore {
     }
 }
 
-impl Drop for BackingStore {
+impl Drop for Files {
     fn drop(&mut self) {
         if let Where::Scratch(dir) = &self.place {
             // Its files were unlinked when created; only the directory itself remains.
@@ -568,10 +530,12 @@ mod tests {
     }
 
     /// A cache-directory file written by `begin`/`finish` with `data`.
-    fn written(store: &BackingStore, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
+    fn written(store: &Files, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
         let mut pending = store.begin(s).unwrap();
         pending.write_at(0, data).unwrap();
-        store.finish(s, pending)
+        let (file, kept) = store.finish(s, pending);
+        assert!(kept);
+        file
     }
 
     #[test]
@@ -585,14 +549,15 @@ mod tests {
             Placement::Memory,
             Placement::CacheDir(d.path().join("cache")),
         ] {
-            let store = BackingStore::new(&place, 1 << 24, 64).unwrap();
+            let store = Files::new(&place, 1 << 24).unwrap();
             let s = spec(len as u64, 9);
             let mut pending = store.begin(&s).unwrap();
             // Two writes, each across piece boundaries, the second from an odd offset.
             let cut = WRITE_PIECE + 17;
             pending.write_at(0, &data[..cut]).unwrap();
             pending.write_at(cut as u64, &data[cut..]).unwrap();
-            let file = store.finish(&s, pending);
+            let (file, kept) = store.finish(&s, pending);
+            assert!(kept);
             let mut back = vec![0u8; len];
             assert_eq!(file.read_at(&mut back, 0).unwrap(), len);
             assert!(back == data, "{place:?}");
@@ -602,8 +567,7 @@ mod tests {
     #[test]
     fn a_cache_dir_file_is_touched_at_most_once_per_interval() {
         let d = tempfile::tempdir().unwrap();
-        let store =
-            BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20, 64).unwrap();
+        let store = Files::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
         let b = written(&store, &spec(100, 1), &[7; 100]);
         let set_old = || {
             let old = libc::timespec {
@@ -633,8 +597,7 @@ mod tests {
     #[test]
     fn a_cache_dir_file_that_cannot_be_put_in_place_still_reads_and_is_not_kept() {
         let d = tempfile::tempdir().unwrap();
-        let store =
-            BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20, 64).unwrap();
+        let store = Files::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
         let s = spec(4096, 2);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
         let mut pending = store.begin(&s).unwrap();
@@ -643,14 +606,13 @@ mod tests {
         for f in files(d.path()) {
             std::fs::remove_file(f).unwrap();
         }
-        let b = store.finish(&s, pending);
+        let (b, kept) = store.finish(&s, pending);
         assert_eq!(b.with_range(0, 4096, |r| r.unwrap().to_vec()), data);
-        assert!(!store.contains(s.id));
+        assert!(!kept);
         assert!(store.find_in_dir(&s).is_none());
-        // A file that was put in place is kept and found.
+        // A file that was put in place may be kept and is found.
         let s3 = spec(10, 3);
         written(&store, &s3, &[3; 10]);
-        assert!(store.contains(s3.id));
         assert_eq!(
             store
                 .find_in_dir(&s3)

@@ -6,7 +6,12 @@ use std::io;
 
 use super::Errno;
 
-pub use crate::archive::kernel_cache::KernelId;
+/// Identifies one kernel of the mount: which archive, and its ordinal in that archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub archive: u32,
+    pub ordinal: u32,
+}
 
 /// What the store needs to know about one kernel.
 #[derive(Debug, Clone, Copy)]
