@@ -14,7 +14,7 @@
 //!   open that asks for the whole file is answered only when the file is complete;
 //! * a read of bytes not decoded yet is parked and answered by the job as soon as they are;
 //! * an open needs a file: one that meets a job whose result is bytes in memory is handed back
-//!   (by [`Fill::join`] or [`Fill::complete`]) to be served by a job that writes them to a file.
+//!   (by [`Fill::join`] or [`Fill::complete`]), to be answered with a file written from them.
 //!
 //! A failed job answers every waiter with its error; reads of handles opened while it streamed
 //! get EIO from then on. Only decoded bytes are served: of a frame that matched its digest when
@@ -471,5 +471,38 @@ mod tests {
         let waiting = open(&fill);
         fill.fail(Errno::EIO);
         assert_eq!(waiting.try_recv().unwrap(), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn a_job_that_decodes_into_memory_answers_reads_and_hands_opens_back() {
+        let fill = Arc::new(Fill::for_kernel(10));
+        assert_eq!(fill.kernel_len(), Some(10));
+        let (tx, rx) = channel();
+        fill.read(
+            10,
+            4,
+            100,
+            Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        );
+        let waiting = open(&fill);
+        assert!(rx.try_recv().is_err(), "parked while the job prepares");
+        let bytes: Arc<[u8]> = (0..10u8).collect::<Vec<_>>().into();
+        let back = fill.complete(&Body::Bytes(bytes));
+        assert_eq!(rx.try_recv().unwrap(), Ok((4..10u8).collect::<Vec<_>>()));
+        assert_eq!(back.len(), 1, "the open needs a file");
+        assert!(waiting.try_recv().is_err());
+        // A read after the end is answered from the bytes; an open is handed back at once.
+        let (tx, rx) = channel();
+        fill.read(
+            10,
+            0,
+            2,
+            Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        );
+        assert_eq!(rx.try_recv().unwrap(), Ok(vec![0, 1]));
+        assert!(
+            fill.join(false, Box::new(|_| panic!("not answered")))
+                .is_err()
+        );
     }
 }

@@ -157,7 +157,7 @@ impl ReadSlice {
 /// * `PageCache`: the daemon answers the first `open` with ENOSYS, so the kernel stops sending
 ///   OPEN and RELEASE for the whole mount and keeps every file's page cache. A file's first
 ///   read is served by the daemon by inode: a kernel of one READ decoded into the reply (and
-///   kept in the small kernels' cache), a larger one from its backing file; warm opens and
+///   kept in the store), a larger one from its backing file; warm opens and
 ///   reads never reach it.
 /// * `Auto`: `PageCache` when the mounted kernels are small (median decoded size at most
 ///   [`PAGE_CACHE_MEDIAN_MAX`]); otherwise `Passthrough`, turning to `PageCache` for good once
@@ -951,7 +951,7 @@ impl KpackFs {
     /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
     /// waiters are answered. A later request finds the kernel in the store, or (after a
     /// failure, or when the store could not keep it) starts a new job. Opens that waited for a
-    /// job that decoded into memory are served by a job that writes the bytes to a file.
+    /// job that decoded into memory get a file written from its bytes.
     pub fn run_fill(&self, job: FillJob) {
         let FillJob {
             ino,
@@ -978,10 +978,10 @@ impl KpackFs {
             _ => {}
         }
         lock(&self.fills).remove(&id);
-        let reopen = match result {
-            Ok((body, _)) => fill.complete(&body),
+        let reopen = match &result {
+            Ok((body, _)) => fill.complete(body),
             Err(e) => {
-                fill.fail(e);
+                fill.fail(*e);
                 Vec::new()
             }
         };
@@ -989,12 +989,22 @@ impl KpackFs {
             self.scan.release();
         }
         self.store.tidy();
-        let jobs: Vec<FillJob> = reopen
-            .into_iter()
-            .filter_map(|done| self.start_or_join(ino, file, false, done))
-            .collect();
-        for job in jobs {
-            self.run_fill(job);
+        if let (false, Ok((Body::Bytes(bytes), _))) = (reopen.is_empty(), &result) {
+            self.reopen(id, file, bytes, reopen);
+        }
+    }
+
+    /// Answers the opens that waited for a job that decoded into memory: with a file written
+    /// from its bytes (kept in the store in their place), or the error of making it.
+    fn reopen(&self, id: KernelId, file: &FileNode, bytes: &[u8], opens: Vec<OpenDone>) {
+        let made = self.file_from_bytes(file, bytes).map(|(b, keep)| {
+            if keep {
+                self.store.keep(id, Body::File(b.clone()));
+            }
+            b
+        });
+        for done in opens {
+            done(made.clone().map(OpenedFile::complete));
         }
     }
 

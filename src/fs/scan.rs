@@ -14,6 +14,9 @@
 //! the stored bytes of the next [`PREFETCH`] files into the page cache: archives are opened with
 //! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
 //! threads each wait on the disk for their frame.
+//!
+//! A file decoded ahead is pinned in the store until its first open (`store.rs`: pins count in
+//! its bound, and decoding ahead waits while they take their share of it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 

@@ -321,28 +321,24 @@ impl Store {
             if let Some(old) = h.remove(id) {
                 dropped.push(old);
             }
-            let pin_count = h.pins.len() + usize::from(pin.is_some());
+            // What eviction cannot free: the pins (and, for a file, their descriptors).
+            let pinned_files = h.pins.len() + usize::from(pin.is_some());
             let fits = h.pinned + len <= self.capacity
-                && !(in_memory && len > self.memory_max)
-                && !(!in_memory && pin_count > self.files_max);
-            if fits {
-                while h.bytes + len > self.capacity
-                    || (in_memory && h.memory + len > self.memory_max)
-                    || (!in_memory && h.files >= self.files_max)
-                {
-                    match h.evict_one() {
-                        Some(e) => {
-                            self.evictions.fetch_add(1, Ordering::Relaxed);
-                            dropped.push(e);
-                        }
-                        None => break,
+                && if in_memory {
+                    len <= self.memory_max
+                } else {
+                    pinned_files <= self.files_max
+                };
+            while fits && self.over(&h, len, in_memory) {
+                match h.evict_one() {
+                    Some(e) => {
+                        self.evictions.fetch_add(1, Ordering::Relaxed);
+                        dropped.push(e);
                     }
+                    None => break,
                 }
             }
-            let room = fits
-                && h.bytes + len <= self.capacity
-                && !(in_memory && h.memory + len > self.memory_max)
-                && !(!in_memory && h.files >= self.files_max);
+            let room = fits && !self.over(&h, len, in_memory);
             if room {
                 h.bytes += len;
                 match body {
@@ -365,6 +361,16 @@ impl Store {
         };
         drop(dropped);
         kept
+    }
+
+    /// Whether an entry of `len` bytes (in memory or a file) would break a limit now.
+    fn over(&self, h: &Held, len: u64, in_memory: bool) -> bool {
+        h.bytes + len > self.capacity
+            || if in_memory {
+                h.memory + len > self.memory_max
+            } else {
+                h.files >= self.files_max
+            }
     }
 
     pub fn stats(&self) -> CacheStats {

@@ -670,7 +670,7 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     assert_eq!(fs.refuse_open(999_999, libc::O_RDONLY), Errno::ENOENT);
     assert_eq!(fs.open_handles(), 0);
     assert_eq!(fs.read_ino(f, 0, 2).unwrap().as_slice(), [0xee, 0xee]);
-    // Small kernels are decoded into the reply and kept in the small kernels' cache (no
+    // Small kernels are decoded into the reply and kept in the store, in memory (no
     // backing file): the reads after the first decode nothing.
     assert_eq!(fs.read_ino(f, 2990, 100).unwrap().as_slice(), [0xee; 10]);
     assert_eq!(fs.read_ino(f, 2990, 0).unwrap().as_slice(), []);
