@@ -240,6 +240,7 @@ fn breakdown(archive: &Path) {
     let opts = FsOptions {
         cache_size: 1 << 20,
         backing: rocm_kpack::fs::backing::Placement::Memory,
+        files_max: 1024,
         gpus: Vec::new(),
         uid: 0,
         gid: 0,

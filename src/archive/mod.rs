@@ -1,12 +1,11 @@
 //! The archive format layer: the `.kpack` byte layout and TOC ([`format`], [`msgpack`]), how a
 //! kernel is stored ([`codec`]), where an archive's bytes come from ([`byte_source`]), reading
-//! ([`reader`]) and writing ([`writer`]) archives, and the bounded cache of decoded kernels the
-//! loader shares ([`kernel_cache`]). Pure Rust: nothing here knows C, FUSE or the network.
+//! ([`reader`]) and writing ([`writer`]) archives. Pure Rust: nothing here knows C, FUSE or the
+//! network.
 
 pub mod byte_source;
 pub mod codec;
 pub mod format;
-pub mod kernel_cache;
 pub mod msgpack;
 pub mod reader;
 pub mod writer;

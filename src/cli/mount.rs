@@ -457,9 +457,12 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         check_dir(&base, false)?;
         (Placement::Scratch(base), disk_bound)
     };
+    // Process-wide, once: the store's budget of open backing files is half of what this allows.
+    let files_max = backing::descriptor_budget(backing::raise_open_file_limit());
     let opts = FsOptions {
         cache_size,
         backing,
+        files_max,
         gpus,
         uid,
         gid,

@@ -1,5 +1,7 @@
-//! Backing files: each decoded kernel the mount serves lives in a file of its own, which the
-//! kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the fallback path).
+//! Backing files: each decoded kernel the mount serves from a file lives in a file of its own,
+//! which the kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the
+//! fallback path). This module makes, writes, seals and puts in place the files ([`Files`]);
+//! which of them the mount keeps is the store's business (`store.rs`), which uses this.
 //!
 //! Where the files live is the mount's choice ([`Placement`]):
 //! * `Scratch` (the default): a directory of this mount on local disk. Files are unlinked the
@@ -9,9 +11,8 @@
 //!   reclaimed without swap, so `--cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
 //!
-//! All three are behind one byte-bounded LRU ([`KernelCache`]); the decode jobs of `fill.rs`
-//! make many opens of a cold kernel decode it once. Evicting an entry only drops the store's
-//! reference; open handles keep their file until they are released.
+//! The open-file limit the store's budget of files comes from is raised once, by the program
+//! at start-up ([`raise_open_file_limit`], [`descriptor_budget`]).
 //!
 //! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
 //! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk): decoding into a
@@ -19,7 +20,7 @@
 //! CPU than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
 //! zstd) is written the same way, only published once it matched.
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
-//! open, not a `SIGBUS` in the daemon; and [`BackingStore::begin`] is called only once the
+//! open, not a `SIGBUS` in the daemon; and [`Files::begin`] is called only once the
 //! archive has checked that the stored kernel really produces that many bytes, so a hostile
 //! size never claims disk or memory.
 
@@ -32,8 +33,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Errno;
-use super::cache_dir::{CacheDir, TmpFile};
-use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId, Weighed};
+use super::cache_dir::{CacheDir, DirStats, TmpFile};
+use super::kernel::{KernelId, KernelSpec, fail};
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,64 +146,32 @@ impl Drop for BackingFile {
     }
 }
 
-impl Weighed for Arc<BackingFile> {
-    fn weight(&self) -> u64 {
-        self.len
-    }
-}
-
-/// What the store needs to know about one kernel.
-#[derive(Debug, Clone, Copy)]
-pub struct KernelSpec {
-    pub id: KernelId,
-    /// Decoded size.
-    pub len: u64,
-    /// Key of the kernel in a persistent cache directory (see `cache_dir.rs`).
-    pub cache_key: [u8; 32],
-    /// The archive's BLAKE3 of the decoded bytes, when it records one.
-    pub digest: Option<[u8; 32]>,
-}
-
-/// Counters of the persistent cache directory (all zero without one).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DirStats {
-    /// Kernels found there, valid, and used without decoding.
-    pub hits: u64,
-    /// Kernels not there (decoded and written).
-    pub misses: u64,
-    /// Files found there but refused: wrong length or digest (decoded again).
-    pub rejected: u64,
-    /// Files removed to keep the directory within its bound.
-    pub evictions: u64,
-}
-
 enum Where {
     Scratch(PathBuf),
     Memory,
     CacheDir(CacheDir),
 }
 
-/// The mount's backing files.
-pub struct BackingStore {
+/// Where the mount's backing files are made, found and kept in place (memfds, a per-mount
+/// directory or a cache directory): the file side of the store (`store.rs`), which decides
+/// which of them it holds.
+pub struct Files {
     place: Where,
-    cache: KernelCache<Arc<BackingFile>, Errno>,
     /// Bytes of all backing files still open (cached or held by handles).
     live: Arc<AtomicU64>,
     next_name: AtomicU64,
 }
 
-impl BackingStore {
-    /// A store keeping at most `capacity` bytes of files it is not otherwise using. For a cache
-    /// directory, `capacity` also bounds the directory.
-    pub fn new(placement: &Placement, capacity: u64) -> io::Result<BackingStore> {
+impl Files {
+    /// Files placed as `placement` says; a cache directory is bounded to `capacity` bytes.
+    pub fn new(placement: &Placement, capacity: u64) -> io::Result<Files> {
         let place = match placement {
             Placement::Scratch(base) => Where::Scratch(make_scratch_dir(base)?),
             Placement::Memory => Where::Memory,
             Placement::CacheDir(dir) => Where::CacheDir(CacheDir::open(dir, capacity)?),
         };
-        Ok(BackingStore {
+        Ok(Files {
             place,
-            cache: KernelCache::with_max_entries(capacity, descriptor_budget()),
             live: Arc::new(AtomicU64::new(0)),
             next_name: AtomicU64::new(0),
         })
@@ -235,30 +204,13 @@ impl BackingStore {
         }
     }
 
-    /// Whether `id` has a backing file in the store now (an open of it will not decode).
-    pub fn contains(&self, id: KernelId) -> bool {
-        self.cache.contains(id)
-    }
-
-    /// The stored backing file of `id`, not counted (see [`count`](Self::count)) nor marked
-    /// as used.
-    pub fn lookup(&self, id: KernelId) -> Option<Arc<BackingFile>> {
-        self.cache.peek(id)
-    }
-
-    /// Counts one request as a hit (it found a complete file, in the store or just finished by
-    /// its decode job) or a miss.
-    pub fn count(&self, hit: bool) {
-        self.cache.count(hit)
-    }
-
-    /// A valid file of `spec` in the cache directory (none without one), now kept in the store.
+    /// A valid file of `spec` in the cache directory (none without one).
     pub fn find_in_dir(&self, spec: &KernelSpec) -> Option<Arc<BackingFile>> {
         let Where::CacheDir(dir) = &self.place else {
             return None;
         };
         let file = dir.find(spec)?;
-        Some(self.keep(spec, file))
+        Some(self.wrap(file, spec.len))
     }
 
     /// Makes the file for a decode that serves readers while it writes (see `fill.rs` and
@@ -298,10 +250,11 @@ impl BackingStore {
     }
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
-    /// renames a cache-directory file into place (with its record), and keeps it in the store.
-    /// A cache-directory file that cannot be put in place is logged and only not kept: the
-    /// returned file holds every decoded byte all the same.
-    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> Arc<BackingFile> {
+    /// renames a cache-directory file into place (with its record). Returns the file and
+    /// whether it may be kept: a cache-directory file that cannot be put in place is logged
+    /// and must not be (another daemon may write its name), but it holds every decoded byte
+    /// all the same.
+    pub fn finish(&self, spec: &KernelSpec, mut pending: Pending) -> (Arc<BackingFile>, bool) {
         // A frame that matched its digest decodes to the writer's bytes, whose digest the
         // archive records; only archives without one need the bytes hashed for the record.
         let digest = match pending.hasher.take() {
@@ -322,17 +275,7 @@ impl BackingStore {
             }
             Where::Scratch(_) => true,
         };
-        if keep {
-            self.cache.put(spec.id, &pending.backing);
-        }
-        pending.backing
-    }
-
-    /// A file found valid in the cache directory, as a backing file kept in the store.
-    fn keep(&self, spec: &KernelSpec, file: File) -> Arc<BackingFile> {
-        let backing = self.wrap(file, spec.len);
-        self.cache.put(spec.id, &backing);
-        backing
+        (pending.backing, keep)
     }
 
     /// A file of `len` bytes as a backing file, counted in the live bytes.
@@ -387,10 +330,6 @@ impl BackingStore {
         Ok(file)
     }
 
-    pub fn stats(&self) -> CacheStats {
-        self.cache.stats()
-    }
-
     pub fn dir_stats(&self) -> DirStats {
         match &self.place {
             Where::CacheDir(d) => d.stats(),
@@ -404,7 +343,7 @@ impl BackingStore {
     }
 }
 
-impl Drop for BackingStore {
+impl Drop for Files {
     fn drop(&mut self) {
         if let Where::Scratch(dir) = &self.place {
             // Its files were unlinked when created; only the directory itself remains.
@@ -413,24 +352,11 @@ impl Drop for BackingStore {
     }
 }
 
-/// Logs an I/O failure of the store and turns it into EIO (ENOSPC and ENOMEM keep their
-/// meaning: the reader can do something about those).
-pub(super) fn fail(what: &str, e: &io::Error) -> Errno {
-    log::error!("backing file: {what}: {e}");
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => Errno(libc::ENOSPC),
-        Some(libc::ENOMEM) => Errno::ENOMEM,
-        _ => Errno::EIO,
-    }
-}
-
-/// How many backing files the store may keep open: each is a descriptor. The soft limit is
-/// raised to the hard one first (the default soft limit, 1024, is small for large trees), and
-/// the hard one to the system's ceiling (`fs.nr_open`) where the daemon may (root): a tree of
-/// 100,000 small kernels with a budget of 10,000 files evicted every file before its next open,
-/// so every warm open decoded again. The store then takes half of the limit, leaving the rest to
-/// archives, FUSE channels and open handles.
-fn descriptor_budget() -> usize {
+/// Raises the process's open-file limit as far as it goes, once, at the program's start-up:
+/// the soft limit to the hard one (the default soft limit, 1024, is small for large trees),
+/// and the hard one to the system's ceiling (`fs.nr_open`) where the process may (root).
+/// Returns the soft limit now (256 when it cannot be read).
+pub fn raise_open_file_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -460,7 +386,15 @@ fn descriptor_budget() -> usize {
             }
         }
     }
-    (lim.rlim_cur / 2).clamp(16, 1 << 19) as usize
+    lim.rlim_cur
+}
+
+/// How many backing files a store may keep open under an open-file limit of `limit`: each is
+/// a descriptor, and half of the limit is left to archives, FUSE channels and open handles. A
+/// tree of 100,000 small kernels with a budget of 10,000 files evicted every file before its
+/// next open, so every warm open decoded again: hence [`raise_open_file_limit`] first.
+pub fn descriptor_budget(limit: u64) -> usize {
+    (limit / 2).clamp(16, 1 << 19) as usize
 }
 
 fn make_scratch_dir(base: &Path) -> io::Result<PathBuf> {
@@ -596,10 +530,12 @@ mod tests {
     }
 
     /// A cache-directory file written by `begin`/`finish` with `data`.
-    fn written(store: &BackingStore, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
+    fn written(store: &Files, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
         let mut pending = store.begin(s).unwrap();
         pending.write_at(0, data).unwrap();
-        store.finish(s, pending)
+        let (file, kept) = store.finish(s, pending);
+        assert!(kept);
+        file
     }
 
     #[test]
@@ -613,14 +549,15 @@ mod tests {
             Placement::Memory,
             Placement::CacheDir(d.path().join("cache")),
         ] {
-            let store = BackingStore::new(&place, 1 << 24).unwrap();
+            let store = Files::new(&place, 1 << 24).unwrap();
             let s = spec(len as u64, 9);
             let mut pending = store.begin(&s).unwrap();
             // Two writes, each across piece boundaries, the second from an odd offset.
             let cut = WRITE_PIECE + 17;
             pending.write_at(0, &data[..cut]).unwrap();
             pending.write_at(cut as u64, &data[cut..]).unwrap();
-            let file = store.finish(&s, pending);
+            let (file, kept) = store.finish(&s, pending);
+            assert!(kept);
             let mut back = vec![0u8; len];
             assert_eq!(file.read_at(&mut back, 0).unwrap(), len);
             assert!(back == data, "{place:?}");
@@ -630,7 +567,7 @@ mod tests {
     #[test]
     fn a_cache_dir_file_is_touched_at_most_once_per_interval() {
         let d = tempfile::tempdir().unwrap();
-        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let store = Files::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
         let b = written(&store, &spec(100, 1), &[7; 100]);
         let set_old = || {
             let old = libc::timespec {
@@ -660,7 +597,7 @@ mod tests {
     #[test]
     fn a_cache_dir_file_that_cannot_be_put_in_place_still_reads_and_is_not_kept() {
         let d = tempfile::tempdir().unwrap();
-        let store = BackingStore::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
+        let store = Files::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
         let s = spec(4096, 2);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
         let mut pending = store.begin(&s).unwrap();
@@ -669,14 +606,13 @@ mod tests {
         for f in files(d.path()) {
             std::fs::remove_file(f).unwrap();
         }
-        let b = store.finish(&s, pending);
+        let (b, kept) = store.finish(&s, pending);
         assert_eq!(b.with_range(0, 4096, |r| r.unwrap().to_vec()), data);
-        assert!(!store.contains(s.id));
+        assert!(!kept);
         assert!(store.find_in_dir(&s).is_none());
-        // A file that was put in place is kept and found.
+        // A file that was put in place may be kept and is found.
         let s3 = spec(10, 3);
         written(&store, &s3, &[3; 10]);
-        assert!(store.contains(s3.id));
         assert_eq!(
             store
                 .find_in_dir(&s3)

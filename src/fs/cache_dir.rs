@@ -32,13 +32,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::Errno;
-use super::backing::{DirStats, KernelSpec, fail};
+use super::kernel::{KernelSpec, fail};
 
 /// Where the layout above starts, inside the directory the user named.
 const VERSION_DIR: &str = "kpack-v1";
 const META_HEADER: &str = "kpack-fuse cache v1";
 /// A temporary file older than this is removed even when locked (a writer that never finishes).
 const STALE_TMP: Duration = Duration::from_secs(3600);
+
+/// Counters of the persistent cache directory (all zero without one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirStats {
+    /// Kernels found there, valid, and used without decoding.
+    pub hits: u64,
+    /// Kernels not there (decoded and written).
+    pub misses: u64,
+    /// Files found there but refused: wrong length or digest (decoded again).
+    pub rejected: u64,
+    /// Files removed to keep the directory within its bound.
+    pub evictions: u64,
+}
 
 pub struct CacheDir {
     root: PathBuf,

@@ -1,14 +1,20 @@
 //! One kernel's decode in progress, and everyone waiting on it, without blocking anyone.
 //!
-//! A cold open starts (or joins) the single decode job of its kernel. The job first prepares
+//! Every decode of the mount is one of these jobs, and the mount's map of running jobs (one
+//! per kernel) is its only single flight: a cold open, a READ by inode, a small kernel decoded
+//! into memory for page-cache mode, and a decode ahead of a scan all start or join the job of
+//! their kernel. The job first prepares
 //! (checks the cache directory, reads and verifies the compressed frame); then it either
 //! streams (decodes in steps into the backing file, publishing how many leading bytes are
 //! final) or decodes whole (archives whose digest covers only the decoded bytes: nothing may
-//! be served before all of them are checked). Waiters are callbacks, so no thread is held:
+//! be served before all of them are checked; a small kernel decoded into memory). Its result
+//! is a [`Body`]: a file, or bytes in memory. Waiters are callbacks, so no thread is held:
 //! * opens are answered when the job starts streaming (the handle then reads through the
 //!   daemon while the file fills) or when the file is complete, or with the job's error; an
 //!   open that asks for the whole file is answered only when the file is complete;
-//! * a read of bytes not decoded yet is parked and answered by the job as soon as they are.
+//! * a read of bytes not decoded yet is parked and answered by the job as soon as they are;
+//! * an open needs a file: one that meets a job whose result is bytes in memory is handed back
+//!   (by [`Fill::join`] or [`Fill::complete`]), to be answered with a file written from them.
 //!
 //! A failed job answers every waiter with its error; reads of handles opened while it streamed
 //! get EIO from then on. Only decoded bytes are served: of a frame that matched its digest when
@@ -19,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Errno;
 use super::backing::BackingFile;
+use super::store::Body;
 use crate::sync::lock;
 
 /// How an open file reads: the file is complete (passthrough may serve it), or it is still
@@ -64,8 +71,9 @@ struct Parked {
 
 struct State {
     phase: Phase,
-    file: Option<Arc<BackingFile>>,
-    /// Leading bytes of `file` that are final.
+    /// The file being written (from `Streaming`), or the result (`Done`).
+    body: Option<Body>,
+    /// Leading bytes of `body` that are final.
     ready: u64,
     reads: Vec<Parked>,
     /// Opens answered when the job starts streaming.
@@ -85,6 +93,8 @@ impl State {
 
 /// The shared state of one kernel's decode job.
 pub struct Fill {
+    /// The decoded size of the job's kernel, when it was given.
+    len: Option<u64>,
     state: Mutex<State>,
     /// Set with `Phase::Done`: readers of a finished file check it without the lock.
     done: AtomicBool,
@@ -98,10 +108,20 @@ impl Default for Fill {
 
 impl Fill {
     pub fn new() -> Fill {
+        Fill::with_len(None)
+    }
+
+    /// The job of a kernel of `len` decoded bytes.
+    pub fn for_kernel(len: u64) -> Fill {
+        Fill::with_len(Some(len))
+    }
+
+    fn with_len(len: Option<u64>) -> Fill {
         Fill {
+            len,
             state: Mutex::new(State {
                 phase: Phase::Preparing,
-                file: None,
+                body: None,
                 ready: 0,
                 reads: Vec::new(),
                 opens: Vec::new(),
@@ -111,24 +131,40 @@ impl Fill {
         }
     }
 
+    /// The decoded size of the job's kernel, when it was given (see [`Fill::for_kernel`]).
+    pub fn kernel_len(&self) -> Option<u64> {
+        self.len
+    }
+
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 
     /// Adds an open: answered now when the job streams (unless `whole`) or has finished, else
     /// when it does. With `whole` the open gets the complete file, which passthrough can serve.
-    pub fn join(self: &Arc<Self>, whole: bool, done: OpenDone) {
+    /// A job that ended with bytes in memory has no file for it: `done` is handed back.
+    pub fn join(self: &Arc<Self>, whole: bool, done: OpenDone) -> Result<(), OpenDone> {
         let answer = {
             let mut s = lock(&self.state);
-            match (s.phase, &s.file) {
+            match (s.phase, &s.body) {
                 (Phase::Failed(e), _) => Err(e),
-                (Phase::Done, Some(file)) => Ok(self.opened(file.clone())),
-                (Phase::Streaming, Some(file)) if !whole => Ok(self.opened(file.clone())),
-                _ if whole => return s.opens_whole.push(done),
-                _ => return s.opens.push(done),
+                (Phase::Done, Some(Body::File(file))) => Ok(self.opened(file.clone())),
+                (Phase::Done, _) => return Err(done),
+                (Phase::Streaming, Some(Body::File(file))) if !whole => {
+                    Ok(self.opened(file.clone()))
+                }
+                _ if whole => {
+                    s.opens_whole.push(done);
+                    return Ok(());
+                }
+                _ => {
+                    s.opens.push(done);
+                    return Ok(());
+                }
             }
         };
         done(answer);
+        Ok(())
     }
 
     fn opened(self: &Arc<Self>, backing: Arc<BackingFile>) -> OpenedFile {
@@ -144,7 +180,7 @@ impl Fill {
         let opens = {
             let mut s = lock(&self.state);
             s.phase = Phase::Streaming;
-            s.file = Some(file.clone());
+            s.body = Some(Body::File(file.clone()));
             std::mem::take(&mut s.opens)
         };
         for done in opens {
@@ -162,7 +198,7 @@ impl Fill {
             s.ready = ready;
             // Every byte written: the file is complete from here on, so an open arriving while
             // the job still keeps it (seal, record, rename) gets the complete file.
-            if s.file.as_ref().is_some_and(|f| f.len() == ready) {
+            if s.body.as_ref().is_some_and(|f| f.len() == ready) {
                 s.phase = Phase::Done;
                 self.done.store(true, Ordering::Release);
             }
@@ -170,7 +206,7 @@ impl Fill {
                 .into_iter()
                 .partition(|r| r.end <= ready);
             s.reads = wait;
-            (due, s.file.clone())
+            (due, s.body.clone())
         };
         for r in due {
             match (r.offset.checked_sub(start), &file) {
@@ -184,22 +220,28 @@ impl Fill {
         }
     }
 
-    /// The file is complete and kept: every waiter is answered.
-    pub fn complete(self: &Arc<Self>, file: &Arc<BackingFile>) {
+    /// The kernel is complete (and kept, where the store keeps it): every read is answered,
+    /// and every open when `body` is a file. The opens waiting for a job that decoded into
+    /// memory are returned: they need a file made from the bytes.
+    pub fn complete(self: &Arc<Self>, body: &Body) -> Vec<OpenDone> {
         let (opens, reads) = {
             let mut s = lock(&self.state);
             s.phase = Phase::Done;
             self.done.store(true, Ordering::Release);
-            s.ready = file.len();
-            s.file = Some(file.clone());
+            s.ready = body.len();
+            s.body = Some(body.clone());
             (s.take_opens(), std::mem::take(&mut s.reads))
+        };
+        for r in reads {
+            answer(body, r);
+        }
+        let Body::File(file) = body else {
+            return opens;
         };
         for done in opens {
             done(Ok(self.opened(file.clone())));
         }
-        for r in reads {
-            answer(file, r);
-        }
+        Vec::new()
     }
 
     /// The job failed: waiting opens get `e`, reads (now and later) EIO. A file whose every
@@ -221,37 +263,42 @@ impl Fill {
         }
     }
 
-    /// Reads `size` bytes at `offset` of `file` (this fill's file): now when they are final,
-    /// else when the job has written them.
-    pub fn read(&self, file: &Arc<BackingFile>, offset: u64, size: u32, done: ReadDone) {
-        let end = offset.saturating_add(u64::from(size)).min(file.len());
+    /// Reads `size` bytes at `offset` of this job's kernel, `len` bytes long: now when they
+    /// are final, else when the job has written them.
+    pub fn read(&self, len: u64, offset: u64, size: u32, done: ReadDone) {
+        let end = offset.saturating_add(u64::from(size)).min(len);
         let parked = Parked { offset, end, done };
-        {
+        let body = {
             let mut s = lock(&self.state);
-            match s.phase {
-                Phase::Failed(_) => {
+            match (s.phase, &s.body) {
+                (Phase::Failed(_), _) => None,
+                (_, _) if end <= offset => {
                     drop(s);
-                    return (parked.done)(Err(Errno::EIO));
+                    return (parked.done)(Ok(&[]));
                 }
-                Phase::Done => {}
-                _ if s.ready >= end || end <= offset => {}
+                (Phase::Done, Some(body)) => Some(body.clone()),
+                (_, Some(body)) if s.ready >= end => Some(body.clone()),
                 _ => return s.reads.push(parked),
             }
+        };
+        match body {
+            Some(body) => answer(&body, parked),
+            None => (parked.done)(Err(Errno::EIO)),
         }
-        answer(file, parked);
     }
 }
 
-/// Answers a read from the file (whose range is final).
-fn answer(file: &BackingFile, r: Parked) {
-    file.with_range(r.offset, r.end, r.done);
+/// Answers a read from the job's result (whose range is final).
+fn answer(body: &Body, r: Parked) {
+    body.with_range(r.offset, r.end, r.done);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::kernel_cache::KernelId;
-    use crate::fs::backing::{BackingStore, KernelSpec, Placement};
+    use crate::fs::backing::{Files, Placement};
+    use crate::fs::kernel::KernelId;
+    use crate::fs::kernel::KernelSpec;
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;
@@ -272,7 +319,7 @@ mod tests {
     fn read(fill: &Fill, file: &Arc<BackingFile>, offset: u64, size: u32) -> Receiver<Got> {
         let (tx, rx) = channel();
         fill.read(
-            file,
+            file.len(),
             offset,
             size,
             Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
@@ -288,16 +335,17 @@ mod tests {
     /// The same for an open of the whole file with `whole`.
     fn open_as(fill: &Arc<Fill>, whole: bool) -> Receiver<Result<bool, Errno>> {
         let (tx, rx) = channel();
-        fill.join(
+        let joined = fill.join(
             whole,
             Box::new(move |r| tx.send(r.map(|o| o.is_complete())).unwrap()),
         );
+        assert!(joined.is_ok(), "a job making a file answers its opens");
         rx
     }
 
     #[test]
     fn reads_wait_for_their_bytes_and_opens_for_the_stream() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let fill = Arc::new(Fill::new());
         let early = open(&fill);
@@ -336,15 +384,15 @@ mod tests {
             read(&fill, &file, 10, 20).try_recv().unwrap(),
             Ok(data[10..30].to_vec())
         );
-        let kept = store.finish(&spec(data.len() as u64), pending);
-        fill.complete(&kept);
+        let kept = Body::File(store.finish(&spec(data.len() as u64), pending).0);
+        assert!(fill.complete(&kept).is_empty());
         assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
     }
 
     #[test]
     fn an_open_of_the_whole_file_waits_for_it_to_complete() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..9000u32).map(|i| (i % 7) as u8).collect();
         let fill = Arc::new(Fill::new());
         let (early, streamed) = (open_as(&fill, true), open(&fill));
@@ -362,8 +410,8 @@ mod tests {
         assert_eq!(open_as(&fill, true).try_recv().unwrap(), Ok(true));
         // ...and the ones waiting get it when the job keeps the file.
         assert!(early.try_recv().is_err());
-        let kept = store.finish(&spec(data.len() as u64), pending);
-        fill.complete(&kept);
+        let kept = Body::File(store.finish(&spec(data.len() as u64), pending).0);
+        assert!(fill.complete(&kept).is_empty());
         assert_eq!(early.try_recv().unwrap(), Ok(true));
         assert_eq!(late.try_recv().unwrap(), Ok(true));
         // A job that fails answers them with its error.
@@ -377,7 +425,7 @@ mod tests {
 
     #[test]
     fn a_file_with_every_byte_published_is_complete_before_it_is_kept() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
         let fill = Arc::new(Fill::new());
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
@@ -400,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_failure_answers_every_waiter_and_later_reads_with_eio() {
-        let store = BackingStore::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let fill = Arc::new(Fill::new());
         let waiting = open(&fill);
         let pending = store.begin(&spec(8192)).unwrap();
@@ -423,5 +471,38 @@ mod tests {
         let waiting = open(&fill);
         fill.fail(Errno::EIO);
         assert_eq!(waiting.try_recv().unwrap(), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn a_job_that_decodes_into_memory_answers_reads_and_hands_opens_back() {
+        let fill = Arc::new(Fill::for_kernel(10));
+        assert_eq!(fill.kernel_len(), Some(10));
+        let (tx, rx) = channel();
+        fill.read(
+            10,
+            4,
+            100,
+            Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        );
+        let waiting = open(&fill);
+        assert!(rx.try_recv().is_err(), "parked while the job prepares");
+        let bytes: Arc<[u8]> = (0..10u8).collect::<Vec<_>>().into();
+        let back = fill.complete(&Body::Bytes(bytes));
+        assert_eq!(rx.try_recv().unwrap(), Ok((4..10u8).collect::<Vec<_>>()));
+        assert_eq!(back.len(), 1, "the open needs a file");
+        assert!(waiting.try_recv().is_err());
+        // A read after the end is answered from the bytes; an open is handed back at once.
+        let (tx, rx) = channel();
+        fill.read(
+            10,
+            0,
+            2,
+            Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        );
+        assert_eq!(rx.try_recv().unwrap(), Ok(vec![0, 1]));
+        assert!(
+            fill.join(false, Box::new(|_| panic!("not answered")))
+                .is_err()
+        );
     }
 }

@@ -10,21 +10,27 @@
 //! the handle holds that file. With FUSE passthrough the kernel then reads the file itself and
 //! reads never reach the daemon; otherwise `KpackFs::read` is one `pread` of the handle's file
 //! (no lookup by name, no cache lookup). In page-cache open mode ([`OpenMode`]) no file is
-//! opened through the daemon: `KpackFs::read_ino_start` finds the kernel by inode and reads its
-//! backing file from the store, or, for a kernel of one READ, its decoded bytes from the small
-//! kernels' cache (a `KernelCache` of bytes); what has to be decoded first it returns as work for the decode
-//! pool.
+//! opened through the daemon: `KpackFs::read_ino_start` finds the kernel by inode in the store
+//! (a backing file, or for a kernel of one READ its decoded bytes in memory); what has to be
+//! decoded first it returns as work for the decode pool.
+//!
+//! Decoded kernels the mount keeps on its own account live in one place, the store
+//! (`store.rs`: one LRU, one byte bound, pins for files decoded ahead of a scan); every decode
+//! is a job in `KpackFs::fills`, the one single flight (`fill.rs`). Files held by open handles
+//! are the handles' own.
 
 pub mod backing;
 pub mod cache_dir;
 pub mod fill;
 pub mod fuse;
 pub mod gpus;
+pub mod kernel;
 pub mod mountinfo;
 pub mod policy;
 pub mod pool;
 mod scan;
 pub mod source;
+pub mod store;
 mod stream;
 pub mod tree;
 
@@ -35,11 +41,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::codec::SharedKernel;
-use crate::archive::kernel_cache::{CacheStats, KernelCache, KernelId};
 use crate::archive::{Archive, KernelRef};
-use backing::{BackingFile, BackingStore, KernelSpec, Placement};
+use backing::{BackingFile, Placement};
 use fill::{Fill, OpenDone, OpenedFile, ReadDone};
+use kernel::{KernelId, KernelSpec};
 use scan::Scan;
+use store::{Body, CacheStats, Store};
 use tree::{Entry, FileNode, Ino, ROOT, Tree, TreeBuilder, TreeError};
 
 pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX, WARM_OPENS_TO_PAGE_CACHE};
@@ -147,10 +154,7 @@ impl ReadSlice {
 const DIRECT_READ_MAX: u64 = 128 << 10;
 
 /// The piece size of [`KpackFs::each_kept_kernel`].
-pub const PREFILL_PIECE: usize = 1 << 20;
-
-/// At most this many bytes of small kernels are kept (within the mount's `--cache-size`).
-const SMALL_CACHE_MAX: u64 = 4 << 20;
+pub const PREFILL_PIECE: u64 = 1 << 20;
 
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
@@ -159,6 +163,10 @@ pub struct FsOptions {
     pub cache_size: u64,
     /// Where backing files live.
     pub backing: Placement,
+    /// Most backing files kept open for kernels no handle has open (each is a descriptor):
+    /// [`backing::descriptor_budget`] of the limit the program raised at start-up
+    /// ([`backing::raise_open_file_limit`]).
+    pub files_max: usize,
     /// Device ISAs, in order, for `native.hsaco`.
     pub gpus: Vec<String>,
     /// Owner of every inode.
@@ -177,36 +185,28 @@ pub struct NewHandle {
 }
 
 /// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
-/// kernel's one decode job, or a small kernel decoded straight into one READ's reply.
-pub struct FillJob(Job);
-
-enum Job {
-    Fill {
-        ino: Ino,
-        id: KernelId,
-        fill: Arc<Fill>,
-        /// Started ahead of a scan (see [`KpackFs::decode_ahead`]), not by an open.
-        ahead: bool,
-        /// Started by a read without a handle (page-cache mode).
-        by_inode: bool,
-    },
-    Small {
-        ino: Ino,
-        offset: u64,
-        size: u32,
-        done: ReadDone,
-    },
+/// kernel's one decode job.
+pub struct FillJob {
+    ino: Ino,
+    id: KernelId,
+    fill: Arc<Fill>,
+    make: Make,
 }
 
-/// In page-cache mode, how many finished decode jobs keep their file after the store let it go
-/// (a kernel larger than the store, or evicted at once): the reads that follow a cold one (the
-/// rest of one sequential pass, readahead) have no handle to hold the file, and read it from
-/// here instead of decoding it again. These files are held beyond `--cache-size` until newer
-/// jobs finish.
-const RECENT_FILLS: usize = 2;
-
-/// A READ waiting for a small kernel's decode: offset, size, answer.
-type WaitingRead = (u64, u32, ReadDone);
+/// What a decode job makes.
+#[derive(Debug, Clone, Copy)]
+enum Make {
+    /// A backing file, for opens.
+    File,
+    /// A backing file for READs by inode (page-cache mode), which no handle holds.
+    FileForRead,
+    /// The decoded bytes in memory: a small kernel decoded for READs by inode (see
+    /// [`KpackFs::decodes_into_reply`]).
+    Bytes,
+    /// A backing file decoded ahead of a scan (see [`KpackFs::decode_ahead`]), pinned in the
+    /// store until its first open; `reserved` bytes of pins were reserved for it.
+    Ahead { reserved: u64 },
+}
 
 /// Where a kernel's backing file comes from, before any decode (see
 /// [`KpackFs::cached_or_located`]). Made once per decode and taken apart at once, so the size of
@@ -217,6 +217,14 @@ enum Source<'a> {
     Dir(Arc<BackingFile>),
     /// The located kernel and the spec of the file to make for it.
     Located(KernelRef<'a>, KernelSpec),
+}
+
+/// What a request found (see [`KpackFs::find_or_start`]).
+enum Found {
+    /// The kernel, held in the store.
+    Held(Body),
+    /// Its decode job, and the job to run when the request started it.
+    Job(Arc<Fill>, Option<FillJob>),
 }
 
 /// How a kernel's bytes are produced.
@@ -235,28 +243,16 @@ pub struct KpackFs {
     archives: Vec<Arc<Archive>>,
     /// Per archive: what its cache-directory keys start with (see [`KpackFs::cache_key`]).
     archive_tokens: Vec<Vec<u8>>,
-    store: BackingStore,
+    store: Store,
     /// OPEN requests answered (in page-cache mode only the ones before the kernel stopped
     /// sending them).
     opens: AtomicU64,
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
     handles: Mutex<HashMap<u64, OpenedFile>>,
-    /// Decode jobs running now, one per kernel (see `fill.rs`).
+    /// Decode jobs running now, one per kernel (see `fill.rs`): the one single flight of every
+    /// decode (opens, reads by inode, small kernels, decodes ahead).
     fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
-    /// Page-cache mode's decoded small kernels: those that fit in one READ are decoded
-    /// straight into the reply (a backing file would cost more than the decode) and kept here,
-    /// bounded by bytes, so that other READs of the same kernel (concurrent readers, readahead
-    /// windows, pages the kernel dropped) do not decode it again.
-    small: KernelCache<Arc<[u8]>, Errno>,
-    /// Small kernels being decoded for a READ now, with the other READs waiting for them.
-    small_decoding: Mutex<HashMap<KernelId, Vec<WaitingRead>>>,
-    /// The files of the last [`RECENT_FILLS`] finished decode jobs, newest last.
-    recent: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
-    /// The files of the last [`scan::MAX_HELD`] decodes ahead of a scan, each held until its
-    /// first open: the store may evict them before the scan gets there, and nothing may be
-    /// decoded twice. Newest last.
-    ahead_done: Mutex<std::collections::VecDeque<(KernelId, Arc<BackingFile>)>>,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -279,9 +275,10 @@ pub struct KpackFs {
     /// More `name value` lines for `user.kpack.stats` from the program (remote sources' request
     /// counters): the library knows nothing of where the archives' bytes come from.
     extra_stats: Vec<StatsLines>,
-    /// Every decode, in order, for the model test.
+    /// Every decode, in order, with whether its kernel was held when it started, for the
+    /// model test.
     #[cfg(test)]
-    decode_log: Mutex<Vec<KernelId>>,
+    decode_log: Mutex<Vec<(KernelId, bool)>>,
     /// Faults the model test switches on to show it catches them.
     #[cfg(test)]
     fault: Mutex<Fault>,
@@ -293,7 +290,7 @@ pub struct KpackFs {
 enum Fault {
     #[default]
     None,
-    /// An open does not look in the store, so a kept kernel is decoded again.
+    /// A request does not look in the store, so a kept kernel is decoded again.
     IgnoreStore,
 }
 
@@ -327,11 +324,12 @@ impl KpackFs {
             .filter_map(|a| a.modified())
             .max()
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let store = BackingStore::new(&opts.backing, opts.cache_size).unwrap_or_else(|e| {
-            log::error!("cannot keep backing files as asked ({e}); keeping them in memory");
-            BackingStore::new(&Placement::Memory, opts.cache_size)
-                .expect("a memory store needs no I/O")
-        });
+        let store =
+            Store::new(&opts.backing, opts.cache_size, opts.files_max).unwrap_or_else(|e| {
+                log::error!("cannot keep backing files as asked ({e}); keeping them in memory");
+                Store::new(&Placement::Memory, opts.cache_size, opts.files_max)
+                    .expect("a memory store needs no I/O")
+            });
         let archive_tokens = archives.iter().map(|a| archive_token(a)).collect();
         let fs = KpackFs {
             tree,
@@ -342,10 +340,6 @@ impl KpackFs {
             opens_while_decoding: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
-            recent: Mutex::new(std::collections::VecDeque::new()),
-            ahead_done: Mutex::new(std::collections::VecDeque::new()),
-            small: KernelCache::new(SMALL_CACHE_MAX.min(opts.cache_size / 4)),
-            small_decoding: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
@@ -374,23 +368,16 @@ impl KpackFs {
         &self.tree
     }
 
-    /// The backing store's counters with the small kernels' cache's, and `decodes` counting
-    /// kernels decoded from archives.
+    /// The store's counters, with `decodes` counting kernels decoded from archives.
     pub fn cache_stats(&self) -> CacheStats {
-        let store = self.store.stats();
-        let small = self.small.stats();
         CacheStats {
             decodes: self.decodes.load(Ordering::Relaxed),
-            hits: store.hits + small.hits,
-            misses: store.misses + small.misses,
-            bytes_cached: store.bytes_cached + small.bytes_cached,
-            evictions: store.evictions + small.evictions,
-            ..store
+            ..self.store.stats()
         }
     }
 
-    /// The backing files of this mount.
-    pub fn store(&self) -> &BackingStore {
+    /// The decoded kernels this mount keeps, and where their files live.
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
@@ -417,8 +404,8 @@ impl KpackFs {
     }
 
     /// A kernel that fits in one READ is decoded straight into the reply, with no backing file
-    /// (create, reserve, unlink would cost more than the decode); its bytes go to the
-    /// small kernels' cache. A cache directory still gets its file.
+    /// (create, reserve, unlink would cost more than the decode); its bytes are kept in the
+    /// store, in memory. A cache directory still gets its file.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
         f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
     }
@@ -434,14 +421,13 @@ impl KpackFs {
         rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
-    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode).
-    /// A kernel that fits in one READ comes from the small kernels' cache, else from a job
-    /// that decodes it into the reply. A larger one is read from its backing file in the store
-    /// (or the file of a just finished job); a kernel not there joins its decode job, and the
-    /// read is answered as soon as its bytes are decoded, as for a handle opened while
-    /// decoding. What must be decoded or fetched is the returned job, for the caller to run
-    /// off the request threads: nothing here decodes. The kernel keeps the bytes in its page
-    /// cache, so a file is read here about once.
+    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): from
+    /// the store (a backing file, or a small kernel's bytes in memory), else through the
+    /// kernel's decode job, started when none runs: a kernel that fits in one READ is decoded
+    /// into memory, a larger one into its backing file. A READ that joins a job is answered as
+    /// soon as its bytes are decoded, as for a handle opened while decoding. What must be
+    /// decoded is the returned job, for the caller to run off the request threads: nothing here
+    /// decodes. The kernel keeps the bytes in its page cache, so a file is read here about once.
     pub fn read_ino_start(
         &self,
         ino: Ino,
@@ -465,79 +451,110 @@ impl KpackFs {
             done(Ok(&[]));
             return None;
         }
-        let id = kernel_id(file);
-        if self.decodes_into_reply(file) {
-            if let Some(bytes) = self.small.get(id) {
-                answer_slice(&bytes, offset, size, done);
-                return None;
-            }
-        }
         // A small kernel decoded into a backing file before the mount turned to page-cache
-        // mode is read from that file: nothing is decoded twice while it is kept.
-        if self.decodes_into_reply(file) && !self.store.contains(id) {
-            // One decode per small kernel at a time: other READs of it wait for that one.
-            let mut decoding = lock(&self.small_decoding);
-            if let Some(waiting) = decoding.get_mut(&id) {
-                waiting.push((offset, size, done));
-                return None;
+        // mode is read from that file: nothing is decoded twice while it is held.
+        let make = if self.decodes_into_reply(file) {
+            Make::Bytes
+        } else {
+            Make::FileForRead
+        };
+        let found = {
+            let fills = lock(&self.fills);
+            self.find_or_start(fills, ino, file, make)
+        };
+        match found {
+            Found::Held(body) => {
+                let end = offset.saturating_add(u64::from(size));
+                match self.body_len_matches(file, &body) {
+                    Ok(()) => body.with_range(offset, end, done),
+                    Err(e) => done(Err(e)),
+                }
+                None
             }
-            decoding.insert(id, Vec::new());
-            drop(decoding);
-            return Some(FillJob(Job::Small {
-                ino,
-                offset,
-                size,
-                done,
-            }));
+            Found::Job(fill, job) => {
+                if fill.kernel_len().is_some_and(|len| len != file.size) {
+                    let why = "its kernel's job is for another size";
+                    done(Err(self.failed(file, &why, Errno::EIO)));
+                    return job;
+                }
+                if !fill.is_done() {
+                    self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
+                }
+                fill.read(file.size, offset, size, done);
+                job
+            }
         }
-        let while_decoding = self.reads_while_decoding.clone();
-        self.start_or_join(
-            ino,
-            file,
-            false,
-            true,
-            Box::new(move |r: Result<OpenedFile, Errno>| match r {
-                Ok(o) => read_opened(&o, offset, size, done, &while_decoding),
-                Err(e) => done(Err(e)),
-            }),
-        )
     }
 
-    /// Decodes a small kernel for one READ (on a decode-pool thread), keeps it in the small
-    /// kernels' cache, and answers that READ and those that waited for the decode.
-    fn read_small(&self, ino: Ino, offset: u64, size: u32, done: ReadDone) {
-        let Some(Entry::File(file)) = self.tree.entry(ino) else {
-            unreachable!("a small kernel's job is made for a file of the tree");
-        };
+    /// With the map of jobs locked (so that a job cannot finish in between): the kernel's body
+    /// held in the store, else its job, joined or (returned with it) started to make `make`.
+    /// Counts the request: a hit when it finds the kernel complete, else a miss.
+    fn find_or_start(
+        &self,
+        mut fills: std::sync::MutexGuard<'_, HashMap<KernelId, Arc<Fill>>>,
+        ino: Ino,
+        file: &FileNode,
+        make: Make,
+    ) -> Found {
         let id = kernel_id(file);
-        // A READ that missed the cache just before the last decode of the kernel finished
-        // started this job: the bytes are there now.
-        let result = match self.small.peek(id) {
-            Some(bytes) => Ok(bytes),
-            None => {
-                self.count_decode(id);
-                let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.locate_for_read(file).and_then(|kref| {
-                        let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
-                        // SAFETY: a decode returns its buffer only once every byte is written.
-                        Ok(unsafe { buf.into_filled() })
-                    })
-                }))
-                .unwrap_or_else(|_| {
-                    log::error!("a decode job panicked");
-                    Err(Errno::EIO)
-                });
-                decoded.inspect(|bytes| {
-                    // One larger than the whole cache is served without being kept.
-                    self.small.put(id, bytes);
-                })
-            }
+        #[cfg(test)]
+        let held = self
+            .store
+            .take(id)
+            .filter(|_| !self.faulty(Fault::IgnoreStore));
+        #[cfg(not(test))]
+        let held = self.store.take(id);
+        // An open needs a file: bytes in memory are written to one by a job (not decoded).
+        let wanted = match (&held, make) {
+            (Some(Body::Bytes(_)), Make::File) => None,
+            _ => held,
         };
-        let waiting = lock(&self.small_decoding).remove(&id).unwrap_or_default();
-        for (offset, size, done) in std::iter::once((offset, size, done)).chain(waiting) {
-            match &result {
-                Ok(bytes) => answer_slice(bytes, offset, size, done),
-                Err(e) => done(Err(*e)),
+        if let Some(body) = wanted {
+            self.store.count(true);
+            // Marking a cache directory's file as used may write its inode: not under the lock.
+            drop(fills);
+            if let Body::File(b) = &body {
+                self.store.touch(b);
+            }
+            return Found::Held(body);
+        }
+        if let Some(f) = fills.get(&id) {
+            self.store.count(f.is_done());
+            return Found::Job(f.clone(), None);
+        }
+        self.store.count(false);
+        let fill = Arc::new(Fill::for_kernel(file.size));
+        fills.insert(id, fill.clone());
+        let job = FillJob {
+            ino,
+            id,
+            fill: fill.clone(),
+            make,
+        };
+        Found::Job(fill, Some(job))
+    }
+
+    /// Decodes a small kernel into memory (on a decode-pool thread).
+    fn decode_small(&self, file: &FileNode) -> Result<Arc<[u8]>, Errno> {
+        self.count_decode(kernel_id(file));
+        let kref = self.locate_for_read(file)?;
+        let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
+        // SAFETY: a decode returns its buffer only once every byte is written.
+        Ok(unsafe { buf.into_filled() })
+    }
+
+    /// EIO (logged) unless `body` holds `file`'s size (see [`check_len`](Self::check_len)).
+    fn body_len_matches(&self, file: &FileNode, body: &Body) -> Result<(), Errno> {
+        match body {
+            Body::File(b) => self.check_len(file, b),
+            Body::Bytes(b) if b.len() as u64 == file.size => Ok(()),
+            Body::Bytes(b) => {
+                let why = format!(
+                    "its kernel decodes to {} bytes, the TOC says {}",
+                    b.len(),
+                    file.size
+                );
+                Err(self.failed(file, &why, Errno::EIO))
             }
         }
     }
@@ -546,7 +563,10 @@ impl KpackFs {
     fn count_decode(&self, id: KernelId) {
         self.decodes.fetch_add(1, Ordering::Relaxed);
         #[cfg(test)]
-        lock(&self.decode_log).push(id);
+        {
+            let held = self.holds(id);
+            lock(&self.decode_log).push((id, held));
+        }
         #[cfg(not(test))]
         let _ = id;
     }
@@ -556,14 +576,11 @@ impl KpackFs {
         *lock(&self.fault) == fault
     }
 
-    /// Whether the mount holds kernel `id`'s decoded bytes on its own account (not only
-    /// through open handles).
+    /// Whether kernel `id`'s decoded bytes are held: by the store, or by anyone through a
+    /// file the store made.
     #[cfg(test)]
     fn holds(&self, id: KernelId) -> bool {
         self.store.contains(id)
-            || self.small.contains(id)
-            || lock(&self.recent).iter().any(|(k, _)| *k == id)
-            || lock(&self.ahead_done).iter().any(|(k, _)| *k == id)
     }
 
     /// Hands `put` the bytes of every kept kernel (those an open would find decoded), in
@@ -576,7 +593,6 @@ impl KpackFs {
         from: Ino,
         mut put: impl FnMut(Ino, u64, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<(u64, u64)> {
-        let mut buf = vec![0u8; PREFILL_PIECE];
         let (mut kernels, mut bytes) = (0, 0);
         let last = self.tree.len();
         let from = from.clamp(1, last.max(1));
@@ -584,17 +600,21 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
-            let Some(backing) = self.store.lookup(kernel_id(file)) else {
+            let Some(body) = self.store.peek(kernel_id(file)) else {
                 continue;
             };
             let mut offset = 0;
-            while offset < backing.len() {
-                let n = backing.read_at(&mut buf, offset)?;
+            while offset < body.len() {
+                let end = offset.saturating_add(PREFILL_PIECE);
+                let n = body.with_range(offset, end, |r| -> std::io::Result<u64> {
+                    let piece = r.map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+                    put(ino, offset, piece)?;
+                    Ok(piece.len() as u64)
+                })?;
                 if n == 0 {
                     break;
                 }
-                put(ino, offset, &buf[..n])?;
-                offset += n as u64;
+                offset += n;
             }
             kernels += 1;
             bytes += offset;
@@ -773,72 +793,47 @@ impl KpackFs {
         // busy either way) and much from passthrough, which a handle opened before the file is
         // complete cannot use.
         let whole = in_scan && self.decodes_ahead() && passthrough;
-        self.start_or_join(ino, file, whole, false, done)
+        self.start_or_join(ino, file, whole, done)
     }
 
     /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
     /// or starts one (returned, to be run); with `whole`, `done` waits for the complete file.
-    /// `by_inode`: a read without a handle, which cannot hold the file (see [`RECENT_FILLS`]).
+    /// A file decoded ahead is taken from its pin.
     fn start_or_join(
         &self,
         ino: Ino,
         file: &FileNode,
         whole: bool,
-        by_inode: bool,
         done: OpenDone,
     ) -> Option<FillJob> {
-        let id = kernel_id(file);
-        let found = {
-            let mut fills = lock(&self.fills);
-            // Each request counts once: a hit when it finds a complete file (in the store, or
-            // just finished by its job, which may still be keeping it), else a miss.
-            #[cfg(test)]
-            let ignore_store = self.faulty(Fault::IgnoreStore);
-            #[cfg(not(test))]
-            let ignore_store = false;
-            if let Some(b) = self.store.lookup(id).filter(|_| !ignore_store) {
-                self.store.count(true);
-                Ok(b)
-            } else if let Some(f) = fills.get(&id) {
-                self.store.count(f.is_done());
-                Err((f.clone(), None))
-            } else if let Some(b) = self.recent_fill(id, true) {
-                self.store.count(true);
-                Ok(b)
-            } else {
-                self.store.count(false);
-                let f = Arc::new(Fill::new());
-                fills.insert(id, f.clone());
-                let job = FillJob(Job::Fill {
-                    ino,
-                    id,
-                    fill: f.clone(),
-                    ahead: false,
-                    by_inode,
-                });
-                Err((f, Some(job)))
-            }
-        };
-        match found {
-            Ok(b) => {
-                self.store.touch(&b);
-                done(self.check_len(file, &b).map(|()| OpenedFile::complete(b)));
-                None
-            }
-            Err((fill, job)) => {
-                // The job's file is checked once it is there (see `check_len`).
-                let size = file.size;
-                let name = self.name_for_log(file);
-                fill.join(
-                    whole,
-                    Box::new(move |r: Result<OpenedFile, Errno>| {
-                        done(r.and_then(|o| {
-                            len_matches(&o.backing, size, &name)?;
-                            Ok(o)
-                        }))
-                    }),
-                );
-                job
+        // The job's file is checked once it is there (see `check_len`).
+        let size = file.size;
+        let name = self.name_for_log(file);
+        let mut done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
+            done(r.and_then(|o| {
+                len_matches(&o.backing, size, &name)?;
+                Ok(o)
+            }))
+        });
+        loop {
+            let found = {
+                let fills = lock(&self.fills);
+                self.find_or_start(fills, ino, file, Make::File)
+            };
+            let (fill, job) = match found {
+                Found::Held(Body::File(b)) => {
+                    done(Ok(OpenedFile::complete(b)));
+                    return None;
+                }
+                Found::Held(Body::Bytes(_)) => unreachable!("an open is never given bytes"),
+                Found::Job(fill, job) => (fill, job),
+            };
+            match fill.join(whole, done) {
+                Ok(()) => return job,
+                // The job it found ended with the kernel in memory, and has left the map of
+                // jobs: the next round finds the bytes and starts a job that writes them to a
+                // file.
+                Err(back) => done = back,
             }
         }
     }
@@ -863,12 +858,20 @@ impl KpackFs {
     /// of the cache, that is neither decoded nor decoding (a decode thread that just finished
     /// a job asks, so it stays busy until the readers open their next files).
     /// Never with memory backing: its memory cannot be reclaimed, so nothing is decoded into
-    /// it (or held beyond `--cache-size`) before it is asked for.
+    /// it before it is asked for.
+    ///
+    /// Its file is pinned in the store until its first open, and the pins count in the
+    /// store's bound: when they (with the decodes ahead running) would take more than their
+    /// share of it ([`store::PIN_SHARE`]), nothing more is decoded ahead until opens take
+    /// them. Pins the scan can no longer reach (more than [`scan::WINDOW`] inodes from its
+    /// front) are released first.
     pub fn continue_ahead(&self) -> Option<FillJob> {
         let front = self.scan.front()?;
         if !self.decodes_ahead() || !self.scan.claim() {
             return None;
         }
+        self.store
+            .unpin_unless(|tag| tag.abs_diff(front) <= scan::WINDOW);
         let largest = self.store.stats().capacity / scan::CACHE_SHARE;
         for ino in front + 1..=front + scan::WINDOW {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
@@ -880,22 +883,25 @@ impl KpackFs {
                 || file.size > largest
                 || self.store.contains(id)
                 || fills.contains_key(&id)
-                || self.recent_fill(id, false).is_some()
             {
                 continue;
             }
-            let fill = Arc::new(Fill::new());
+            if !self.store.reserve_pin(file.size) {
+                break;
+            }
+            let fill = Arc::new(Fill::for_kernel(file.size));
             fills.insert(id, fill.clone());
             drop(fills);
             self.scan.started.fetch_add(1, Ordering::Relaxed);
             self.prefetch_after(ino, front + scan::WINDOW);
-            return Some(FillJob(Job::Fill {
+            return Some(FillJob {
                 ino,
                 id,
                 fill,
-                ahead: true,
-                by_inode: false,
-            }));
+                make: Make::Ahead {
+                    reserved: file.size,
+                },
+            });
         }
         self.scan.release();
         None
@@ -938,86 +944,95 @@ impl KpackFs {
         self.scan.enabled.store(on, Ordering::Relaxed);
     }
 
-    /// The file of a recently finished decode job of `id` (see [`RECENT_FILLS`]), or of the
-    /// last decode ahead, which an open (`take`) takes from its slot.
-    fn recent_fill(&self, id: KernelId, take: bool) -> Option<Arc<BackingFile>> {
-        let mut ahead = lock(&self.ahead_done);
-        if let Some(at) = ahead.iter().position(|(k, _)| *k == id) {
-            return if take {
-                ahead.remove(at).map(|(_, b)| b)
-            } else {
-                Some(ahead[at].1.clone())
-            };
-        }
-        drop(ahead);
-        lock(&self.recent)
-            .iter()
-            .find(|(k, _)| *k == id)
-            .map(|(_, b)| b.clone())
-    }
-
-    /// Runs a job to its end: a decode job answers everyone waiting on it; a small kernel's
-    /// job answers its READ.
+    /// Runs a job to its end, answering everyone waiting on it: what it made is kept in the
+    /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
+    /// waiters are answered. A later request finds the kernel in the store, or (after a
+    /// failure, or when the store could not keep it) starts a new job. Opens that waited for a
+    /// job that decoded into memory get a file written from its bytes.
     pub fn run_fill(&self, job: FillJob) {
-        let (ino, id, fill, ahead, by_inode) = match job.0 {
-            Job::Fill {
-                ino,
-                id,
-                fill,
-                ahead,
-                by_inode,
-            } => (ino, id, fill, ahead, by_inode),
-            Job::Small {
-                ino,
-                offset,
-                size,
-                done,
-            } => return self.read_small(ino, offset, size, done),
+        let FillJob {
+            ino,
+            id,
+            fill,
+            make,
+        } = job;
+        let Some(Entry::File(file)) = self.tree.entry(ino) else {
+            unreachable!("a job is made for a file of the tree");
         };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.fill_kernel(ino, &fill)
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match make {
+            Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
+            Make::File | Make::FileForRead | Make::Ahead { .. } => self
+                .fill_kernel(file, &fill)
+                .map(|(b, keep)| (Body::File(b), keep)),
         }))
         .unwrap_or_else(|_| {
             log::error!("a decode job panicked");
             Err(Errno::EIO)
         });
-        // Pinned, then unregistered: a later read or open finds the file in the store or
-        // among the recent ones, or (after a failure) starts a new decode; those that joined
-        // already are answered here.
-        let dropped = match &result {
-            Ok(b) if ahead => {
-                let mut held = lock(&self.ahead_done);
-                held.push_back((id, b.clone()));
-                (held.len() > scan::MAX_HELD).then(|| held.pop_front())
-            }
-            // A read by inode has no handle to hold the file.
-            Ok(b) if by_inode => {
-                let mut recent = lock(&self.recent);
-                recent.push_back((id, b.clone()));
-                (recent.len() > RECENT_FILLS).then(|| recent.pop_front())
-            }
-            _ => None,
-        };
-        lock(&self.fills).remove(&id);
-        drop(dropped);
-        match result {
-            Ok(b) => fill.complete(&b),
-            Err(e) => fill.fail(e),
+        match (&result, make) {
+            (Ok((body, true)), _) => self.hold(ino, id, body, make),
+            (_, Make::Ahead { reserved }) => self.store.cancel_pin(reserved),
+            _ => {}
         }
-        if ahead {
+        lock(&self.fills).remove(&id);
+        let reopen = match &result {
+            Ok((body, _)) => fill.complete(body),
+            Err(e) => {
+                fill.fail(*e);
+                Vec::new()
+            }
+        };
+        if let Make::Ahead { .. } = make {
             self.scan.release();
         }
         self.store.tidy();
+        if let (false, Ok((Body::Bytes(bytes), _))) = (reopen.is_empty(), &result) {
+            self.reopen(id, file, bytes, reopen);
+        }
     }
 
-    /// Makes the backing file of `ino`'s kernel: from the cache directory, decoded in steps
-    /// (serving readers through `fill` as it goes), or decoded whole.
-    fn fill_kernel(&self, ino: Ino, fill: &Arc<Fill>) -> Result<Arc<BackingFile>, Errno> {
-        let Some(Entry::File(file)) = self.tree.entry(ino) else {
-            return Err(Errno::ENOENT);
-        };
+    /// Answers the opens that waited for a job that decoded into memory: with a file written
+    /// from its bytes (kept in the store in their place), or the error of making it.
+    fn reopen(&self, id: KernelId, file: &FileNode, bytes: &[u8], opens: Vec<OpenDone>) {
+        let made = self.file_from_bytes(file, bytes).map(|(b, keep)| {
+            if keep {
+                self.store.keep(id, Body::File(b.clone()));
+            }
+            b
+        });
+        for done in opens {
+            done(made.clone().map(OpenedFile::complete));
+        }
+    }
+
+    /// Keeps what a job made in the store: pinned for a decode ahead (its reservation becomes
+    /// the pin). A file for READs by inode that the store cannot keep (larger than its bound)
+    /// is held aside, since no handle holds it for the READs that follow.
+    fn hold(&self, ino: Ino, id: KernelId, body: &Body, make: Make) {
+        if let Make::Ahead { reserved } = make {
+            self.store.keep_pinned(id, body.clone(), ino, reserved);
+            return;
+        }
+        if !self.store.keep(id, body.clone()) && matches!(make, Make::FileForRead) {
+            if let Body::File(f) = body {
+                self.store.hold_oversized(id, f.clone());
+            }
+        }
+    }
+
+    /// Makes the backing file of a kernel: from its bytes held in memory, from the cache
+    /// directory, decoded in steps (serving readers through `fill` as it goes), or decoded
+    /// whole. Returns it with whether the store may keep it (see [`Store::finish`]).
+    fn fill_kernel(
+        &self,
+        file: &FileNode,
+        fill: &Arc<Fill>,
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
+        if let Some(Body::Bytes(bytes)) = self.store.take(kernel_id(file)) {
+            return self.file_from_bytes(file, &bytes);
+        }
         let (kref, spec) = match self.cached_or_located(file)? {
-            Source::Dir(found) => return Ok(found),
+            Source::Dir(found) => return Ok((found, true)),
             Source::Located(kref, spec) => (kref, spec),
         };
         let (buf, start) = match self.plan(file, &kref)? {
@@ -1035,6 +1050,21 @@ impl KpackFs {
         let decoded = stream::decode_into(frame, spec.len, &mut pending, fill);
         stream::keep_frame_buffer(buf);
         decoded.map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        Ok(self.store.finish(&spec, pending))
+    }
+
+    /// A backing file of a kernel decoded into memory (for an open, which needs a file): its
+    /// bytes written, nothing decoded.
+    fn file_from_bytes(
+        &self,
+        file: &FileNode,
+        bytes: &[u8],
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
+        let spec = self.spec_of(file)?;
+        let mut pending = self.store.begin(&spec)?;
+        pending
+            .write_at(0, bytes)
+            .map_err(|e| self.failed(file, &e, Errno::EIO))?;
         Ok(self.store.finish(&spec, pending))
     }
 
@@ -1186,7 +1216,8 @@ impl KpackFs {
     /// else as a decode job would make it (reading and checking its frame and digests costs
     /// next to nothing), but at once.
     fn empty_backing(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        if let Some(b) = self.store.lookup(kernel_id(file)) {
+        let id = kernel_id(file);
+        if let Some(Body::File(b)) = self.store.take(id) {
             self.store.count(true);
             self.store.touch(&b);
             // Kept for another entry naming the same ordinal with another size?
@@ -1194,21 +1225,26 @@ impl KpackFs {
             return Ok(b);
         }
         self.store.count(false);
-        match self.cached_or_located(file)? {
-            Source::Dir(found) => Ok(found),
-            Source::Located(kref, spec) => self.write_whole(file, &kref, &spec),
+        let (b, keep) = match self.cached_or_located(file)? {
+            Source::Dir(found) => (found, true),
+            Source::Located(kref, spec) => self.write_whole(file, &kref, &spec)?,
+        };
+        if keep {
+            self.store.keep(id, Body::File(b.clone()));
         }
+        Ok(b)
     }
 
-    /// Makes and keeps the backing file of a kernel checked whole before it is served (see
+    /// Makes the backing file of a kernel checked whole before it is served (see
     /// [`stream::write_whole`]): nobody reads it before it is complete and every digest matched.
-    /// Failures are logged with archive, key and arch.
+    /// Returns it with whether the store may keep it. Failures are logged with archive, key
+    /// and arch.
     fn write_whole(
         &self,
         file: &FileNode,
         kref: &KernelRef<'_>,
         spec: &KernelSpec,
-    ) -> Result<Arc<BackingFile>, Errno> {
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
         let archive = self.archive_of(file);
         let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
         let pending =
@@ -1440,7 +1476,7 @@ fn read_opened(
     match opened.fill.as_ref().filter(|f| !f.is_done()) {
         Some(fill) => {
             while_decoding.fetch_add(1, Ordering::Relaxed);
-            fill.read(&opened.backing, offset, size, done)
+            fill.read(opened.backing.len(), offset, size, done)
         }
         None => {
             let end = offset.saturating_add(u64::from(size));
@@ -1459,13 +1495,6 @@ fn len_matches(b: &BackingFile, size: u64, name: &str) -> Result<(), Errno> {
         b.len()
     );
     Err(Errno::EIO)
-}
-
-/// Answers `done` with up to `size` bytes of `bytes` at `offset` (`offset` within them).
-fn answer_slice(bytes: &[u8], offset: u64, size: u32, done: ReadDone) {
-    let start = (offset as usize).min(bytes.len());
-    let end = start.saturating_add(size as usize).min(bytes.len());
-    done(Ok(&bytes[start..end]));
 }
 
 fn kernel_id(f: &FileNode) -> KernelId {

@@ -14,6 +14,9 @@
 //! the stored bytes of the next [`PREFETCH`] files into the page cache: archives are opened with
 //! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
 //! threads each wait on the disk for their frame.
+//!
+//! A file decoded ahead is pinned in the store until its first open (`store.rs`: pins count in
+//! its bound, and decoding ahead waits while they take their share of it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -31,11 +34,8 @@ pub const MAX_RUNNING: usize = 2;
 /// at the same time, so that the next decodes do not wait on the disk.
 pub const PREFETCH: usize = 2;
 
-/// Files decoded ahead and not opened yet that are held (beyond the store's bound), newest last.
-pub const MAX_HELD: usize = 2 * MAX_RUNNING;
-
-/// A file is decoded ahead only if it takes at most this share of the cache (`--cache-size`):
-/// a larger one could be evicted before the scan reaches it, and then be decoded twice.
+/// A file is decoded ahead only if it takes at most this share of the store's bound: its pin
+/// counts in the bound (see `store.rs`), and a few such pins must leave room for the rest.
 pub const CACHE_SHARE: u64 = 4;
 
 #[derive(Debug)]

@@ -45,6 +45,7 @@ fn options(cache: u64, gpus: &[&str]) -> FsOptions {
     FsOptions {
         cache_size: cache,
         backing: Placement::Memory,
+        files_max: 1024,
         gpus: gpus.iter().map(|s| s.to_string()).collect(),
         uid: 1234,
         gid: 5678,
@@ -652,7 +653,7 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     assert_eq!(fs.refuse_open(999_999, libc::O_RDONLY), Errno::ENOENT);
     assert_eq!(fs.open_handles(), 0);
     assert_eq!(fs.read_ino(f, 0, 2).unwrap().as_slice(), [0xee, 0xee]);
-    // Small kernels are decoded into the reply and kept in the small kernels' cache (no
+    // Small kernels are decoded into the reply and kept in the store, in memory (no
     // backing file): the reads after the first decode nothing.
     assert_eq!(fs.read_ino(f, 2990, 100).unwrap().as_slice(), [0xee; 10]);
     assert_eq!(fs.read_ino(f, 2990, 0).unwrap().as_slice(), []);
@@ -696,7 +697,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         got.extend_from_slice(s.as_slice());
     }
     assert!(got == big);
-    assert!(fs.store().contains(crate::archive::kernel_cache::KernelId {
+    assert!(fs.store().contains(crate::fs::kernel::KernelId {
         archive: 0,
         ordinal: 0
     }));
@@ -732,4 +733,149 @@ fn concurrent_reads_of_a_small_kernel_share_one_decode() {
     // Now kept: answered at once.
     assert!(fs.read_ino_start(f, 0, 1, reader(0)).is_none());
     assert_eq!(rx.try_recv().unwrap(), (0, Ok(vec![0xee])));
+}
+
+#[test]
+fn many_concurrent_reads_of_a_small_kernel_decode_it_once_into_memory() {
+    const N: usize = 8;
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    let start = std::sync::Barrier::new(N);
+    // Each reader runs the decode itself when it is the one that starts it.
+    let got: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..N)
+            .map(|i| {
+                let (fs, start) = (&fs, &start);
+                s.spawn(move || {
+                    start.wait();
+                    fs.read_ino(f, i as u64, 1 << 20)
+                        .unwrap()
+                        .as_slice()
+                        .to_vec()
+                })
+            })
+            .collect();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (i, bytes) in got.iter().enumerate() {
+        assert_eq!(*bytes, vec![0xee; 3000 - i]);
+    }
+    let s = fs.cache_stats();
+    assert_eq!(
+        (s.decodes, s.hits + s.misses, s.bytes_cached),
+        (1, N as u64, 3000)
+    );
+    assert_eq!(
+        fs.store().live_bytes(),
+        0,
+        "kept in memory, no backing file"
+    );
+}
+
+#[test]
+fn small_kernels_in_memory_count_in_the_stores_one_bound() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(3200, &[]),
+    );
+    let app = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    let b = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
+    assert_eq!(fs.read_ino(app, 0, 4).unwrap().as_slice(), [0xee; 4]);
+    assert_eq!(fs.read_ino(b, 0, 6).unwrap().as_slice(), b"B-1100");
+    let s = fs.cache_stats();
+    assert_eq!((s.decodes, s.bytes_cached, s.evictions), (2, 3180, 0));
+    // A third kernel does not fit beside both: the least recently used one goes.
+    let a = attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino;
+    assert_eq!(fs.read_ino(a, 0, 5).unwrap().as_slice(), b"A-900");
+    let s = fs.cache_stats();
+    assert_eq!((s.decodes, s.bytes_cached, s.evictions), (3, 680, 1));
+    assert_eq!(fs.read_ino(b, 6, 6).unwrap().as_slice(), b"B-1100");
+    assert_eq!(fs.cache_stats().decodes, 3, "the most recent ones stayed");
+}
+
+#[test]
+fn an_open_of_a_kernel_decoded_into_memory_gets_a_file_without_a_decode() {
+    let (_d, fs) = mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    );
+    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
+    // An open joins a READ's decode into memory; the job then writes the bytes to a file.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (rtx, rrx) = std::sync::mpsc::channel();
+    let job = fs
+        .read_ino_start(
+            f,
+            0,
+            2,
+            Box::new(move |r| rtx.send(r.map(<[u8]>::to_vec)).unwrap()),
+        )
+        .expect("a decode");
+    let open = Box::new(move |r: Result<OpenedFile, Errno>| tx.send(r).unwrap());
+    assert!(
+        fs.open_start(f, libc::O_RDONLY, false, open).is_none(),
+        "it joins"
+    );
+    assert!(rx.try_recv().is_err());
+    fs.run_fill(job);
+    assert_eq!(rrx.try_recv().unwrap(), Ok(vec![0xee; 2]));
+    let opened = rx.try_recv().unwrap().unwrap();
+    assert!(opened.is_complete());
+    let fh = fs.add_handle(opened).fh;
+    assert_eq!(fs.read(f, fh, 2990, 100).unwrap().as_slice(), [0xee; 10]);
+    fs.release(fh);
+    // A later open finds the file the store now keeps in place of the bytes.
+    assert_eq!(read_all(&fs, f, 1000), vec![0xee; 3000]);
+    let s = fs.cache_stats();
+    assert_eq!((s.decodes, s.bytes_cached), (1, 3000));
+    assert_eq!(fs.store().live_bytes(), 3000);
+}
+
+#[test]
+fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
+    const KEYS: [&str; 8] = ["k#0", "k#1", "k#2", "k#3", "k#4", "k#5", "k#6", "k#7"];
+    let kernels: Kernels = (0..8)
+        .map(|i| (KEYS[i], "gfx900", vec![i as u8; 1000]))
+        .collect();
+    let scratch = tempfile::tempdir().unwrap();
+    let opts = FsOptions {
+        backing: Placement::Scratch(scratch.path().to_owned()),
+        ..options(4000, &[])
+    };
+    let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
+    let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
+    let id = |i: u32| crate::fs::kernel::KernelId {
+        archive: 0,
+        ordinal: i,
+    };
+    assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
+    assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
+    // The second open continues a scan: files 2 and 3 are decoded ahead and pinned; their
+    // pins take half the bound, so nothing more is decoded ahead.
+    let jobs = fs.decode_ahead(ino(1), 4);
+    assert_eq!(jobs.len(), 2);
+    for job in jobs {
+        fs.run_fill(job);
+    }
+    assert_eq!(fs.store().pinned_bytes(), 2000);
+    assert!(
+        fs.continue_ahead().is_none(),
+        "pins would exceed their share"
+    );
+    let s = fs.cache_stats();
+    assert_eq!((s.decodes, s.bytes_cached), (4, 4000));
+    // The store is full: a new kernel evicts the least recently used one not pinned.
+    assert_eq!(read_all(&fs, ino(7), 4096), vec![7; 1000]);
+    assert!(!fs.store().contains(id(0)) && fs.store().contains(id(1)));
+    assert!(fs.store().contains(id(2)) && fs.store().contains(id(3)));
+    // An open takes a pin: no decode, and the entry is an ordinary one from then on.
+    assert_eq!(read_all(&fs, ino(2), 4096), vec![2; 1000]);
+    assert_eq!(fs.cache_stats().decodes, 5);
+    assert_eq!(fs.store().pinned_bytes(), 1000);
 }

@@ -27,6 +27,7 @@ fn fs_over_with(bytes: &[u8], cache_size: u64) -> (tempfile::TempDir, KpackFs) {
     let opts = FsOptions {
         cache_size,
         backing: rocm_kpack::fs::backing::Placement::Memory,
+        files_max: 1024,
         gpus: vec![],
         uid: 0,
         gid: 0,

@@ -1,0 +1,37 @@
+//! What the mount's stores know about one kernel: its identity ([`KernelId`]), what its
+//! decoded file must be ([`KernelSpec`]), and how a failed file operation reaches a reader
+//! ([`fail`]). A leaf shared by the cache directory, the backing files and the store.
+
+use std::io;
+
+use super::Errno;
+
+/// Identifies one kernel of the mount: which archive, and its ordinal in that archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub archive: u32,
+    pub ordinal: u32,
+}
+
+/// What the store needs to know about one kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSpec {
+    pub id: KernelId,
+    /// Decoded size.
+    pub len: u64,
+    /// Key of the kernel in a persistent cache directory (see `cache_dir.rs`).
+    pub cache_key: [u8; 32],
+    /// The archive's BLAKE3 of the decoded bytes, when it records one.
+    pub digest: Option<[u8; 32]>,
+}
+
+/// Logs an I/O failure of a backing file and turns it into EIO (ENOSPC and ENOMEM keep their
+/// meaning: the reader can do something about those).
+pub fn fail(what: &str, e: &io::Error) -> Errno {
+    log::error!("backing file: {what}: {e}");
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Errno(libc::ENOSPC),
+        Some(libc::ENOMEM) => Errno::ENOMEM,
+        _ => Errno::EIO,
+    }
+}
