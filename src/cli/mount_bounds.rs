@@ -74,9 +74,11 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
             Some(Bound {
                 old_name: false, ..
             }) => {
-                return Err("--disk-cache-size (-o disk_cache_size) bounds decoded kernels on \
+                return Err(
+                    "--disk-cache-size (-o disk_cache_size) bounds decoded kernels on \
                      disk, and --backing memory keeps none there: use --memory-cache-size"
-                    .into());
+                        .into(),
+                );
             }
             Some(Bound { old_name: true, .. }) => warnings.push(format!(
                 "--cache-dir-size (-o cache_dir_size) does nothing with --backing memory: use \
@@ -113,9 +115,11 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
         Some(Bound {
             old_name: false, ..
         }) => {
-            return Err("--memory-cache-size (-o memory_cache_size) bounds decoded kernels in \
+            return Err(
+                "--memory-cache-size (-o memory_cache_size) bounds decoded kernels in \
                  memory, which only --backing memory keeps: use --disk-cache-size"
-                .into());
+                    .into(),
+            );
         }
         Some(Bound { old_name: true, .. }) => warnings.push(format!(
             "--cache-size (-o cache_size) does nothing with disk backing (the default): use \
