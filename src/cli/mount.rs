@@ -381,8 +381,13 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     let s = settings(&args)?;
     let bounds = mount_bounds::resolve(&s, default_memory_cache)
         .map_err(|e| CliError::new(Exit::Usage, e))?;
+    let remote_source = args.source.to_str().filter(|s| remote::is_remote(s));
+    let unused_remote = match remote_source {
+        Some(_) => Vec::new(),
+        None => s.remote.unused_with_local_source(),
+    };
     // Before anything else can fail and before the fork, so that they reach the terminal.
-    for w in &bounds.warnings {
+    for w in bounds.warnings.iter().chain(&unused_remote) {
         log::warn!("{w}");
     }
     let target = match fuse_fd(&args.mountpoint)? {
@@ -424,7 +429,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
 
-    let (src, remote_session) = match args.source.to_str().filter(|s| remote::is_remote(s)) {
+    let (src, remote_session) = match remote_source {
         Some(url) => {
             let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
             (src, Some(session))

@@ -21,6 +21,8 @@ const CACHE_DIR_SIZE_IN_MEMORY: &str = "--cache-dir-size (-o cache_dir_size) doe
      refused there in a later release";
 const RENAMED_MEMORY: &str = "--cache-size (-o cache_size) is renamed --memory-cache-size \
      (-o memory_cache_size); the old name will be refused in a later release";
+const RETRIES_FOR_LOCAL: &str = "--remote-retries (-o remote_retries) does nothing with a local \
+     source (it is for s3:// and http(s):// sources); it will be refused there in a later release";
 
 /// The text of each WARN line of a log (after env_logger's `[time WARN target] `).
 fn warnings(log: &str) -> Vec<&str> {
@@ -82,7 +84,7 @@ fn cache_size_with_disk_backing_warns_and_keeps_the_disk_bound() {
 }
 
 /// The old spellings with memory backing: `cache_size=` is the memory bound, `cache_dir_size=`
-/// does nothing; each says so.
+/// does nothing; each says so, as does a remote setting given for a local source.
 #[test]
 fn old_spellings_with_memory_backing_warn_and_the_memory_bound_holds() {
     if !fuse_available() {
@@ -94,7 +96,7 @@ fn old_spellings_with_memory_backing_warn_and_the_memory_bound_holds() {
             "--backing",
             "memory",
             "-o",
-            "cache_size=2M,cache_dir_size=1G",
+            "cache_size=2M,cache_dir_size=1G,remote_retries=1",
         ],
     );
     let capacity = stats(&m.mountpoint)["capacity"];
@@ -103,7 +105,7 @@ fn old_spellings_with_memory_backing_warn_and_the_memory_bound_holds() {
     assert_eq!(capacity, 2 << 20);
     assert_eq!(
         warnings(&log),
-        [CACHE_DIR_SIZE_IN_MEMORY, RENAMED_MEMORY],
+        [CACHE_DIR_SIZE_IN_MEMORY, RENAMED_MEMORY, RETRIES_FOR_LOCAL],
         "{log}"
     );
 }
@@ -146,6 +148,36 @@ fn a_bound_for_the_other_backing_is_refused() {
         assert!(
             mountinfo::mount_at(&canonical).unwrap().is_none(),
             "{args:?}"
+        );
+    }
+}
+
+/// A deprecated flag and its new name together: clap's usage error (exit 2), nothing mounted.
+#[test]
+fn an_old_flag_beside_its_new_name_is_refused() {
+    for (old, new) in [
+        ("--cache-size", "--memory-cache-size"),
+        ("--cache-dir-size", "--disk-cache-size"),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let out = Command::new("timeout")
+            .arg("30")
+            .arg(BIN)
+            .arg("mount")
+            .arg(fixture("test_noop.kpack"))
+            .arg(d.path())
+            .args([old, "1M", new, "2M"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.lines().next(),
+            Some(
+                format!("error: the argument '{old} <SIZE>' cannot be used with '{new} <SIZE>'")
+                    .as_str()
+            ),
+            "{stderr}"
         );
     }
 }
