@@ -183,9 +183,18 @@ mod tests {
         assert!(text.contains("\n.TH kpack-fuse-mount 1 "), "{text}");
         assert!(text.contains("\n\\fBkpack\\-fuse mount\\fR "), "{text}");
         assert!(text.contains("\\-\\-disk\\-cache\\-size"), "{text}");
-        // The deprecated spellings still work but are not offered.
-        assert!(!text.contains("\\-\\-cache\\-size"), "{text}");
-        assert!(!text.contains("\\-\\-cache\\-dir\\-size"), "{text}");
+        // The deprecated spellings still work, and are only named in a closing note.
+        assert!(!text.contains("\\fB\\-\\-cache\\-size\\fR"), "{text}");
+        assert!(!text.contains("\\fB\\-\\-cache\\-dir\\-size\\fR"), "{text}");
+        assert!(
+            text.contains(
+                "Deprecated spellings, accepted with a warning for one more release: \
+                 \\-\\-cache\\-size (\\-o cache_size) is \\-\\-memory\\-cache\\-size, and does \
+                 nothing with disk backing; \\-\\-cache\\-dir\\-size (\\-o cache_dir_size) is \
+                 \\-\\-disk\\-cache\\-size, and does nothing with \\-\\-backing memory."
+            ),
+            "{text}"
+        );
         assert_eq!(text.matches(".ds Aq").count(), 2, "one preamble:\n{text}");
     }
 

@@ -45,7 +45,14 @@ fn default_memory_cache() -> u64 {
     }
 }
 
+/// The deprecated spellings, for `--help` and the man page (hidden from the option list).
+const DEPRECATED: &str = "Deprecated spellings, accepted with a warning for one more release: \
+    --cache-size (-o cache_size) is --memory-cache-size, and does nothing with disk backing; \
+    --cache-dir-size (-o cache_dir_size) is --disk-cache-size, and does nothing with --backing \
+    memory.";
+
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = DEPRECATED)]
 pub struct MountArgs {
     /// What to show: a .kpack archive, a directory of .kpack archives, a HIPK host binary (its
     /// archives are found as the loader finds them), or a remote archive: s3://BUCKET/KEY.kpack,
