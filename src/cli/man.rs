@@ -3,8 +3,8 @@
 //! runs it and installs the pages under `share/man/man1`. A subcommand rather than a build
 //! step: the pages come from the binary that gets installed, and building needs no extra tool.
 //!
-//! The SYNOPSIS is ours (`synopsis`): clap_mangen's leaves out option values (`[--cache-size]`
-//! for `[--cache-size SIZE]`). Subcommand pages carry the version for their footer only: the
+//! The SYNOPSIS is ours (`synopsis`): clap_mangen's leaves out option values (`[--threads]`
+//! for `[--threads N]`). Subcommand pages carry the version for their footer only: the
 //! subcommands have no `-V`, so their synopsis must not offer it.
 
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ fn roff_escape(s: &str) -> String {
 }
 
 /// `.SH SYNOPSIS` and one line: the command, each visible option with its value placeholder
-/// (`[--cache-size SIZE]`, `...` when repeatable, no brackets when required), the positionals,
+/// (`[--threads N]`, `...` when repeatable, no brackets when required), the positionals,
 /// and the subcommand slot.
 fn synopsis(cmd: &clap::Command) -> String {
     use clap::ArgAction;
@@ -182,7 +182,19 @@ mod tests {
         let text = String::from_utf8(mount).unwrap();
         assert!(text.contains("\n.TH kpack-fuse-mount 1 "), "{text}");
         assert!(text.contains("\n\\fBkpack\\-fuse mount\\fR "), "{text}");
-        assert!(text.contains("\\-\\-cache\\-size"), "{text}");
+        assert!(text.contains("\\-\\-disk\\-cache\\-size"), "{text}");
+        // The deprecated spellings still work, and are only named in a closing note.
+        assert!(!text.contains("\\fB\\-\\-cache\\-size\\fR"), "{text}");
+        assert!(!text.contains("\\fB\\-\\-cache\\-dir\\-size\\fR"), "{text}");
+        assert!(
+            text.contains(
+                "Deprecated spellings, accepted with a warning for one more release: \
+                 \\-\\-cache\\-size (\\-o cache_size) is \\-\\-memory\\-cache\\-size, and does \
+                 nothing with disk backing; \\-\\-cache\\-dir\\-size (\\-o cache_dir_size) is \
+                 \\-\\-disk\\-cache\\-size, and does nothing with \\-\\-backing memory."
+            ),
+            "{text}"
+        );
         assert_eq!(text.matches(".ds Aq").count(), 2, "one preamble:\n{text}");
     }
 
@@ -197,9 +209,10 @@ mod tests {
         };
         assert_eq!(
             page("kpack-fuse-mount.1"),
-            "\\fBkpack\\-fuse mount\\fR [\\fB\\-\\-cache\\-size\\fR \\fISIZE\\fR] \
-             [\\fB\\-\\-backing\\fR \\fIKIND\\fR] [\\fB\\-\\-scratch\\-dir\\fR \\fIDIR\\fR] \
-             [\\fB\\-\\-cache\\-dir\\fR \\fIDIR\\fR] [\\fB\\-\\-cache\\-dir\\-size\\fR \\fISIZE\\fR] \
+            "\\fBkpack\\-fuse mount\\fR [\\fB\\-\\-backing\\fR \\fIKIND\\fR] \
+             [\\fB\\-\\-memory\\-cache\\-size\\fR \\fISIZE\\fR] \
+             [\\fB\\-\\-disk\\-cache\\-size\\fR \\fISIZE\\fR] \
+             [\\fB\\-\\-scratch\\-dir\\fR \\fIDIR\\fR] [\\fB\\-\\-cache\\-dir\\fR \\fIDIR\\fR] \
              [\\fB\\-\\-no\\-passthrough\\fR] [\\fB\\-\\-no\\-decode\\-ahead\\fR] [\\fB\\-\\-open\\-mode\\fR \\fIMODE\\fR] \
              [\\fB\\-\\-threads\\fR \\fIN\\fR] [\\fB\\-s\\fR] [\\fB\\-\\-gpu\\fR \\fIISA\\fR]... \
              [\\fB\\-f\\fR|\\fB\\-\\-foreground\\fR] [\\fB\\-\\-allow\\-other\\fR] \

@@ -13,6 +13,7 @@ mod load;
 mod man;
 mod mem_limit;
 mod mount;
+mod mount_bounds;
 mod mount_daemon;
 mod mount_log;
 mod mount_options;

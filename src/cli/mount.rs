@@ -13,13 +13,14 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use rocm_kpack::fs::backing::{self, Placement};
+use rocm_kpack::fs::backing::Placement;
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
 use rocm_kpack::fs::source::{self, SourceOptions};
 use rocm_kpack::fs::{FsOptions, OpenMode, gpus, mountinfo};
 use rocm_kpack::loader::LoaderConfig;
 
 use super::daemon_lock;
+use super::mount_bounds::{self, Bound, DEFAULT_MEMORY_CACHE};
 use super::mount_daemon::{self, Ready};
 use super::mount_log::{self, Verbosity};
 use super::mount_options::{self, Settings};
@@ -28,29 +29,30 @@ use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
 use crate::remote;
 
-/// Default `--cache-size`: 256 MiB.
-pub const DEFAULT_CACHE: u64 = 256 << 20;
-
-/// `--cache-size` for `--backing memory` when none is given: [`DEFAULT_CACHE`], or a quarter of
-/// the memory limit of the mount's cgroup when that is smaller (memfds cannot be reclaimed, and
+/// `--memory-cache-size` when none is given: [`DEFAULT_MEMORY_CACHE`], or a quarter of the
+/// memory limit of the mount's cgroup when that is smaller (memfds cannot be reclaimed, and
 /// decodes in flight and the daemon itself need the rest).
 fn default_memory_cache() -> u64 {
     match super::mem_limit::cgroup_memory_limit() {
-        Some(limit) if limit / 4 < DEFAULT_CACHE => {
+        Some(limit) if limit / 4 < DEFAULT_MEMORY_CACHE => {
             log::info!(
-                "--cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {limit}",
+                "--memory-cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {limit}",
                 limit / 4
             );
             limit / 4
         }
-        _ => DEFAULT_CACHE,
+        _ => DEFAULT_MEMORY_CACHE,
     }
 }
 
-/// Default `--cache-dir-size`: 10 GiB.
-pub const DEFAULT_CACHE_DIR_SIZE: u64 = 10 << 30;
+/// The deprecated spellings, for `--help` and the man page (hidden from the option list).
+const DEPRECATED: &str = "Deprecated spellings, accepted with a warning for one more release: \
+    --cache-size (-o cache_size) is --memory-cache-size, and does nothing with disk backing; \
+    --cache-dir-size (-o cache_dir_size) is --disk-cache-size, and does nothing with --backing \
+    memory.";
 
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = DEPRECATED)]
 pub struct MountArgs {
     /// What to show: a .kpack archive, a directory of .kpack archives, a HIPK host binary (its
     /// archives are found as the loader finds them), or a remote archive: s3://BUCKET/KEY.kpack,
@@ -59,26 +61,36 @@ pub struct MountArgs {
     /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a
     /// privileged launcher has already mounted.
     pub mountpoint: PathBuf,
-    /// With --backing memory: bytes of decoded kernels kept in memory once no file has them
-    /// open (suffixes K, M, G: powers of 1024) [default: 256M, or a quarter of the memory limit
-    /// of the mount's cgroup when that is less].
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
-    pub cache_size: Option<u64>,
     /// Where decoded kernels live while the mount uses them: disk (a directory of this mount
-    /// under --scratch-dir, removed at unmount; the kernel can reclaim its pages) or memory
-    /// (memfds, bounded by --cache-size) [default: disk].
+    /// under --scratch-dir, removed at unmount, or --cache-dir; the kernel can reclaim its
+    /// pages) or memory (memfds, which cannot be reclaimed) [default: disk].
     #[arg(long, value_name = "KIND", value_parser = ["disk", "memory"])]
     pub backing: Option<String>,
-    /// Where the per-mount directory of --backing disk is made [default: /var/tmp].
+    /// With --backing memory: bytes of decoded kernels kept in memory once no file has them
+    /// open (suffixes K, M, G: powers of 1024) [default: 256M, or a quarter of the memory limit
+    /// of the mount's cgroup when that is less]. Refused with disk backing.
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    pub memory_cache_size: Option<u64>,
+    /// With disk backing: bytes of decoded kernels kept on disk (in the per-mount directory or
+    /// --cache-dir); least recently used files go first [default: 10G]. Refused with
+    /// --backing memory.
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    pub disk_cache_size: Option<u64>,
+    /// Where the per-mount directory of disk backing is made [default: /var/tmp].
     #[arg(long, value_name = "DIR")]
     pub scratch_dir: Option<PathBuf>,
     /// Keep decoded kernels in DIR across mounts and restarts (may be shared by several
     /// mounts); replaces the per-mount directory.
     #[arg(long, value_name = "DIR", conflicts_with = "scratch_dir")]
     pub cache_dir: Option<PathBuf>,
-    /// Bytes of decoded kernels kept on disk (--cache-dir or the per-mount directory); least
-    /// recently used files go first [default: 10G].
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    /// Deprecated spelling of --memory-cache-size (with disk backing it does nothing, with a
+    /// warning).
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size,
+          hide = true, conflicts_with = "memory_cache_size")]
+    pub cache_size: Option<u64>,
+    /// Deprecated spelling of --disk-cache-size.
+    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size,
+          hide = true, conflicts_with = "disk_cache_size")]
     pub cache_dir_size: Option<u64>,
     /// Serve every read from the daemon, even where the kernel could read backing files itself
     /// (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN).
@@ -138,7 +150,7 @@ pub struct MountArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
     /// Comma-separated mount options (repeatable), as mount(8) and fstab pass them: the
-    /// settings above by name (allow_other, cache_size=SIZE, gpu=ISA, ...), plus ro, noexec and
+    /// settings above by name (allow_other, disk_cache_size=SIZE, gpu=ISA, ...), plus ro, noexec and
     /// the standard options mount tools add (see docs/mount.md); rw and unknown options are refused.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
@@ -256,7 +268,14 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         strict: args.strict,
         no_pins: args.no_pins,
         noexec: false,
-        cache_size: args.cache_size,
+        memory_cache_size: args
+            .memory_cache_size
+            .map(Bound::new)
+            .or(args.cache_size.map(Bound::old)),
+        disk_cache_size: args
+            .disk_cache_size
+            .map(Bound::new)
+            .or(args.cache_dir_size.map(Bound::old)),
         threads: if args.single_thread {
             Some(1)
         } else {
@@ -267,7 +286,6 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         memory_backing: args.backing.as_deref() == Some("memory"),
         scratch_dir: args.scratch_dir.clone(),
         cache_dir: args.cache_dir.clone(),
-        cache_dir_size: args.cache_dir_size,
         no_passthrough: args.no_passthrough,
         no_decode_ahead: args.no_decode_ahead,
         open_mode: args
@@ -284,12 +302,6 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         return Err(CliError::new(
             Exit::Usage,
             "allow_other and allow_root are mutually exclusive",
-        ));
-    }
-    if s.memory_backing && s.cache_dir.is_some() {
-        return Err(CliError::new(
-            Exit::Usage,
-            "backing=memory and cache_dir are mutually exclusive: a cache directory is on disk",
         ));
     }
     Ok(s)
@@ -374,6 +386,17 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     };
     mount_log::init(verbosity);
     let s = settings(&args)?;
+    let bounds = mount_bounds::resolve(&s, default_memory_cache)
+        .map_err(|e| CliError::new(Exit::Usage, e))?;
+    let remote_source = args.source.to_str().filter(|s| remote::is_remote(s));
+    let unused_remote = match remote_source {
+        Some(_) => Vec::new(),
+        None => s.remote.unused_with_local_source(),
+    };
+    // Before anything else can fail and before the fork, so that they reach the terminal.
+    for w in bounds.warnings.iter().chain(&unused_remote) {
+        log::warn!("{w}");
+    }
     let target = match fuse_fd(&args.mountpoint)? {
         Some(fd) => Target::Fd(fd),
         None => Target::Dir(check_mountpoint(&args.mountpoint)?),
@@ -413,7 +436,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
 
-    let (src, remote_session) = match args.source.to_str().filter(|s| remote::is_remote(s)) {
+    let (src, remote_session) = match remote_source {
         Some(url) => {
             let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
             (src, Some(session))
@@ -440,28 +463,18 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     };
     // SAFETY: plain libc calls without arguments; they cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let disk_bound = s.cache_dir_size.unwrap_or(DEFAULT_CACHE_DIR_SIZE);
-    let (backing, cache_size) = if s.memory_backing {
-        (
-            Placement::Memory,
-            s.cache_size.unwrap_or_else(default_memory_cache),
-        )
-    } else if let Some(dir) = &s.cache_dir {
-        check_dir(dir, true)?;
-        (Placement::CacheDir(dir.clone()), disk_bound)
-    } else {
-        let base = s
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(backing::DEFAULT_SCRATCH_BASE));
-        check_dir(&base, false)?;
-        (Placement::Scratch(base), disk_bound)
-    };
+    match &bounds.placement {
+        Placement::CacheDir(dir) => check_dir(dir, true)?,
+        Placement::Scratch(base) => check_dir(base, false)?,
+        Placement::Memory => {}
+    }
     // Process-wide, once: the store's budget of open backing files is half of what this allows.
-    let files_max = backing::descriptor_budget(backing::raise_open_file_limit());
+    let files_max = rocm_kpack::fs::backing::descriptor_budget(
+        rocm_kpack::fs::backing::raise_open_file_limit(),
+    );
     let opts = FsOptions {
-        cache_size,
-        backing,
+        cache_size: bounds.bound,
+        backing: bounds.placement,
         files_max,
         gpus,
         uid,
@@ -777,7 +790,7 @@ impl SignalPipe {
 /// Decoded kernels are large (up to tens of MiB) and short-lived outside the cache. glibc raises
 /// its mmap threshold each time such a block is freed, after which kernels land in the heap
 /// arenas, where freed space fragments and is not returned, and the daemon's resident memory
-/// grows well past `--cache-size`. A fixed threshold keeps every kernel-sized block in its own
+/// grows well past `--memory-cache-size`. A fixed threshold keeps every kernel-sized block in its own
 /// mapping, returned to the system as soon as the cache drops it.
 fn limit_heap_growth() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -6,14 +6,15 @@
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
 //!   `log_file=` path may contain commas). Empty items are skipped.
 //! * Our own options have the same meaning as the flags: `allow_other`, `allow_root`,
-//!   `auto_unmount`, `strict`, `no_pins`, `cache_size=SIZE`, `threads=N`, `gpu=ISA`
-//!   (repeatable), `log_file=PATH`, `backing=disk|memory`, `scratch_dir=DIR`, `cache_dir=DIR`,
-//!   `cache_dir_size=SIZE`, `no_passthrough` (and `passthrough`, its default),
+//!   `auto_unmount`, `strict`, `no_pins`, `memory_cache_size=SIZE`, `disk_cache_size=SIZE`,
+//!   `threads=N`, `gpu=ISA` (repeatable), `log_file=PATH`, `backing=disk|memory`,
+//!   `scratch_dir=DIR`, `cache_dir=DIR`, `no_passthrough` (and `passthrough`, its default),
 //!   `no_decode_ahead` (and `decode_ahead`, its default),
 //!   `open_mode=auto|passthrough|page-cache`, and for remote
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
-//!   for `_` in their names (`cache-size=1G`).
+//!   for `_` in their names (`disk-cache-size=1G`). The deprecated spellings `cache_size=` and
+//!   `cache_dir_size=` set the same bounds, marked as old (`mount_bounds` says what they mean).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (changes nothing: the daemon answers `access` from fixed modes),
 //!   `nodev`, `nosuid` (always), `dev`, `suid` (appended by `mount.fuse` unless
@@ -27,6 +28,8 @@ use std::path::PathBuf;
 
 use rocm_kpack::fs::OpenMode;
 
+use super::mount_bounds::Bound;
+
 /// Every mount setting that can come from a flag or from `-o`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
@@ -36,7 +39,10 @@ pub struct Settings {
     pub strict: bool,
     pub no_pins: bool,
     pub noexec: bool,
-    pub cache_size: Option<u64>,
+    /// Bytes of decoded kernels kept in memory (`--backing memory`).
+    pub memory_cache_size: Option<Bound>,
+    /// Bytes of decoded kernels kept on disk (disk backing).
+    pub disk_cache_size: Option<Bound>,
     pub threads: Option<u32>,
     pub gpus: Vec<String>,
     pub log_file: Option<PathBuf>,
@@ -44,7 +50,6 @@ pub struct Settings {
     pub memory_backing: bool,
     pub scratch_dir: Option<PathBuf>,
     pub cache_dir: Option<PathBuf>,
-    pub cache_dir_size: Option<u64>,
     pub no_passthrough: bool,
     pub no_decode_ahead: bool,
     pub open_mode: OpenMode,
@@ -124,10 +129,15 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "rw" => {
             Err("mount option \"rw\": kpack-fuse mounts are read-only (use ro or nothing)".into())
         }
-        "cache_size" => {
-            s.cache_size = Some(
-                parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?,
-            );
+        "memory_cache_size" | "cache_size" | "disk_cache_size" | "cache_dir_size" => {
+            let bytes =
+                parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?;
+            match name.as_str() {
+                "memory_cache_size" => s.memory_cache_size = Some(Bound::new(bytes)),
+                "cache_size" => s.memory_cache_size = Some(Bound::old(bytes)),
+                "disk_cache_size" => s.disk_cache_size = Some(Bound::new(bytes)),
+                _ => s.disk_cache_size = Some(Bound::old(bytes)),
+            }
             Ok(())
         }
         "threads" => {
@@ -169,12 +179,6 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         }
         "cache_dir" => {
             s.cache_dir = Some(PathBuf::from(needs("DIR")?));
-            Ok(())
-        }
-        "cache_dir_size" => {
-            s.cache_dir_size = Some(
-                parse_size(needs("SIZE")?).map_err(|e| format!("mount option {raw_name}: {e}"))?,
-            );
             Ok(())
         }
         "no_passthrough" => flag(s, |s| s.no_passthrough = true),
@@ -261,10 +265,21 @@ mod tests {
             ),
             ("noexec", with(|s| s.noexec = true)),
             ("noexec,exec", none.clone()),
-            ("cache_size=1G", with(|s| s.cache_size = Some(1 << 30))),
             (
-                "cache-size=512K,cache_size=2M",
-                with(|s| s.cache_size = Some(2 << 20)),
+                "memory_cache_size=1G",
+                with(|s| s.memory_cache_size = Some(Bound::new(1 << 30))),
+            ),
+            (
+                "cache_size=1G",
+                with(|s| s.memory_cache_size = Some(Bound::old(1 << 30))),
+            ),
+            (
+                "cache-size=512K,memory-cache-size=2M",
+                with(|s| s.memory_cache_size = Some(Bound::new(2 << 20))),
+            ),
+            (
+                "memory_cache_size=512K,cache_size=2M",
+                with(|s| s.memory_cache_size = Some(Bound::old(2 << 20))),
             ),
             ("threads=4", with(|s| s.threads = Some(4))),
             (
@@ -286,8 +301,19 @@ mod tests {
                 }),
             ),
             (
+                "disk_cache_size=3G",
+                with(|s| s.disk_cache_size = Some(Bound::new(3 << 30))),
+            ),
+            (
                 "cache_dir_size=3G",
-                with(|s| s.cache_dir_size = Some(3 << 30)),
+                with(|s| s.disk_cache_size = Some(Bound::old(3 << 30))),
+            ),
+            (
+                "cache-dir-size=1G,disk-cache-size=2M,cache_size=1K",
+                with(|s| {
+                    s.disk_cache_size = Some(Bound::new(2 << 20));
+                    s.memory_cache_size = Some(Bound::old(1 << 10));
+                }),
             ),
             ("no_passthrough", with(|s| s.no_passthrough = true)),
             ("no-passthrough,passthrough", none.clone()),
@@ -324,6 +350,9 @@ mod tests {
             ("backing", "needs a value"),
             ("cache_dir=", "needs a value"),
             ("cache_dir_size=1X", "unknown unit"),
+            ("memory_cache_size", "needs a value"),
+            ("disk_cache_size=", "needs a value"),
+            ("disk-cache-size=1Q", "unknown unit"),
             ("no_passthrough=1", "takes no value"),
             ("decode_ahead=yes", "takes no value"),
             ("open_mode", "needs a value"),

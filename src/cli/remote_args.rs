@@ -75,6 +75,47 @@ impl RemoteArgs {
             _ => return None,
         })
     }
+
+    /// For `mount` of a local source, where these settings do nothing: one warning for each
+    /// one given, flag or `-o` item alike.
+    pub fn unused_with_local_source(&self) -> Vec<String> {
+        [
+            (
+                "--endpoint-url",
+                "endpoint_url",
+                self.endpoint_url.is_some(),
+            ),
+            (
+                "--remote-timeout",
+                "remote_timeout",
+                self.remote_timeout.is_some(),
+            ),
+            (
+                "--remote-connect-timeout",
+                "remote_connect_timeout",
+                self.remote_connect_timeout.is_some(),
+            ),
+            (
+                "--remote-retries",
+                "remote_retries",
+                self.remote_retries.is_some(),
+            ),
+            (
+                "--remote-requests",
+                "remote_requests",
+                self.remote_requests.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, _, given)| *given)
+        .map(|(flag, option, _)| {
+            format!(
+                "{flag} (-o {option}) does nothing with a local source (it is for s3:// and \
+                 http(s):// sources); it will be refused there in a later release"
+            )
+        })
+        .collect()
+    }
 }
 
 fn parse_secs(s: &str) -> Result<u64, String> {
@@ -140,6 +181,25 @@ mod tests {
         assert_eq!(r.connect_timeout, Duration::from_secs(1));
         assert_eq!((r.retries, r.requests), (0, 2));
         assert_eq!(a.apply_option("cache_size", Some("1G")), None);
+        assert_eq!(
+            a.unused_with_local_source(),
+            [
+                "endpoint_url",
+                "remote_timeout",
+                "remote_connect_timeout",
+                "remote_retries",
+                "remote_requests"
+            ]
+            .map(|o| format!(
+                "--{} (-o {o}) does nothing with a local source (it is for s3:// and http(s):// \
+                 sources); it will be refused there in a later release",
+                o.replace('_', "-")
+            ))
+        );
+        assert_eq!(
+            RemoteArgs::default().unused_with_local_source(),
+            Vec::<String>::new()
+        );
         for (n, v, why) in [
             ("remote_timeout", Some("0"), "1..=3600"),
             ("remote_requests", Some("x"), "not a number"),

@@ -8,7 +8,7 @@
 //!   moment they are created, so a crashed daemon leaves nothing but an empty directory, and
 //!   their pages are ordinary page cache the kernel can reclaim and read back.
 //! * `Memory`: memfds, sealed once written. Nothing touches a disk, but the pages cannot be
-//!   reclaimed without swap, so `--cache-size` bounds them.
+//!   reclaimed without swap, so `--memory-cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
 //!
 //! The open-file limit the store's budget of files comes from is raised once, by the program

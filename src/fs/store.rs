@@ -4,8 +4,8 @@
 //!
 //! Every entry is a kernel's decoded bytes with one of two bodies ([`Body`]): a backing file,
 //! or, for a small kernel page-cache mode decodes straight into a READ's reply, the bytes in
-//! memory. All entries are in one LRU under one byte bound (`--cache-size`, or for files on
-//! disk the directory's bound): evicting an entry only drops the store's reference, so open
+//! memory. All entries are in one LRU under one byte bound (`--memory-cache-size`, or for
+//! files on disk `--disk-cache-size`): evicting an entry only drops the store's reference, so open
 //! handles keep their files until they are released (those are not the store's). Two more
 //! limits apply within it: at most `files_max` files (each is a descriptor), and, when files
 //! live on disk, at most [`MEMORY_MAX`] bytes of bodies in memory (the disk bound must not

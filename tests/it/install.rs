@@ -125,7 +125,7 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
             .output()
             .unwrap();
         assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stdout).contains("--cache-size"));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("--disk-cache-size"));
     }
 
     // pkg-config

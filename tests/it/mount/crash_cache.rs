@@ -89,7 +89,7 @@ fn sigkilled_daemons_sharing_a_cache_dir_never_serve_wrong_bytes() {
     let args = [
         "--cache-dir",
         cache.to_str().unwrap(),
-        "--cache-dir-size",
+        "--disk-cache-size",
         "2M",
         "--open-mode",
         "passthrough",
@@ -321,7 +321,7 @@ fn a_full_cache_dir_fails_opens_with_enospc_and_serves_the_rest() {
     let args = [
         "--cache-dir",
         cache.to_str().unwrap(),
-        "--cache-dir-size",
+        "--disk-cache-size",
         "2M",
         "--open-mode",
         "passthrough",

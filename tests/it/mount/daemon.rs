@@ -243,7 +243,7 @@ fn option_lists_apply_end_to_end() {
             "-o",
             "ro,nodev,nosuid,dev,suid,exec,noexec,allow_other,default_permissions,defaults,auto,noauto,user,nouser,users,_netdev,nofail,x-systemd.automount",
             "-o",
-            "cache_size=1M,threads=2",
+            "disk_cache_size=1M,threads=2",
         ],
     );
     let line = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

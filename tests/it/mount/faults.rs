@@ -164,7 +164,10 @@ fn archive_replaced_by_rename_then_deleted_keeps_serving_the_old_content() {
     let path = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
     let original = keep_original(&path);
     // A 64 KiB cache: most kernels are decoded again, from the old file, on every pass.
-    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "64K"]);
+    let m = Mount::start(
+        &path,
+        &["--backing", "memory", "--memory-cache-size", "64K"],
+    );
     m.check("walk_one", READ_FIRST);
     // Same names and sizes, other bytes: serving the new file would fail the checksums.
     let replacement = d.path().join("new.kpack");
@@ -314,7 +317,7 @@ fn tiny_cache_under_pressure_serves_exact_bytes_with_bounded_memory() {
         &[
             "--backing",
             "memory",
-            "--cache-size",
+            "--memory-cache-size",
             "64K",
             "--threads",
             "4",

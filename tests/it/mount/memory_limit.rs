@@ -225,7 +225,7 @@ fn a_mount_in_a_memory_cgroup_smaller_than_its_kernels_reads_them_all() {
             "disk backing, page cache",
             vec!["--scratch-dir", scratch_arg, "--open-mode", "page-cache"],
         ),
-        // Memfds cannot be reclaimed: the default --cache-size must fit under the limit.
+        // Memfds cannot be reclaimed: the default --memory-cache-size must fit under the limit.
         ("memory backing", vec!["--backing", "memory"]),
     ];
     for (what, args) in configs {
@@ -252,7 +252,7 @@ fn a_mount_in_a_memory_cgroup_smaller_than_its_kernels_reads_them_all() {
         let reached = failcnt > 0 || peak.is_some_and(|p| p + (1 << 20) >= LIMIT);
         if what.starts_with("memory") {
             let sized = format!(
-                "--cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {LIMIT}",
+                "--memory-cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {LIMIT}",
                 LIMIT / 4
             );
             assert!(log.contains(&sized), "{what}: {log}");

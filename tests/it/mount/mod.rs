@@ -2,6 +2,7 @@
 //! (`support::mount`), results compared byte for byte and errno for errno with the archive API.
 
 mod ahead;
+mod bounds;
 mod cold;
 mod crafted;
 mod crash_cache;
@@ -229,7 +230,7 @@ fn pread_offsets_and_mmap() {
     for compression in [Compression::None, Compression::Zstd { level: 3 }] {
         let m = Mount::start(
             &rich_archive(&d.path().join("r.kpack"), compression),
-            &["--backing", "memory", "--cache-size", "128K"],
+            &["--backing", "memory", "--memory-cache-size", "128K"],
         );
         m.check("pread", "");
         m.check("mmap", "");
@@ -265,7 +266,7 @@ fn eight_concurrent_readers() {
             "4",
             "--backing",
             "memory",
-            "--cache-size",
+            "--memory-cache-size",
             "320K",
         ],
     );
@@ -378,7 +379,7 @@ fn single_flight_one_decode_for_eight_cold_readers() {
             "8",
             "--backing",
             "memory",
-            "--cache-size",
+            "--memory-cache-size",
             "64M",
         ],
     );
@@ -397,7 +398,10 @@ fn kernel_larger_than_cache_decoded_once_in_small_chunks() {
         Compression::Zstd { level: 3 },
         &[("k#0", "gfx1100", pattern(1 << 20, 3))],
     );
-    let m = Mount::start(&path, &["--backing", "memory", "--cache-size", "64K", "-s"]);
+    let m = Mount::start(
+        &path,
+        &["--backing", "memory", "--memory-cache-size", "64K", "-s"],
+    );
     m.check("small_chunks", "k#0/gfx1100.hsaco");
     m.stop();
 }

@@ -450,8 +450,8 @@ fn page_cache_mode_decodes_a_kernel_larger_than_the_cache_once() {
         &[("k#0", "gfx1100", pattern(4 << 20, 5))],
     );
     let bounds: [&[&str]; 2] = [
-        &["--backing", "memory", "--cache-size", "64K"],
-        &["--backing", "disk", "--cache-dir-size", "64K"],
+        &["--backing", "memory", "--memory-cache-size", "64K"],
+        &["--backing", "disk", "--disk-cache-size", "64K"],
     ];
     for bound in bounds {
         let mut args = vec!["--open-mode", "page-cache"];

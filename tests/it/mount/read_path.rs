@@ -284,7 +284,7 @@ fn evicted_kernels_keep_reading_through_open_handles() {
     for extra in [&[][..], &["--no-passthrough"][..]] {
         // 8 KiB of memory: every kernel but the smallest is evicted (or never kept) while the
         // others are opened, yet each handle still reads its own bytes.
-        let mut args = vec!["--backing", "memory", "--cache-size", "8K"];
+        let mut args = vec!["--backing", "memory", "--memory-cache-size", "8K"];
         args.extend_from_slice(extra);
         let m = start_passthrough(&archive, &args);
         m.check("rp_hold_all", "");
@@ -327,7 +327,10 @@ fn opens_racing_evictions_from_four_threads_read_right() {
 /// `rich_archive`'s larger kernels), with and without passthrough; runs `scenario` on each
 /// mount and checks `user.kpack.stats` against `stats` (as `rp_stats` does).
 fn on_each_backing_bounded_to_8k(archive: &Path, scenario: &str, stats: &str) {
-    for (backing, bound) in [("memory", "--cache-size"), ("disk", "--cache-dir-size")] {
+    for (backing, bound) in [
+        ("memory", "--memory-cache-size"),
+        ("disk", "--disk-cache-size"),
+    ] {
         for extra in [&[][..], &["--no-passthrough"][..]] {
             let mut args = vec!["--backing", backing, bound, "8K"];
             args.extend_from_slice(extra);
@@ -358,7 +361,10 @@ fn memory_backing_stays_within_the_cache_size_over_a_set_four_times_larger() {
         Compression::Zstd { level: 3 },
         &refs,
     );
-    let m = start_passthrough(&path, &["--backing", "memory", "--cache-size", "256K"]);
+    let m = start_passthrough(
+        &path,
+        &["--backing", "memory", "--memory-cache-size", "256K"],
+    );
     for _ in 0..2 {
         m.check("walk", "");
     }

@@ -140,7 +140,7 @@ fn mount_args() -> Vec<String> {
         &RETRIES.to_string(),
         "--backing",
         "memory",
-        "--cache-size",
+        "--memory-cache-size",
         "64K",
     ]
     .map(String::from)

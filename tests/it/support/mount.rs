@@ -485,6 +485,12 @@ impl Mount {
         read_file(&self.log)
     }
 
+    /// What the command of [`Mount::start_background`] printed before it returned (its
+    /// standard output and error: what a user sees on the terminal).
+    pub fn command_output(&self) -> String {
+        read_file(&self.dir.path().join("command.out"))
+    }
+
     /// Runs scenario `name` of `mount::io_child_entry` in a child process against this mount,
     /// under the watchdog. `arg` is passed through.
     pub fn child(&self, name: &str, arg: &str) -> ChildOutput {
