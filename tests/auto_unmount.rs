@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 /// How long a mount may take to appear, and a crashed one to go.
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
-use rocm_kpack::fs::source::{SourceError, SourceErrorKind};
+use rocm_kpack::fs::setup::source::{SourceError, SourceErrorKind};
 use rocm_kpack::{Error, ErrorKind};
 
 use crate::remote::{RemoteError, RemoteErrorKind};

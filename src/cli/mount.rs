@@ -13,10 +13,11 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use rocm_kpack::fs::backing::Placement;
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
-use rocm_kpack::fs::source::{self, SourceOptions};
-use rocm_kpack::fs::{FsOptions, OpenMode, gpus, mountinfo};
+use rocm_kpack::fs::setup::source::{self, SourceOptions};
+use rocm_kpack::fs::setup::{gpus, mountinfo};
+use rocm_kpack::fs::store::backing::Placement;
+use rocm_kpack::fs::{FsOptions, OpenMode};
 use rocm_kpack::loader::LoaderConfig;
 
 use super::daemon_lock;
@@ -469,8 +470,8 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         Placement::Memory => {}
     }
     // Process-wide, once: the store's budget of open backing files is half of what this allows.
-    let files_max = rocm_kpack::fs::backing::descriptor_budget(
-        rocm_kpack::fs::backing::raise_open_file_limit(),
+    let files_max = rocm_kpack::fs::store::backing::descriptor_budget(
+        rocm_kpack::fs::store::backing::raise_open_file_limit(),
     );
     let opts = FsOptions {
         cache_size: bounds.bound,

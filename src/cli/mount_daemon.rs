@@ -213,7 +213,7 @@ fn reap(pid: libc::pid_t) -> String {
 /// to be free before forking, so one found there is ours).
 fn cleanup(mountpoint: Option<&Path>) {
     let Some(mp) = mountpoint else { return };
-    if let Ok(Some(m)) = rocm_kpack::fs::mountinfo::mount_at(mp) {
+    if let Ok(Some(m)) = rocm_kpack::fs::setup::mountinfo::mount_at(mp) {
         if m.fs_type == format!("fuse.{}", rocm_kpack::fs::fuse::SUBTYPE) {
             let _ = super::umount::umount2(mp, libc::MNT_DETACH);
         }

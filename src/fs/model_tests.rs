@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::backing::Placement;
-use super::kernel::KernelId;
 use super::policy::{self, Granted, Handle, OpenPolicy, OpenStart, Start};
+use super::store::backing::Placement;
+use super::store::kernel::KernelId;
 use super::tree::{Entry, Ino};
 use super::{Errno, Fault, FsOptions, KpackFs, kernel_id};
 use crate::archive::Archive;

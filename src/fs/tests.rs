@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::tree::{Entry, ROOT};
 use super::*;
 use crate::archive::writer::{ArchiveWriter, Compression};
+use crate::fs::read::fill::{OpenedFile, ReadDone};
 
 type Kernels = Vec<(&'static str, &'static str, Vec<u8>)>;
 
@@ -697,7 +698,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         got.extend_from_slice(s.as_slice());
     }
     assert!(got == big);
-    assert!(fs.store().contains(crate::fs::kernel::KernelId {
+    assert!(fs.store().contains(crate::fs::store::kernel::KernelId {
         archive: 0,
         ordinal: 0
     }));
@@ -850,7 +851,7 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
     };
     let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
     let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
-    let id = |i: u32| crate::fs::kernel::KernelId {
+    let id = |i: u32| crate::fs::store::kernel::KernelId {
         archive: 0,
         ordinal: i,
     };

@@ -216,14 +216,14 @@ pub fn open(
     })
 }
 
-/// A remote mount source, opened as the mount's [`Source`](rocm_kpack::fs::source::Source)
+/// A remote mount source, opened as the mount's [`Source`](rocm_kpack::fs::setup::source::Source)
 /// (shown by its URL), and its session (counters; threads to stop before the fork).
 pub fn mount_source(
     url: &str,
     settings: &Settings,
     strict: bool,
-) -> Result<(rocm_kpack::fs::source::Source, Session), RemoteError> {
-    use rocm_kpack::fs::source::{Source, SourceKind};
+) -> Result<(rocm_kpack::fs::setup::source::Source, Session), RemoteError> {
+    use rocm_kpack::fs::setup::source::{Source, SourceKind};
     let o = open(url, settings, strict, None)?;
     let src = Source {
         kind: if o.is_prefix {

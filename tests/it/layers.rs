@@ -74,3 +74,88 @@ fn remote_does_not_import_the_command_line() {
         );
     }
 }
+
+/// The parts of `src/fs/` and the parts each may name (besides itself and the module's root:
+/// `KpackFs`, `Errno` and the other shared types). The store knows nothing of who reads it, the
+/// policy nothing of how bytes are made; only the FUSE adapter sees everything.
+const FS_PARTS: &[(&str, &[&str])] = &[
+    ("store", &[]),
+    ("tree", &[]),
+    ("policy", &["tree"]),
+    ("read", &["store", "tree"]),
+    ("namespace", &["store", "tree"]),
+    ("setup", &["tree"]),
+    ("fuse", &["policy", "read", "store", "tree", "setup"]),
+];
+
+/// The sources of one part of `src/fs/`: a folder, or one file.
+fn fs_part_files(part: &str) -> Vec<std::path::PathBuf> {
+    let fs = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fs");
+    let mut files = Vec::new();
+    if fs.join(part).is_dir() {
+        rust_files(&fs.join(part), &mut files);
+    } else {
+        files.push(fs.join(format!("{part}.rs")));
+    }
+    files
+}
+
+#[test]
+fn fs_parts_import_one_way() {
+    let mut wrong = Vec::new();
+    for (part, allowed) in FS_PARTS {
+        for file in fs_part_files(part) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (other, _) in FS_PARTS
+                .iter()
+                .filter(|(o, _)| o != part && !allowed.contains(o))
+            {
+                let names = [
+                    format!("crate::fs::{other}"),
+                    format!("super::{other}::"),
+                    format!("super::super::{other}::"),
+                ];
+                if let Some(line) = text
+                    .lines()
+                    .find(|l| names.iter().any(|n| l.contains(n.as_str())))
+                {
+                    wrong.push(format!("{}: {}", file.display(), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports across the parts of src/fs:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// fuser's types stay in the adapter: nothing outside `src/fs/fuse/` names its items.
+#[test]
+fn only_the_adapter_knows_fuser() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let adapter = src.join("fs/fuse");
+    let named: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&adapter))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            // A path to an item of the crate (`fuser::Session`, `fuser::{...}`), not a log
+            // target such as "fuser::session" in a filter string.
+            text.lines().any(|l| {
+                l.trim_start().starts_with("use fuser")
+                    || l.match_indices("fuser::").any(|(at, m)| {
+                        l[at + m.len()..]
+                            .chars()
+                            .next()
+                            .is_some_and(|c| c == '{' || c.is_ascii_uppercase())
+                    })
+            })
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(named.is_empty(), "fuser named outside the adapter: {named:?}");
+}

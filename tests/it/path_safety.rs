@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 use rocm_kpack::{ArchiveWriter, Compression};
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (Option<i32>, String) {

@@ -253,7 +253,7 @@ fn resolve_shows_which_candidates_match_a_pin() {
 
 #[test]
 fn the_mount_hides_unpinned_archives_unless_no_pins() {
-    use rocm_kpack::fs::source::{self, SourceErrorKind, SourceOptions};
+    use rocm_kpack::fs::setup::source::{self, SourceErrorKind, SourceOptions};
     let l = layout();
     let binary = pinned_binary(&l, Some(&l.pins));
     let opened = source::open(&binary, &SourceOptions::default()).unwrap();

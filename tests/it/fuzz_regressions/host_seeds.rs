@@ -49,10 +49,13 @@ fn ccob_blobs() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A fat seed to build: file name, blobs, bundle magic, kind of binary, extra C source.
+type FatCase = (&'static str, Vec<Vec<u8>>, u32, Kind, &'static str);
+
 /// (file name, bytes) of every fat seed.
 fn fat_binaries(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let stray = "const void *stray_pointer __attribute__((used)) = kp_tu0 + 16;";
-    let cases: Vec<(&str, Vec<Vec<u8>>, u32, Kind, &str)> = vec![
+    let cases: Vec<FatCase> = vec![
         ("fat-library.so", blobs(), HIPF, Kind::Library, ""),
         ("fat-relr-library.so", blobs(), HIPF, Kind::RelrLibrary, ""),
         ("fat-pie-executable", blobs(), HIPF, Kind::Executable, ""),

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 use super::scenarios::stats;
 use crate::support::fixture;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 use super::tmp;
 use crate::support::fixture;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 use rocm_kpack::{Archive, Compression};
 
 use super::{lazy_unmount_then_remount, rich_archive, start_passthrough, tmp, write_archive};

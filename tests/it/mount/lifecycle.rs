@@ -48,7 +48,7 @@ fn remount_cycles(unmount: &dyn Fn(&Path)) {
             "cycle {cycle}: old daemon exited with {status}"
         );
         std::thread::sleep(STILL_SERVING_AFTER.saturating_sub(remounted.elapsed()));
-        let entry = rocm_kpack::fs::mountinfo::mount_at(&next.mountpoint).unwrap();
+        let entry = rocm_kpack::fs::setup::mountinfo::mount_at(&next.mountpoint).unwrap();
         assert_eq!(
             entry.map(|e| e.minor),
             Some(next.conn),

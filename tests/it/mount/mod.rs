@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rocm_kpack::fs::fuse::escape_fsname;
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 use rocm_kpack::{Archive, ArchiveWriter, Compression};
 
 use crate::support::fixture;

@@ -17,13 +17,27 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
     match name {
         // Walks and reads the whole tree again: no OPEN and no READ reaches the daemon.
         "om_warm" => {
-            let before = stats(mnt);
-            scenarios::run("walk", mnt, archive, arg);
-            scenarios::run("mmap", mnt, archive, arg);
-            let after = stats(mnt);
-            for k in ["daemon_opens", "daemon_reads", "decodes"] {
-                assert_eq!(after[k], before[k], "{k} changed on a warm pass");
-            }
+            let warm_pass = || {
+                let before = stats(mnt);
+                scenarios::run("walk", mnt, archive, arg);
+                scenarios::run("mmap", mnt, archive, arg);
+                let after = stats(mnt);
+                let grew = |k: &str| after[k] - before[k];
+                (grew("daemon_opens"), grew("daemon_reads"), grew("decodes"))
+            };
+            // Now and then (a few runs in a hundred on this VM) the kernel sends one READ for a
+            // single page it had read before: allowed on the first warm pass, never a decode;
+            // the second warm pass sends nothing.
+            let (opens, reads, decodes) = warm_pass();
+            assert!(
+                opens == 0 && reads <= 1 && decodes == 0,
+                "first warm pass: {opens} opens, {reads} reads, {decodes} decodes"
+            );
+            assert_eq!(
+                warm_pass(),
+                (0, 0, 0),
+                "second warm pass: opens, reads, decodes"
+            );
         }
         // `arg`: how many times to walk and read the whole tree (exact bytes each time).
         "om_walks" => {

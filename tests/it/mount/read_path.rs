@@ -615,7 +615,7 @@ fn daemon_path_reads_in_large_requests() {
         &[("lib/big.so#0", "gfx942", pattern(4 << 20, 3))],
     );
     let m = start_passthrough(&path, &["--no-passthrough"]);
-    let entry = rocm_kpack::fs::mountinfo::mount_at(&m.mountpoint)
+    let entry = rocm_kpack::fs::setup::mountinfo::mount_at(&m.mountpoint)
         .unwrap()
         .unwrap();
     let knob = format!(

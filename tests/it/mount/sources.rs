@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rocm_kpack::Compression;
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 use super::{pattern, tmp, write_archive};
 use crate::support::mount::{Mount, fuse_available};
@@ -490,7 +490,7 @@ fn split_binary_mounts_with_the_original_code_objects() {
 /// twice is shown once, and what remains is exactly what the loader would search.
 #[test]
 fn hipk_binary_source_uses_the_loaders_open_step() {
-    use rocm_kpack::fs::source::{self, SourceErrorKind, SourceOptions};
+    use rocm_kpack::fs::setup::source::{self, SourceErrorKind, SourceOptions};
     let d = tmp();
     let root = d.path().join("root");
     let (binary, _) = hipk_layout(&root);

@@ -41,7 +41,7 @@ fn stats_prints_the_counters_as_a_table_and_as_json() {
     assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), names);
     // The walk opened each kernel once and decoded it once.
     let counted = stats(&m.mountpoint);
-    let kernels = rocm_kpack::Archive::open(&fixture("test_noop.kpack"))
+    let kernels = rocm_kpack::Archive::open(fixture("test_noop.kpack"))
         .unwrap()
         .entries()
         .count() as u64;

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 
 use rocm_kpack::Archive;
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 use crate::support::mount::Mount;
 

@@ -17,7 +17,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 /// Printed by an I/O child after its scenario completed, followed by the scenario name.
 pub const DONE_MARKER: &str = "KPACK_IT_SCENARIO_DONE ";

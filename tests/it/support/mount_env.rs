@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rocm_kpack::fs::mountinfo;
+use rocm_kpack::fs::setup::mountinfo;
 
 /// Whether this process is root, and whether `/dev/fuse` opens for reading and writing.
 pub fn root_and_dev_fuse() -> (bool, bool) {

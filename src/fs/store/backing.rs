@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::Errno;
 use super::cache_dir::{CacheDir, DirStats, TmpFile};
 use super::kernel::{KernelId, KernelSpec, fail};
+use crate::fs::Errno;
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]

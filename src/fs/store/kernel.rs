@@ -4,7 +4,7 @@
 
 use std::io;
 
-use super::Errno;
+use crate::fs::Errno;
 
 /// Identifies one kernel of the mount: which archive, and its ordinal in that archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

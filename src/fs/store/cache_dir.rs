@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use super::Errno;
 use super::kernel::{KernelSpec, fail};
+use crate::fs::Errno;
 
 /// Where the layout above starts, inside the directory the user named.
 const VERSION_DIR: &str = "kpack-v1";

@@ -1,42 +1,25 @@
-//! The FUSE adapter: the only file that imports `fuser`. It translates kernel requests into
-//! calls on [`KpackFs`] and its answers back into replies, carries out the decisions of the
-//! open policy (`policy.rs`: which read path each open gets), and sets up the mount.
-//!
-//! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
-//!   where this daemon may register backing files) and tells the policy what was granted.
-//! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
-//!   ready ([`KpackFs::open_start`]) and the policy says how the new handle is answered. A
-//!   backing id is registered here, without the policy's lock, and reported back to it.
-//! * Cold kernels decode on the decode pool (`pool.rs`), so request threads are never held by
-//!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
-//!   replies (`fill.rs`).
-//! * A READ with handle 0 is a file the kernel opened by itself (page-cache mode) and is served
-//!   by inode; any other reads its handle's file.
+//! The adapter proper: kernel requests in, calls on [`KpackFs`] out, answers back as replies;
+//! the open policy's decisions carried out (see the module above).
 
 use std::ffi::OsStr;
 use std::io;
-use std::mem::ManuallyDrop;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, Config, Errno as FErrno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session,
-    SessionACL, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, Errno as FErrno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::fill::OpenedFile;
-use super::policy::{Granted, Handle, OpenPolicy, OpenStart, WARM_OPENS_TO_PAGE_CACHE};
-use super::pool::Pool;
-use super::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, OpenMode, TTL};
+use super::MountConfig;
+use crate::fs::policy::{Granted, Handle, OpenPolicy, OpenStart, WARM_OPENS_TO_PAGE_CACHE};
+use crate::fs::read::fill::OpenedFile;
+use crate::fs::read::pool::Pool;
+use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
-
-/// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
-pub const SUBTYPE: &str = "kpack-fuse";
 
 fn errno(e: Errno) -> FErrno {
     FErrno::from_i32(e.0)
@@ -91,25 +74,11 @@ fn negative_attr() -> FileAttr {
     }
 }
 
-/// Escapes `\` and `,` in a mount source name. fuser 0.18 passes the name unescaped: as the
-/// `mount(2)` source on the direct (root) path, but inside the comma-separated option string
-/// when it goes through fusermount, where a raw comma would start another option.
-pub fn escape_fsname(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c == '\\' || c == ',' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The open policy, with the kernel's backing ids as its ids: shared with the stats lines.
 type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
 
 /// What the adapter and the jobs it sends to the decode pool share.
-struct Shared {
+pub(super) struct Shared {
     fs: KpackFs,
     /// Which read path each open gets; its decisions are carried out here.
     policy: Policy,
@@ -118,7 +87,7 @@ struct Shared {
 }
 
 /// The adapter handed to fuser.
-struct Adapter {
+pub(super) struct Adapter {
     shared: Arc<Shared>,
     decoders: Pool,
     /// Held at the end of the session, before the process lets go (tests make exits slow).
@@ -198,7 +167,20 @@ impl Shared {
     }
 }
 
+/// Where the session's notifier goes once the session exists (the adapter is made first).
+pub(super) struct NotifierSlot(Arc<Shared>);
+
+impl NotifierSlot {
+    pub(super) fn fill(self, notifier: Notifier) {
+        let _ = self.0.notifier.set(notifier);
+    }
+}
+
 impl Adapter {
+    pub(super) fn notifier_slot(&self) -> NotifierSlot {
+        NotifierSlot(self.shared.clone())
+    }
+
     /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
     /// there is one to decode ahead of and no other job waits for a thread.
     fn decode(&self, job: FillJob) {
@@ -601,76 +583,6 @@ fn xattr_reply(value: Result<Vec<u8>, Errno>, size: u32, reply: ReplyXattr) {
     }
 }
 
-/// Who besides the mounting user may use the mount.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Access {
-    /// Only the user who mounted (the FUSE default).
-    #[default]
-    Owner,
-    /// That user and root (`allow_root`).
-    OwnerAndRoot,
-    /// Everyone (`allow_other`).
-    All,
-}
-
-/// How to mount.
-#[derive(Debug, Clone)]
-pub struct MountConfig {
-    /// Request-handling threads (1 = single-threaded).
-    pub threads: usize,
-    /// The source shown in `/proc/mounts` (escaped here).
-    pub source: String,
-    pub access: Access,
-    /// Let `fusermount3` unmount when the process dies (fuser requires `access != Owner`).
-    pub auto_unmount: bool,
-    /// Mount `noexec`.
-    pub noexec: bool,
-    /// Ask the kernel to read backing files itself (FUSE passthrough) where it can.
-    pub passthrough: bool,
-    /// How files are opened; `Auto` is resolved against the mounted kernels' sizes.
-    pub open_mode: OpenMode,
-    /// How long the session's end is held before the daemon lets go of the mount (zero but in
-    /// tests of the mount's life cycle, which need a slow exit).
-    pub exit_delay: Duration,
-}
-
-/// A live mount whose requests are not served until [`Mounted::run`].
-pub struct Mounted {
-    session: Session<Adapter>,
-    /// Our mount in the mount table, to tell it from a later mount at the same path.
-    own: Option<OwnMount>,
-}
-
-/// This process's mount: its path, the device number of its FUSE connection, and a handle on
-/// the connection. Device numbers are reused as soon as a mount is gone, so a mount at our path
-/// with our device is ours only while our connection is alive.
-#[derive(Debug, Clone)]
-pub struct OwnMount {
-    mountpoint: PathBuf,
-    device: (u32, u32),
-    connection: Arc<OwnedFd>,
-}
-
-impl OwnMount {
-    pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
-    }
-
-    /// The mount's device number (major, minor).
-    pub fn device(&self) -> (u32, u32) {
-        self.device
-    }
-
-    /// Whether the mount at our path is still ours.
-    pub fn still_mounted(&self) -> bool {
-        connection_alive(&self.connection)
-            && matches!(
-                super::mountinfo::mount_at(&self.mountpoint),
-                Ok(Some(m)) if (m.major, m.minor) == self.device
-            )
-    }
-}
-
 /// Whether this process has CAP_SYS_ADMIN in its effective set, which the kernel asks of a
 /// daemon that registers backing files for passthrough.
 fn may_register_backing_files() -> bool {
@@ -686,54 +598,9 @@ fn may_register_backing_files() -> bool {
         .is_none_or(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
 
-/// Whether a FUSE connection still stands: once it ended (unmounted, or aborted), polling its
-/// device reports an error.
-fn connection_alive(fd: &OwnedFd) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, a zero timeout.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    !(n == 1 && p.revents & (libc::POLLERR | libc::POLLNVAL) != 0)
-}
-
-fn fuser_config(cfg: &MountConfig) -> Config {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::RO,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        // No `default_permissions`: every mode here is readable by all and nothing is
-        // writable, so the kernel's permission check of each path component would decide
-        // nothing and only add work to every warm open. Who may use the mount at all is still the kernel's
-        // check (`acl`), exec still needs an execute bit, and `access` is answered from the modes.
-        MountOption::FSName(escape_fsname(&cfg.source)),
-        // The root mount path ignores Subtype; the raw option makes the type fuse.kpack-fuse.
-        MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
-    ];
-    if cfg.noexec {
-        config.mount_options.push(MountOption::NoExec);
-    }
-    if cfg.auto_unmount {
-        config.mount_options.push(MountOption::AutoUnmount);
-    }
-    config.acl = match cfg.access {
-        Access::Owner => SessionACL::Owner,
-        Access::OwnerAndRoot => SessionACL::RootAndOwner,
-        Access::All => SessionACL::All,
-    };
-    let threads = cfg.threads.max(1);
-    config.n_threads = Some(threads);
-    config.clone_fd = threads > 1;
-    config
-}
-
 /// The adapter of `fs` for a mount configured by `cfg`; the open policy's state shows in
 /// `user.kpack.stats`.
-fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
+pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let start = cfg.open_mode.start(fs.median_kernel_size());
     let policy: Policy = Arc::new(Mutex::new(OpenPolicy::new(start, cfg.passthrough)));
     let shown = policy.clone();
@@ -746,98 +613,5 @@ fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
         }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
-    }
-}
-
-/// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
-/// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
-pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
-    let adapter = adapter(fs, cfg);
-    let shared = adapter.shared.clone();
-    let session = Session::new(adapter, mountpoint, &fuser_config(cfg))?;
-    let _ = shared.notifier.set(session.notifier());
-    // The device comes from the mount table: a stat of the mount point would wait for the
-    // session, which is not serving yet.
-    let entry = super::mountinfo::mount_at(mountpoint).ok().flatten();
-    if let Some(m) = &entry {
-        raise_readahead(m);
-    }
-    let connection = Arc::new(session.as_fd().try_clone_to_owned()?);
-    Ok(Mounted {
-        session,
-        own: entry.map(|m| OwnMount {
-            mountpoint: mountpoint.to_path_buf(),
-            device: (m.major, m.minor),
-            connection,
-        }),
-    })
-}
-
-/// Readahead of the mount, in KiB. The kernel offers FUSE filesystems 128 KiB and lets them only
-/// lower it at init; the mount's backing device can raise it through sysfs (root only). With 1 MiB
-/// the daemon read path gets READs as large as FUSE allows (256 pages) for sequential readers
-/// with small buffers, i.e. fewer round trips. Passthrough reads do not use it.
-const READAHEAD_KB: u32 = 1024;
-
-/// Sets the mount's readahead; only logged when it cannot (not root, no sysfs).
-fn raise_readahead(m: &super::mountinfo::MountEntry) {
-    let knob = format!("/sys/class/bdi/{}:{}/read_ahead_kb", m.major, m.minor);
-    let current = std::fs::read_to_string(&knob)
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
-    if current.is_some_and(|kb| kb >= READAHEAD_KB) {
-        return;
-    }
-    if let Err(e) = std::fs::write(&knob, READAHEAD_KB.to_string()) {
-        log::debug!("cannot raise readahead ({knob}): {e}");
-    }
-}
-
-/// Serves `fs` over an already-mounted `/dev/fuse` descriptor (a `/dev/fd/N` mount point from
-/// a privileged launcher, which did the `mount(2)` and owns the mount). Returns once the
-/// handshake is done. Mount options are the launcher's; only access and threads apply here.
-pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mounted> {
-    let config = fuser_config(cfg);
-    let acl = config.acl;
-    let adapter = adapter(fs, cfg);
-    let shared = adapter.shared.clone();
-    let session = Session::from_fd(adapter, fd, acl, config)?;
-    let _ = shared.notifier.set(session.notifier());
-    Ok(Mounted { session, own: None })
-}
-
-impl Mounted {
-    /// Our mount (`None` for a `/dev/fd/N` session, whose mount is the launcher's).
-    pub fn own_mount(&self) -> Option<OwnMount> {
-        self.own.clone()
-    }
-
-    /// Serves requests until the filesystem is unmounted (`umount`, `kpack-fuse unmount`, or
-    /// a signal handler unmounting [`OwnMount`]).
-    ///
-    /// The session's end never unmounts anything: fuser unmounts its mount point by path when
-    /// its mount handle is dropped, and its test of whether the connection already ended takes
-    /// an ended one for live, so after an unmount from outside it would unmount whatever was
-    /// mounted at that path since (a restart at the same path). The handle is therefore never
-    /// dropped; the process exits soon after, which closes the device.
-    pub fn run(self) -> io::Result<()> {
-        let background = ManuallyDrop::new(self.session.spawn()?);
-        // SAFETY: the join handle is read out of a value that is never dropped or used again,
-        // so it is owned exactly once, here.
-        let serving = unsafe { std::ptr::read(&background.guard) };
-        serving
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the session thread panicked")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_commas_and_backslashes() {
-        assert_eq!(escape_fsname("/a/b.kpack"), "/a/b.kpack");
-        assert_eq!(escape_fsname("/a,b\\c.kpack"), "/a\\,b\\\\c.kpack");
     }
 }

@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use super::tree::Ino;
+use crate::fs::tree::Ino;
 
 /// How far (in inodes) an open may be from the previous one and still continue a scan, and
 /// how far past the scan's front a file to decode ahead is looked for.

@@ -24,7 +24,7 @@ use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
-use super::{Duplicate, FsOptions, KpackFs};
+use crate::fs::{Duplicate, FsOptions, KpackFs};
 
 /// The kind of source, detected from the file system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,9 +23,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::Errno;
-use super::backing::BackingFile;
-use super::store::Body;
+use crate::fs::Errno;
+use crate::fs::store::Body;
+use crate::fs::store::backing::BackingFile;
 use crate::sync::lock;
 
 /// How an open file reads: the file is complete (passthrough may serve it), or it is still
@@ -296,9 +296,9 @@ fn answer(body: &Body, r: Parked) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::backing::{Files, Placement};
-    use crate::fs::kernel::KernelId;
-    use crate::fs::kernel::KernelSpec;
+    use crate::fs::store::backing::{Files, Placement};
+    use crate::fs::store::kernel::KernelId;
+    use crate::fs::store::kernel::KernelSpec;
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;

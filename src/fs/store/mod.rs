@@ -37,11 +37,15 @@ use std::sync::{Arc, Mutex, Weak};
 
 use lru::LruCache;
 
-use super::Errno;
-use super::backing::{BackingFile, Files, Pending, Placement};
-use super::cache_dir::DirStats;
-use super::kernel::{KernelId, KernelSpec};
+pub mod backing;
+pub mod cache_dir;
+pub mod kernel;
+
+use crate::fs::Errno;
 use crate::sync::lock;
+use backing::{BackingFile, Files, Pending, Placement};
+use cache_dir::DirStats;
+use kernel::{KernelId, KernelSpec};
 
 /// With files on disk, at most this many bytes of entries are held in memory.
 pub const MEMORY_MAX: u64 = 4 << 20;

@@ -1,0 +1,21 @@
+//! The FUSE adapter: the only module that imports `fuser`. It translates kernel requests into
+//! calls on [`KpackFs`] and its answers back into replies, carries out the decisions of the
+//! open policy (`policy.rs`: which read path each open gets), and sets up the mount.
+//!
+//! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
+//!   where this daemon may register backing files) and tells the policy what was granted.
+//! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
+//!   ready ([`KpackFs::open_start`]) and the policy says how the new handle is answered. A
+//!   backing id is registered here, without the policy's lock, and reported back to it.
+//! * Cold kernels decode on the decode pool (`pool.rs`), so request threads are never held by
+//!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
+//!   replies (`fill.rs`).
+//! * A READ with handle 0 is a file the kernel opened by itself (page-cache mode) and is served
+//!   by inode; any other reads its handle's file.
+
+mod adapter;
+mod session;
+
+pub use session::{
+    Access, MountConfig, Mounted, OwnMount, SUBTYPE, escape_fsname, mount, serve_fd,
+};

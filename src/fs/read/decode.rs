@@ -1,0 +1,345 @@
+//! A decode job from start to end: where a kernel's bytes come from (the cache directory, the
+//! archive decoded in steps or whole, or its bytes already in memory), keeping the result in
+//! the store, and answering everyone who joined the job.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::fill::{Fill, OpenDone, OpenedFile};
+use super::{FillJob, Make, stream};
+use crate::archive::KernelRef;
+use crate::archive::codec::SharedKernel;
+#[cfg(test)]
+use crate::fs::Fault;
+use crate::fs::store::Body;
+use crate::fs::store::backing::BackingFile;
+use crate::fs::store::kernel::{KernelId, KernelSpec};
+use crate::fs::tree::{Entry, FileNode, Ino};
+use crate::fs::{Errno, KpackFs, kernel_id};
+use crate::sync::lock;
+
+/// Where a kernel's backing file comes from, before any decode (see
+/// [`KpackFs::cached_or_located`]). Made once per decode and taken apart at once, so the size of
+/// its larger variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Source<'a> {
+    /// A valid file found in the cache directory.
+    Dir(Arc<BackingFile>),
+    /// The located kernel and the spec of the file to make for it.
+    Located(KernelRef<'a>, KernelSpec),
+}
+
+/// How a kernel's bytes are produced.
+enum Plan {
+    /// Checked whole, then served: its digest covers only the decoded bytes (or it is stored
+    /// as is, scheme `none`).
+    Whole,
+    /// Decoded in steps from this frame, `.0[.1..]` (verified against its digest when it has
+    /// one), served as it goes.
+    Stream(Vec<u8>, usize),
+}
+
+impl KpackFs {
+    /// Runs a job to its end, answering everyone waiting on it: what it made is kept in the
+    /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
+    /// waiters are answered. A later request finds the kernel in the store, or (after a
+    /// failure, or when the store could not keep it) starts a new job. Opens that waited for a
+    /// job that decoded into memory get a file written from its bytes.
+    pub fn run_fill(&self, job: FillJob) {
+        let FillJob {
+            ino,
+            id,
+            fill,
+            make,
+        } = job;
+        let Some(Entry::File(file)) = self.tree.entry(ino) else {
+            unreachable!("a job is made for a file of the tree");
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match make {
+            Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
+            Make::File | Make::FileForRead | Make::Ahead { .. } => self
+                .fill_kernel(file, &fill)
+                .map(|(b, keep)| (Body::File(b), keep)),
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("a decode job panicked");
+            Err(Errno::EIO)
+        });
+        match (&result, make) {
+            (Ok((body, true)), _) => self.hold(ino, id, body, make),
+            (_, Make::Ahead { reserved }) => self.store.cancel_pin(reserved),
+            _ => {}
+        }
+        lock(&self.fills).remove(&id);
+        let reopen = match &result {
+            Ok((body, _)) => fill.complete(body),
+            Err(e) => {
+                fill.fail(*e);
+                Vec::new()
+            }
+        };
+        if let Make::Ahead { .. } = make {
+            self.scan.release();
+        }
+        self.store.tidy();
+        if let (false, Ok((Body::Bytes(bytes), _))) = (reopen.is_empty(), &result) {
+            self.reopen(id, file, bytes, reopen);
+        }
+    }
+
+    /// Answers the opens that waited for a job that decoded into memory: with a file written
+    /// from its bytes (kept in the store in their place), or the error of making it.
+    pub(super) fn reopen(&self, id: KernelId, file: &FileNode, bytes: &[u8], opens: Vec<OpenDone>) {
+        let made = self.file_from_bytes(file, bytes).map(|(b, keep)| {
+            if keep {
+                self.store.keep(id, Body::File(b.clone()));
+            }
+            b
+        });
+        for done in opens {
+            done(made.clone().map(OpenedFile::complete));
+        }
+    }
+
+    /// Keeps what a job made in the store: pinned for a decode ahead (its reservation becomes
+    /// the pin). A file for READs by inode that the store cannot keep (larger than its bound)
+    /// is held aside, since no handle holds it for the READs that follow.
+    pub(super) fn hold(&self, ino: Ino, id: KernelId, body: &Body, make: Make) {
+        if let Make::Ahead { reserved } = make {
+            self.store.keep_pinned(id, body.clone(), ino, reserved);
+            return;
+        }
+        if !self.store.keep(id, body.clone()) && matches!(make, Make::FileForRead) {
+            if let Body::File(f) = body {
+                self.store.hold_oversized(id, f.clone());
+            }
+        }
+    }
+
+    /// Makes the backing file of a kernel: from its bytes held in memory, from the cache
+    /// directory, decoded in steps (serving readers through `fill` as it goes), or decoded
+    /// whole. Returns it with whether the store may keep it (see [`Store::finish`]).
+    pub(super) fn fill_kernel(
+        &self,
+        file: &FileNode,
+        fill: &Arc<Fill>,
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
+        if let Some(Body::Bytes(bytes)) = self.store.take(kernel_id(file)) {
+            return self.file_from_bytes(file, &bytes);
+        }
+        let (kref, spec) = match self.cached_or_located(file)? {
+            Source::Dir(found) => return Ok((found, true)),
+            Source::Located(kref, spec) => (kref, spec),
+        };
+        let (buf, start) = match self.plan(file, &kref)? {
+            Plan::Whole => return self.write_whole(file, &kref, &spec),
+            Plan::Stream(buf, start) => (buf, start),
+        };
+        // read_verified_frame checked that the frame can produce this many bytes, so the space
+        // reserved here is what the frame really needs.
+        let mut pending = self.store.begin(&spec)?;
+        fill.streaming(pending.backing());
+        // Every step is published as it is decoded, the last one too: keeping the file (a
+        // cache directory hashes, records and renames it) is no reader's business, and a
+        // failure to keep it only means the file is not kept.
+        let frame = &buf[start..];
+        let decoded = stream::decode_into(frame, spec.len, &mut pending, fill);
+        stream::keep_frame_buffer(buf);
+        decoded.map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        Ok(self.store.finish(&spec, pending))
+    }
+
+    /// A backing file of a kernel decoded into memory (for an open, which needs a file): its
+    /// bytes written, nothing decoded.
+    pub(super) fn file_from_bytes(
+        &self,
+        file: &FileNode,
+        bytes: &[u8],
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
+        let spec = self.spec_of(file)?;
+        let mut pending = self.store.begin(&spec)?;
+        pending
+            .write_at(0, bytes)
+            .map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        Ok(self.store.finish(&spec, pending))
+    }
+
+    /// What making a kernel's backing file starts from: a valid file in the cache directory,
+    /// else the kernel located (counted as a decode) with the spec of its file. Located once,
+    /// with both digests (one read when they come from the file): the kernel's for the cache
+    /// directory, the frame's for the decode. A failure to locate it is reported only if the
+    /// cache directory cannot serve the kernel either.
+    fn cached_or_located<'a>(&'a self, file: &FileNode) -> Result<Source<'a>, Errno> {
+        let archive = self.archive_of(file);
+        let located = archive.locate_at(file.binary as usize, file.entry as usize);
+        let spec = match &located {
+            Ok(kref) => self.spec_with(file, kref.digest),
+            Err(_) => self.spec_of(file)?,
+        };
+        if let Some(found) = self.store.find_in_dir(&spec) {
+            return Ok(Source::Dir(found));
+        }
+        self.count_decode(spec.id);
+        Ok(Source::Located(self.checked(file, located)?, spec))
+    }
+
+    /// Whether `file` streams, and its frame if so: kernels whose frame digest matched (before
+    /// anything is decoded) and kernels without any digest. Bytes are never served before they
+    /// are checked: a kernel whose only digest is of its decoded bytes is decoded whole.
+    fn plan(&self, file: &FileNode, kref: &KernelRef<'_>) -> Result<Plan, Errno> {
+        let archive = self.archive_of(file);
+        if archive.scheme() != crate::archive::format::Scheme::ZstdPerKernel {
+            return Ok(Plan::Whole);
+        }
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        // A frame digest vouches for every byte the frame decodes to; a digest of the decoded
+        // bytes alone can only be checked once all of them are out.
+        if kref.digest.is_some() && kref.frame_digest.is_none() {
+            return Ok(Plan::Whole);
+        }
+        let mut frame = stream::frame_buffer();
+        let start = archive
+            .read_verified_frame(kref, &mut frame)
+            .map_err(|e| fail(&e))?;
+        // As for every read of the mount: an archive that changed since open serves nothing
+        // more (what is decoded is this copy of the frame, read before the check).
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(Plan::Stream(frame, start))
+    }
+
+    /// Decodes a small kernel into memory (on a decode-pool thread).
+    pub(super) fn decode_small(&self, file: &FileNode) -> Result<Arc<[u8]>, Errno> {
+        self.count_decode(kernel_id(file));
+        let kref = self.locate_for_read(file)?;
+        let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
+        // SAFETY: a decode returns its buffer only once every byte is written.
+        Ok(unsafe { buf.into_filled() })
+    }
+
+    pub(super) fn spec_of(&self, file: &FileNode) -> Result<KernelSpec, Errno> {
+        Ok(self.spec_with(file, self.digest_of(file)?))
+    }
+
+    /// [`spec_of`](Self::spec_of) with the kernel's digest already at hand.
+    pub(super) fn spec_with(&self, file: &FileNode, digest: Option<[u8; 32]>) -> KernelSpec {
+        KernelSpec {
+            id: kernel_id(file),
+            len: file.size,
+            cache_key: self.cache_key(file),
+            digest,
+        }
+    }
+
+    /// Locates a kernel for a read (see [`Archive::locate_for_read_at`]), checked as
+    /// [`checked`](Self::checked) checks it.
+    pub(super) fn locate_for_read(&self, file: &FileNode) -> Result<KernelRef<'_>, Errno> {
+        let located = self
+            .archive_of(file)
+            .locate_for_read_at(file.binary as usize, file.entry as usize);
+        self.checked(file, located)
+    }
+
+    /// A located kernel, or the error logged with archive, key and arch; a kernel whose size
+    /// is no longer the one the tree shows is EIO.
+    pub(super) fn checked<'a>(
+        &self,
+        file: &FileNode,
+        located: crate::Result<KernelRef<'a>>,
+    ) -> Result<KernelRef<'a>, Errno> {
+        let kref = located.map_err(|e| self.failed(file, &e, Errno::from(&e)))?;
+        if kref.size != file.size {
+            let why = format!("size changed from {} to {}", file.size, kref.size);
+            return Err(self.failed(file, &why, Errno::EIO));
+        }
+        Ok(kref)
+    }
+
+    /// The backing file of an empty kernel, answered on the request's thread: from the store,
+    /// else as a decode job would make it (reading and checking its frame and digests costs
+    /// next to nothing), but at once.
+    pub(super) fn empty_backing(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
+        let id = kernel_id(file);
+        if let Some(Body::File(b)) = self.store.take(id) {
+            self.store.count(true);
+            self.store.touch(&b);
+            // Kept for another entry naming the same ordinal with another size?
+            self.check_len(file, &b)?;
+            return Ok(b);
+        }
+        self.store.count(false);
+        let (b, keep) = match self.cached_or_located(file)? {
+            Source::Dir(found) => (found, true),
+            Source::Located(kref, spec) => self.write_whole(file, &kref, &spec)?,
+        };
+        if keep {
+            self.store.keep(id, Body::File(b.clone()));
+        }
+        Ok(b)
+    }
+
+    /// Makes the backing file of a kernel checked whole before it is served (see
+    /// [`stream::write_whole`]): nobody reads it before it is complete and every digest matched.
+    /// Returns it with whether the store may keep it. Failures are logged with archive, key
+    /// and arch.
+    pub(super) fn write_whole(
+        &self,
+        file: &FileNode,
+        kref: &KernelRef<'_>,
+        spec: &KernelSpec,
+    ) -> Result<(Arc<BackingFile>, bool), Errno> {
+        let archive = self.archive_of(file);
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        let pending =
+            stream::write_whole(archive, kref, || self.store.begin(spec)).map_err(|e| match e {
+                stream::WholeError::Store(errno) => errno,
+                stream::WholeError::Read(e) => fail(&e),
+            })?;
+        // Bytes of a file rewritten in place may decode without any error.
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(self.store.finish(spec, pending))
+    }
+
+    /// Decodes one kernel into the buffer `alloc` makes (called once the archive has checked
+    /// that the stored kernel produces that many bytes). Failures are logged with archive, key
+    /// and arch.
+    pub(super) fn decode_with<T: crate::archive::codec::KernelBuf>(
+        &self,
+        file: &FileNode,
+        kref: &KernelRef<'_>,
+        alloc: impl FnOnce(usize) -> Option<T>,
+    ) -> Result<T, Errno> {
+        let archive = self.archive_of(file);
+        let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
+        // read_with checks that a frame can produce the TOC's size before allocating, and the
+        // bytes against the archive's digest when it records one.
+        // read_with already reports a failed read of a changed archive as "changed"; bytes of a
+        // file rewritten in place may also decode without any error, hence the check after.
+        let buf = archive.read_with(kref, alloc).map_err(|e| fail(&e))?;
+        archive.check_unchanged().map_err(|e| fail(&e))?;
+        Ok(buf)
+    }
+
+    /// Counts a decode of kernel `id` from its archive.
+    pub(super) fn count_decode(&self, id: KernelId) {
+        self.decodes.fetch_add(1, Ordering::Relaxed);
+        #[cfg(test)]
+        {
+            let held = self.holds(id);
+            lock(&self.decode_log).push((id, held));
+        }
+        #[cfg(not(test))]
+        let _ = id;
+    }
+
+    #[cfg(test)]
+    pub(super) fn faulty(&self, fault: Fault) -> bool {
+        *lock(&self.fault) == fault
+    }
+
+    /// Whether kernel `id`'s decoded bytes are held: by the store, or by anyone through a
+    /// file the store made.
+    #[cfg(test)]
+    pub(super) fn holds(&self, id: KernelId) -> bool {
+        self.store.contains(id)
+    }
+}

@@ -1,0 +1,444 @@
+//! The read side: requests for a kernel's bytes (opens, READs through a handle, READs by
+//! inode) and the one single flight of decode jobs they start or join.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub mod ahead;
+pub mod decode;
+pub mod fill;
+pub mod pool;
+pub mod prefill;
+pub mod scan;
+mod stream;
+
+#[cfg(test)]
+use super::Fault;
+use super::store::Body;
+use super::store::backing::BackingFile;
+use super::store::kernel::KernelId;
+use super::tree::{Entry, FileNode, Ino};
+use super::{Errno, KpackFs, ReadSlice, kernel_id};
+use crate::sync::lock;
+use fill::{Fill, OpenDone, OpenedFile, ReadDone};
+
+/// In page-cache mode, kernels up to this size are decoded straight into the READ reply, with
+/// no backing file (the largest READ the kernel sends by default is 128 KiB).
+const DIRECT_READ_MAX: u64 = 128 << 10;
+
+/// A handle made by [`KpackFs::add_handle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewHandle {
+    pub fh: u64,
+    /// Every byte of its file is decoded and checked.
+    pub complete: bool,
+    /// Its file was kept from an earlier open, not made or joined by a decode job now.
+    pub warm: bool,
+}
+
+/// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
+/// kernel's one decode job.
+pub struct FillJob {
+    ino: Ino,
+    id: KernelId,
+    fill: Arc<Fill>,
+    make: Make,
+}
+
+/// What a decode job makes.
+#[derive(Debug, Clone, Copy)]
+enum Make {
+    /// A backing file, for opens.
+    File,
+    /// A backing file for READs by inode (page-cache mode), which no handle holds.
+    FileForRead,
+    /// The decoded bytes in memory: a small kernel decoded for READs by inode (see
+    /// [`KpackFs::decodes_into_reply`]).
+    Bytes,
+    /// A backing file decoded ahead of a scan (see [`KpackFs::decode_ahead`]), pinned in the
+    /// store until its first open; `reserved` bytes of pins were reserved for it.
+    Ahead { reserved: u64 },
+}
+
+/// What a request found (see [`KpackFs::find_or_start`]).
+enum Found {
+    /// The kernel, held in the store.
+    Held(Body),
+    /// Its decode job, and the job to run when the request started it.
+    Job(Arc<Fill>, Option<FillJob>),
+}
+
+impl KpackFs {
+    /// The answer to an OPEN in page-cache mode: the errors `open` would give (so a bad open
+    /// fails the same way in both modes), else ENOSYS, which tells the kernel to open every
+    /// file of the mount by itself from now on, with no handle and no RELEASE.
+    pub fn refuse_open(&self, ino: Ino, flags: i32) -> Errno {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        match self.openable(ino, flags) {
+            Ok(_) => Errno::ENOSYS,
+            Err(e) => e,
+        }
+    }
+
+    /// Checks that `ino` may be opened with `flags` (read-only, a regular file) and returns
+    /// the file; no decoding.
+    fn openable(&self, ino: Ino, flags: i32) -> Result<&FileNode, Errno> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(Errno::EROFS);
+        }
+        match self.tree.entry(ino).ok_or(Errno::ENOENT)? {
+            Entry::File(f) => Ok(f),
+            Entry::Dir(_) => Err(Errno::EISDIR),
+            Entry::Link(_) => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Opens a file for reading (any write access is EROFS) and waits for it: makes sure its
+    /// backing file exists, decoding the kernel on this thread if no other is, and returns the
+    /// new handle. A kernel that cannot be decoded fails here, with EIO. (The mount itself uses
+    /// [`open_start`](Self::open_start), which never waits.)
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = Box::new(move |r| drop(tx.send(r)));
+        if let Some(job) = self.open_start(ino, flags, false, done) {
+            self.run_fill(job);
+        }
+        let opened = rx.recv().map_err(|_| Errno::EIO)??;
+        Ok(self.add_handle(opened).fh)
+    }
+
+    /// Starts an open without waiting: `done` gets the file at once when it is stored, when
+    /// its decode starts streaming, or when the decode completes (a kernel that must be
+    /// checked whole first), or the error. A returned job must be run
+    /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
+    /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
+    /// the answer into a handle. `passthrough`: the kernel would read a complete file itself.
+    pub fn open_start(
+        &self,
+        ino: Ino,
+        flags: i32,
+        passthrough: bool,
+        done: OpenDone,
+    ) -> Option<FillJob> {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        let file = match self.openable(ino, flags) {
+            Ok(f) => f,
+            Err(e) => {
+                done(Err(e));
+                return None;
+            }
+        };
+        let in_scan = self.scan.opened(ino).is_some();
+        if file.size == 0 {
+            done(self.empty_backing(file).map(OpenedFile::complete));
+            return None;
+        }
+        // An open that continues a scan, while files are decoded ahead of it, gets the complete
+        // file: its reader gains nothing from the first bytes early (the decode threads are
+        // busy either way) and much from passthrough, which a handle opened before the file is
+        // complete cannot use.
+        let whole = in_scan && self.decodes_ahead() && passthrough;
+        self.start_or_join(ino, file, whole, done)
+    }
+
+    /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
+    /// or starts one (returned, to be run); with `whole`, `done` waits for the complete file.
+    /// A file decoded ahead is taken from its pin.
+    fn start_or_join(
+        &self,
+        ino: Ino,
+        file: &FileNode,
+        whole: bool,
+        done: OpenDone,
+    ) -> Option<FillJob> {
+        // The job's file is checked once it is there (see `check_len`).
+        let size = file.size;
+        let name = self.name_for_log(file);
+        let mut done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
+            done(r.and_then(|o| {
+                len_matches(&o.backing, size, &name)?;
+                Ok(o)
+            }))
+        });
+        loop {
+            let found = {
+                let fills = lock(&self.fills);
+                self.find_or_start(fills, ino, file, Make::File)
+            };
+            let (fill, job) = match found {
+                Found::Held(Body::File(b)) => {
+                    done(Ok(OpenedFile::complete(b)));
+                    return None;
+                }
+                Found::Held(Body::Bytes(_)) => unreachable!("an open is never given bytes"),
+                Found::Job(fill, job) => (fill, job),
+            };
+            match fill.join(whole, done) {
+                Ok(()) => return job,
+                // The job it found ended with the kernel in memory, and has left the map of
+                // jobs: the next round finds the bytes and starts a job that writes them to a
+                // file.
+                Err(back) => done = back,
+            }
+        }
+    }
+
+    /// Reads by inode and waits for the bytes (see [`read_ino_start`](Self::read_ino_start)),
+    /// running the kernel's decode on this thread when no other thread runs it.
+    pub fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
+        if let Some(job) = self.read_ino_start(ino, offset, size, done) {
+            self.run_fill(job);
+        }
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
+    }
+
+    /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): from
+    /// the store (a backing file, or a small kernel's bytes in memory), else through the
+    /// kernel's decode job, started when none runs: a kernel that fits in one READ is decoded
+    /// into memory, a larger one into its backing file. A READ that joins a job is answered as
+    /// soon as its bytes are decoded, as for a handle opened while decoding. What must be
+    /// decoded is the returned job, for the caller to run off the request threads: nothing here
+    /// decodes. The kernel keeps the bytes in its page cache, so a file is read here about once.
+    pub fn read_ino_start(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        done: ReadDone,
+    ) -> Option<FillJob> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let file = match self.tree.entry(ino) {
+            Some(Entry::File(f)) => f,
+            other => {
+                done(Err(match other {
+                    Some(Entry::Dir(_)) => Errno::EISDIR,
+                    Some(_) => Errno::EINVAL,
+                    None => Errno::ENOENT,
+                }));
+                return None;
+            }
+        };
+        if offset >= file.size {
+            done(Ok(&[]));
+            return None;
+        }
+        // A small kernel decoded into a backing file before the mount turned to page-cache
+        // mode is read from that file: nothing is decoded twice while it is held.
+        let make = if self.decodes_into_reply(file) {
+            Make::Bytes
+        } else {
+            Make::FileForRead
+        };
+        let found = {
+            let fills = lock(&self.fills);
+            self.find_or_start(fills, ino, file, make)
+        };
+        match found {
+            Found::Held(body) => {
+                let end = offset.saturating_add(u64::from(size));
+                match self.body_len_matches(file, &body) {
+                    Ok(()) => body.with_range(offset, end, done),
+                    Err(e) => done(Err(e)),
+                }
+                None
+            }
+            Found::Job(fill, job) => {
+                if fill.kernel_len().is_some_and(|len| len != file.size) {
+                    let why = "its kernel's job is for another size";
+                    done(Err(self.failed(file, &why, Errno::EIO)));
+                    return job;
+                }
+                if !fill.is_done() {
+                    self.reads_while_decoding.fetch_add(1, Ordering::Relaxed);
+                }
+                fill.read(file.size, offset, size, done);
+                job
+            }
+        }
+    }
+
+    /// With the map of jobs locked (so that a job cannot finish in between): the kernel's body
+    /// held in the store, else its job, joined or (returned with it) started to make `make`.
+    /// Counts the request: a hit when it finds the kernel complete, else a miss.
+    fn find_or_start(
+        &self,
+        mut fills: std::sync::MutexGuard<'_, HashMap<KernelId, Arc<Fill>>>,
+        ino: Ino,
+        file: &FileNode,
+        make: Make,
+    ) -> Found {
+        let id = kernel_id(file);
+        #[cfg(test)]
+        let held = self
+            .store
+            .take(id)
+            .filter(|_| !self.faulty(Fault::IgnoreStore));
+        #[cfg(not(test))]
+        let held = self.store.take(id);
+        // An open needs a file: bytes in memory are written to one by a job (not decoded).
+        let wanted = match (&held, make) {
+            (Some(Body::Bytes(_)), Make::File) => None,
+            _ => held,
+        };
+        if let Some(body) = wanted {
+            self.store.count(true);
+            // Marking a cache directory's file as used may write its inode: not under the lock.
+            drop(fills);
+            if let Body::File(b) = &body {
+                self.store.touch(b);
+            }
+            return Found::Held(body);
+        }
+        if let Some(f) = fills.get(&id) {
+            self.store.count(f.is_done());
+            return Found::Job(f.clone(), None);
+        }
+        self.store.count(false);
+        let fill = Arc::new(Fill::for_kernel(file.size));
+        fills.insert(id, fill.clone());
+        let job = FillJob {
+            ino,
+            id,
+            fill: fill.clone(),
+            make,
+        };
+        Found::Job(fill, Some(job))
+    }
+
+    /// Registers an opened file as a new handle.
+    pub fn add_handle(&self, opened: OpenedFile) -> NewHandle {
+        // Warm: answered from what was kept (not by a decode job) with a file that an earlier
+        // open got too.
+        let seen = opened.backing.reopened();
+        let complete = opened.is_complete();
+        let handle = NewHandle {
+            fh: self.next_fh.fetch_add(1, Ordering::Relaxed),
+            complete,
+            warm: seen && opened.fill.is_none(),
+        };
+        if !complete {
+            self.opens_while_decoding.fetch_add(1, Ordering::Relaxed);
+        }
+        lock(&self.handles).insert(handle.fh, opened);
+        handle
+    }
+
+    /// The backing file an open handle reads.
+    pub fn backing_of(&self, fh: u64) -> Option<Arc<BackingFile>> {
+        lock(&self.handles).get(&fh).map(|h| h.backing.clone())
+    }
+
+    /// Drops a handle; its backing file goes when no handle and no store entry holds it.
+    pub fn release(&self, fh: u64) {
+        // Closed after the lock is released: the last handle of a large unlinked file frees it.
+        let removed = lock(&self.handles).remove(&fh);
+        drop(removed);
+    }
+
+    /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
+    pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.read_start(
+            fh,
+            offset,
+            size,
+            Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec)))),
+        );
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
+    }
+
+    /// Reads up to `size` bytes at `offset` from the handle's backing file (the daemon read
+    /// path: with passthrough the kernel reads the file itself). `done` gets them at once, or,
+    /// while the file is still being decoded, as soon as the job has written them.
+    pub fn read_start(&self, fh: u64, offset: u64, size: u32, done: ReadDone) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let opened = {
+            let mut handles = lock(&self.handles);
+            let Some(h) = handles.get_mut(&fh) else {
+                drop(handles);
+                return done(Err(Errno::EBADF));
+            };
+            // Once its decode is done, a handle reads its file like any other (the Fill goes
+            // with the job; the file it wrote is the handle's too, so nothing is closed here).
+            if h.fill.as_ref().is_some_and(|f| f.is_done()) {
+                h.fill = None;
+            }
+            h.clone()
+        };
+        read_opened(&opened, offset, size, done, &self.reads_while_decoding);
+    }
+
+    /// A kernel that fits in one READ is decoded straight into the reply, with no backing file
+    /// (create, reserve, unlink would cost more than the decode); its bytes are kept in the
+    /// store, in memory. A cache directory still gets its file.
+    fn decodes_into_reply(&self, f: &FileNode) -> bool {
+        f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
+    }
+
+    /// EIO (logged) unless `body` holds `file`'s size (see [`check_len`](Self::check_len)).
+    fn body_len_matches(&self, file: &FileNode, body: &Body) -> Result<(), Errno> {
+        match body {
+            Body::File(b) => self.check_len(file, b),
+            Body::Bytes(b) if b.len() as u64 == file.size => Ok(()),
+            Body::Bytes(b) => {
+                let why = format!(
+                    "its kernel decodes to {} bytes, the TOC says {}",
+                    b.len(),
+                    file.size
+                );
+                Err(self.failed(file, &why, Errno::EIO))
+            }
+        }
+    }
+
+    /// Two TOC entries may name the same ordinal with different sizes (a malformed archive):
+    /// a file made for the other entry must not be served for this one.
+    fn check_len(&self, file: &FileNode, b: &BackingFile) -> Result<(), Errno> {
+        if b.len() == file.size {
+            return Ok(());
+        }
+        len_matches(b, file.size, &self.name_for_log(file))
+    }
+
+    /// Number of open file handles.
+    pub fn open_handles(&self) -> usize {
+        lock(&self.handles).len()
+    }
+}
+
+/// Answers `done` with up to `size` bytes of `opened`'s file at `offset` (short only at end of
+/// file): through its decode job while that still runs (counted in `while_decoding`), else
+/// straight from the file.
+fn read_opened(
+    opened: &OpenedFile,
+    offset: u64,
+    size: u32,
+    done: ReadDone,
+    while_decoding: &AtomicU64,
+) {
+    match opened.fill.as_ref().filter(|f| !f.is_done()) {
+        Some(fill) => {
+            while_decoding.fetch_add(1, Ordering::Relaxed);
+            fill.read(opened.backing.len(), offset, size, done)
+        }
+        None => {
+            let end = offset.saturating_add(u64::from(size));
+            opened.backing.with_range(offset, end, done)
+        }
+    }
+}
+
+/// EIO, logged with `name`, unless `b` holds `size` bytes.
+fn len_matches(b: &BackingFile, size: u64, name: &str) -> Result<(), Errno> {
+    if b.len() == size {
+        return Ok(());
+    }
+    log::error!(
+        "{name}: its kernel decodes to {} bytes, the TOC says {size}",
+        b.len()
+    );
+    Err(Errno::EIO)
+}
