@@ -174,7 +174,7 @@ pub struct KpackFs {
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
     handles: Mutex<HashMap<u64, OpenedFile>>,
-    /// Decode jobs running now, one per kernel (see `fill.rs`): the one single flight of every
+    /// Decode jobs running now, one per kernel (see `read/fill.rs`): the one single flight of every
     /// decode (opens, reads by inode, small kernels, decodes ahead).
     fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
     next_fh: AtomicU64,

@@ -247,7 +247,7 @@ impl Mount {
     /// opened it alone (page-cache mode).
     fn open(&self, f: usize) -> Result<Option<u64>, String> {
         let (ino, _, _) = self.files[f];
-        let start = lock(&self.policy).open();
+        let start = lock(&self.policy).open(ino);
         let passthrough = match start {
             OpenStart::NoOpen { turned } => {
                 if turned {
@@ -264,9 +264,9 @@ impl Mount {
                 passthrough,
                 prefill,
             } => {
-                // The fake kernel has no page cache to put the kept kernels into.
-                if prefill {
-                    lock(&self.policy).prefilled();
+                // The fake kernel's page cache takes any kernel at once.
+                for p in prefill {
+                    lock(&self.policy).prefilled(p, true);
                 }
                 passthrough
             }
@@ -298,7 +298,10 @@ impl Mount {
     }
 
     fn release(&self, fh: u64) {
-        lock(&self.policy).release(fh);
+        let released = lock(&self.policy).release(fh);
+        if let Some(p) = released.prefill {
+            lock(&self.policy).prefilled(p, true);
+        }
         lock(&self.kernel).handles.remove(&fh);
         self.fs.release(fh);
     }

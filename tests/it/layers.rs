@@ -157,5 +157,8 @@ fn only_the_adapter_knows_fuser() {
         })
         .map(|f| f.display().to_string())
         .collect();
-    assert!(named.is_empty(), "fuser named outside the adapter: {named:?}");
+    assert!(
+        named.is_empty(),
+        "fuser named outside the adapter: {named:?}"
+    );
 }

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -15,7 +15,9 @@ use fuser::{
 };
 
 use super::MountConfig;
-use crate::fs::policy::{Granted, Handle, OpenPolicy, OpenStart, WARM_OPENS_TO_PAGE_CACHE};
+use crate::fs::policy::{
+    Granted, Handle, OpenPolicy, OpenStart, Prefill, WARM_OPENS_TO_PAGE_CACHE,
+};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
 use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
@@ -84,6 +86,8 @@ pub(super) struct Shared {
     policy: Policy,
     /// Sends notifications to the kernel; set once the session exists.
     notifier: OnceLock<Notifier>,
+    /// The prefill thread's queue, once started.
+    prefills: Mutex<Option<mpsc::Sender<Prefill>>>,
 }
 
 /// The adapter handed to fuser.
@@ -127,43 +131,59 @@ impl Shared {
         }
     }
 
-    /// Puts every kept kernel into the mount's page cache (FUSE's store notification) on a
-    /// thread of its own, then lets the policy turn to page-cache mode: after the turn, warm
-    /// reads of those files need no request at all, from the first pass on.
-    /// Kernels from inode `from` on go first: a reader walking the tree is there.
-    fn prefill(self: Arc<Self>, from: u64) {
-        let spawned = std::thread::Builder::new()
-            .name("kpack-prefill".into())
-            .spawn({
-                let shared = self.clone();
-                move || {
-                    if let Some(notifier) = shared.notifier.get() {
-                        let store =
-                            |ino, offset, bytes: &[u8]| notifier.store(INodeNo(ino), offset, bytes);
-                        match shared.fs.each_kept_kernel(from, store) {
-                            Ok((n, bytes)) => log::info!(
-                                "a warm set: {n} kept kernels ({bytes} bytes) put into the \
-                                 mount's page cache"
-                            ),
-                            Err(e) => log::warn!(
-                                "cannot put kept kernels into the mount's page cache: {e}"
-                            ),
-                        }
-                    }
-                    lock(&shared.policy).prefilled();
-                }
-            });
-        if let Err(e) = spawned {
-            log::warn!("cannot start putting kept kernels into the page cache: {e}");
-            lock(&self.policy).prefilled();
+    /// Runs `prefills` (see `policy/warm.rs`) on the prefill thread, started with the first:
+    /// each puts one kept kernel into the mount's page cache with FUSE's store notification,
+    /// and reports to the policy.
+    fn prefill(self: &Arc<Self>, prefills: impl IntoIterator<Item = Prefill>) {
+        let mut queue = lock(&self.prefills);
+        for p in prefills {
+            if queue.is_none() {
+                *queue = self.start_prefills();
+            }
+            let sent = queue.as_ref().is_some_and(|tx| tx.send(p).is_ok());
+            if !sent {
+                lock(&self.policy).prefilled(p, false);
+            }
         }
     }
 
-    fn release(&self, fh: u64) {
+    /// The prefill thread. It holds the adapter's state weakly: it ends with the mount.
+    fn start_prefills(self: &Arc<Self>) -> Option<mpsc::Sender<Prefill>> {
+        let (tx, rx) = mpsc::channel::<Prefill>();
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("kpack-prefill".into())
+            .spawn(move || {
+                for p in rx {
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    let stored = shared.notifier.get().is_some_and(|notifier| {
+                        let store =
+                            |offset, bytes: &[u8]| notifier.store(INodeNo(p.ino), offset, bytes);
+                        shared.fs.put_kept_kernel(p.ino, store).unwrap_or_else(|e| {
+                            log::debug!("cannot put inode {} into the page cache: {e}", p.ino);
+                            false
+                        })
+                    });
+                    lock(&shared.policy).prefilled(p, stored);
+                }
+            });
+        match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                log::warn!("cannot start putting kept kernels into the page cache: {e}");
+                None
+            }
+        }
+    }
+
+    fn release(self: &Arc<Self>, fh: u64) {
         // The last handle's backing id is closed in the kernel once the lock is released.
-        let closed = lock(&self.policy).release(fh);
-        drop(closed);
+        let released = lock(&self.policy).release(fh);
+        drop(released.closed);
         self.fs.release(fh);
+        self.prefill(released.prefill);
     }
 }
 
@@ -321,15 +341,13 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let start = lock(&self.policy).open();
+        let start = lock(&self.policy).open(ino.0);
         let passthrough = match start {
             OpenStart::Open {
                 passthrough,
                 prefill,
             } => {
-                if prefill {
-                    self.shared.clone().prefill(ino.0);
-                }
+                self.shared.prefill(prefill);
                 passthrough
             }
             OpenStart::NoOpen { turned } => {
@@ -610,6 +628,7 @@ pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
             fs,
             policy,
             notifier: OnceLock::new(),
+            prefills: Mutex::new(None),
         }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,

@@ -7,9 +7,9 @@
 //! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
 //!   ready ([`KpackFs::open_start`]) and the policy says how the new handle is answered. A
 //!   backing id is registered here, without the policy's lock, and reported back to it.
-//! * Cold kernels decode on the decode pool (`pool.rs`), so request threads are never held by
+//! * Cold kernels decode on the decode pool (`read/pool.rs`), so request threads are never held by
 //!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
-//!   replies (`fill.rs`).
+//!   replies (`read/fill.rs`).
 //! * A READ with handle 0 is a file the kernel opened by itself (page-cache mode) and is served
 //!   by inode; any other reads its handle's file.
 

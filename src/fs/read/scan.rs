@@ -15,7 +15,7 @@
 //! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
 //! threads each wait on the disk for their frame.
 //!
-//! A file decoded ahead is pinned in the store until its first open (`store.rs`: pins count in
+//! A file decoded ahead is pinned in the store until its first open (`store/mod.rs`: pins count in
 //! its bound, and decoding ahead waits while they take their share of it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,7 +35,7 @@ pub const MAX_RUNNING: usize = 2;
 pub const PREFETCH: usize = 2;
 
 /// A file is decoded ahead only if it takes at most this share of the store's bound: its pin
-/// counts in the bound (see `store.rs`), and a few such pins must leave room for the rest.
+/// counts in the bound (see `store/mod.rs`), and a few such pins must leave room for the rest.
 pub const CACHE_SHARE: u64 = 4;
 
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Backing files: each decoded kernel the mount serves from a file lives in a file of its own,
 //! which the kernel reads directly (FUSE passthrough) or the daemon reads with `pread` (the
 //! fallback path). This module makes, writes, seals and puts in place the files ([`Files`]);
-//! which of them the mount keeps is the store's business (`store.rs`), which uses this.
+//! which of them the mount keeps is the store's business (`store/mod.rs`), which uses this.
 //!
 //! Where the files live is the mount's choice ([`Placement`]):
 //! * `Scratch` (the default): a directory of this mount on local disk. Files are unlinked the
@@ -14,7 +14,7 @@
 //! The open-file limit the store's budget of files comes from is raised once, by the program
 //! at start-up ([`raise_open_file_limit`], [`descriptor_budget`]).
 //!
-//! A streamed kernel (the common case, see `fill.rs`) is decoded in steps, each written with
+//! A streamed kernel (the common case, see `read/fill.rs`) is decoded in steps, each written with
 //! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk): decoding into a
 //! writable mapping would fault every 4 KiB page in (and dirty it) one by one, which costs more
 //! CPU than the decoding itself. A kernel checked whole (digest of the decoded bytes only, or no
@@ -153,7 +153,7 @@ enum Where {
 }
 
 /// Where the mount's backing files are made, found and kept in place (memfds, a per-mount
-/// directory or a cache directory): the file side of the store (`store.rs`), which decides
+/// directory or a cache directory): the file side of the store (`mod.rs`), which decides
 /// which of them it holds.
 pub struct Files {
     place: Where,
@@ -213,7 +213,7 @@ impl Files {
         Some(self.wrap(file, spec.len))
     }
 
-    /// Makes the file for a decode that serves readers while it writes (see `fill.rs` and
+    /// Makes the file for a decode that serves readers while it writes (see `read/fill.rs` and
     /// `stream.rs`): the file, its space reserved, written with [`Pending::write_at`]. Call it
     /// only once the archive has checked that the stored kernel really produces `spec.len`
     /// bytes.

@@ -258,9 +258,19 @@ impl Store {
             .map(Body::File)
     }
 
-    /// The held body of `id`, leaving the LRU order and pins alone.
+    /// The held body of `id` (as [`take`](Self::take) finds it), leaving the LRU order and
+    /// pins alone.
     pub fn peek(&self, id: KernelId) -> Option<Body> {
-        lock(&self.held).lru.peek(&id).map(|e| e.body.clone())
+        let h = lock(&self.held);
+        if let Some(e) = h.lru.peek(&id) {
+            return Some(e.body.clone());
+        }
+        h.oversized
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, f)| f.clone())
+            .or_else(|| h.made.get(&id).and_then(Weak::upgrade))
+            .map(Body::File)
     }
 
     /// Records a complete file of `id` (see `Held::made`).

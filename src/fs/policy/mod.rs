@@ -22,6 +22,11 @@ use std::collections::HashMap;
 use std::fmt::Display;
 use std::sync::Mutex;
 
+mod warm;
+
+pub use warm::Prefill;
+use warm::Warm;
+
 use super::tree::Ino;
 use crate::sync::lock;
 
@@ -113,7 +118,7 @@ pub struct Wants {
 }
 
 /// The answer to an OPEN before anything is decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpenStart {
     /// Answer ENOSYS (after the checks any open gets): the kernel opens files itself.
     /// `turned` is set on the open where an `auto` mount turns to page-cache mode.
@@ -123,22 +128,19 @@ pub enum OpenStart {
         /// Wait for the complete file rather than the first decoded bytes: only a complete
         /// file can be passed through.
         passthrough: bool,
-        /// The mount serves a warm set: put the kept kernels' bytes into the mount's page
-        /// cache now, and report it with [`OpenPolicy::prefilled`]; the turn to page-cache
-        /// mode waits for that. Set on one open only.
-        prefill: bool,
+        /// Prefills to run now (see `warm.rs`), each reported with
+        /// [`OpenPolicy::prefilled`].
+        prefill: Vec<Prefill>,
     },
 }
 
-/// Where an `auto` mount is on its way to page-cache mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Prefill {
-    /// No warm set seen yet.
-    NotYet,
-    /// The kept kernels are being put into the mount's page cache.
-    Running,
-    /// Done: the mount may turn.
-    Done,
+/// What a release leaves to do, without the policy's lock.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Released<B> {
+    /// The inode's backing id, when this was its last passthrough handle: to close.
+    pub closed: Option<B>,
+    /// A prefill to run.
+    pub prefill: Option<Prefill>,
 }
 
 /// How a new handle is answered.
@@ -214,7 +216,7 @@ pub struct OpenPolicy<B> {
     warm_in_a_row: u64,
     /// How many of those make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in tests).
     turn_after: u64,
-    prefill: Prefill,
+    warm: Warm,
     inodes: HashMap<Ino, Inode<B>>,
     handles: HashMap<u64, (Ino, Path)>,
     #[cfg(test)]
@@ -231,7 +233,7 @@ impl<B: Clone> OpenPolicy<B> {
             passthrough: false,
             warm_in_a_row: 0,
             turn_after: WARM_OPENS_TO_PAGE_CACHE,
-            prefill: Prefill::NotYet,
+            warm: Warm::default(),
             inodes: HashMap::new(),
             handles: HashMap::new(),
             #[cfg(test)]
@@ -277,24 +279,30 @@ impl<B: Clone> OpenPolicy<B> {
         self.page_cache
     }
 
-    /// An OPEN arrives.
+    /// An OPEN of `ino` arrives.
     ///
-    /// An `auto` mount that serves a warm set first has the kept kernels put into its page
-    /// cache (a warm pass meanwhile still passes through, which keeps it near local-disk
-    /// speed), and turns at the first open after that with no passthrough handle open: from
-    /// then on warm files are read from the page cache without any request.
-    pub fn open(&mut self) -> OpenStart {
+    /// An `auto` mount that serves a warm set turns at an open of a kernel the mount's page
+    /// cache holds, once no prefill is running and no passthrough handle is open (see
+    /// `warm.rs`); the open where the warm set is seen asks for the first prefills.
+    pub fn open(&mut self, ino: Ino) -> OpenStart {
         if self.page_cache {
             return OpenStart::NoOpen { turned: false };
         }
-        let warm_set = self.start == Start::OpensUntilWarm && self.warm_in_a_row >= self.turn_after;
-        if warm_set && self.prefill == Prefill::Done && self.may_turn() {
+        if self.warm.ready(ino) && self.may_turn() {
             self.page_cache = true;
             return OpenStart::NoOpen { turned: true };
         }
-        let prefill = warm_set && self.prefill == Prefill::NotYet;
-        if prefill {
-            self.prefill = Prefill::Running;
+        let mut prefill = Vec::new();
+        if self.start == Start::OpensUntilWarm
+            && !self.warm.seen()
+            && self.warm_in_a_row >= self.turn_after
+        {
+            let inodes = &self.inodes;
+            prefill = self.warm.see(|ino| {
+                inodes
+                    .get(&ino)
+                    .is_some_and(|i| i.passthrough + i.registering > 0)
+            });
         }
         OpenStart::Open {
             passthrough: self.passthrough,
@@ -302,10 +310,9 @@ impl<B: Clone> OpenPolicy<B> {
         }
     }
 
-    /// The kept kernels are in the mount's page cache (or could not be put there): the mount
-    /// may turn to page-cache mode.
-    pub fn prefilled(&mut self) {
-        self.prefill = Prefill::Done;
+    /// A prefill ended; `stored`: every byte of its kernel reached the mount's page cache.
+    pub fn prefilled(&mut self, prefill: Prefill, stored: bool) {
+        self.warm.done(prefill, stored);
     }
 
     /// The turn needs no passthrough handle open (or being opened) anywhere.
@@ -328,10 +335,14 @@ impl<B: Clone> OpenPolicy<B> {
         } else {
             self.warm_in_a_row = 0;
         }
-        // Once the mount prepares its turn, no new backing id: a passthrough open drops the
-        // pages of its inode that the mount's page cache holds, which is what the turn needs.
-        let passthrough = self.passthrough && self.prefill == Prefill::NotYet;
+        if self.start == Start::OpensUntilWarm {
+            self.warm.opened(ino, warm, self.turn_after as usize);
+        }
+        let passthrough = self.passthrough;
         let page_cache = self.page_cache;
+        // A kernel the mount's page cache holds is read from there: a passthrough open would
+        // drop those pages.
+        let cached = self.warm.cached(ino);
         #[cfg(test)]
         let fault = self.fault;
         let inode = self.inodes.entry(ino).or_default();
@@ -349,9 +360,10 @@ impl<B: Clone> OpenPolicy<B> {
         if fault == Fault::PassthroughBesideDaemon {
             no_daemon_handles = true;
         }
-        if passthrough && complete && no_daemon_handles && !page_cache {
+        if passthrough && complete && no_daemon_handles && !page_cache && !cached {
             inode.registering += 1;
             self.handles.insert(fh, (ino, Path::Registering));
+            self.warm.dropped(ino);
             return Handle::Register;
         }
         inode.daemon += 1;
@@ -453,16 +465,27 @@ impl<B: Clone> OpenPolicy<B> {
     }
 
     /// Handle `fh` is released. Returns the inode's backing id when this was its last
-    /// passthrough handle, to be closed without the lock.
-    pub fn release(&mut self, fh: u64) -> Option<B> {
-        let (ino, path) = self.handles.remove(&fh)?;
-        let inode = self.inodes.get_mut(&ino)?;
-        let mut closed = None;
+    /// passthrough handle, to be closed without the lock, and then, once a warm set was seen,
+    /// the prefill of its kernel.
+    pub fn release(&mut self, fh: u64) -> Released<B> {
+        let mut released = Released {
+            closed: None,
+            prefill: None,
+        };
+        let Some((ino, path)) = self.handles.remove(&fh) else {
+            return released;
+        };
+        let Some(inode) = self.inodes.get_mut(&ino) else {
+            return released;
+        };
         match path {
             Path::Passthrough => {
                 inode.passthrough -= 1;
                 if inode.passthrough == 0 {
-                    closed = inode.backing.take();
+                    released.closed = inode.backing.take();
+                    if self.warm.seen() && !self.page_cache {
+                        released.prefill = Some(self.warm.ask(ino));
+                    }
                 }
             }
             Path::Daemon => inode.daemon -= 1,
@@ -471,7 +494,7 @@ impl<B: Clone> OpenPolicy<B> {
         if inode.is_idle() {
             self.inodes.remove(&ino);
         }
-        closed
+        released
     }
 
     /// Open handles of `ino`: (passthrough, daemon).
@@ -486,12 +509,14 @@ impl<B: Clone> OpenPolicy<B> {
         self.inodes.get(&ino).is_some_and(|i| i.backing.is_some())
     }
 
-    /// `name value` lines for `user.kpack.stats`.
+    /// `name value` lines for `user.kpack.stats`: the read path, and the prefills still
+    /// running.
     pub fn stats_text(&self) -> String {
         format!(
-            "passthrough {}\npage_cache_mode {}\n",
+            "passthrough {}\npage_cache_mode {}\nprefills_pending {}\n",
             u8::from(self.passthrough),
-            u8::from(self.page_cache)
+            u8::from(self.page_cache),
+            self.warm.pending()
         )
     }
 }
@@ -567,10 +592,10 @@ mod tests {
         });
         assert!(!p.passthrough());
         assert_eq!(
-            p.open(),
+            p.open(1),
             OpenStart::Open {
                 passthrough: false,
-                prefill: false
+                prefill: Vec::new()
             }
         );
 
@@ -583,13 +608,16 @@ mod tests {
         });
         assert!(!p.page_cache());
         assert_eq!(
-            p.open(),
+            p.open(1),
             OpenStart::Open {
                 passthrough: false,
-                prefill: false
+                prefill: Vec::new()
             }
         );
-        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
+        assert_eq!(
+            p.stats_text(),
+            "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
+        );
     }
 
     #[test]
@@ -597,18 +625,21 @@ mod tests {
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
         p.granted(GRANT_ALL);
         assert!(!p.passthrough());
-        assert_eq!(p.open(), OpenStart::NoOpen { turned: false });
-        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 1\n");
+        assert_eq!(p.open(1), OpenStart::NoOpen { turned: false });
+        assert_eq!(
+            p.stats_text(),
+            "passthrough 0\npage_cache_mode 1\nprefills_pending 0\n"
+        );
     }
 
     #[test]
     fn one_backing_id_per_inode_closed_with_its_last_handle() {
         let mut p = passthrough_mount();
         assert_eq!(
-            p.open(),
+            p.open(1),
             OpenStart::Open {
                 passthrough: true,
-                prefill: false
+                prefill: Vec::new()
             }
         );
         assert_eq!(p.opened(5, 1, true, false), Handle::Register);
@@ -616,12 +647,12 @@ mod tests {
         // A second open reuses the id without registering.
         assert_eq!(p.opened(5, 2, true, false), Handle::Passthrough(50));
         assert_eq!(p.handles_of(5), (2, 0));
-        assert_eq!(p.release(1), None);
+        assert_eq!(p.release(1).closed, None);
         assert!(p.has_backing(5));
-        assert_eq!(p.release(2), Some(50));
+        assert_eq!(p.release(2).closed, Some(50));
         assert!(!p.has_backing(5));
         assert_eq!(
-            p.release(2),
+            p.release(2).closed,
             None,
             "a second release of a handle is ignored"
         );
@@ -635,8 +666,8 @@ mod tests {
         assert_eq!(p.registered(2, 20), (Handle::Passthrough(20), None));
         assert_eq!(p.registered(1, 10), (Handle::Passthrough(20), Some(10)));
         assert_eq!(p.handles_of(5), (2, 0));
-        assert_eq!(p.release(2), None);
-        assert_eq!(p.release(1), Some(20));
+        assert_eq!(p.release(2).closed, None);
+        assert_eq!(p.release(1).closed, Some(20));
     }
 
     #[test]
@@ -652,8 +683,8 @@ mod tests {
             Handle::Daemon { direct_io: false }
         );
         assert_eq!(p.handles_of(5), (0, 2));
-        p.release(1);
-        p.release(2);
+        p.release(1).closed;
+        p.release(2).closed;
         assert_eq!(p.opened(5, 3, true, false), Handle::Register);
     }
 
@@ -682,77 +713,144 @@ mod tests {
         assert!(!p.refused(2), "said once");
         assert_eq!(p.handles_of(5), (0, 1));
         assert_eq!(
-            p.open(),
+            p.open(1),
             OpenStart::Open {
                 passthrough: false,
-                prefill: false
+                prefill: Vec::new()
             }
         );
         assert_eq!(
             p.opened(7, 3, false, false),
             Handle::Daemon { direct_io: false }
         );
-        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
+        assert_eq!(
+            p.stats_text(),
+            "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
+        );
     }
 
     const OPEN: OpenStart = OpenStart::Open {
         passthrough: true,
-        prefill: false,
+        prefill: Vec::new(),
     };
 
-    #[test]
-    fn auto_prefills_then_turns_once_no_passthrough_handle_is_open() {
+    /// A warm set of inodes 1 to `WARM_OPENS_TO_PAGE_CACHE`, each opened, registered and
+    /// released, on an `auto` mount; returns the policy and the next free handle.
+    fn warm_set() -> (OpenPolicy<u32>, u64) {
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
         p.granted(GRANT_ALL);
-        assert_eq!(p.opened(1, 1, true, false), Handle::Register);
-        assert_eq!(p.registered(1, 10), (Handle::Passthrough(10), None));
-        for fh in 2..2 + WARM_OPENS_TO_PAGE_CACHE {
-            assert_eq!(p.open(), OPEN);
-            assert_eq!(p.opened(1, fh, true, true), Handle::Passthrough(10));
-            p.release(fh);
+        let mut fh = 1;
+        for ino in 1..=WARM_OPENS_TO_PAGE_CACHE {
+            assert_eq!(p.open(ino), OPEN);
+            assert_eq!(p.opened(ino, fh, true, true), Handle::Register);
+            assert_eq!(
+                p.registered(fh, ino as u32),
+                (Handle::Passthrough(ino as u32), None)
+            );
+            let released = p.release(fh);
+            assert_eq!(
+                (released.closed, released.prefill),
+                (Some(ino as u32), None)
+            );
+            fh += 1;
         }
-        // A warm set: the kept kernels go to the page cache first, asked for once.
-        let prefill = OpenStart::Open {
+        (p, fh)
+    }
+
+    fn inodes(prefills: &[Prefill]) -> Vec<Ino> {
+        prefills.iter().map(|p| p.ino).collect()
+    }
+
+    #[test]
+    fn a_warm_set_prefills_what_it_read_then_turns_on_a_prefilled_kernel() {
+        let (mut p, fh) = warm_set();
+        // The next open sees the warm set and asks for the prefill of every kernel of it.
+        let OpenStart::Open {
             passthrough: true,
-            prefill: true,
+            prefill,
+        } = p.open(100)
+        else {
+            panic!("an open through the daemon")
         };
-        assert_eq!(p.open(), prefill);
-        assert_eq!(p.open(), OPEN);
-        p.prefilled();
-        // Prefilled, but handle 1 still passes through.
-        assert_eq!(p.open(), OPEN);
-        assert_eq!(p.release(1), Some(10));
-        assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
-        assert_eq!(p.open(), OpenStart::NoOpen { turned: false });
+        assert_eq!(
+            inodes(&prefill),
+            (1..=WARM_OPENS_TO_PAGE_CACHE).collect::<Vec<_>>()
+        );
+        // The pass goes on with passthrough; a kernel read that way is prefilled at release.
+        assert_eq!(p.opened(100, fh, true, true), Handle::Register);
+        p.registered(fh, 100);
+        assert_eq!(p.open(1), OPEN, "not in the page cache yet");
+        let released = p.release(fh);
+        assert_eq!(released.closed, Some(100));
+        let last = released.prefill.expect("a prefill of inode 100");
+        for one in prefill {
+            p.prefilled(one, true);
+        }
+        assert_eq!(p.open(1), OPEN, "one prefill still running");
+        p.prefilled(last, true);
+        // Inode 200 was never prefilled: no turn there, and it still passes through.
+        assert_eq!(p.open(200), OPEN);
+        // Inode 1 is in the page cache: a pass over the warm set again.
+        assert_eq!(p.open(1), OpenStart::NoOpen { turned: true });
+        assert_eq!(p.open(200), OpenStart::NoOpen { turned: false });
         assert!(p.page_cache());
     }
 
     #[test]
-    fn no_new_backing_id_once_the_turn_is_prepared() {
-        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
-        p.granted(GRANT_ALL);
-        p.opened(1, 1, true, false);
-        p.registered(1, 10);
-        for fh in 2..2 + WARM_OPENS_TO_PAGE_CACHE {
-            p.opened(1, fh, true, true);
-            p.release(fh);
+    fn a_prefilled_kernel_opens_without_passthrough_until_the_turn() {
+        let (mut p, fh) = warm_set();
+        let OpenStart::Open { prefill, .. } = p.open(1) else {
+            panic!("an open through the daemon")
+        };
+        for one in prefill {
+            p.prefilled(one, true);
         }
-        assert!(matches!(p.open(), OpenStart::Open { prefill: true, .. }));
-        // An inode with an id keeps it; any other is read by the daemon through the page
-        // cache, which a passthrough open would drop.
-        assert_eq!(p.opened(1, 100, true, true), Handle::Passthrough(10));
+        // Inode 2 is held in the page cache: read from there, not passed through (that would
+        // drop its pages). A daemon handle does not keep the mount from turning.
         assert_eq!(
-            p.opened(2, 101, true, true),
+            p.opened(2, fh, true, true),
             Handle::Daemon { direct_io: false }
         );
-        assert_eq!(
-            p.opened(3, 102, false, false),
-            Handle::Daemon { direct_io: false }
-        );
-        assert!(
-            p.passthrough(),
-            "still granted: shown as the read path of open handles"
-        );
+        assert_eq!(p.open(3), OpenStart::NoOpen { turned: true });
+    }
+
+    #[test]
+    fn a_passthrough_open_after_a_prefill_was_asked_voids_it() {
+        let (mut p, fh) = warm_set();
+        let OpenStart::Open { prefill, .. } = p.open(1) else {
+            panic!("an open through the daemon")
+        };
+        // Inode 1 is opened with passthrough again before its prefill reports.
+        assert_eq!(p.opened(1, fh, true, true), Handle::Register);
+        p.registered(fh, 1);
+        for one in prefill {
+            p.prefilled(one, true);
+        }
+        let again = p.release(fh).prefill.expect("asked again at release");
+        assert_eq!(p.open(1), OPEN, "a prefill still running");
+        // A prefill that could not store the kernel (evicted meanwhile) counts for nothing.
+        p.prefilled(again, false);
+        assert_eq!(p.open(1), OPEN, "inode 1 is not in the page cache");
+        assert_eq!(p.open(2), OpenStart::NoOpen { turned: true });
+    }
+
+    #[test]
+    fn no_turn_while_a_passthrough_handle_is_open() {
+        let (mut p, fh) = warm_set();
+        let OpenStart::Open { prefill, .. } = p.open(1) else {
+            panic!("an open through the daemon")
+        };
+        for one in prefill {
+            p.prefilled(one, true);
+        }
+        assert_eq!(p.opened(500, fh, true, false), Handle::Register);
+        p.registered(fh, 500);
+        assert_eq!(p.open(1), OPEN);
+        // Released while the mount has seen the warm set: prefilled, then the turn.
+        let last = p.release(fh).prefill.expect("prefill of inode 500");
+        assert_eq!(p.open(1), OPEN, "a prefill still running");
+        p.prefilled(last, true);
+        assert_eq!(p.open(1), OpenStart::NoOpen { turned: true });
     }
 
     #[test]
@@ -768,50 +866,22 @@ mod tests {
         p.opened(1, 101, true, true);
         p.release(101);
         assert_eq!(
-            p.open(),
+            p.open(1),
             OpenStart::Open {
                 passthrough: false,
-                prefill: false
+                prefill: Vec::new()
             }
         );
     }
 
     #[test]
-    fn a_registration_after_the_turn_is_read_by_the_daemon() {
-        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
-        p.granted(GRANT_ALL);
-        for fh in 0..WARM_OPENS_TO_PAGE_CACHE {
-            p.opened(2, fh, false, true);
-            p.release(fh);
-        }
-        assert_eq!(p.opened(1, 500, true, true), Handle::Register);
-        assert_eq!(
-            p.open(),
-            OpenStart::Open {
-                passthrough: true,
-                prefill: true
-            }
-        );
-        p.prefilled();
-        // Registering counts as open with passthrough: no turn yet.
-        assert_eq!(p.open(), OPEN);
-        assert_eq!(p.release(500), None);
-        assert_eq!(p.open(), OpenStart::NoOpen { turned: true });
-    }
-
-    #[test]
-    fn a_mount_that_never_turns_counts_nothing() {
+    fn a_mount_that_never_turns_prefills_nothing() {
         let mut p = passthrough_mount();
         for fh in 0..2 * WARM_OPENS_TO_PAGE_CACHE {
-            p.opened(3, fh, false, true);
-            p.release(fh);
+            assert_eq!(p.opened(3, fh, true, true), Handle::Register);
+            p.registered(fh, 3);
+            assert_eq!(p.release(fh).prefill, None);
         }
-        assert_eq!(
-            p.open(),
-            OpenStart::Open {
-                passthrough: true,
-                prefill: false
-            }
-        );
+        assert_eq!(p.open(3), OPEN);
     }
 }
