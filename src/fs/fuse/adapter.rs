@@ -15,9 +15,7 @@ use fuser::{
 };
 
 use super::MountConfig;
-use crate::fs::policy::{
-    Granted, Handle, OpenPolicy, OpenStart, Prefill, WARM_OPENS_TO_PAGE_CACHE,
-};
+use crate::fs::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
 use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
@@ -354,9 +352,8 @@ impl Filesystem for Adapter {
                 if turned {
                     self.fs.set_decode_ahead(false);
                     log::info!(
-                        "open mode: page-cache from now on ({WARM_OPENS_TO_PAGE_CACHE} opens in \
-                         a row of kernels decoded and opened before: the kernel opens files \
-                         without the daemon)"
+                        "open mode: page-cache from now on (the warm set is in the mount's \
+                         page cache: the kernel opens files without the daemon)"
                     );
                 }
                 return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
