@@ -338,39 +338,51 @@ impl<B: Clone> OpenPolicy<B> {
         if self.start == Start::OpensUntilWarm {
             self.warm.opened(ino, warm, self.turn_after as usize);
         }
-        let passthrough = self.passthrough;
-        let page_cache = self.page_cache;
-        // A kernel the mount's page cache holds is read from there: a passthrough open would
-        // drop those pages.
-        let cached = self.warm.cached(ino);
-        #[cfg(test)]
-        let fault = self.fault;
-        let inode = self.inodes.entry(ino).or_default();
         // An inode with a backing id opens every handle with it: its file holds the same
         // bytes, and Linux refuses an open without it meanwhile.
-        if let Some(id) = &inode.backing {
-            let id = id.clone();
-            inode.passthrough += 1;
-            self.handles.insert(fh, (ino, Path::Passthrough));
+        if let Some(id) = self.join_backing(ino, fh) {
             return Handle::Passthrough(id);
         }
-        #[allow(unused_mut)]
-        let mut no_daemon_handles = inode.daemon == 0;
-        #[cfg(test)]
-        if fault == Fault::PassthroughBesideDaemon {
-            no_daemon_handles = true;
-        }
-        if passthrough && complete && no_daemon_handles && !page_cache && !cached {
-            inode.registering += 1;
+        // A kernel the mount's page cache holds is read from there: a passthrough open would
+        // drop those pages.
+        if self.passthrough
+            && complete
+            && self.passthrough_allowed(ino)
+            && !self.page_cache
+            && !self.warm.cached(ino)
+        {
+            self.inodes.entry(ino).or_default().registering += 1;
             self.handles.insert(fh, (ino, Path::Registering));
             self.warm.dropped(ino);
             return Handle::Register;
         }
-        inode.daemon += 1;
-        self.handles.insert(fh, (ino, Path::Daemon));
+        self.add_daemon_handle(ino, fh);
         Handle::Daemon {
-            direct_io: passthrough && !complete,
+            direct_io: self.passthrough && !complete,
         }
+    }
+
+    /// A new passthrough handle `fh` of `ino` with the inode's backing id, if it has one.
+    fn join_backing(&mut self, ino: Ino, fh: u64) -> Option<B> {
+        let inode = self.inodes.get_mut(&ino)?;
+        let id = inode.backing.clone()?;
+        inode.passthrough += 1;
+        self.handles.insert(fh, (ino, Path::Passthrough));
+        Some(id)
+    }
+
+    /// Linux refuses a passthrough open of an inode with daemon handles open.
+    fn passthrough_allowed(&self, ino: Ino) -> bool {
+        #[cfg(test)]
+        if self.fault == Fault::PassthroughBesideDaemon {
+            return true;
+        }
+        self.inodes.get(&ino).is_none_or(|i| i.daemon == 0)
+    }
+
+    fn add_daemon_handle(&mut self, ino: Ino, fh: u64) {
+        self.inodes.entry(ino).or_default().daemon += 1;
+        self.handles.insert(fh, (ino, Path::Daemon));
     }
 
     /// Handle `fh` got backing id `id`. Returns the answer, and an id to close (without the
@@ -379,30 +391,17 @@ impl<B: Clone> OpenPolicy<B> {
         let Some(ino) = self.stop_registering(fh) else {
             return (Handle::Daemon { direct_io: false }, Some(id));
         };
-        let page_cache = self.page_cache;
-        #[cfg(test)]
-        let fault = self.fault;
-        let inode = self.inodes.entry(ino).or_default();
-        if let Some(theirs) = &inode.backing {
-            // Another open of the inode registered first.
-            let theirs = theirs.clone();
-            inode.passthrough += 1;
-            self.handles.insert(fh, (ino, Path::Passthrough));
+        // Another open of the inode registered first.
+        if let Some(theirs) = self.join_backing(ino, fh) {
             return (Handle::Passthrough(theirs), Some(id));
-        }
-        #[allow(unused_mut)]
-        let mut no_daemon_handles = inode.daemon == 0;
-        #[cfg(test)]
-        if fault == Fault::PassthroughBesideDaemon {
-            no_daemon_handles = true;
         }
         // A daemon handle of the inode was opened meanwhile, or the mount turned: a
         // passthrough open now would fail.
-        if !no_daemon_handles || page_cache {
-            inode.daemon += 1;
-            self.handles.insert(fh, (ino, Path::Daemon));
+        if !self.passthrough_allowed(ino) || self.page_cache {
+            self.add_daemon_handle(ino, fh);
             return (Handle::Daemon { direct_io: false }, Some(id));
         }
+        let inode = self.inodes.entry(ino).or_default();
         inode.backing = Some(id.clone());
         inode.passthrough += 1;
         self.handles.insert(fh, (ino, Path::Passthrough));
@@ -414,8 +413,7 @@ impl<B: Clone> OpenPolicy<B> {
     pub fn refused(&mut self, fh: u64) -> bool {
         let first = std::mem::replace(&mut self.passthrough, false);
         if let Some(ino) = self.stop_registering(fh) {
-            self.inodes.entry(ino).or_default().daemon += 1;
-            self.handles.insert(fh, (ino, Path::Daemon));
+            self.add_daemon_handle(ino, fh);
         }
         first
     }

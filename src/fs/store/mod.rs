@@ -152,6 +152,15 @@ struct Held {
 }
 
 impl Held {
+    /// A file of `id` held aside, or made and still held by someone.
+    fn file_outside_lru(&self, id: KernelId) -> Option<Arc<BackingFile>> {
+        self.oversized
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, f)| f.clone())
+            .or_else(|| self.made.get(&id).and_then(Weak::upgrade))
+    }
+
     fn remove(&mut self, id: KernelId) -> Option<Entry> {
         let e = self.lru.pop(&id)?;
         self.forget(id, &e);
@@ -250,12 +259,7 @@ impl Store {
             h.unpin(id);
             return Some(body);
         }
-        h.oversized
-            .iter()
-            .find(|(k, _)| *k == id)
-            .map(|(_, f)| f.clone())
-            .or_else(|| h.made.get(&id).and_then(Weak::upgrade))
-            .map(Body::File)
+        h.file_outside_lru(id).map(Body::File)
     }
 
     /// The held body of `id` (as [`take`](Self::take) finds it), leaving the LRU order and
@@ -265,12 +269,7 @@ impl Store {
         if let Some(e) = h.lru.peek(&id) {
             return Some(e.body.clone());
         }
-        h.oversized
-            .iter()
-            .find(|(k, _)| *k == id)
-            .map(|(_, f)| f.clone())
-            .or_else(|| h.made.get(&id).and_then(Weak::upgrade))
-            .map(Body::File)
+        h.file_outside_lru(id).map(Body::File)
     }
 
     /// Records a complete file of `id` (see `Held::made`).
@@ -286,9 +285,7 @@ impl Store {
     /// Whether `id` is held now (a read of it decodes nothing). Leaves the LRU order alone.
     pub fn contains(&self, id: KernelId) -> bool {
         let h = lock(&self.held);
-        h.lru.contains(&id)
-            || h.oversized.iter().any(|(k, _)| *k == id)
-            || h.made.get(&id).is_some_and(|f| f.strong_count() > 0)
+        h.lru.contains(&id) || h.file_outside_lru(id).is_some()
     }
 
     /// Counts one request as a hit (it found a complete kernel, in the store or just finished
