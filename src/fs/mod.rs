@@ -11,11 +11,11 @@
 //!   the one single flight of decode jobs (`KpackFs::fills`), decoding ahead of scans, and the
 //!   decode pool.
 //! * `namespace.rs`: lookups, attributes, listings, extended attributes, `statfs`.
-//! * `policy.rs`: which read path each open gets (passthrough, daemon, page cache); plain
+//! * `policy/`: which read path each open gets (passthrough, daemon, page cache); plain
 //!   state and decisions.
 //! * `setup/`: what a mount is made from (sources, local GPUs, the mount table).
 //! * `fuse/`: the adapter, which carries out the policy's decisions and translates requests
-//!   and replies, and the FUSE session.
+//!   and replies, and the mount itself.
 //!
 //! This file holds the shared types, [`KpackFs`] itself, its statistics, and the naming and
 //! logging of one kernel's failures. How a read flows through these parts is drawn in

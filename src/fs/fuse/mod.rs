@@ -1,11 +1,12 @@
-//! The FUSE adapter: the only module that imports `fuser`. It translates kernel requests into
-//! calls on [`KpackFs`] and its answers back into replies, carries out the decisions of the
-//! open policy (`policy.rs`: which read path each open gets), and sets up the mount.
+//! The FUSE adapter: the only module that imports `fuser`. `adapter.rs` translates kernel
+//! requests into calls on [`KpackFs`](crate::fs::KpackFs) and its answers back into replies,
+//! and carries out the decisions of the open policy (`policy/`: which read path each open
+//! gets); `mount.rs` mounts, serves and tells our mount from a later one at the same path.
 //!
 //! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
 //!   where this daemon may register backing files) and tells the policy what was granted.
 //! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
-//!   ready ([`KpackFs::open_start`]) and the policy says how the new handle is answered. A
+//!   ready ([`KpackFs::open_start`](crate::fs::KpackFs::open_start)) and the policy says how the new handle is answered. A
 //!   backing id is registered here, without the policy's lock, and reported back to it.
 //! * Cold kernels decode on the decode pool (`read/pool.rs`), so request threads are never held by
 //!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
@@ -14,8 +15,8 @@
 //!   by inode; any other reads its handle's file.
 
 mod adapter;
-mod session;
+mod mount;
 
-pub use session::{
+pub use mount::{
     Access, MountConfig, Mounted, OwnMount, SUBTYPE, escape_fsname, mount, serve_fd,
 };

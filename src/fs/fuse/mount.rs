@@ -1,5 +1,5 @@
-//! The FUSE session: mount options, mounting at a path or serving a descriptor a launcher
-//! mounted, telling our mount from a later one at the same path, and running until unmounted.
+//! Mounting: mount options, mounting at a path or serving a descriptor a launcher mounted,
+//! telling our mount from a later one at the same path, and serving until unmounted.
 
 use std::io;
 use std::mem::ManuallyDrop;
