@@ -66,6 +66,15 @@ fn mount_fs(
     (dir, fs)
 }
 
+/// The sample kernels at zstd-3 with a 1 MiB cache in memory.
+fn sample_mount() -> (tempfile::TempDir, KpackFs) {
+    mount_fs(
+        &sample(),
+        Compression::Zstd { level: 3 },
+        &options(1 << 20, &[]),
+    )
+}
+
 fn walk(fs: &KpackFs, path: &str) -> Result<Lookup, Errno> {
     let mut ino = ROOT;
     let mut last = Lookup::Found(fs.getattr(ROOT).unwrap());
@@ -185,11 +194,7 @@ fn inode_numbers_are_stable_across_builds() {
 
 #[test]
 fn fallback_links_follow_the_loader_rules() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let dir = attr(&fs, "lib/liba.so#0").ino;
     let link = |name: &str| match fs.lookup(dir, name.as_bytes()).unwrap() {
         Lookup::Found(a) => {
@@ -335,11 +340,7 @@ fn errnos() {
 
 #[test]
 fn reads_at_edges() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco");
     let fh = fs.open(f.ino, libc::O_RDONLY).unwrap();
     assert_eq!(fs.read(f.ino, fh, 0, 1).unwrap().as_slice(), [0xee]);
@@ -362,11 +363,7 @@ fn reads_at_edges() {
 
 #[test]
 fn xattrs_describe_the_entry() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
     let get = |n: &str| String::from_utf8(fs.getxattr(f, n.as_bytes()).unwrap()).unwrap();
     assert!(get("user.kpack.archive").ends_with("/a.kpack"));
@@ -641,11 +638,7 @@ fn median_kernel_size_takes_the_lower_middle() {
 
 #[test]
 fn page_cache_mode_refuses_opens_and_reads_by_inode() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let dir = attr(&fs, "bin/app#0").ino;
     assert_eq!(fs.refuse_open(f, libc::O_RDONLY), Errno::ENOSYS);
@@ -711,11 +704,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
 
 #[test]
 fn concurrent_reads_of_a_small_kernel_share_one_decode() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = |offset: u64| -> ReadDone {
@@ -739,11 +728,7 @@ fn concurrent_reads_of_a_small_kernel_share_one_decode() {
 #[test]
 fn many_concurrent_reads_of_a_small_kernel_decode_it_once_into_memory() {
     const N: usize = 8;
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let start = std::sync::Barrier::new(N);
     // Each reader runs the decode itself when it is the one that starts it.
@@ -801,11 +786,7 @@ fn small_kernels_in_memory_count_in_the_stores_one_bound() {
 
 #[test]
 fn an_open_of_a_kernel_decoded_into_memory_gets_a_file_without_a_decode() {
-    let (_d, fs) = mount_fs(
-        &sample(),
-        Compression::Zstd { level: 3 },
-        &options(1 << 20, &[]),
-    );
+    let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     // An open joins a READ's decode into memory; the job then writes the bytes to a file.
     let (tx, rx) = std::sync::mpsc::channel();

@@ -17,6 +17,4 @@
 mod adapter;
 mod mount;
 
-pub use mount::{
-    Access, MountConfig, Mounted, OwnMount, SUBTYPE, escape_fsname, mount, serve_fd,
-};
+pub use mount::{Access, MountConfig, Mounted, OwnMount, SUBTYPE, escape_fsname, mount, serve_fd};

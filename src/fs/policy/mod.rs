@@ -528,6 +528,17 @@ mod tests {
         passthrough: true,
     };
 
+    const OPEN: OpenStart = OpenStart::Open {
+        passthrough: true,
+        prefill: Vec::new(),
+    };
+
+    /// An open through the daemon with passthrough off.
+    const OPEN_NO_PASSTHROUGH: OpenStart = OpenStart::Open {
+        passthrough: false,
+        prefill: Vec::new(),
+    };
+
     fn passthrough_mount() -> OpenPolicy<u32> {
         let mut p = OpenPolicy::new(Start::Opens, true);
         p.granted(GRANT_ALL);
@@ -589,13 +600,7 @@ mod tests {
             passthrough: false,
         });
         assert!(!p.passthrough());
-        assert_eq!(
-            p.open(1),
-            OpenStart::Open {
-                passthrough: false,
-                prefill: Vec::new()
-            }
-        );
+        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
 
         // A kernel that cannot open without the daemon keeps page-cache mounts opening.
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
@@ -605,13 +610,7 @@ mod tests {
             passthrough: true,
         });
         assert!(!p.page_cache());
-        assert_eq!(
-            p.open(1),
-            OpenStart::Open {
-                passthrough: false,
-                prefill: Vec::new()
-            }
-        );
+        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
         assert_eq!(
             p.stats_text(),
             "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
@@ -710,13 +709,7 @@ mod tests {
         assert!(!p.passthrough());
         assert!(!p.refused(2), "said once");
         assert_eq!(p.handles_of(5), (0, 1));
-        assert_eq!(
-            p.open(1),
-            OpenStart::Open {
-                passthrough: false,
-                prefill: Vec::new()
-            }
-        );
+        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
         assert_eq!(
             p.opened(7, 3, false, false),
             Handle::Daemon { direct_io: false }
@@ -726,11 +719,6 @@ mod tests {
             "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
         );
     }
-
-    const OPEN: OpenStart = OpenStart::Open {
-        passthrough: true,
-        prefill: Vec::new(),
-    };
 
     /// A warm set of inodes 1 to `WARM_OPENS_TO_PAGE_CACHE`, each opened, registered and
     /// released, on an `auto` mount; returns the policy and the next free handle.
@@ -863,13 +851,7 @@ mod tests {
         p.release(100);
         p.opened(1, 101, true, true);
         p.release(101);
-        assert_eq!(
-            p.open(1),
-            OpenStart::Open {
-                passthrough: false,
-                prefill: Vec::new()
-            }
-        );
+        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
     }
 
     #[test]
