@@ -137,17 +137,10 @@ impl CacheDir {
         let (_, _, sub) = self.paths(&spec.cache_key);
         std::fs::create_dir_all(&sub)
             .map_err(|e| fail(&format!("cannot create {}", sub.display()), &e))?;
-        let path = self.tmp_path(&sub);
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| fail(&format!("cannot create {}", path.display()), &e))?;
+        let (file, path) = self
+            .create_locked(&sub)
+            .map_err(|(path, e)| fail(&format!("cannot create {}", path.display()), &e))?;
         let tmp = TmpFile { path: Some(path) };
-        lock_while_open(&file)
-            .map_err(|e| fail(&format!("cannot lock {}", tmp.path_display()), &e))?;
         Ok((file, tmp))
     }
 
@@ -161,18 +154,12 @@ impl CacheDir {
         digest: [u8; 32],
     ) -> Result<(), Errno> {
         let (data, meta, sub) = self.paths(&spec.cache_key);
-        let tmp_meta = self.tmp_path(&sub);
         let text = format!("{META_HEADER}\nlen {}\nblake3 {}\n", spec.len, hex(&digest));
-        File::options()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp_meta)
-            .and_then(|mut f| {
-                lock_while_open(&f)?;
-                f.write_all(text.as_bytes())?;
-                std::fs::rename(&tmp_meta, &meta)
-            })
+        let (mut f, tmp_meta) = self
+            .create_locked(&sub)
+            .map_err(|(_, e)| fail(&format!("cannot write {}", meta.display()), &e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| std::fs::rename(&tmp_meta, &meta))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp_meta);
                 fail(&format!("cannot write {}", meta.display()), &e)
@@ -194,9 +181,48 @@ impl CacheDir {
         }
     }
 
-    fn tmp_path(&self, sub: &Path) -> PathBuf {
-        let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
-        sub.join(format!(".tmp.{}.{n}", std::process::id()))
+    /// A new temporary file in `sub`, under its name and holding its lock. Another daemon's
+    /// listing may find the file between its creation and its lock, take it for a dead
+    /// writer's and remove it; a file whose lock is taken, or whose name no longer leads to it
+    /// once locked, is given up for a new name. Once locked under its name, no listing removes
+    /// it. The error carries the name it happened on.
+    fn create_locked(&self, sub: &Path) -> Result<(File, PathBuf), (PathBuf, io::Error)> {
+        // Each try loses only to a listing caught inside a window of a few system calls.
+        const TRIES: usize = 16;
+        let mut tries = 0;
+        loop {
+            let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
+            let path = sub.join(format!(".tmp.{}.{n}", std::process::id()));
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+                .map_err(|e| (path.clone(), e))?;
+            let locked = lock_while_open(&file).and_then(|()| {
+                let (ours, named) = (file.metadata()?, std::fs::symlink_metadata(&path)?);
+                Ok(ours.dev() == named.dev() && ours.ino() == named.ino())
+            });
+            match locked {
+                Ok(true) => return Ok((file, path)),
+                // Taken by a listing: the listing removes the name, or already has.
+                Ok(false) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    return Err((path, e));
+                }
+            }
+            tries += 1;
+            if tries == TRIES {
+                let e = io::Error::other(format!(
+                    "{TRIES} new temporary files in a row were removed by other daemons' listings"
+                ));
+                return Err((path, e));
+            }
+        }
     }
 
     /// Checks a cached file against its expected length and digest.
@@ -245,8 +271,10 @@ impl CacheDir {
                 let name = name.to_string_lossy();
                 if name.starts_with(".tmp.") {
                     let old = now.duration_since(mtime).is_ok_and(|age| age > STALE_TMP);
-                    if old || abandoned(&path) {
+                    if old {
                         let _ = std::fs::remove_file(&path);
+                    } else {
+                        remove_if_abandoned(&path);
                     }
                     continue;
                 }
@@ -283,14 +311,6 @@ pub struct TmpFile {
     path: Option<PathBuf>,
 }
 
-impl TmpFile {
-    fn path_display(&self) -> String {
-        self.path
-            .as_deref()
-            .map_or(String::new(), |p| p.display().to_string())
-    }
-}
-
 /// Takes an exclusive `flock` on a new temporary file, held until its last descriptor closes:
 /// the kernel drops it when the writer dies, however it dies.
 fn lock_while_open(file: &File) -> io::Result<()> {
@@ -302,19 +322,23 @@ fn lock_while_open(file: &File) -> io::Result<()> {
     }
 }
 
-/// Whether no process holds the lock of the temporary file at `path` (its writer is gone). One
-/// caught between its creation and its lock looks abandoned too; removing it only makes its
-/// writer's rename fail, so that kernel is served but not kept.
-fn abandoned(path: &Path) -> bool {
+/// Removes the temporary file at `path` if no process holds its lock (its writer is gone),
+/// holding the lock across the removal: a writer that locks the file after that finds its name
+/// gone. One caught between its creation and its lock looks abandoned too; its writer sees
+/// that and starts again under a new name (see [`CacheDir::create_locked`]).
+fn remove_if_abandoned(path: &Path) {
     let Ok(file) = File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
     else {
-        return false;
+        return;
     };
-    // SAFETY: flock on a descriptor we own; it is released when `file` is dropped.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    // SAFETY: flock on a descriptor we own; it is released when `file` is dropped, after the
+    // removal.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 impl Drop for TmpFile {
@@ -392,5 +416,54 @@ mod tests {
         assert_eq!(parse_hex32(&hex(&d)), Some(d));
         assert_eq!(parse_hex32("zz"), None);
         assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
+    }
+    /// Two daemons on one directory: one writes kernels while the other lists the directory
+    /// without pause (as a daemon over its bound does). A writer's temporary is never taken
+    /// for a dead daemon's, and every kernel is created, written and put in place.
+    #[test]
+    fn a_listing_daemon_never_takes_a_live_writers_temporary() {
+        let d = tempfile::tempdir().unwrap();
+        let writer = CacheDir::open(d.path(), 1 << 30).unwrap();
+        // Small enough that the lister evicts as it goes, keeping its listings short.
+        let lister = CacheDir::open(d.path(), 64).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let failures = std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        lister.sweep(None);
+                    }
+                });
+            }
+            let mut failures = Vec::new();
+            for i in 0..20_000u32 {
+                let mut key = [0u8; 32];
+                key[0] = (i % 4) as u8;
+                key[4..8].copy_from_slice(&i.to_le_bytes());
+                let spec = KernelSpec {
+                    id: super::super::kernel::KernelId {
+                        archive: 0,
+                        ordinal: i,
+                    },
+                    len: 4,
+                    cache_key: key,
+                    digest: None,
+                };
+                let made = writer.create(&spec).and_then(|(mut file, tmp)| {
+                    file.write_all(b"abcd").unwrap();
+                    writer.commit(tmp, &spec, *blake3::hash(b"abcd").as_bytes())
+                });
+                if let Err(e) = made {
+                    failures.push((i, e));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            failures
+        });
+        assert!(
+            failures.is_empty(),
+            "{} of 20000 failed: {failures:?}",
+            failures.len()
+        );
     }
 }

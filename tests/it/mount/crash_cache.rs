@@ -146,6 +146,10 @@ fn sigkilled_daemons_sharing_a_cache_dir_never_serve_wrong_bytes() {
         let counts = crash_counts(&out.output);
         assert!(counts.0 > 0 && counts.1 == 0, "{}", out.output);
         steady_served += counts.0;
+        // Nor may it have failed to keep a kernel: the others' listings leave its temporaries
+        // alone.
+        let log = steady.daemon_log();
+        assert!(!log.contains(" ERROR "), "steady daemon log:\n{log}");
     }
     let killed_in = started.elapsed();
     steady.stop();
