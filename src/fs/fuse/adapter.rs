@@ -157,8 +157,9 @@ impl Shared {
                         return;
                     };
                     let stored = shared.notifier.get().is_some_and(|notifier| {
-                        let store =
-                            |offset, bytes: &[u8]| notifier.store(INodeNo(p.ino), offset, bytes);
+                        let store = |offset, bytes: &[u8]| {
+                            at_idle_priority(|| notifier.store(INodeNo(p.ino), offset, bytes))
+                        };
                         shared.fs.put_kept_kernel(p.ino, store).unwrap_or_else(|e| {
                             log::debug!("cannot put inode {} into the page cache: {e}", p.ino);
                             false
@@ -183,6 +184,22 @@ impl Shared {
         self.fs.release(fh);
         self.prefill(released.prefill);
     }
+}
+
+/// Runs `f` on this thread at the idle scheduling class, then back at the normal one. Putting
+/// pages into the page cache is work for CPUs nobody else wants: at normal priority it takes
+/// CPU from the readers of the pass that sets it off. Only the copy runs idle, never a lock of
+/// ours, so that a starved thread never holds up an open.
+fn at_idle_priority<R>(f: impl FnOnce() -> R) -> R {
+    let set = |policy| {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sets this thread's own policy; `param` outlives the call.
+        unsafe { libc::sched_setscheduler(0, policy, &param) }
+    };
+    set(libc::SCHED_IDLE);
+    let r = f();
+    set(libc::SCHED_OTHER);
+    r
 }
 
 /// Where the session's notifier goes once the session exists (the adapter is made first).
@@ -629,5 +646,23 @@ pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
         }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_runs_idle_and_the_thread_returns_to_normal() {
+        std::thread::spawn(|| {
+            // SAFETY: queries this thread's own policy.
+            let policy = || unsafe { libc::sched_getscheduler(0) };
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            assert_eq!(at_idle_priority(policy), libc::SCHED_IDLE);
+            assert_eq!(policy(), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
     }
 }
