@@ -417,6 +417,7 @@ mod tests {
         assert_eq!(parse_hex32("zz"), None);
         assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
     }
+
     /// Two daemons on one directory: one writes kernels while the other lists the directory
     /// without pause (as a daemon over its bound does). A writer's temporary is never taken
     /// for a dead daemon's, and every kernel is created, written and put in place.
@@ -449,8 +450,9 @@ mod tests {
                     cache_key: key,
                     digest: None,
                 };
+                // Every failure is collected: a panic here would leave the listers running.
                 let made = writer.create(&spec).and_then(|(mut file, tmp)| {
-                    file.write_all(b"abcd").unwrap();
+                    file.write_all(b"abcd").map_err(|_| Errno::EIO)?;
                     writer.commit(tmp, &spec, *blake3::hash(b"abcd").as_bytes())
                 });
                 if let Err(e) = made {
