@@ -26,17 +26,12 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 (grew("daemon_opens"), grew("daemon_reads"), grew("decodes"))
             };
             // Now and then (a few runs in a hundred on this VM) the kernel sends one READ for a
-            // single page it had read before: allowed on the first warm pass, never a decode;
-            // the second warm pass sends nothing.
-            let (opens, reads, decodes) = warm_pass();
+            // single page it had read before, in either pass: one such READ is allowed over
+            // both passes; never an open or a decode.
+            let (first, second) = (warm_pass(), warm_pass());
             assert!(
-                opens == 0 && reads <= 1 && decodes == 0,
-                "first warm pass: {opens} opens, {reads} reads, {decodes} decodes"
-            );
-            assert_eq!(
-                warm_pass(),
-                (0, 0, 0),
-                "second warm pass: opens, reads, decodes"
+                first.0 + second.0 == 0 && first.1 + second.1 <= 1 && first.2 + second.2 == 0,
+                "warm passes (opens, reads, decodes): first {first:?}, second {second:?}"
             );
         }
         // Once every prefill the mount asked for has run (waiting up to 10 s), walks the tree
