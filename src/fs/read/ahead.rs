@@ -75,6 +75,7 @@ impl KpackFs {
                 make: Make::Ahead {
                     reserved: file.size,
                 },
+                bytes: None,
             });
         }
         self.scan.release();

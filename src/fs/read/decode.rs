@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::fill::{Fill, OpenDone, OpenedFile};
+use super::fill::Fill;
 use super::{FillJob, Make, stream};
 use crate::archive::KernelRef;
 use crate::archive::codec::SharedKernel;
@@ -44,22 +44,25 @@ impl KpackFs {
     /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
     /// waiters are answered. A later request finds the kernel in the store, or (after a
     /// failure, or when the store could not keep it) starts a new job. Opens that waited for a
-    /// job that decoded into memory get a file written from its bytes.
+    /// job that decoded into memory start again, and a new job writes its bytes to a file.
     pub fn run_fill(&self, job: FillJob) {
         let FillJob {
             ino,
             id,
             fill,
             make,
+            bytes,
         } = job;
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
             unreachable!("a job is made for a file of the tree");
         };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match make {
             Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
-            Make::File | Make::FileForRead | Make::Ahead { .. } => self
-                .fill_kernel(file, &fill)
-                .map(|(b, keep)| (Body::File(b), keep)),
+            Make::File | Make::FileForRead | Make::Ahead { .. } => match &bytes {
+                Some(bytes) => self.file_from_bytes(file, bytes),
+                None => self.fill_kernel(file, &fill),
+            }
+            .map(|(b, keep)| (Body::File(b), keep)),
         }))
         .unwrap_or_else(|_| {
             log::error!("a decode job panicked");
@@ -82,22 +85,13 @@ impl KpackFs {
             self.scan.release();
         }
         self.store.tidy();
-        if let (false, Ok((Body::Bytes(bytes), _))) = (reopen.is_empty(), &result) {
-            self.reopen(id, file, bytes, reopen);
-        }
-    }
-
-    /// Answers the opens that waited for a job that decoded into memory: with a file written
-    /// from its bytes (kept in the store in their place), or the error of making it.
-    pub(super) fn reopen(&self, id: KernelId, file: &FileNode, bytes: &[u8], opens: Vec<OpenDone>) {
-        let made = self.file_from_bytes(file, bytes).map(|(b, keep)| {
-            if keep {
-                self.store.keep(id, Body::File(b.clone()));
+        // Opens that waited for a job that decoded into memory start again: the first starts
+        // the job that writes the bytes to a file (run here), the others join it or find the
+        // file. Through the map of jobs, so that no other job makes the same file meanwhile.
+        for done in reopen {
+            if let Some(job) = self.start_or_join(ino, file, false, done) {
+                self.run_fill(job);
             }
-            b
-        });
-        for done in opens {
-            done(made.clone().map(OpenedFile::complete));
         }
     }
 
@@ -124,9 +118,6 @@ impl KpackFs {
         file: &FileNode,
         fill: &Arc<Fill>,
     ) -> Result<(Arc<BackingFile>, bool), Errno> {
-        if let Some(Body::Bytes(bytes)) = self.store.take(kernel_id(file)) {
-            return self.file_from_bytes(file, &bytes);
-        }
         let (kref, spec) = match self.cached_or_located(file)? {
             Source::Dir(found) => return Ok((found, true)),
             Source::Located(kref, spec) => (kref, spec),
@@ -252,29 +243,6 @@ impl KpackFs {
             return Err(self.failed(file, &why, Errno::EIO));
         }
         Ok(kref)
-    }
-
-    /// The backing file of an empty kernel, answered on the request's thread: from the store,
-    /// else as a decode job would make it (reading and checking its frame and digests costs
-    /// next to nothing), but at once.
-    pub(super) fn empty_backing(&self, file: &FileNode) -> Result<Arc<BackingFile>, Errno> {
-        let id = kernel_id(file);
-        if let Some(Body::File(b)) = self.store.take(id) {
-            self.store.count(true);
-            self.store.touch(&b);
-            // Kept for another entry naming the same ordinal with another size?
-            self.check_len(file, &b)?;
-            return Ok(b);
-        }
-        self.store.count(false);
-        let (b, keep) = match self.cached_or_located(file)? {
-            Source::Dir(found) => (found, true),
-            Source::Located(kref, spec) => self.write_whole(file, &kref, &spec)?,
-        };
-        if keep {
-            self.store.keep(id, Body::File(b.clone()));
-        }
-        Ok(b)
     }
 
     /// Makes the backing file of a kernel checked whole before it is served (see

@@ -44,6 +44,9 @@ pub struct FillJob {
     id: KernelId,
     fill: Arc<Fill>,
     make: Make,
+    /// The kernel's bytes, when the store held them in memory and an open needs a file: the
+    /// job writes them to one and decodes nothing.
+    bytes: Option<Arc<[u8]>>,
 }
 
 /// What a decode job makes.
@@ -130,10 +133,6 @@ impl KpackFs {
             }
         };
         let in_scan = self.scan.opened(ino).is_some();
-        if file.size == 0 {
-            done(self.empty_backing(file).map(OpenedFile::complete));
-            return None;
-        }
         // An open that continues a scan, while files are decoded ahead of it, gets the complete
         // file: its reader gains nothing from the first bytes early (the decode threads are
         // busy either way) and much from passthrough, which a handle opened before the file is
@@ -279,9 +278,9 @@ impl KpackFs {
         #[cfg(not(test))]
         let held = self.store.take(id);
         // An open needs a file: bytes in memory are written to one by a job (not decoded).
-        let wanted = match (&held, make) {
-            (Some(Body::Bytes(_)), Make::File) => None,
-            _ => held,
+        let (wanted, bytes) = match (held, make) {
+            (Some(Body::Bytes(b)), Make::File) => (None, Some(b)),
+            (held, _) => (held, None),
         };
         if let Some(body) = wanted {
             self.store.count(true);
@@ -304,6 +303,7 @@ impl KpackFs {
             id,
             fill: fill.clone(),
             make,
+            bytes,
         };
         Found::Job(fill, Some(job))
     }
