@@ -298,11 +298,13 @@ impl Mount {
     }
 
     fn release(&self, fh: u64) {
+        // Linux lets go of the file (and its backing file) before it sends the RELEASE, so an
+        // open the daemon answers after the RELEASE never meets the handle in the kernel.
+        lock(&self.kernel).handles.remove(&fh);
         let released = lock(&self.policy).release(fh);
         if let Some(p) = released.prefill {
             lock(&self.policy).prefilled(p, true);
         }
-        lock(&self.kernel).handles.remove(&fh);
         self.fs.release(fh);
     }
 
@@ -428,21 +430,23 @@ fn the_read_path_matches_the_model() {
     check(96, policy::Fault::None, Fault::None).unwrap();
 }
 
+// The tests of the faults stop at their first failing case: 2048 cases cost time only when a
+// fault goes unseen (256 missed the turn's fault about once in 17 runs).
 #[test]
 fn the_model_catches_passthrough_beside_daemon_handles() {
-    let e = check(256, policy::Fault::PassthroughBesideDaemon, Fault::None).unwrap_err();
+    let e = check(2048, policy::Fault::PassthroughBesideDaemon, Fault::None).unwrap_err();
     assert!(e.contains("passthrough beside a daemon handle"), "{e}");
 }
 
 #[test]
 fn the_model_catches_a_turn_with_passthrough_open() {
-    let e = check(256, policy::Fault::TurnWithPassthroughOpen, Fault::None).unwrap_err();
+    let e = check(2048, policy::Fault::TurnWithPassthroughOpen, Fault::None).unwrap_err();
     assert!(e.contains("opened alone beside passthrough"), "{e}");
 }
 
 #[test]
 fn the_model_catches_a_kept_kernel_decoded_again() {
-    let e = check(256, policy::Fault::None, Fault::IgnoreStore).unwrap_err();
+    let e = check(2048, policy::Fault::None, Fault::IgnoreStore).unwrap_err();
     assert!(e.contains("while held"), "{e}");
 }
 
