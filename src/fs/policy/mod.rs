@@ -409,13 +409,20 @@ impl<B: Clone> OpenPolicy<B> {
     }
 
     /// The kernel refused a backing id for handle `fh`: the daemon reads from now on. Returns
-    /// whether this is the first refusal (to be said once in the log).
-    pub fn refused(&mut self, fh: u64) -> bool {
+    /// the answer, and whether this is the first refusal (to be said once in the log). An
+    /// inode that got an id from another open meanwhile is opened with it: Linux fails an open
+    /// without one beside a handle that has one.
+    pub fn refused(&mut self, fh: u64) -> (Handle<B>, bool) {
         let first = std::mem::replace(&mut self.passthrough, false);
-        if let Some(ino) = self.stop_registering(fh) {
-            self.add_daemon_handle(ino, fh);
+        let daemon = Handle::Daemon { direct_io: false };
+        let Some(ino) = self.stop_registering(fh) else {
+            return (daemon, first);
+        };
+        if let Some(id) = self.join_backing(ino, fh) {
+            return (Handle::Passthrough(id), first);
         }
-        first
+        self.add_daemon_handle(ino, fh);
+        (daemon, first)
     }
 
     /// How new handle `fh` of `ino` is answered, carried out under `policy`'s lock except for
@@ -442,13 +449,14 @@ impl<B: Clone> OpenPolicy<B> {
                 handle
             }
             Err(e) => {
-                if lock(policy).refused(fh) {
+                let (handle, first) = lock(policy).refused(fh);
+                if first {
                     log::warn!(
                         "the kernel refused a passthrough backing file ({e}); \
                          reads go through the daemon from now on"
                     );
                 }
-                Handle::Daemon { direct_io: false }
+                handle
             }
         }
     }
@@ -705,9 +713,13 @@ mod tests {
         let mut p = passthrough_mount();
         assert_eq!(p.opened(5, 1, true, false), Handle::Register);
         assert_eq!(p.opened(6, 2, true, false), Handle::Register);
-        assert!(p.refused(1));
+        assert_eq!(p.refused(1), (Handle::Daemon { direct_io: false }, true));
         assert!(!p.passthrough());
-        assert!(!p.refused(2), "said once");
+        assert_eq!(
+            p.refused(2),
+            (Handle::Daemon { direct_io: false }, false),
+            "said once"
+        );
         assert_eq!(p.handles_of(5), (0, 1));
         assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
         assert_eq!(
@@ -718,6 +730,19 @@ mod tests {
             p.stats_text(),
             "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
         );
+    }
+
+    /// Two opens of one inode register at once; the kernel takes one id and refuses the
+    /// other: the refused open joins the id, since a daemon handle beside it would fail.
+    #[test]
+    fn a_refused_open_joins_an_id_registered_meanwhile() {
+        let mut p = passthrough_mount();
+        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(p.opened(5, 2, true, false), Handle::Register);
+        assert_eq!(p.registered(1, 10), (Handle::Passthrough(10), None));
+        assert_eq!(p.refused(2), (Handle::Passthrough(10), true));
+        assert!(!p.passthrough());
+        assert_eq!(p.handles_of(5), (2, 0));
     }
 
     /// A warm set of inodes 1 to `WARM_OPENS_TO_PAGE_CACHE`, each opened, registered and
