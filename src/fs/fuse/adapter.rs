@@ -9,9 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Errno as FErrno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    Notifier, OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::MountConfig;
@@ -433,6 +434,63 @@ impl Filesystem for Adapter {
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
+    ) {
+        reply.error(FErrno::ENOSYS);
+    }
+
+    /// Python's `open` asks every file whether it is a terminal (`TCGETS`), and `lsattr` asks
+    /// for flags: the kernel forwards every ioctl on a file, and has no way to stop asking. No
+    /// ioctl means anything here; ENOTTY is a regular file's answer, given without a log line
+    /// (fuser's default logs a warning per call, one per Python open).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(FErrno::ENOTTY);
+    }
+
+    /// A read-only file is always in sync. ENOSYS makes the kernel answer later calls itself
+    /// (with success), as `flush` above; fuser's default would log a warning first.
+    fn fsync(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        reply.error(FErrno::ENOSYS);
+    }
+
+    fn fsyncdir(&self, _req: &Request, _i: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        reply.error(FErrno::ENOSYS);
+    }
+
+    /// `SEEK_DATA` and `SEEK_HOLE`: kernels have no holes, which is what the kernel's own
+    /// answer assumes once ENOSYS tells it to stop asking.
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply.error(FErrno::ENOSYS);
+    }
+
+    /// `poll` and `select` on a file: always readable, which the kernel answers itself after
+    /// ENOSYS.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
     ) {
         reply.error(FErrno::ENOSYS);
     }

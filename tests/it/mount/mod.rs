@@ -284,6 +284,26 @@ fn errno_matrix() {
     m.stop();
 }
 
+/// Calls that mean nothing on a read-only archive get a plain file's answer and leave no line
+/// in the daemon's log: a Python program opening every kernel once asks the daemon whether each
+/// is a terminal, and fuser's default answer logged a warning per file.
+#[test]
+fn calls_beside_reads_answer_quietly() {
+    if !fuse_available() {
+        return;
+    }
+    for extra in [&[][..], &["--no-passthrough"][..]] {
+        let m = Mount::start(&fixture("test_noop.kpack"), extra);
+        m.check("quiet_calls", "lib/libtest.so#0/gfx900.hsaco");
+        let log = m.daemon_log();
+        assert!(
+            !log.contains(" WARN ") && !log.contains(" ERROR "),
+            "{extra:?}: the daemon logged:\n{log}"
+        );
+        m.stop();
+    }
+}
+
 #[test]
 fn fallback_links_and_native() {
     if !fuse_available() {

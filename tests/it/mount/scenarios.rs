@@ -23,6 +23,7 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
         "mmap" => mmap(mnt, archive),
         "concurrent" => concurrent(mnt, archive),
         "errno" => errno(mnt, arg),
+        "quiet_calls" => quiet_calls(mnt, archive, arg),
         "fallback" => fallback(mnt, archive, arg == "native"),
         "corrupt" => corrupt(mnt, archive, arg),
         "cold_concurrent" => cold_concurrent(mnt, archive, arg),
@@ -481,6 +482,57 @@ fn errno(mnt: &Path, arg: &str) {
             .unwrap()
             .starts_with(b"hits ")
     );
+}
+
+/// Calls a program makes on files it only reads, beyond open and read: a terminal check (what
+/// Python's `open` does), a flags ioctl (`lsattr`), fsync of the file and its directory,
+/// `SEEK_DATA`/`SEEK_HOLE` and poll. Each gets a regular read-only file's answer, and the bytes
+/// read after them are the archive's.
+fn quiet_calls(mnt: &Path, archive: &Path, arg: &str) {
+    use std::os::fd::AsRawFd;
+    let file = mnt.join(arg);
+    let (key, arch) = arg.rsplit_once('/').unwrap();
+    let want = Archive::open(archive)
+        .unwrap()
+        .get_kernel(key, arch.strip_suffix(".hsaco").unwrap())
+        .unwrap();
+    for round in 0..2 {
+        let f = File::open(&file).unwrap();
+        let fd = f.as_raw_fd();
+        // SAFETY: `fd` is open for the whole block; the buffers outlive the calls.
+        unsafe {
+            assert_eq!(libc::isatty(fd), 0, "isatty, round {round}");
+            assert_eq!(
+                *libc::__errno_location(),
+                libc::ENOTTY,
+                "isatty, round {round}"
+            );
+            let mut flags: libc::c_long = 0;
+            const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+            assert_eq!(libc::ioctl(fd, FS_IOC_GETFLAGS, &mut flags), -1);
+            assert_eq!(*libc::__errno_location(), libc::ENOTTY, "FS_IOC_GETFLAGS");
+            assert_eq!(libc::lseek(fd, 0, libc::SEEK_DATA), 0, "SEEK_DATA");
+            assert_eq!(
+                libc::lseek(fd, 0, libc::SEEK_HOLE),
+                want.len() as libc::off_t,
+                "SEEK_HOLE"
+            );
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            assert_eq!(libc::poll(&mut p, 1, 0), 1, "poll");
+            assert_ne!(p.revents & libc::POLLIN, 0, "poll: {:#x}", p.revents);
+        }
+        f.sync_all().unwrap();
+        f.sync_data().unwrap();
+        File::open(file.parent().unwrap())
+            .unwrap()
+            .sync_all()
+            .unwrap();
+        assert!(fs::read(&file).unwrap() == want, "bytes, round {round}");
+    }
 }
 
 fn link_target(p: &Path) -> Option<String> {
