@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use rocm_kpack::fs::fuse::{self, Access, MountConfig};
+use rocm_kpack::fs::setup::limits::raise_open_file_limit;
 use rocm_kpack::fs::setup::source::{self, SourceOptions};
 use rocm_kpack::fs::setup::{gpus, mountinfo};
-use rocm_kpack::fs::store::backing::Placement;
+use rocm_kpack::fs::store::backing::{Placement, descriptor_budget};
 use rocm_kpack::fs::{FsOptions, OpenMode};
 use rocm_kpack::loader::LoaderConfig;
 
@@ -437,6 +438,9 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         .map(|n| n as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
 
+    // Process-wide, once, before any archive opens: a directory source holds each of its
+    // archives open, and the store's budget of open backing files is half of this limit.
+    let files_max = descriptor_budget(raise_open_file_limit());
     let (src, remote_session) = match remote_source {
         Some(url) => {
             let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
@@ -469,10 +473,6 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         Placement::Scratch(base) => check_dir(base, false)?,
         Placement::Memory => {}
     }
-    // Process-wide, once: the store's budget of open backing files is half of what this allows.
-    let files_max = rocm_kpack::fs::store::backing::descriptor_budget(
-        rocm_kpack::fs::store::backing::raise_open_file_limit(),
-    );
     let opts = FsOptions {
         cache_size: bounds.bound,
         backing: bounds.placement,

@@ -13,7 +13,8 @@
 //! * `namespace.rs`: lookups, attributes, listings, extended attributes, `statfs`.
 //! * `policy/`: which read path each open gets (passthrough, daemon, page cache); plain
 //!   state and decisions.
-//! * `setup/`: what a mount is made from (sources, local GPUs, the mount table).
+//! * `setup/`: what a mount is made from (sources, local GPUs, the mount table, the open-file
+//!   limit).
 //! * `fuse/`: the adapter, which carries out the policy's decisions and translates requests
 //!   and replies, and the mount itself.
 //!
@@ -151,8 +152,8 @@ pub struct FsOptions {
     /// Where backing files live.
     pub backing: Placement,
     /// Most backing files kept open for kernels no handle has open (each is a descriptor):
-    /// [`backing::descriptor_budget`] of the limit the program raised at start-up
-    /// ([`backing::raise_open_file_limit`]).
+    /// [`store::backing::descriptor_budget`] of the limit the program raised at start-up
+    /// ([`setup::limits::raise_open_file_limit`]).
     pub files_max: usize,
     /// Device ISAs, in order, for `native.hsaco`.
     pub gpus: Vec<String>,

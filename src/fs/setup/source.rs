@@ -24,6 +24,7 @@ use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
+use super::limits;
 use crate::fs::{Duplicate, FsOptions, KpackFs};
 
 /// The kind of source, detected from the file system.
@@ -233,44 +234,19 @@ fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
     Ok(names.into_iter().map(|n| dir.join(n)).collect())
 }
 
-/// Makes room for `needed` open files, raising the soft limit up to the hard one.
-pub fn ensure_open_files(needed: u64) -> Result<(), SourceError> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid rlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Ok(());
-    }
-    if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= needed {
-        return Ok(());
-    }
-    if lim.rlim_max != libc::RLIM_INFINITY && lim.rlim_max < needed {
-        return Err(SourceError::new(
+/// Refuses a source that needs more open files than the limit allows: one per archive, beside
+/// those the program holds. The program raised the limit as far as it goes at start-up.
+fn check_open_files(needed: u64) -> Result<(), SourceError> {
+    match limits::open_file_limit() {
+        Some(limit) if limit < needed => Err(SourceError::new(
             SourceErrorKind::Resources,
             format!(
-                "{needed} open files are needed but the hard limit (ulimit -Hn) is {}",
-                lim.rlim_max
+                "{needed} open files are needed but the open-file limit is {limit} \
+                 (raise the hard limit, ulimit -Hn)"
             ),
-        ));
+        )),
+        _ => Ok(()),
     }
-    let raised = libc::rlimit {
-        rlim_cur: needed,
-        rlim_max: lim.rlim_max,
-    };
-    // SAFETY: a valid rlimit within the hard limit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return Err(SourceError::new(
-            SourceErrorKind::Resources,
-            format!(
-                "cannot raise the open-file limit to {needed}: {}",
-                std::io::Error::last_os_error()
-            ),
-        ));
-    }
-    log::info!("open-file limit raised from {} to {needed}", lim.rlim_cur);
-    Ok(())
 }
 
 /// Opens merge members in order. A member that does not open is a warning (strict: an error);
@@ -281,7 +257,7 @@ fn open_members(
     opts: &SourceOptions,
 ) -> Result<(), SourceError> {
     // Descriptors already open (stdio and whatever the caller holds) plus one per archive.
-    ensure_open_files(members.len() as u64 + opts.extra_fds + 16)?;
+    check_open_files(members.len() as u64 + opts.extra_fds + 16)?;
     let mut seen = HashSet::new();
     for path in members {
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
@@ -367,7 +343,7 @@ fn open_hipk(source: &mut Source, opts: &SourceOptions) -> Result<(), SourceErro
     // is shown is what `kpack_load_code_object` would search.
     let loader = Loader::new(opts.loader.clone());
     let paths = loader.search_paths(meta, &binary, expansion, &mut Silent);
-    ensure_open_files(paths.len() as u64 + opts.extra_fds + 16)?;
+    check_open_files(paths.len() as u64 + opts.extra_fds + 16)?;
     let mut failures = OpenFailures::default();
     let pins = meta.pins.as_deref().filter(|_| !opts.no_pins);
     let opened = loader.open_archives(&paths, pins, &mut failures);

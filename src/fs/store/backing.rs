@@ -11,8 +11,8 @@
 //!   reclaimed without swap, so `--memory-cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
 //!
-//! The open-file limit the store's budget of files comes from is raised once, by the program
-//! at start-up ([`raise_open_file_limit`], [`descriptor_budget`]).
+//! The store's budget of open files is half the open-file limit ([`descriptor_budget`]), which
+//! the program raised once at start-up (`setup/limits.rs`).
 //!
 //! A streamed kernel (the common case, see `read/fill.rs`) is decoded in steps, each written with
 //! `pwrite` ([`Pending::write_at`], in pieces of [`WRITE_PIECE`] on disk): decoding into a
@@ -352,47 +352,11 @@ impl Drop for Files {
     }
 }
 
-/// Raises the process's open-file limit as far as it goes, once, at the program's start-up:
-/// the soft limit to the hard one (the default soft limit, 1024, is small for large trees),
-/// and the hard one to the system's ceiling (`fs.nr_open`) where the process may (root).
-/// Returns the soft limit now (256 when it cannot be read).
-pub fn raise_open_file_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
-        .unwrap_or(0);
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 256;
-        }
-        for max in [ceiling.max(lim.rlim_max), lim.rlim_max] {
-            if lim.rlim_cur >= max {
-                break;
-            }
-            let raised = libc::rlimit {
-                rlim_cur: max,
-                rlim_max: max,
-            };
-            // Raising the hard limit needs CAP_SYS_RESOURCE; without it, the soft one still
-            // goes up to the hard one.
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim = raised;
-                break;
-            }
-        }
-    }
-    lim.rlim_cur
-}
-
 /// How many backing files a store may keep open under an open-file limit of `limit`: each is
 /// a descriptor, and half of the limit is left to archives, FUSE channels and open handles. A
 /// tree of 100,000 small kernels with a budget of 10,000 files evicted every file before its
-/// next open, so every warm open decoded again: hence [`raise_open_file_limit`] first.
+/// next open, so every warm open decoded again: hence the program raises the limit first
+/// (`setup::limits::raise_open_file_limit`).
 pub fn descriptor_budget(limit: u64) -> usize {
     (limit / 2).clamp(16, 1 << 19) as usize
 }

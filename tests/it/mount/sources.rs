@@ -140,17 +140,7 @@ fn directory_of_many_archives_raises_the_open_file_limit() {
     }
     let d = tmp();
     let src = d.path().join("many");
-    std::fs::create_dir(&src).unwrap();
-    let mut files = Vec::new();
-    for i in 0..150u32 {
-        let data = pattern(100 + i as usize, i);
-        write_archive(
-            &src.join(format!("m{i:03}.kpack")),
-            Compression::None,
-            &[(&format!("lib/m{i:03}.so#0"), "gfx900", data.clone())],
-        );
-        files.push((format!("lib/m{i:03}.so#0/gfx900.hsaco"), data));
-    }
+    let files = many_archives(&src, 150);
     let refs: Vec<(&str, &[u8])> = files
         .iter()
         .map(|(p, b)| (p.as_str(), b.as_slice()))
@@ -177,6 +167,75 @@ fn directory_of_many_archives_raises_the_open_file_limit() {
     });
     m.check("tree", want.to_str().unwrap());
     m.stop();
+}
+
+/// `n` archives of one kernel each in `dir`; returns each kernel's path in the mount and bytes.
+fn many_archives(dir: &Path, n: u32) -> Vec<(String, Vec<u8>)> {
+    std::fs::create_dir(dir).unwrap();
+    (0..n)
+        .map(|i| {
+            let data = pattern(100 + i as usize, i);
+            write_archive(
+                &dir.join(format!("m{i:03}.kpack")),
+                Compression::None,
+                &[(&format!("lib/m{i:03}.so#0"), "gfx900", data.clone())],
+            );
+            (format!("lib/m{i:03}.so#0/gfx900.hsaco"), data)
+        })
+        .collect()
+}
+
+#[test]
+fn directory_of_more_archives_than_the_hard_limit_is_refused() {
+    let d = tmp();
+    let src = d.path().join("many");
+    many_archives(&src, 150);
+    let mp = tmp();
+    // Root may raise its hard limit; without CAP_SYS_RESOURCE (dropped from the bounding set,
+    // so that the exec'ed daemon does not regain it) 64 descriptors is all there is.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args(["--bounding-set", "-sys_resource", "--"]);
+        c.arg(env!("CARGO_BIN_EXE_kpack-fuse"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+    };
+    cmd.arg("mount")
+        .arg(&src)
+        .arg(mp.path())
+        .args(["-f", "--threads", "2"]);
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: 64,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // 150 archives, the daemon's 2 request threads + 16, and 16 for stdio and the like.
+    assert!(
+        err.ends_with(
+            "184 open files are needed but the open-file limit is 64 (raise the hard limit, ulimit -Hn)\n"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        mountinfo::mount_at(&mp.path().canonicalize().unwrap()).unwrap(),
+        None,
+        "nothing mounted"
+    );
 }
 
 #[test]
