@@ -74,13 +74,26 @@ impl Errno {
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
 }
 
-/// The one mapping of core errors to what a reader of the mount sees: an allocation that
-/// failed is ENOMEM; everything else (a corrupt or changed archive, an I/O error, a kernel
-/// that fails its digest) is EIO for that file.
+/// What a reader of the mount sees for an error of the core: an allocation that failed is
+/// ENOMEM; everything else (a corrupt or changed archive, an I/O error, a kernel that fails its
+/// digest) is EIO for that file.
 impl From<&crate::Error> for Errno {
     fn from(e: &crate::Error) -> Errno {
         match e.kind() {
             crate::ErrorKind::OutOfMemory => Errno::ENOMEM,
+            _ => Errno::EIO,
+        }
+    }
+}
+
+/// What a reader of the mount sees for an error of the mount's own files (backing files, the
+/// cache directory): ENOSPC and ENOMEM keep their meaning, as the reader can do something about
+/// them; anything else is EIO.
+impl From<&std::io::Error> for Errno {
+    fn from(e: &std::io::Error) -> Errno {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) => Errno(libc::ENOSPC),
+            Some(libc::ENOMEM) => Errno::ENOMEM,
             _ => Errno::EIO,
         }
     }

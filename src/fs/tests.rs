@@ -301,6 +301,17 @@ fn readdir_offsets_resume_after_the_last_entry() {
 }
 
 #[test]
+fn errors_of_the_mounts_own_files() {
+    let errno = |code| Errno::from(&std::io::Error::from_raw_os_error(code));
+    assert_eq!(errno(libc::ENOSPC), Errno(libc::ENOSPC));
+    assert_eq!(errno(libc::ENOMEM), Errno::ENOMEM);
+    for other in [libc::EACCES, libc::EIO, libc::EMFILE, libc::EROFS] {
+        assert_eq!(errno(other), Errno::EIO);
+    }
+    assert_eq!(Errno::from(&std::io::Error::other("no errno")), Errno::EIO);
+}
+
+#[test]
 fn errnos() {
     let (_d, fs) = mount_fs(&sample(), Compression::None, &options(1 << 20, &[]));
     let file = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;

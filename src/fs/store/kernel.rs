@@ -25,13 +25,8 @@ pub struct KernelSpec {
     pub digest: Option<[u8; 32]>,
 }
 
-/// Logs an I/O failure of a backing file and turns it into EIO (ENOSPC and ENOMEM keep their
-/// meaning: the reader can do something about those).
+/// Logs an I/O failure of a backing file; returns what the reader sees for it.
 pub fn fail(what: &str, e: &io::Error) -> Errno {
     log::error!("backing file: {what}: {e}");
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => Errno(libc::ENOSPC),
-        Some(libc::ENOMEM) => Errno::ENOMEM,
-        _ => Errno::EIO,
-    }
+    Errno::from(e)
 }
