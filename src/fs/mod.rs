@@ -200,7 +200,7 @@ pub struct KpackFs {
     reads: AtomicU64,
     /// Of those, reads of a kernel still being decoded (answered at once or once their bytes
     /// were written).
-    reads_while_decoding: Arc<AtomicU64>,
+    reads_while_decoding: AtomicU64,
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
@@ -282,7 +282,7 @@ impl KpackFs {
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
             reads: AtomicU64::new(0),
-            reads_while_decoding: Arc::new(AtomicU64::new(0)),
+            reads_while_decoding: AtomicU64::new(0),
             decodes: AtomicU64::new(0),
             scan: Scan::default(),
             uid: opts.uid,
@@ -302,6 +302,7 @@ impl KpackFs {
         self.extra_stats.push(lines);
     }
 
+    #[cfg(test)]
     pub fn tree(&self) -> &Tree {
         &self.tree
     }

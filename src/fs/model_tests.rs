@@ -313,7 +313,7 @@ impl Mount {
         let (ino, _, ref bytes) = self.files[f];
         let at = at % (bytes.len() as u64 + 3);
         let got = match fh {
-            Some(fh) => self.fs.read(ino, fh, at, len),
+            Some(fh) => self.fs.read(fh, at, len),
             None => self.fs.read_ino(ino, at, len),
         }
         .map_err(|e| format!("read of inode {ino} at {at}: {e:?}"))?;

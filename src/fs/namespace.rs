@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use super::store::cache_dir;
 use super::tree::{self, Entry, FileNode, Ino, NATIVE, ROOT};
 use super::{Attr, BLKSIZE, DirSink, Errno, Kind, KpackFs, Lookup, StatFs};
 
@@ -153,7 +152,7 @@ impl KpackFs {
                 ];
                 // Archives we write record each kernel's digest; reference archives do not.
                 if let Ok(Some(d)) = self.digest_of(f) {
-                    attrs.push(("user.kpack.blake3", cache_dir::hex(&d).into_bytes()));
+                    attrs.push(("user.kpack.blake3", crate::error::hex(&d).into_bytes()));
                 }
                 attrs
             }

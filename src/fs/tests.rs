@@ -99,7 +99,7 @@ fn read_all(fs: &KpackFs, ino: u64, chunk: u32) -> Vec<u8> {
     let fh = fs.open(ino, libc::O_RDONLY).unwrap();
     let mut out = Vec::new();
     loop {
-        let s = fs.read(ino, fh, out.len() as u64, chunk).unwrap();
+        let s = fs.read(fh, out.len() as u64, chunk).unwrap();
         if s.as_slice().is_empty() {
             break;
         }
@@ -354,20 +354,12 @@ fn reads_at_edges() {
     let (_d, fs) = sample_mount();
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco");
     let fh = fs.open(f.ino, libc::O_RDONLY).unwrap();
-    assert_eq!(fs.read(f.ino, fh, 0, 1).unwrap().as_slice(), [0xee]);
-    assert_eq!(fs.read(f.ino, fh, 2999, 100).unwrap().as_slice(), [0xee]);
-    assert!(fs.read(f.ino, fh, 3000, 100).unwrap().as_slice().is_empty());
-    assert!(
-        fs.read(f.ino, fh, u64::MAX, 100)
-            .unwrap()
-            .as_slice()
-            .is_empty()
-    );
-    assert_eq!(fs.read(f.ino, fh, 10, 0).unwrap().as_slice().len(), 0);
-    assert_eq!(
-        fs.read(f.ino, fh, 2990, u32::MAX).unwrap().as_slice().len(),
-        10
-    );
+    assert_eq!(fs.read(fh, 0, 1).unwrap().as_slice(), [0xee]);
+    assert_eq!(fs.read(fh, 2999, 100).unwrap().as_slice(), [0xee]);
+    assert!(fs.read(fh, 3000, 100).unwrap().as_slice().is_empty());
+    assert!(fs.read(fh, u64::MAX, 100).unwrap().as_slice().is_empty());
+    assert_eq!(fs.read(fh, 10, 0).unwrap().as_slice().len(), 0);
+    assert_eq!(fs.read(fh, 2990, u32::MAX).unwrap().as_slice().len(), 10);
     fs.release(fh);
     assert_eq!(fs.open_handles(), 0);
 }
@@ -821,7 +813,7 @@ fn an_open_of_a_kernel_decoded_into_memory_gets_a_file_without_a_decode() {
     let opened = rx.try_recv().unwrap().unwrap();
     assert!(opened.is_complete());
     let fh = fs.add_handle(opened).fh;
-    assert_eq!(fs.read(f, fh, 2990, 100).unwrap().as_slice(), [0xee; 10]);
+    assert_eq!(fs.read(fh, 2990, 100).unwrap().as_slice(), [0xee; 10]);
     fs.release(fh);
     // A later open finds the file the store now keeps in place of the bytes.
     assert_eq!(read_all(&fs, f, 1000), vec![0xee; 3000]);

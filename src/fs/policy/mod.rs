@@ -504,6 +504,7 @@ impl<B: Clone> OpenPolicy<B> {
     }
 
     /// Open handles of `ino`: (passthrough, daemon).
+    #[cfg(test)]
     pub fn handles_of(&self, ino: Ino) -> (u32, u32) {
         self.inodes
             .get(&ino)
@@ -511,6 +512,7 @@ impl<B: Clone> OpenPolicy<B> {
     }
 
     /// Whether `ino` has a backing id now.
+    #[cfg(test)]
     pub fn has_backing(&self, ino: Ino) -> bool {
         self.inodes.get(&ino).is_some_and(|i| i.backing.is_some())
     }

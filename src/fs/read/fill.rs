@@ -93,30 +93,16 @@ impl State {
 
 /// The shared state of one kernel's decode job.
 pub struct Fill {
-    /// The decoded size of the job's kernel, when it was given.
-    len: Option<u64>,
+    /// The decoded size of the job's kernel.
+    len: u64,
     state: Mutex<State>,
     /// Set with `Phase::Done`: readers of a finished file check it without the lock.
     done: AtomicBool,
 }
 
-impl Default for Fill {
-    fn default() -> Self {
-        Fill::new()
-    }
-}
-
 impl Fill {
-    pub fn new() -> Fill {
-        Fill::with_len(None)
-    }
-
     /// The job of a kernel of `len` decoded bytes.
     pub fn for_kernel(len: u64) -> Fill {
-        Fill::with_len(Some(len))
-    }
-
-    fn with_len(len: Option<u64>) -> Fill {
         Fill {
             len,
             state: Mutex::new(State {
@@ -131,8 +117,8 @@ impl Fill {
         }
     }
 
-    /// The decoded size of the job's kernel, when it was given (see [`Fill::for_kernel`]).
-    pub fn kernel_len(&self) -> Option<u64> {
+    /// The decoded size of the job's kernel.
+    pub fn kernel_len(&self) -> u64 {
         self.len
     }
 
@@ -347,7 +333,7 @@ mod tests {
     fn reads_wait_for_their_bytes_and_opens_for_the_stream() {
         let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let early = open(&fill);
         assert!(early.try_recv().is_err(), "no answer while preparing");
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
@@ -394,7 +380,7 @@ mod tests {
     fn an_open_of_the_whole_file_waits_for_it_to_complete() {
         let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..9000u32).map(|i| (i % 7) as u8).collect();
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let (early, streamed) = (open_as(&fill, true), open(&fill));
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
         let file = pending.backing().clone();
@@ -415,7 +401,7 @@ mod tests {
         assert_eq!(early.try_recv().unwrap(), Ok(true));
         assert_eq!(late.try_recv().unwrap(), Ok(true));
         // A job that fails answers them with its error.
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(100));
         let pending = store.begin(&spec(100)).unwrap();
         fill.streaming(pending.backing());
         let waiting = open_as(&fill, true);
@@ -427,7 +413,7 @@ mod tests {
     fn a_file_with_every_byte_published_is_complete_before_it_is_kept() {
         let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
         let file = pending.backing().clone();
         fill.streaming(&file);
@@ -449,7 +435,7 @@ mod tests {
     #[test]
     fn a_failure_answers_every_waiter_and_later_reads_with_eio() {
         let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(8192));
         let waiting = open(&fill);
         let pending = store.begin(&spec(8192)).unwrap();
         let file = pending.backing().clone();
@@ -467,7 +453,7 @@ mod tests {
         // An open arriving after the failure gets the job's error.
         assert_eq!(open(&fill).try_recv().unwrap(), Err(Errno::ENOMEM));
         // One that waited in preparation gets it too.
-        let fill = Arc::new(Fill::new());
+        let fill = Arc::new(Fill::for_kernel(8192));
         let waiting = open(&fill);
         fill.fail(Errno::EIO);
         assert_eq!(waiting.try_recv().unwrap(), Err(Errno::EIO));
@@ -476,7 +462,7 @@ mod tests {
     #[test]
     fn a_job_that_decodes_into_memory_answers_reads_and_hands_opens_back() {
         let fill = Arc::new(Fill::for_kernel(10));
-        assert_eq!(fill.kernel_len(), Some(10));
+        assert_eq!(fill.kernel_len(), 10);
         let (tx, rx) = channel();
         fill.read(
             10,

@@ -151,12 +151,12 @@ impl KpackFs {
         whole: bool,
         done: OpenDone,
     ) -> Option<FillJob> {
-        // The job's file is checked once it is there (see `check_len`).
+        // The job's file is checked once it is there.
         let size = file.size;
         let name = self.name_for_log(file);
         let mut done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
             done(r.and_then(|o| {
-                len_matches(&o.backing, size, &name)?;
+                size_matches(o.backing.len(), size, || name)?;
                 Ok(o)
             }))
         });
@@ -238,16 +238,17 @@ impl KpackFs {
         match found {
             Found::Held(body) => {
                 let end = offset.saturating_add(u64::from(size));
-                match self.body_len_matches(file, &body) {
+                match size_matches(body.len(), file.size, || self.name_for_log(file)) {
                     Ok(()) => body.with_range(offset, end, done),
                     Err(e) => done(Err(e)),
                 }
                 None
             }
             Found::Job(fill, job) => {
-                if fill.kernel_len().is_some_and(|len| len != file.size) {
-                    let why = "its kernel's job is for another size";
-                    done(Err(self.failed(file, &why, Errno::EIO)));
+                if let Err(e) =
+                    size_matches(fill.kernel_len(), file.size, || self.name_for_log(file))
+                {
+                    done(Err(e));
                     return job;
                 }
                 if !fill.is_done() {
@@ -339,7 +340,7 @@ impl KpackFs {
     }
 
     /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
-    pub fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.read_start(
             fh,
@@ -378,31 +379,6 @@ impl KpackFs {
         f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
     }
 
-    /// EIO (logged) unless `body` holds `file`'s size (see [`check_len`](Self::check_len)).
-    fn body_len_matches(&self, file: &FileNode, body: &Body) -> Result<(), Errno> {
-        match body {
-            Body::File(b) => self.check_len(file, b),
-            Body::Bytes(b) if b.len() as u64 == file.size => Ok(()),
-            Body::Bytes(b) => {
-                let why = format!(
-                    "its kernel decodes to {} bytes, the TOC says {}",
-                    b.len(),
-                    file.size
-                );
-                Err(self.failed(file, &why, Errno::EIO))
-            }
-        }
-    }
-
-    /// Two TOC entries may name the same ordinal with different sizes (a malformed archive):
-    /// a file made for the other entry must not be served for this one.
-    fn check_len(&self, file: &FileNode, b: &BackingFile) -> Result<(), Errno> {
-        if b.len() == file.size {
-            return Ok(());
-        }
-        len_matches(b, file.size, &self.name_for_log(file))
-    }
-
     /// Number of open file handles.
     pub fn open_handles(&self) -> usize {
         lock(&self.handles).len()
@@ -431,14 +407,16 @@ fn read_opened(
     }
 }
 
-/// EIO, logged with `name`, unless `b` holds `size` bytes.
-fn len_matches(b: &BackingFile, size: u64, name: &str) -> Result<(), Errno> {
-    if b.len() == size {
+/// EIO, logged with the file's name, unless a kernel's decoded bytes (`len`) are the TOC's `size`. Two
+/// TOC entries may name the same ordinal with different sizes (a malformed archive): what was
+/// decoded for one must not be served for the other.
+fn size_matches(len: u64, size: u64, name: impl FnOnce() -> String) -> Result<(), Errno> {
+    if len == size {
         return Ok(());
     }
     log::error!(
-        "{name}: its kernel decodes to {} bytes, the TOC says {size}",
-        b.len()
+        "{}: its kernel decodes to {len} bytes, the TOC says {size}",
+        name()
     );
     Err(Errno::EIO)
 }

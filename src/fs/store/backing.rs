@@ -177,14 +177,6 @@ impl Files {
         })
     }
 
-    /// The per-mount scratch directory, if that is where files live.
-    pub fn scratch_dir(&self) -> Option<&Path> {
-        match &self.place {
-            Where::Scratch(d) => Some(d),
-            _ => None,
-        }
-    }
-
     /// Whether files live in a persistent cache directory.
     pub fn is_cache_dir(&self) -> bool {
         matches!(self.place, Where::CacheDir(_))

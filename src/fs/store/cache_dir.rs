@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::kernel::{KernelSpec, fail};
+use crate::error::hex;
 use crate::fs::Errno;
 
 /// Where the layout above starts, inside the directory the user named.
@@ -65,11 +66,6 @@ pub struct CacheDir {
     evictions: AtomicU64,
 }
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl CacheDir {
     /// Opens (creating it if needed) the cache under `dir`, bounded to `capacity` bytes.
     pub fn open(dir: &Path, capacity: u64) -> io::Result<CacheDir> {
@@ -86,7 +82,7 @@ impl CacheDir {
             rejected: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
         };
-        c.sweep(None);
+        c.sweep();
         Ok(c)
     }
 
@@ -177,7 +173,7 @@ impl CacheDir {
     /// may have taken it over (called off readers' paths, once a decode job has answered them).
     pub fn sweep_if_due(&self) {
         if self.estimate.load(Ordering::Relaxed) > self.capacity {
-            self.sweep(None);
+            self.sweep();
         }
     }
 
@@ -250,8 +246,8 @@ impl CacheDir {
     }
 
     /// Lists the directory: removes stale temporary files, recounts the bytes, and removes
-    /// least recently used kernels (never `keep`) until the bound holds.
-    fn sweep(&self, keep: Option<&Path>) {
+    /// least recently used kernels until the bound holds.
+    fn sweep(&self) {
         let now = SystemTime::now();
         let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
         let mut total = 0u64;
@@ -290,9 +286,6 @@ impl CacheDir {
             for (_, size, path) in files {
                 if total <= self.capacity {
                     break;
-                }
-                if Some(path.as_path()) == keep {
-                    continue;
                 }
                 if std::fs::remove_file(&path).is_ok() {
                     let _ = std::fs::remove_file(path.with_extension("b3"));
@@ -432,7 +425,7 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        lister.sweep(None);
+                        lister.sweep();
                     }
                 });
             }

@@ -425,7 +425,8 @@ impl Store {
         }
     }
 
-    /// Bytes of pinned entries and of reservations for pins (for tests and logs).
+    /// Bytes of pinned entries and of reservations for pins.
+    #[cfg(test)]
     pub fn pinned_bytes(&self) -> u64 {
         let h = lock(&self.held);
         h.pinned + h.reserved
@@ -460,10 +461,6 @@ impl Store {
     /// See [`Files::tidy`].
     pub fn tidy(&self) {
         self.files.tidy()
-    }
-
-    pub fn scratch_dir(&self) -> Option<&std::path::Path> {
-        self.files.scratch_dir()
     }
 
     pub fn is_cache_dir(&self) -> bool {

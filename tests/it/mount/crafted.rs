@@ -51,7 +51,7 @@ fn file(fs: &KpackFs, arch: &str) -> (u64, u64) {
 
 fn read(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
     let fh = fs.open(ino, libc::O_RDONLY)?;
-    let r = fs.read(ino, fh, 0, u32::MAX).map(|s| s.as_slice().to_vec());
+    let r = fs.read(fh, 0, u32::MAX).map(|s| s.as_slice().to_vec());
     fs.release(fh);
     r
 }
@@ -138,7 +138,7 @@ fn read_in_requests(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
     let fh = fs.open(ino, libc::O_RDONLY)?;
     let mut out = Vec::new();
     let r = loop {
-        match fs.read(ino, fh, out.len() as u64, 1 << 20) {
+        match fs.read(fh, out.len() as u64, 1 << 20) {
             Ok(s) if s.as_slice().is_empty() => break Ok(out),
             Ok(s) => out.extend_from_slice(s.as_slice()),
             Err(e) => break Err(e),
