@@ -3,6 +3,7 @@
 //! unit-tested by direct calls; only `fuse/` knows `fuser`. Its parts, each importing only the
 //! ones before it (`tests/it/layers.rs` checks this):
 //!
+//! * `errno.rs`: the error numbers readers see, and the one mapping to them.
 //! * `tree.rs`: the directory tree built from the archives' TOCs at mount time.
 //! * `store/`: the one holder of decoded kernels the mount keeps (one LRU, one byte bound,
 //!   pins for files decoded ahead), and where their files live: memfds, a per-mount directory,
@@ -22,6 +23,7 @@
 //! logging of one kernel's failures. How a read flows through these parts is drawn in
 //! docs/architecture.md.
 
+pub mod errno;
 pub mod fuse;
 mod namespace;
 pub mod policy;
@@ -43,6 +45,7 @@ use store::kernel::KernelId;
 use store::{CacheStats, Store};
 use tree::{FileNode, Ino, Tree, TreeBuilder, TreeError};
 
+pub use errno::Errno;
 pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX, WARM_OPENS_TO_PAGE_CACHE};
 pub use read::{FillJob, NewHandle};
 pub use tree::{Duplicate, NATIVE};
@@ -54,50 +57,6 @@ pub const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// `st_blksize`: a hint to readers such as `cp` to ask for large chunks.
 pub const BLKSIZE: u32 = 128 * 1024;
-
-/// A POSIX error number, as the kernel expects it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-    pub const EIO: Errno = Errno(libc::EIO);
-    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
-    pub const EBADF: Errno = Errno(libc::EBADF);
-    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
-    pub const EISDIR: Errno = Errno(libc::EISDIR);
-    pub const EINVAL: Errno = Errno(libc::EINVAL);
-    pub const EROFS: Errno = Errno(libc::EROFS);
-    pub const EACCES: Errno = Errno(libc::EACCES);
-    pub const ERANGE: Errno = Errno(libc::ERANGE);
-    pub const ENODATA: Errno = Errno(libc::ENODATA);
-    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
-}
-
-/// What a reader of the mount sees for an error of the core: an allocation that failed is
-/// ENOMEM; everything else (a corrupt or changed archive, an I/O error, a kernel that fails its
-/// digest) is EIO for that file.
-impl From<&crate::Error> for Errno {
-    fn from(e: &crate::Error) -> Errno {
-        match e.kind() {
-            crate::ErrorKind::OutOfMemory => Errno::ENOMEM,
-            _ => Errno::EIO,
-        }
-    }
-}
-
-/// What a reader of the mount sees for an error of the mount's own files (backing files, the
-/// cache directory): ENOSPC and ENOMEM keep their meaning, as the reader can do something about
-/// them; anything else is EIO.
-impl From<&std::io::Error> for Errno {
-    fn from(e: &std::io::Error) -> Errno {
-        match e.raw_os_error() {
-            Some(libc::ENOSPC) => Errno(libc::ENOSPC),
-            Some(libc::ENOMEM) => Errno::ENOMEM,
-            _ => Errno::EIO,
-        }
-    }
-}
 
 /// The kind of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +119,8 @@ impl ReadSlice {
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
-    /// Byte bound of the backing files kept for kernels no handle has open.
+    /// Byte bound of everything the store holds for kernels no handle has open: backing
+    /// files, small kernels' bytes in memory, and files pinned by decoding ahead.
     pub cache_size: u64,
     /// Where backing files live.
     pub backing: Placement,
@@ -347,7 +307,7 @@ impl KpackFs {
         (binary.key, entry.arch)
     }
 
-    /// "ARCHIVE: KEY [ARCH]", as failures of one kernel are logged.
+    /// `ARCHIVE: KEY [ARCH]`, as failures of one kernel are logged.
     pub(in crate::fs) fn name_for_log(&self, file: &FileNode) -> String {
         let (key, arch) = self.names_of(file);
         format!("{}: {key} [{arch}]", self.archive_of(file).path().display())

@@ -1,7 +1,8 @@
 //! The open policy: which read path each open of a kernel file gets. Plain state and decisions,
-//! with no FUSE types and no locks: the adapter keeps it behind one mutex, feeds it the events
-//! (what `init` granted, an open starting, an open's file ready, a backing id registered or
-//! refused, a release) and carries out what it returns.
+//! with no FUSE types and no lock of its own: the adapter keeps it behind one mutex, feeds it
+//! the events (what `init` granted, an open starting, an open's file ready, a backing id
+//! registered or refused, a release) and carries out what it returns (`answer.rs`: the steps
+//! around the one call made without the lock).
 //!
 //! The read paths:
 //! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux
@@ -19,16 +20,14 @@
 //! daemon of an inode with a passthrough handle fails with EIO).
 
 use std::collections::HashMap;
-use std::fmt::Display;
-use std::sync::Mutex;
 
+mod answer;
 mod warm;
 
 pub use warm::Prefill;
 use warm::Warm;
 
 use super::tree::Ino;
-use crate::sync::lock;
 
 /// How the mount opens files, as asked with `--open-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,8 +124,10 @@ pub enum OpenStart {
     NoOpen { turned: bool },
     /// Open through the daemon: make sure the file exists, then ask [`OpenPolicy::opened`].
     Open {
-        /// Wait for the complete file rather than the first decoded bytes: only a complete
-        /// file can be passed through.
+        /// The handle would be passed through if its file is complete when it is answered
+        /// (only a complete file can be). The read side decides from this whether an open
+        /// waits for the complete file rather than the first decoded bytes
+        /// (`KpackFs::open_start`).
         passthrough: bool,
         /// Prefills to run now (see `warm.rs`), each reported with
         /// [`OpenPolicy::prefilled`].
@@ -212,8 +213,6 @@ pub struct OpenPolicy<B> {
     page_cache: bool,
     /// Backing ids are registered: asked for, granted at `init`, none refused since.
     passthrough: bool,
-    /// Opens in a row that found their kernel decoded and opened before.
-    warm_in_a_row: u64,
     /// How many of those make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in tests).
     turn_after: u64,
     warm: Warm,
@@ -231,7 +230,6 @@ impl<B: Clone> OpenPolicy<B> {
             want_passthrough,
             page_cache: start == Start::PageCache,
             passthrough: false,
-            warm_in_a_row: 0,
             turn_after: WARM_OPENS_TO_PAGE_CACHE,
             warm: Warm::default(),
             inodes: HashMap::new(),
@@ -293,10 +291,7 @@ impl<B: Clone> OpenPolicy<B> {
             return OpenStart::NoOpen { turned: true };
         }
         let mut prefill = Vec::new();
-        if self.start == Start::OpensUntilWarm
-            && !self.warm.seen()
-            && self.warm_in_a_row >= self.turn_after
-        {
+        if self.start == Start::OpensUntilWarm && self.warm.found(self.turn_after as usize) {
             let inodes = &self.inodes;
             prefill = self.warm.see(|ino| {
                 inodes
@@ -330,11 +325,6 @@ impl<B: Clone> OpenPolicy<B> {
     /// An open of `ino` has its file as handle `fh`: `complete` when every byte is decoded,
     /// `warm` when it came from what was kept and an earlier open got it too.
     pub fn opened(&mut self, ino: Ino, fh: u64, complete: bool, warm: bool) -> Handle<B> {
-        if warm {
-            self.warm_in_a_row += 1;
-        } else {
-            self.warm_in_a_row = 0;
-        }
         if self.start == Start::OpensUntilWarm {
             self.warm.opened(ino, warm, self.turn_after as usize);
         }
@@ -423,42 +413,6 @@ impl<B: Clone> OpenPolicy<B> {
         }
         self.add_daemon_handle(ino, fh);
         (daemon, first)
-    }
-
-    /// How new handle `fh` of `ino` is answered, carried out under `policy`'s lock except for
-    /// the registration of a backing id (`register`, an ioctl), which is made without it and
-    /// then checked against what other opens of the inode did meanwhile. An id that is not
-    /// used is dropped once the lock is released. Returns [`Handle::Passthrough`] or
-    /// [`Handle::Daemon`].
-    pub fn answer<E: Display>(
-        policy: &Mutex<Self>,
-        ino: Ino,
-        fh: u64,
-        complete: bool,
-        warm: bool,
-        register: impl FnOnce() -> Result<B, E>,
-    ) -> Handle<B> {
-        let handle = lock(policy).opened(ino, fh, complete, warm);
-        if !matches!(handle, Handle::Register) {
-            return handle;
-        }
-        match register() {
-            Ok(id) => {
-                let (handle, spare) = lock(policy).registered(fh, id);
-                drop(spare);
-                handle
-            }
-            Err(e) => {
-                let (handle, first) = lock(policy).refused(fh);
-                if first {
-                    log::warn!(
-                        "the kernel refused a passthrough backing file ({e}); \
-                         reads go through the daemon from now on"
-                    );
-                }
-                handle
-            }
-        }
     }
 
     fn stop_registering(&mut self, fh: u64) -> Option<Ino> {

@@ -39,6 +39,11 @@ impl Warm {
         self.seen
     }
 
+    /// `keep` warm opens in a row came, and the warm set is not seen yet.
+    pub(super) fn found(&self, keep: usize) -> bool {
+        !self.seen && self.recent.len() >= keep
+    }
+
     /// An open found its kernel decoded and opened before (`warm`) or not; `keep` is how many
     /// warm opens make a warm set.
     pub(super) fn opened(&mut self, ino: Ino, warm: bool, keep: usize) {

@@ -36,7 +36,7 @@ impl KpackFs {
     ///
     /// Its file is pinned in the store until its first open, and the pins count in the
     /// store's bound: when they (with the decodes ahead running) would take more than their
-    /// share of it ([`store::PIN_SHARE`]), nothing more is decoded ahead until opens take
+    /// share of it ([`PIN_SHARE`](crate::fs::store::PIN_SHARE)), nothing more is decoded ahead until opens take
     /// them. Pins the scan can no longer reach (more than [`scan::WINDOW`] inodes from its
     /// front) are released first.
     pub fn continue_ahead(&self) -> Option<FillJob> {

@@ -1,6 +1,7 @@
 //! The process's open-file limit: raised once, by the program at start-up, before any archive
-//! opens ([`raise_open_file_limit`]); read by the source, which needs a descriptor per archive
-//! ([`open_file_limit`]), and by the store, whose budget of backing files is half of it.
+//! opens ([`raise_open_file_limit`], which returns it: the program gives the store half of it
+//! as its budget of backing files); read by the source, which needs a descriptor per archive
+//! ([`open_file_limit`]).
 
 /// Raises the process's open-file limit as far as it goes: the soft limit to the hard one (the
 /// default soft limit, 1024, is small for large trees), and the hard one to the system's

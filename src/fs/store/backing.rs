@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::cache_dir::{CacheDir, DirStats, TmpFile};
 use super::kernel::{KernelId, KernelSpec, fail};
-use crate::fs::Errno;
+use crate::fs::errno::Errno;
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,8 +101,8 @@ impl BackingFile {
 
 impl BackingFile {
     /// Hands `answer` the bytes of `[offset, end)` (clipped to the kernel), read into this
-    /// thread's buffer; a failed read is logged, EIO. The buffer is kept from read to read: a
-    /// new one for each 1 MiB request had every page of it faulted in and zeroed first.
+    /// thread's buffer; a failed read is logged, EIO. The buffer is kept from read to read, so
+    /// that a request does not fault in and zero a new one.
     pub fn with_range<R>(
         &self,
         offset: u64,
@@ -346,9 +346,8 @@ impl Drop for Files {
 
 /// How many backing files a store may keep open under an open-file limit of `limit`: each is
 /// a descriptor, and half of the limit is left to archives, FUSE channels and open handles. A
-/// tree of 100,000 small kernels with a budget of 10,000 files evicted every file before its
-/// next open, so every warm open decoded again: hence the program raises the limit first
-/// (`setup::limits::raise_open_file_limit`).
+/// budget smaller than a tree evicts its files before their next open, and warm opens decode
+/// again: hence the program raises the limit first (`setup::limits::raise_open_file_limit`).
 pub fn descriptor_budget(limit: u64) -> usize {
     (limit / 2).clamp(16, 1 << 19) as usize
 }
@@ -398,7 +397,7 @@ fn seal(file: &File) {
 /// whole: their folio size is set by the shmem huge-page policy, not the writes.
 pub const WRITE_PIECE: usize = 32 << 10;
 
-/// A backing file being written by [`BackingStore::begin`]: readable through
+/// A backing file being written by [`Files::begin`]: readable through
 /// [`Pending::backing`] while it is written, removed (cache directory) if dropped unfinished.
 pub struct Pending {
     backing: Arc<BackingFile>,

@@ -19,8 +19,8 @@
 //! file's length and BLAKE3 are checked (against the archive's digest when it has one, else the
 //! `.b3` file); a file that fails is decoded again, never served.
 //!
-//! Bounded by `--disk-cache-size`: recency is the data file's modification time (touched on
-//! every use); when the bytes written by this daemon push its estimate past the bound, the
+//! Bounded by `--disk-cache-size`: recency is the data file's modification time (touched when
+//! used, at most once a minute per file); when the bytes written by this daemon push its estimate past the bound, the
 //! directory is listed and the least recently used files are removed until it fits.
 
 use std::fs::File;
@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use super::kernel::{KernelSpec, fail};
 use crate::error::hex;
-use crate::fs::Errno;
+use crate::fs::errno::Errno;
 
 /// Where the layout above starts, inside the directory the user named.
 const VERSION_DIR: &str = "kpack-v1";
@@ -435,7 +435,7 @@ mod tests {
                 key[0] = (i % 4) as u8;
                 key[4..8].copy_from_slice(&i.to_le_bytes());
                 let spec = KernelSpec {
-                    id: super::super::kernel::KernelId {
+                    id: crate::fs::store::kernel::KernelId {
                         archive: 0,
                         ordinal: i,
                     },

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crate::fs::Errno;
+use crate::fs::errno::Errno;
 
 /// Identifies one kernel of the mount: which archive, and its ordinal in that archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -41,7 +41,7 @@ pub mod backing;
 pub mod cache_dir;
 pub mod kernel;
 
-use crate::fs::Errno;
+use crate::fs::errno::Errno;
 use crate::sync::lock;
 use backing::{BackingFile, Files, Pending, Placement};
 use cache_dir::DirStats;
@@ -217,7 +217,7 @@ pub struct Store {
 
 impl Store {
     /// A store of at most `capacity` bytes and `files_max` files (each a descriptor, see
-    /// [`descriptor_budget`](super::backing::descriptor_budget)), placing files as
+    /// [`descriptor_budget`](backing::descriptor_budget)), placing files as
     /// `placement` says (a cache directory is bounded to `capacity` too).
     pub fn new(placement: &Placement, capacity: u64, files_max: usize) -> io::Result<Store> {
         let files = Files::new(placement, capacity)?;
