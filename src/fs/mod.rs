@@ -16,8 +16,9 @@
 //!   state and decisions.
 //! * `setup/`: what a mount is made from (sources, local GPUs, the mount table, the open-file
 //!   limit).
-//! * `fuse/`: the adapter, which carries out the policy's decisions and translates requests
-//!   and replies, and the mount itself.
+//! * `steps.rs`: the policy's decisions carried out for `init`, an open, its answer and a
+//!   release, with no FUSE types (the adapter and the model test run the same steps).
+//! * `fuse/`: the adapter, which translates requests and replies, and the mount itself.
 //!
 //! This file holds the shared types, [`KpackFs`] itself, its statistics, and the naming and
 //! logging of one kernel's failures. How a read flows through these parts is drawn in
@@ -29,6 +30,7 @@ mod namespace;
 pub mod policy;
 pub mod read;
 pub mod setup;
+pub mod steps;
 pub mod store;
 pub mod tree;
 

@@ -1,8 +1,8 @@
 //! A reference-model test of the read path. Random sequences of opens, reads at random
 //! offsets (through a handle, or by inode in page-cache mode), releases, scans that decode
 //! ahead, backing ids the kernel refuses, evictions (caches smaller than the kernels) and the
-//! turn to page-cache mode run against `KpackFs` and the open policy, driven as the FUSE
-//! adapter drives them, from one thread and from several. The model is the archive's bytes,
+//! turn to page-cache mode run against `KpackFs` and the open policy, through the steps the
+//! FUSE adapter runs (`steps.rs`), from one thread and from several. The model is the archive's bytes,
 //! and a fake kernel that keeps Linux's rules for FUSE handles.
 //!
 //! Checked after every step:
@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::policy::{self, Granted, Handle, OpenPolicy, OpenStart, Start};
-use super::store::backing::Placement;
+use super::policy::{self, Granted, Handle, OpenPolicy, Start};
+use super::steps;
+use super::store::backing::{BackingFile, Placement};
 use super::store::kernel::KernelId;
 use super::tree::{Entry, Ino};
 use super::{Errno, Fault, FsOptions, KpackFs, kernel_id};
@@ -229,14 +230,12 @@ impl Mount {
             .collect();
         let mut policy = OpenPolicy::new(s.start, true).turning_after(3);
         policy.fault = policy_fault;
-        policy.granted(s.passthrough);
-        if policy.page_cache() {
-            fs.set_decode_ahead(false);
-        }
+        let policy = Mutex::new(policy);
+        steps::granted(&fs, &policy, s.passthrough);
         Mount {
             _dir: dir,
             fs: Arc::new(fs),
-            policy: Mutex::new(policy),
+            policy,
             kernel: Mutex::new(FakeKernel::default()),
             files,
             capacity,
@@ -247,51 +246,37 @@ impl Mount {
     /// opened it alone (page-cache mode).
     fn open(&self, f: usize) -> Result<Option<u64>, String> {
         let (ino, _, _) = self.files[f];
-        let start = lock(&self.policy).open(ino);
-        let passthrough = match start {
-            OpenStart::NoOpen { turned } => {
-                if turned {
-                    self.fs.set_decode_ahead(false);
-                }
-                let refused = self.fs.refuse_open(ino, libc::O_RDONLY);
-                if refused != Errno::ENOSYS {
-                    return Err(format!("an open in page-cache mode gave {refused:?}"));
-                }
-                lock(&self.kernel).opened_alone(ino)?;
-                return Ok(None);
-            }
-            OpenStart::Open {
-                passthrough,
-                prefill,
-            } => {
-                // The fake kernel's page cache takes any kernel at once.
-                for p in prefill {
-                    lock(&self.policy).prefilled(p, true);
-                }
-                passthrough
-            }
-        };
         let (tx, rx) = mpsc::channel();
         let done = Box::new(move |r| drop(tx.send(r)));
-        let job = self.fs.open_start(ino, libc::O_RDONLY, passthrough, done);
+        // Two decode threads, both idle: one for the open's own job, one to decode ahead.
+        let opening = steps::open(&self.fs, &self.policy, ino, libc::O_RDONLY, 2, done);
+        // The fake kernel's page cache takes any kernel at once.
+        for p in opening.prefill {
+            lock(&self.policy).prefilled(p, true);
+        }
         // The decode runs on a thread of its own, as on the decode pool: the handle may be
         // made while it still runs.
-        let worker = job.map(|job| {
+        let worker = opening.job.map(|job| {
             let fs = self.fs.clone();
             std::thread::spawn(move || fs.run_fill(job))
         });
-        let ahead = self.fs.decode_ahead(ino, 1);
         let opened = rx.recv().map_err(|_| "an open was never answered")?;
-        let opened = opened.map_err(|e| format!("open of inode {ino}: {e:?}"))?;
-        let new = self.fs.add_handle(opened);
-        let register = || lock(&self.kernel).register();
-        let handle =
-            OpenPolicy::answer(&self.policy, ino, new.fh, new.complete, new.warm, register);
+        let opened = match opened {
+            Ok(opened) => opened,
+            // Page-cache mode: the kernel opens the file by itself.
+            Err(Errno::ENOSYS) if lock(&self.policy).page_cache() => {
+                lock(&self.kernel).opened_alone(ino)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("open of inode {ino}: {e:?}")),
+        };
+        let register = |_: &BackingFile| lock(&self.kernel).register();
+        let (new, handle) = steps::answer(&self.fs, &self.policy, ino, opened, register);
         lock(&self.kernel).opened(ino, new.fh, &handle)?;
         if let Some(w) = worker {
             w.join().map_err(|_| "a decode job panicked")?;
         }
-        for job in ahead {
+        for job in opening.ahead {
             self.fs.run_fill(job);
         }
         Ok(Some(new.fh))
@@ -301,11 +286,9 @@ impl Mount {
         // Linux lets go of the file (and its backing file) before it sends the RELEASE, so an
         // open the daemon answers after the RELEASE never meets the handle in the kernel.
         lock(&self.kernel).handles.remove(&fh);
-        let released = lock(&self.policy).release(fh);
-        if let Some(p) = released.prefill {
+        if let Some(p) = steps::release(&self.fs, &self.policy, fh) {
             lock(&self.policy).prefilled(p, true);
         }
-        self.fs.release(fh);
     }
 
     /// Reads through `fh`, or by inode without one, and compares with the model.

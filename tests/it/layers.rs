@@ -87,9 +87,10 @@ const FS_PARTS: &[(&str, &[&str])] = &[
     ("read", &["errno", "store", "tree"]),
     ("namespace", &["errno", "store", "tree"]),
     ("setup", &["tree"]),
+    ("steps", &["errno", "policy", "read", "store", "tree"]),
     (
         "fuse",
-        &["errno", "policy", "read", "store", "tree", "setup"],
+        &["errno", "policy", "read", "steps", "store", "tree", "setup"],
     ),
 ];
 

@@ -16,9 +16,11 @@ use fuser::{
 };
 
 use super::MountConfig;
-use crate::fs::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
+use crate::fs::policy::{Granted, Handle, OpenPolicy, Prefill};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
+use crate::fs::steps;
+use crate::fs::store::backing::BackingFile;
 use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
 
@@ -106,13 +108,9 @@ impl Shared {
             Ok(o) => o,
             Err(e) => return reply.error(errno(e)),
         };
-        let new = self.fs.add_handle(opened);
+        let register = |file: &BackingFile| reply.open_backing(file.file()).map(Arc::new);
+        let (new, handle) = steps::answer(&self.fs, &self.policy, ino, opened, register);
         let fh = new.fh;
-        let register = || match self.fs.backing_of(fh) {
-            Some(file) => reply.open_backing(file.file()).map(Arc::new),
-            None => Err(io::Error::other("no handle")),
-        };
-        let handle = OpenPolicy::answer(&self.policy, ino, fh, new.complete, new.warm, register);
         match handle {
             Handle::Passthrough(id) => {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
@@ -179,11 +177,8 @@ impl Shared {
     }
 
     fn release(self: &Arc<Self>, fh: u64) {
-        // The last handle's backing id is closed in the kernel once the lock is released.
-        let released = lock(&self.policy).release(fh);
-        drop(released.closed);
-        self.fs.release(fh);
-        self.prefill(released.prefill);
+        let prefill = steps::release(&self.fs, &self.policy, fh);
+        self.prefill(prefill);
     }
 }
 
@@ -309,18 +304,11 @@ impl Filesystem for Adapter {
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // More readahead requests in flight for the daemon read path (fuser's default is 16).
         let _ = config.set_max_background(64);
-        let (page_cache, passthrough) = {
-            let mut policy = lock(&self.policy);
-            policy.granted(Granted {
-                no_open,
-                passthrough,
-            });
-            (policy.page_cache(), policy.passthrough())
+        let granted = Granted {
+            no_open,
+            passthrough,
         };
-        if page_cache {
-            // No open walks the files: there is no scan to decode ahead of.
-            self.fs.set_decode_ahead(false);
-        }
+        let (page_cache, passthrough) = steps::granted(&self.fs, &self.policy, granted);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
             if page_cache {
@@ -357,34 +345,13 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let start = lock(&self.policy).open(ino.0);
-        let passthrough = match start {
-            OpenStart::Open {
-                passthrough,
-                prefill,
-            } => {
-                self.shared.prefill(prefill);
-                passthrough
-            }
-            OpenStart::NoOpen { turned } => {
-                if turned {
-                    self.fs.set_decode_ahead(false);
-                    log::info!(
-                        "open mode: page-cache from now on (the warm set is in the mount's \
-                         page cache: the kernel opens files without the daemon)"
-                    );
-                }
-                return reply.error(errno(self.fs.refuse_open(ino.0, flags.0)));
-            }
-        };
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        if let Some(job) = self.fs.open_start(ino.0, flags.0, passthrough, done) {
+        let idle = self.decoders.idle_workers();
+        let opening = steps::open(&self.fs, &self.policy, ino.0, flags.0, idle, done);
+        self.shared.prefill(opening.prefill);
+        for job in opening.job.into_iter().chain(opening.ahead) {
             self.decode(job);
-        }
-        // If this open continues a scan, decode threads left idle decode ahead of it.
-        for ahead in self.fs.decode_ahead(ino.0, self.decoders.idle_workers()) {
-            self.decode(ahead);
         }
     }
 

@@ -1,13 +1,13 @@
 //! The FUSE adapter: the only module that imports `fuser`. `adapter.rs` translates kernel
-//! requests into calls on [`KpackFs`](crate::fs::KpackFs) and its answers back into replies,
-//! and carries out the decisions of the open policy (`policy/`: which read path each open
-//! gets); `mount.rs` mounts, serves and tells our mount from a later one at the same path.
+//! requests into calls on [`KpackFs`](crate::fs::KpackFs) and the steps that carry out the
+//! open policy's decisions (`fs/steps.rs`), and their answers back into replies; `mount.rs`
+//! mounts, serves and tells our mount from a later one at the same path.
 //!
 //! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
 //!   where this daemon may register backing files) and tells the policy what was granted.
-//! * An OPEN asks the policy first: answered ENOSYS in page-cache mode, else its file is made
-//!   ready ([`KpackFs::open_start`](crate::fs::KpackFs::open_start)) and the policy says how the new handle is answered. A
-//!   backing id is registered here, without the policy's lock, and reported back to it.
+//! * An OPEN runs `steps::open`: answered ENOSYS in page-cache mode, else its file is made
+//!   ready and the policy says how the new handle is answered (`steps::answer`). The backing
+//!   id is registered through the open's reply, without the policy's lock.
 //! * Cold kernels decode on the decode pool (`read/pool.rs`), so request threads are never held by
 //!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
 //!   replies (`read/fill.rs`).

@@ -1,8 +1,7 @@
 //! The open policy: which read path each open of a kernel file gets. Plain state and decisions,
 //! with no FUSE types and no lock of its own: the adapter keeps it behind one mutex, feeds it
 //! the events (what `init` granted, an open starting, an open's file ready, a backing id
-//! registered or refused, a release) and carries out what it returns (`answer.rs`: the steps
-//! around the one call made without the lock).
+//! registered or refused, a release) and carries out what it returns (`fs/steps.rs`).
 //!
 //! The read paths:
 //! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux
@@ -20,8 +19,6 @@
 //! daemon of an inode with a passthrough handle fails with EIO).
 
 use std::collections::HashMap;
-
-mod answer;
 mod warm;
 
 pub use warm::Prefill;

@@ -16,7 +16,6 @@ mod stream;
 #[cfg(test)]
 use super::Fault;
 use super::store::Body;
-use super::store::backing::BackingFile;
 use super::store::kernel::KernelId;
 use super::tree::{Entry, FileNode, Ino};
 use super::{Errno, KpackFs, ReadSlice, kernel_id};
@@ -325,11 +324,6 @@ impl KpackFs {
         }
         lock(&self.handles).insert(handle.fh, opened);
         handle
-    }
-
-    /// The backing file an open handle reads.
-    pub fn backing_of(&self, fh: u64) -> Option<Arc<BackingFile>> {
-        lock(&self.handles).get(&fh).map(|h| h.backing.clone())
     }
 
     /// Drops a handle; its backing file goes when no handle and no store entry holds it.

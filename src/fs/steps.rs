@@ -1,0 +1,137 @@
+//! The steps the mount takes for `init`, an OPEN, the answer to an open and a RELEASE: the open
+//! policy's decisions carried out on [`KpackFs`]. No FUSE types, so the model test
+//! (`model_tests.rs`) runs the very steps the adapter runs; the adapter adds only the replies,
+//! the decode pool and the prefill thread.
+
+use std::fmt::Display;
+use std::sync::{Arc, Mutex};
+
+use super::KpackFs;
+use super::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
+use super::read::fill::{OpenDone, OpenedFile};
+use super::read::{FillJob, NewHandle};
+use super::store::backing::BackingFile;
+use super::tree::Ino;
+use crate::sync::lock;
+
+/// What an OPEN set going; its answer always comes through its `done`.
+pub struct Opening {
+    /// The kernel's decode job, when this open started it: to be run off the request thread.
+    pub job: Option<FillJob>,
+    /// Decodes ahead of the scan this open continues, one per idle decode thread.
+    pub ahead: Vec<FillJob>,
+    /// Kernels to put into the mount's page cache, each reported with
+    /// [`OpenPolicy::prefilled`].
+    pub prefill: Vec<Prefill>,
+}
+
+/// `init`: what the kernel granted. Returns whether the mount opens in page-cache mode, and
+/// whether backing ids are registered.
+pub fn granted<B: Clone>(
+    fs: &KpackFs,
+    policy: &Mutex<OpenPolicy<B>>,
+    granted: Granted,
+) -> (bool, bool) {
+    let (page_cache, passthrough) = {
+        let mut policy = lock(policy);
+        policy.granted(granted);
+        (policy.page_cache(), policy.passthrough())
+    };
+    if page_cache {
+        // No open walks the files: there is no scan to decode ahead of.
+        fs.set_decode_ahead(false);
+    }
+    (page_cache, passthrough)
+}
+
+/// An OPEN of `ino`: refused at once in page-cache mode (ENOSYS: the kernel opens files by
+/// itself from now on), else started, with `done` answered once the file is there.
+/// `idle_workers`: the decode threads free now, before this open's own job takes one.
+pub fn open<B: Clone>(
+    fs: &KpackFs,
+    policy: &Mutex<OpenPolicy<B>>,
+    ino: Ino,
+    flags: i32,
+    idle_workers: usize,
+    done: OpenDone,
+) -> Opening {
+    let start = lock(policy).open(ino);
+    match start {
+        OpenStart::NoOpen { turned } => {
+            if turned {
+                fs.set_decode_ahead(false);
+                log::info!(
+                    "open mode: page-cache from now on (the warm set is in the mount's page \
+                     cache: the kernel opens files without the daemon)"
+                );
+            }
+            done(Err(fs.refuse_open(ino, flags)));
+            Opening {
+                job: None,
+                ahead: Vec::new(),
+                prefill: Vec::new(),
+            }
+        }
+        OpenStart::Open {
+            passthrough,
+            prefill,
+        } => {
+            let job = fs.open_start(ino, flags, passthrough, done);
+            // If this open continues a scan, decode threads left idle decode ahead of it.
+            let idle = idle_workers.saturating_sub(usize::from(job.is_some()));
+            Opening {
+                job,
+                ahead: fs.decode_ahead(ino, idle),
+                prefill,
+            }
+        }
+    }
+}
+
+/// An open of `ino` has its file: it becomes a handle, answered as the policy decides. The
+/// policy decides under its lock, except for the registration of the file as a backing id
+/// (`register`, an ioctl on the FUSE device), which is made without it and then squared with
+/// what other opens of the inode did meanwhile; an id left unused is closed once the lock is
+/// released. Returns the handle and [`Handle::Passthrough`] or [`Handle::Daemon`].
+pub fn answer<B: Clone, E: Display>(
+    fs: &KpackFs,
+    policy: &Mutex<OpenPolicy<B>>,
+    ino: Ino,
+    opened: OpenedFile,
+    register: impl FnOnce(&BackingFile) -> Result<B, E>,
+) -> (NewHandle, Handle<B>) {
+    let file: Arc<BackingFile> = opened.backing.clone();
+    let new = fs.add_handle(opened);
+    let handle = lock(policy).opened(ino, new.fh, new.complete, new.warm);
+    if !matches!(handle, Handle::Register) {
+        return (new, handle);
+    }
+    let handle = match register(&file) {
+        Ok(id) => {
+            let (handle, spare) = lock(policy).registered(new.fh, id);
+            drop(spare);
+            handle
+        }
+        Err(e) => {
+            let (handle, first) = lock(policy).refused(new.fh);
+            if first {
+                log::warn!(
+                    "the kernel refused a passthrough backing file ({e}); \
+                     reads go through the daemon from now on"
+                );
+            }
+            handle
+        }
+    };
+    (new, handle)
+}
+
+/// A RELEASE of handle `fh`. The inode's backing id, when this was its last passthrough
+/// handle, is closed after the policy's lock is released. Returns the prefill the release
+/// asks for, if any.
+pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) -> Option<Prefill> {
+    let released = lock(policy).release(fh);
+    drop(released.closed);
+    fs.release(fh);
+    released.prefill
+}
