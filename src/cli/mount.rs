@@ -17,7 +17,7 @@ use rocm_kpack::fs::fuse::{self, Access, MountConfig};
 use rocm_kpack::fs::setup::limits::raise_open_file_limit;
 use rocm_kpack::fs::setup::source::{self, SourceOptions};
 use rocm_kpack::fs::setup::{gpus, mountinfo};
-use rocm_kpack::fs::store::backing::{Placement, descriptor_budget};
+use rocm_kpack::fs::store::{Placement, descriptor_budget};
 use rocm_kpack::fs::{FsOptions, OpenMode};
 use rocm_kpack::loader::LoaderConfig;
 

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use rocm_kpack::fs::store::backing::{DEFAULT_SCRATCH_BASE, Placement};
+use rocm_kpack::fs::store::{DEFAULT_SCRATCH_BASE, Placement};
 
 use super::mount_options::Settings;
 

@@ -42,8 +42,8 @@ use std::time::{Duration, SystemTime};
 use crate::archive::Archive;
 use read::fill::{Fill, OpenedFile};
 use read::scan::Scan;
-use store::backing::Placement;
-use store::kernel::KernelId;
+use store::KernelId;
+use store::Placement;
 use store::{CacheStats, Store};
 use tree::{FileNode, Ino, Tree, TreeBuilder, TreeError};
 
@@ -127,7 +127,7 @@ pub struct FsOptions {
     /// Where backing files live.
     pub backing: Placement,
     /// Most backing files kept open for kernels no handle has open (each is a descriptor):
-    /// [`store::backing::descriptor_budget`] of the limit the program raised at start-up
+    /// [`store::descriptor_budget`] of the limit the program raised at start-up
     /// ([`setup::limits::raise_open_file_limit`]).
     pub files_max: usize,
     /// Device ISAs, in order, for `native.hsaco`.

@@ -28,8 +28,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::policy::{self, Granted, Handle, OpenPolicy, Start};
 use super::steps;
-use super::store::backing::{BackingFile, Placement};
-use super::store::kernel::KernelId;
+use super::store::KernelId;
+use super::store::{BackingFile, Placement};
 use super::tree::{Entry, Ino};
 use super::{Errno, Fault, FsOptions, KpackFs, kernel_id};
 use crate::archive::Archive;

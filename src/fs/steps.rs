@@ -10,7 +10,7 @@ use super::KpackFs;
 use super::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
 use super::read::fill::{OpenDone, OpenedFile};
 use super::read::{FillJob, NewHandle};
-use super::store::backing::BackingFile;
+use super::store::BackingFile;
 use super::tree::Ino;
 use crate::sync::lock;
 

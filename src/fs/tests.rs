@@ -694,7 +694,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         got.extend_from_slice(s.as_slice());
     }
     assert!(got == big);
-    assert!(fs.store().contains(crate::fs::store::kernel::KernelId {
+    assert!(fs.store().contains(crate::fs::store::KernelId {
         archive: 0,
         ordinal: 0
     }));
@@ -835,7 +835,7 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
     };
     let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
     let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
-    let id = |i: u32| crate::fs::store::kernel::KernelId {
+    let id = |i: u32| crate::fs::store::KernelId {
         archive: 0,
         ordinal: i,
     };

@@ -20,7 +20,7 @@ use crate::fs::policy::{Granted, Handle, OpenPolicy, Prefill};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
 use crate::fs::steps;
-use crate::fs::store::backing::BackingFile;
+use crate::fs::store::BackingFile;
 use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
 

@@ -11,9 +11,9 @@ use crate::archive::KernelRef;
 use crate::archive::codec::SharedKernel;
 #[cfg(test)]
 use crate::fs::Fault;
+use crate::fs::store::BackingFile;
 use crate::fs::store::Body;
-use crate::fs::store::backing::BackingFile;
-use crate::fs::store::kernel::{KernelId, KernelSpec};
+use crate::fs::store::{KernelId, KernelSpec};
 use crate::fs::tree::{Entry, FileNode, Ino};
 use crate::fs::{Errno, KpackFs, kernel_id};
 use crate::sync::lock;

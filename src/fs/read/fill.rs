@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::fs::Errno;
+use crate::fs::store::BackingFile;
 use crate::fs::store::Body;
-use crate::fs::store::backing::BackingFile;
 use crate::sync::lock;
 
 /// How an open file reads: the file is complete (passthrough may serve it), or it is still
@@ -282,9 +282,7 @@ fn answer(body: &Body, r: Parked) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::store::backing::{Files, Placement};
-    use crate::fs::store::kernel::KernelId;
-    use crate::fs::store::kernel::KernelSpec;
+    use crate::fs::store::{KernelId, KernelSpec, Placement, Store};
     use std::sync::mpsc::{Receiver, channel};
 
     type Got = Result<Vec<u8>, Errno>;
@@ -331,7 +329,7 @@ mod tests {
 
     #[test]
     fn reads_wait_for_their_bytes_and_opens_for_the_stream() {
-        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Store::new(&Placement::Memory, 1 << 20, 16).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let early = open(&fill);
@@ -378,7 +376,7 @@ mod tests {
 
     #[test]
     fn an_open_of_the_whole_file_waits_for_it_to_complete() {
-        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Store::new(&Placement::Memory, 1 << 20, 16).unwrap();
         let data: Vec<u8> = (0..9000u32).map(|i| (i % 7) as u8).collect();
         let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let (early, streamed) = (open_as(&fill, true), open(&fill));
@@ -411,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_file_with_every_byte_published_is_complete_before_it_is_kept() {
-        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Store::new(&Placement::Memory, 1 << 20, 16).unwrap();
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 13) as u8).collect();
         let fill = Arc::new(Fill::for_kernel(data.len() as u64));
         let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
@@ -434,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_failure_answers_every_waiter_and_later_reads_with_eio() {
-        let store = Files::new(&Placement::Memory, 1 << 20).unwrap();
+        let store = Store::new(&Placement::Memory, 1 << 20, 16).unwrap();
         let fill = Arc::new(Fill::for_kernel(8192));
         let waiting = open(&fill);
         let pending = store.begin(&spec(8192)).unwrap();

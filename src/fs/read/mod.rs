@@ -16,7 +16,7 @@ mod stream;
 #[cfg(test)]
 use super::Fault;
 use super::store::Body;
-use super::store::kernel::KernelId;
+use super::store::KernelId;
 use super::tree::{Entry, FileNode, Ino};
 use super::{Errno, KpackFs, ReadSlice, kernel_id};
 use crate::sync::lock;

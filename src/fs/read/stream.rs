@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use super::fill::Fill;
 use crate::archive::codec::decode_frame_steps;
 use crate::archive::{Archive, KernelRef};
-use crate::fs::store::backing::Pending;
+use crate::fs::store::Pending;
 
 /// How far a decode gets before it publishes the bytes it wrote (and answers the reads waiting
 /// for them): large enough that publishing costs little next to decoding, small enough to stay

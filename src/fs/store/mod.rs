@@ -37,15 +37,18 @@ use std::sync::{Arc, Mutex, Weak};
 
 use lru::LruCache;
 
-pub mod backing;
-pub mod cache_dir;
-pub mod kernel;
+mod backing;
+mod cache_dir;
+mod kernel;
 
 use crate::fs::errno::Errno;
 use crate::sync::lock;
-use backing::{BackingFile, Files, Pending, Placement};
+use backing::Files;
 use cache_dir::DirStats;
-use kernel::{KernelId, KernelSpec};
+
+// The store's interface: what its users name of the files it makes and where they live.
+pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Pending, Placement, descriptor_budget};
+pub use kernel::{KernelId, KernelSpec};
 
 /// With files on disk, at most this many bytes of entries are held in memory.
 pub const MEMORY_MAX: u64 = 4 << 20;

@@ -26,7 +26,7 @@ fn fs_over_with(bytes: &[u8], cache_size: u64) -> (tempfile::TempDir, KpackFs) {
     std::fs::write(&p, bytes).unwrap();
     let opts = FsOptions {
         cache_size,
-        backing: rocm_kpack::fs::store::backing::Placement::Memory,
+        backing: rocm_kpack::fs::store::Placement::Memory,
         files_max: 1024,
         gpus: vec![],
         uid: 0,
