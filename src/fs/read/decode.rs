@@ -136,7 +136,7 @@ impl KpackFs {
         let frame = &buf[start..];
         let decoded = stream::decode_into(frame, spec.len, &mut pending, fill);
         stream::keep_frame_buffer(buf);
-        decoded.map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        decoded.map_err(|e| self.failed(file, &e.message, e.errno))?;
         Ok(self.store.finish(&spec, pending))
     }
 
@@ -149,9 +149,10 @@ impl KpackFs {
     ) -> Result<(Arc<BackingFile>, bool), Errno> {
         let spec = self.spec_of(file)?;
         let mut pending = self.store.begin(&spec)?;
-        pending
-            .write_at(0, bytes)
-            .map_err(|e| self.failed(file, &e, Errno::EIO))?;
+        pending.write_at(0, bytes).map_err(|e| {
+            let e = stream::DecodeError::write(&e);
+            self.failed(file, &e.message, e.errno)
+        })?;
         Ok(self.store.finish(&spec, pending))
     }
 
@@ -260,6 +261,7 @@ impl KpackFs {
         let pending =
             stream::write_whole(archive, kref, || self.store.begin(spec)).map_err(|e| match e {
                 stream::WholeError::Store(errno) => errno,
+                stream::WholeError::Write(e) => self.failed(file, &e.message, e.errno),
                 stream::WholeError::Read(e) => fail(&e),
             })?;
         // Bytes of a file rewritten in place may decode without any error.

@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use super::fill::Fill;
 use crate::archive::codec::decode_frame_steps;
 use crate::archive::{Archive, KernelRef};
+use crate::fs::errno::Errno;
 use crate::fs::store::Pending;
 
 /// How far a decode gets before it publishes the bytes it wrote (and answers the reads waiting
@@ -45,6 +46,24 @@ pub fn keep_frame_buffer(buf: Vec<u8>) {
     }
 }
 
+/// Why [`decode_into`] failed: what to log, and what readers see (EIO for a frame that does
+/// not decode; a failed write keeps its meaning, such as ENOSPC).
+#[derive(Debug)]
+pub struct DecodeError {
+    pub message: String,
+    pub errno: Errno,
+}
+
+impl DecodeError {
+    /// A write into the backing file failed.
+    pub fn write(e: &std::io::Error) -> DecodeError {
+        DecodeError {
+            message: format!("cannot write the backing file: {e}"),
+            errno: Errno::from(e),
+        }
+    }
+}
+
 /// Decodes `frame` (checked to produce `len` bytes) into `pending`, publishing each step
 /// through `fill` as soon as it is written.
 pub fn decode_into(
@@ -52,10 +71,12 @@ pub fn decode_into(
     len: u64,
     pending: &mut Pending,
     fill: &Fill,
-) -> Result<(), String> {
+) -> Result<(), DecodeError> {
     // Taken from the thread for the job and given back after it: a step's answer cannot
     // start another decode on this thread, but nothing is borrowed across it all the same.
     let spare = Cell::new(BUFFER.with_borrow_mut(std::mem::take));
+    // The decoder carries errors as text; a failed write is kept here.
+    let mut write_error = None;
     let result = decode_frame_steps(
         frame,
         len,
@@ -63,20 +84,33 @@ pub fn decode_into(
         KEEP,
         || Ok(spare.take()),
         |from, buffer, fresh, end| {
-            pending.write_at(from + fresh as u64, &buffer[fresh..end])?;
+            pending
+                .write_at(from + fresh as u64, &buffer[fresh..end])
+                .map_err(|e| {
+                    let failed = DecodeError::write(&e);
+                    let message = failed.message.clone();
+                    write_error = Some(failed);
+                    message
+                })?;
             fill.progress(from, &buffer[..end]);
             spare.set(buffer);
             Ok(())
         },
     );
     BUFFER.with_borrow_mut(|kept| *kept = spare.take());
-    result
+    result.map_err(|message| {
+        write_error.unwrap_or(DecodeError {
+            message,
+            errno: Errno::EIO,
+        })
+    })
 }
 
-/// Why [`write_whole`] failed: the backing file could not be made (already logged), or the
-/// archive's read or check failed.
+/// Why [`write_whole`] failed: the backing file could not be made (already logged), a write
+/// into it failed, or the archive's read or check failed.
 pub enum WholeError {
-    Store(super::Errno),
+    Store(Errno),
+    Write(DecodeError),
     Read(crate::Error),
 }
 
@@ -88,26 +122,68 @@ pub enum WholeError {
 pub fn write_whole(
     archive: &Archive,
     kref: &KernelRef<'_>,
-    mut begin: impl FnMut() -> Result<Pending, super::Errno>,
+    mut begin: impl FnMut() -> Result<Pending, Errno>,
 ) -> Result<Pending, WholeError> {
     let mut frame = frame_buffer();
     let mut piece = BUFFER.with_borrow_mut(std::mem::take);
     // Made with the first piece; a failure to make it stops the read there.
-    let mut made: Option<Result<Pending, super::Errno>> = None;
+    let mut made: Option<Result<Pending, Errno>> = None;
+    let mut write_error = None;
     let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| match made
         .get_or_insert_with(&mut begin)
     {
-        Ok(pending) => pending.write_at(at, bytes),
+        Ok(pending) => pending.write_at(at, bytes).map_err(|e| {
+            let failed = DecodeError::write(&e);
+            let message = failed.message.clone();
+            write_error = Some(failed);
+            message
+        }),
         Err(_) => Err("no backing file".into()),
     });
     keep_frame_buffer(frame);
     BUFFER.with_borrow_mut(|kept| *kept = piece);
-    match (made, written) {
-        // The read's own error is then only the refusal.
-        (Some(Err(e)), _) => Err(WholeError::Store(e)),
-        (_, Err(e)) => Err(WholeError::Read(e)),
-        (Some(Ok(pending)), Ok(())) => Ok(pending),
+    match (made, written, write_error) {
+        // The read's own error is then only the refusal, or the failed write.
+        (Some(Err(e)), _, _) => Err(WholeError::Store(e)),
+        (_, Err(_), Some(e)) => Err(WholeError::Write(e)),
+        (_, Err(e), None) => Err(WholeError::Read(e)),
+        (Some(Ok(pending)), Ok(()), _) => Ok(pending),
         // An empty kernel: no piece, the file is made once the read checked it.
-        (None, Ok(())) => begin().map_err(WholeError::Store),
+        (None, Ok(()), _) => begin().map_err(WholeError::Store),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that fails while a frame decodes keeps its errno (a full disk is ENOSPC to the
+    /// reader, not EIO); a frame that does not decode is EIO.
+    #[test]
+    fn a_failed_write_keeps_its_errno() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let frame = zstd::bulk::compress(&data, 3).unwrap();
+        let len = data.len() as u64;
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut pending = Pending::over(full, len);
+        let fill = std::sync::Arc::new(Fill::for_kernel(len));
+        fill.streaming(pending.backing());
+        let e = decode_into(&frame, len, &mut pending, &fill).unwrap_err();
+        assert_eq!(e.errno, Errno(libc::ENOSPC));
+        assert!(
+            e.message.starts_with("cannot write the backing file: No space left on device"),
+            "{}",
+            e.message
+        );
+
+        let file = tempfile::tempfile().unwrap();
+        let mut pending = Pending::over(file, len);
+        let fill = std::sync::Arc::new(Fill::for_kernel(len));
+        fill.streaming(pending.backing());
+        let e = decode_into(&frame[..frame.len() / 2], len, &mut pending, &fill).unwrap_err();
+        assert_eq!(e.errno, Errno::EIO, "{}", e.message);
     }
 }

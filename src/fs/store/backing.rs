@@ -413,22 +413,36 @@ impl Pending {
         &self.backing
     }
 
+    /// A file of `len` bytes to write, over `file` as it is (tests: a file whose writes fail).
+    #[cfg(test)]
+    pub fn over(file: File, len: u64) -> Pending {
+        Pending {
+            backing: Arc::new(BackingFile {
+                file,
+                len,
+                live: Arc::new(AtomicU64::new(len)),
+                touched: AtomicU64::new(0),
+                opened: AtomicBool::new(false),
+            }),
+            piece: WRITE_PIECE,
+            tmp: None,
+            hasher: None,
+        }
+    }
+
     /// Writes `bytes` at `offset` (bytes not yet written read as zeros). Writes must come in
     /// order, back to back, when the file is hashed for a cache directory.
-    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let end = offset.saturating_add(bytes.len() as u64);
         if end > self.backing.len {
-            return Err(format!(
-                "{end} bytes for a {}-byte backing file",
-                self.backing.len
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{end} bytes for a {}-byte backing file", self.backing.len),
             ));
         }
         let mut at = offset;
         for piece in bytes.chunks(self.piece) {
-            self.backing
-                .file
-                .write_all_at(piece, at)
-                .map_err(|e| format!("cannot write the backing file: {e}"))?;
+            self.backing.file.write_all_at(piece, at)?;
             at += piece.len() as u64;
         }
         if let Some(h) = &mut self.hasher {
