@@ -239,7 +239,7 @@ fn breakdown(archive: &Path) {
     let entries = a.entries().count() as f64;
     let opts = FsOptions {
         cache_size: 1 << 20,
-        backing: rocm_kpack::fs::store::backing::Placement::Memory,
+        backing: rocm_kpack::fs::store::Placement::Memory,
         files_max: 1024,
         gpus: Vec::new(),
         uid: 0,

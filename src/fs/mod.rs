@@ -24,13 +24,13 @@
 //! logging of one kernel's failures. How a read flows through these parts is drawn in
 //! docs/architecture.md.
 
-pub mod errno;
+mod errno;
 pub mod fuse;
 mod namespace;
 pub mod policy;
 pub mod read;
 pub mod setup;
-pub mod steps;
+pub(crate) mod steps;
 pub mod store;
 pub mod tree;
 

@@ -1,9 +1,9 @@
-//! A reference-model test of the read path. Random sequences of opens, reads at random
-//! offsets (through a handle, or by inode in page-cache mode), releases, scans that decode
-//! ahead, backing ids the kernel refuses, evictions (caches smaller than the kernels) and the
-//! turn to page-cache mode run against `KpackFs` and the open policy, through the steps the
-//! FUSE adapter runs (`steps.rs`), from one thread and from several. The model is the archive's bytes,
-//! and a fake kernel that keeps Linux's rules for FUSE handles.
+//! A reference-model test of the read path. Random sequences of opens, reads at random offsets
+//! (through a handle, or by inode in page-cache mode), releases, scans that decode ahead, backing
+//! ids the kernel refuses, evictions (caches smaller than the kernels) and the turn to page-cache
+//! mode run against `KpackFs` and the open policy, through the steps the FUSE adapter runs
+//! (`steps.rs`), from one thread and from several. The model is the archive's bytes, and a fake
+//! kernel that keeps Linux's rules for FUSE handles.
 //!
 //! Checked after every step:
 //! * every read returns the archive's exact bytes, short only at the end of the file;
@@ -26,12 +26,13 @@ use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::policy::{self, Granted, Handle, OpenPolicy, Start};
-use super::steps;
+use super::policy::{self, Granted, Handle, OpenPolicy, Prefill, Start};
+use super::read::fill::OpenedFile;
+use super::steps::{self, Runner};
 use super::store::KernelId;
 use super::store::{BackingFile, Placement};
 use super::tree::{Entry, Ino};
-use super::{Errno, Fault, FsOptions, KpackFs, kernel_id};
+use super::{Errno, Fault, FillJob, FsOptions, KpackFs, kernel_id};
 use crate::archive::Archive;
 use crate::archive::writer::{ArchiveWriter, Compression};
 use crate::sync::lock;
@@ -170,6 +171,32 @@ impl FakeKernel {
 }
 
 /// A mount under test: the filesystem, its open policy and fake kernel, and the model.
+/// Where one open's work runs in the model: each decode job on a thread of its own, as on
+/// the decode pool (a handle may be made while its decode still runs), joined when the open
+/// is done; a prefill lands at once, as the fake kernel's page cache takes any kernel.
+struct Jobs<'a> {
+    mount: &'a Mount,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Runner for Jobs<'_> {
+    fn decode(&self, job: FillJob) {
+        let fs = self.mount.fs.clone();
+        lock(&self.threads).push(std::thread::spawn(move || fs.run_fill(job)));
+    }
+
+    /// One decode thread beside the open's own: one decode ahead at a time.
+    fn idle_workers(&self) -> usize {
+        1
+    }
+
+    fn prefill(&self, prefills: Vec<Prefill>) {
+        for p in prefills {
+            lock(&self.mount.policy).prefilled(p, true);
+        }
+    }
+}
+
 struct Mount {
     _dir: tempfile::TempDir,
     fs: Arc<KpackFs>,
@@ -248,18 +275,24 @@ impl Mount {
         let (ino, _, _) = self.files[f];
         let (tx, rx) = mpsc::channel();
         let done = Box::new(move |r| drop(tx.send(r)));
-        // Two decode threads, both idle: one for the open's own job, one to decode ahead.
-        let opening = steps::open(&self.fs, &self.policy, ino, libc::O_RDONLY, 2, done);
-        // The fake kernel's page cache takes any kernel at once.
-        for p in opening.prefill {
-            lock(&self.policy).prefilled(p, true);
+        let jobs = Jobs {
+            mount: self,
+            threads: Mutex::new(Vec::new()),
+        };
+        steps::open(&self.fs, &self.policy, &jobs, ino, libc::O_RDONLY, done);
+        let answered = self.answer(ino, rx);
+        for thread in std::mem::take(&mut *lock(&jobs.threads)) {
+            thread.join().map_err(|_| "a decode job panicked")?;
         }
-        // The decode runs on a thread of its own, as on the decode pool: the handle may be
-        // made while it still runs.
-        let worker = opening.job.map(|job| {
-            let fs = self.fs.clone();
-            std::thread::spawn(move || fs.run_fill(job))
-        });
+        answered
+    }
+
+    /// The rest of an open once its answer comes: a handle, or the kernel opening alone.
+    fn answer(
+        &self,
+        ino: Ino,
+        rx: mpsc::Receiver<Result<OpenedFile, Errno>>,
+    ) -> Result<Option<u64>, String> {
         let opened = rx.recv().map_err(|_| "an open was never answered")?;
         let opened = match opened {
             Ok(opened) => opened,
@@ -273,12 +306,6 @@ impl Mount {
         let register = |_: &BackingFile| lock(&self.kernel).register();
         let (new, handle) = steps::answer(&self.fs, &self.policy, ino, opened, register);
         lock(&self.kernel).opened(ino, new.fh, &handle)?;
-        if let Some(w) = worker {
-            w.join().map_err(|_| "a decode job panicked")?;
-        }
-        for job in opening.ahead {
-            self.fs.run_fill(job);
-        }
         Ok(Some(new.fh))
     }
 

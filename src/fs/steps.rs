@@ -14,15 +14,16 @@ use super::store::BackingFile;
 use super::tree::Ino;
 use crate::sync::lock;
 
-/// What an OPEN set going; its answer always comes through its `done`.
-pub struct Opening {
-    /// The kernel's decode job, when this open started it: to be run off the request thread.
-    pub job: Option<FillJob>,
-    /// Decodes ahead of the scan this open continues, one per idle decode thread.
-    pub ahead: Vec<FillJob>,
-    /// Kernels to put into the mount's page cache, each reported with
+/// Where an open's work runs: the adapter's decode pool and prefill thread, or the model
+/// test's threads.
+pub trait Runner {
+    /// Runs a decode job off the request thread.
+    fn decode(&self, job: FillJob);
+    /// How many jobs handed in now would start at once.
+    fn idle_workers(&self) -> usize;
+    /// Puts these kernels into the mount's page cache, each reported with
     /// [`OpenPolicy::prefilled`].
-    pub prefill: Vec<Prefill>,
+    fn prefill(&self, prefills: Vec<Prefill>);
 }
 
 /// `init`: what the kernel granted. Returns whether the mount opens in page-cache mode, and
@@ -45,16 +46,16 @@ pub fn granted<B: Clone>(
 }
 
 /// An OPEN of `ino`: refused at once in page-cache mode (ENOSYS: the kernel opens files by
-/// itself from now on), else started, with `done` answered once the file is there.
-/// `idle_workers`: the decode threads free now, before this open's own job takes one.
+/// itself from now on), else started; either way `done` gets the answer. The open's own
+/// decode is handed to `runner` before anything is decoded ahead of it.
 pub fn open<B: Clone>(
     fs: &KpackFs,
     policy: &Mutex<OpenPolicy<B>>,
+    runner: &impl Runner,
     ino: Ino,
     flags: i32,
-    idle_workers: usize,
     done: OpenDone,
-) -> Opening {
+) {
     let start = lock(policy).open(ino);
     match start {
         OpenStart::NoOpen { turned } => {
@@ -66,23 +67,18 @@ pub fn open<B: Clone>(
                 );
             }
             done(Err(fs.refuse_open(ino, flags)));
-            Opening {
-                job: None,
-                ahead: Vec::new(),
-                prefill: Vec::new(),
-            }
         }
         OpenStart::Open {
             passthrough,
             prefill,
         } => {
-            let job = fs.open_start(ino, flags, passthrough, done);
+            runner.prefill(prefill);
+            if let Some(job) = fs.open_start(ino, flags, passthrough, done) {
+                runner.decode(job);
+            }
             // If this open continues a scan, decode threads left idle decode ahead of it.
-            let idle = idle_workers.saturating_sub(usize::from(job.is_some()));
-            Opening {
-                job,
-                ahead: fs.decode_ahead(ino, idle),
-                prefill,
+            for ahead in fs.decode_ahead(ino, runner.idle_workers()) {
+                runner.decode(ahead);
             }
         }
     }

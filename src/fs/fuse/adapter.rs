@@ -1,5 +1,5 @@
-//! The adapter proper: kernel requests in, calls on [`KpackFs`] out, answers back as replies;
-//! the open policy's decisions carried out (see the module above).
+//! The adapter proper: kernel requests in, calls on [`KpackFs`] and the open steps
+//! (`fs/steps.rs`) out, answers back as replies; the decode pool and the prefill thread.
 
 use std::ffi::OsStr;
 use std::io;
@@ -19,7 +19,7 @@ use super::MountConfig;
 use crate::fs::policy::{Granted, Handle, OpenPolicy, Prefill};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
-use crate::fs::steps;
+use crate::fs::steps::{self, Runner};
 use crate::fs::store::BackingFile;
 use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
@@ -83,7 +83,7 @@ type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
 /// What the adapter and the jobs it sends to the decode pool share.
 pub(super) struct Shared {
     fs: KpackFs,
-    /// Which read path each open gets; its decisions are carried out here.
+    /// Which read path each open gets; its decisions are carried out by `fs/steps.rs`.
     policy: Policy,
     /// Sends notifications to the kernel; set once the session exists.
     notifier: OnceLock<Notifier>,
@@ -212,24 +212,6 @@ impl Adapter {
         NotifierSlot(self.shared.clone())
     }
 
-    /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
-    /// there is one to decode ahead of and no other job waits for a thread.
-    fn decode(&self, job: FillJob) {
-        let shared = self.shared.clone();
-        let queue = self.decoders.queue();
-        self.decoders.run(move || {
-            let mut next = Some(job);
-            while let Some(job) = next {
-                shared.fs.run_fill(job);
-                next = if queue.has_waiting() {
-                    None
-                } else {
-                    shared.fs.continue_ahead()
-                };
-            }
-        });
-    }
-
     /// A read without a handle (page-cache mode): answered at once for a stored kernel, else by
     /// the kernel's decode job (started on the decode pool when none runs), so request threads
     /// stay free for other files.
@@ -256,6 +238,35 @@ impl std::ops::Deref for Adapter {
     type Target = Shared;
     fn deref(&self) -> &Shared {
         &self.shared
+    }
+}
+
+/// Decodes run on the decode pool, prefills on the prefill thread.
+impl Runner for Adapter {
+    /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
+    /// there is one to decode ahead of and no other job waits for a thread.
+    fn decode(&self, job: FillJob) {
+        let shared = self.shared.clone();
+        let queue = self.decoders.queue();
+        self.decoders.run(move || {
+            let mut next = Some(job);
+            while let Some(job) = next {
+                shared.fs.run_fill(job);
+                next = if queue.has_waiting() {
+                    None
+                } else {
+                    shared.fs.continue_ahead()
+                };
+            }
+        });
+    }
+
+    fn idle_workers(&self) -> usize {
+        self.decoders.idle_workers()
+    }
+
+    fn prefill(&self, prefills: Vec<Prefill>) {
+        self.shared.prefill(prefills);
     }
 }
 
@@ -347,12 +358,7 @@ impl Filesystem for Adapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        let idle = self.decoders.idle_workers();
-        let opening = steps::open(&self.fs, &self.policy, ino.0, flags.0, idle, done);
-        self.shared.prefill(opening.prefill);
-        for job in opening.job.into_iter().chain(opening.ahead) {
-            self.decode(job);
-        }
+        steps::open(&self.fs, &self.policy, self, ino.0, flags.0, done);
     }
 
     fn read(

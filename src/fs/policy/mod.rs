@@ -210,7 +210,8 @@ pub struct OpenPolicy<B> {
     page_cache: bool,
     /// Backing ids are registered: asked for, granted at `init`, none refused since.
     passthrough: bool,
-    /// How many of those make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in tests).
+    /// How many warm opens in a row make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in
+    /// tests).
     turn_after: u64,
     warm: Warm,
     inodes: HashMap<Ino, Inode<B>>,

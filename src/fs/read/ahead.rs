@@ -34,11 +34,11 @@ impl KpackFs {
     /// Never with memory backing: its memory cannot be reclaimed, so nothing is decoded into
     /// it before it is asked for.
     ///
-    /// Its file is pinned in the store until its first open, and the pins count in the
-    /// store's bound: when they (with the decodes ahead running) would take more than their
-    /// share of it ([`PIN_SHARE`](crate::fs::store::PIN_SHARE)), nothing more is decoded ahead until opens take
-    /// them. Pins the scan can no longer reach (more than [`scan::WINDOW`] inodes from its
-    /// front) are released first.
+    /// Its file is pinned in the store until its first open, and the pins count in the store's
+    /// bound: when they (with the decodes ahead running) would take more than their share of it
+    /// ([`PIN_SHARE`](crate::fs::store::PIN_SHARE)), nothing more is decoded ahead until opens take
+    /// them. Pins the scan can no longer reach (more than [`scan::WINDOW`] inodes from its front)
+    /// are released first.
     pub fn continue_ahead(&self) -> Option<FillJob> {
         let front = self.scan.front()?;
         if !self.decodes_ahead() || !self.scan.claim() {

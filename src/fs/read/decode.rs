@@ -110,9 +110,9 @@ impl KpackFs {
         }
     }
 
-    /// Makes the backing file of a kernel: from its bytes held in memory, from the cache
-    /// directory, decoded in steps (serving readers through `fill` as it goes), or decoded
-    /// whole. Returns it with whether the store may keep it (see [`Store::finish`](crate::fs::store::Store::finish)).
+    /// Makes the backing file of a kernel: from its bytes held in memory, from the cache directory,
+    /// decoded in steps (serving readers through `fill` as it goes), or decoded whole. Returns it
+    /// with whether the store may keep it (see [`Store::finish`](crate::fs::store::Store::finish)).
     pub(super) fn fill_kernel(
         &self,
         file: &FileNode,
@@ -222,7 +222,8 @@ impl KpackFs {
         }
     }
 
-    /// Locates a kernel for a read (see [`Archive::locate_for_read_at`](crate::archive::Archive::locate_for_read_at)), checked as
+    /// Locates a kernel for a read (see
+    /// [`Archive::locate_for_read_at`](crate::archive::Archive::locate_for_read_at)), checked as
     /// [`checked`](Self::checked) checks it.
     pub(super) fn locate_for_read(&self, file: &FileNode) -> Result<KernelRef<'_>, Errno> {
         let located = self

@@ -401,8 +401,8 @@ fn read_opened(
     }
 }
 
-/// EIO, logged with the file's name, unless a kernel's decoded bytes (`len`) are the TOC's `size`. Two
-/// TOC entries may name the same ordinal with different sizes (a malformed archive): what was
+/// EIO, logged with the file's name, unless a kernel's decoded bytes (`len`) are the TOC's `size`.
+/// Two TOC entries may name the same ordinal with different sizes (a malformed archive): what was
 /// decoded for one must not be served for the other.
 fn size_matches(len: u64, size: u64, name: impl FnOnce() -> String) -> Result<(), Errno> {
     if len == size {

@@ -174,7 +174,8 @@ mod tests {
         let e = decode_into(&frame, len, &mut pending, &fill).unwrap_err();
         assert_eq!(e.errno, Errno(libc::ENOSPC));
         assert!(
-            e.message.starts_with("cannot write the backing file: No space left on device"),
+            e.message
+                .starts_with("cannot write the backing file: No space left on device"),
             "{}",
             e.message
         );

@@ -111,8 +111,8 @@ pub struct SourceOptions {
     pub gpus: Vec<String>,
     /// `ROCM_KPACK_PATH` / `ROCM_KPACK_PATH_PREFIX`, for HIPK binaries.
     pub loader: LoaderConfig,
-    /// File descriptors the mount needs besides the archives (FUSE channels, logs), used to
-    /// size the open-file limit.
+    /// File descriptors the mount needs besides the archives (FUSE channels, logs), counted
+    /// when checking that the open-file limit holds every archive.
     pub extra_fds: u64,
 }
 
@@ -157,7 +157,9 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     }
 }
 
-/// Detects and opens a source.
+/// Detects and opens a source. A source of many archives needs a descriptor for each: raise
+/// the open-file limit first ([`limits::raise_open_file_limit`]), or a limit too low for them
+/// is an error.
 pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
     let kind = detect(path)?;
     let abs = std::fs::canonicalize(path).map_err(|e| {

@@ -19,9 +19,9 @@
 //! file's length and BLAKE3 are checked (against the archive's digest when it has one, else the
 //! `.b3` file); a file that fails is decoded again, never served.
 //!
-//! Bounded by `--disk-cache-size`: recency is the data file's modification time (touched when
-//! used, at most once a minute per file); when the bytes written by this daemon push its estimate past the bound, the
-//! directory is listed and the least recently used files are removed until it fits.
+//! Bounded by `--disk-cache-size`: recency is the data file's modification time (touched when used,
+//! at most once a minute per file); when the bytes written by this daemon push its estimate past
+//! the bound, the directory is listed and the least recently used files are removed until it fits.
 
 use std::fs::File;
 use std::io::{self, Read, Write};

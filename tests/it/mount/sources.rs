@@ -191,11 +191,16 @@ fn directory_of_more_archives_than_the_hard_limit_is_refused() {
     let src = d.path().join("many");
     many_archives(&src, 150);
     let mp = tmp();
-    // Root may raise its hard limit; without CAP_SYS_RESOURCE (dropped from the bounding set,
-    // so that the exec'ed daemon does not regain it) 64 descriptors is all there is.
+    // Root may raise its hard limit; without CAP_SYS_RESOURCE (dropped from every set, so that
+    // the exec'ed daemon does not regain it) 64 descriptors is all there is.
     let mut cmd = if unsafe { libc::geteuid() } == 0 {
         let mut c = Command::new("setpriv");
-        c.args(["--bounding-set", "-sys_resource", "--"]);
+        c.args([
+            "--inh-caps=-sys_resource",
+            "--ambient-caps=-sys_resource",
+            "--bounding-set=-sys_resource",
+            "--",
+        ]);
         c.arg(env!("CARGO_BIN_EXE_kpack-fuse"));
         c
     } else {
@@ -221,7 +226,22 @@ fn directory_of_more_archives_than_the_hard_limit_is_refused() {
             });
         }
     }
-    let out = cmd.output().unwrap();
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("setpriv (util-linux) runs the daemon without CAP_SYS_RESOURCE");
+    // A daemon that mounted after all (`-f`: it stays) is stopped rather than waited for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = Command::new("umount").arg("-l").arg(mp.path()).status();
+            panic!("the mount of 150 archives under a hard limit of 64 was not refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     // 150 archives, the daemon's 2 request threads + 16, and 16 for stdio and the like.
