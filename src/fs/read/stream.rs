@@ -64,6 +64,22 @@ impl DecodeError {
     }
 }
 
+/// Writes one step into `pending` for a reader of the archive, which carries errors as text: a
+/// failed write is kept in `failed`, so that its errno reaches the readers.
+fn write_step(
+    pending: &mut Pending,
+    at: u64,
+    bytes: &[u8],
+    failed: &mut Option<DecodeError>,
+) -> Result<(), String> {
+    pending.write_at(at, bytes).map_err(|e| {
+        let e = DecodeError::write(&e);
+        let message = e.message.clone();
+        *failed = Some(e);
+        message
+    })
+}
+
 /// Decodes `frame` (checked to produce `len` bytes) into `pending`, publishing each step
 /// through `fill` as soon as it is written.
 pub fn decode_into(
@@ -75,7 +91,6 @@ pub fn decode_into(
     // Taken from the thread for the job and given back after it: a step's answer cannot
     // start another decode on this thread, but nothing is borrowed across it all the same.
     let spare = Cell::new(BUFFER.with_borrow_mut(std::mem::take));
-    // The decoder carries errors as text; a failed write is kept here.
     let mut write_error = None;
     let result = decode_frame_steps(
         frame,
@@ -84,14 +99,12 @@ pub fn decode_into(
         KEEP,
         || Ok(spare.take()),
         |from, buffer, fresh, end| {
-            pending
-                .write_at(from + fresh as u64, &buffer[fresh..end])
-                .map_err(|e| {
-                    let failed = DecodeError::write(&e);
-                    let message = failed.message.clone();
-                    write_error = Some(failed);
-                    message
-                })?;
+            write_step(
+                pending,
+                from + fresh as u64,
+                &buffer[fresh..end],
+                &mut write_error,
+            )?;
             fill.progress(from, &buffer[..end]);
             spare.set(buffer);
             Ok(())
@@ -132,12 +145,7 @@ pub fn write_whole(
     let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| match made
         .get_or_insert_with(&mut begin)
     {
-        Ok(pending) => pending.write_at(at, bytes).map_err(|e| {
-            let failed = DecodeError::write(&e);
-            let message = failed.message.clone();
-            write_error = Some(failed);
-            message
-        }),
+        Ok(pending) => write_step(pending, at, bytes, &mut write_error),
         Err(_) => Err("no backing file".into()),
     });
     keep_frame_buffer(frame);
