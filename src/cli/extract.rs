@@ -97,7 +97,7 @@ pub fn run(args: Args) -> CliResult {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    eprintln!(
+    println!(
         "extracted {} ({}) into {}",
         super::plural::count(count, "kernel", "kernels"),
         super::plural::count(bytes, "byte", "bytes"),

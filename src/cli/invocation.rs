@@ -3,9 +3,12 @@
 //!
 //! * `kpack-fuse SUBCOMMAND ...`: the normal form, passed through unchanged.
 //! * `kpack-fuse SRC DIR [-o OPTS]`: how `mount.fuse3` runs a filesystem of type
-//!   `fuse.kpack-fuse` (it executes `'kpack-fuse' 'SRC' 'DIR' -o 'OPTS'` through `/bin/sh`). The
-//!   first argument is not a subcommand and a second, non-option argument follows, so `mount` is
-//!   inserted: `kpack-fuse mount SRC DIR -o OPTS`.
+//!   `fuse.kpack-fuse` (it executes `'kpack-fuse' 'SRC' 'DIR' -o 'OPTS'` through `/bin/sh`). It
+//!   is taken where it can be meant: the first argument is not a subcommand, exactly two
+//!   operands come before any option, and the first is not a mistyped command (a word, not an
+//!   existing path, that clap would correct to a command name). Then `mount` is inserted:
+//!   `kpack-fuse mount SRC DIR -o OPTS`. Anything else goes to clap as it is, which says
+//!   "unrecognized subcommand" with its suggestion.
 //! * `mount.kpack-fuse SRC DIR [-sfnv] [-o OPTS] [-t TYPE]`: the native helper that mount(8)
 //!   runs for type `kpack-fuse` (the binary installed under that name as a link). `-s` (sloppy)
 //!   and `-n` (no mtab) are ignored: the `-o` rules are strict anyway, and there is no mtab to
@@ -43,8 +46,13 @@ pub enum Invocation {
 pub struct HelperUsage(pub String);
 
 /// Turns the process arguments into the command line to parse. `subcommands` are the names (and
-/// aliases) that the first argument of the normal form may take.
-pub fn translate(argv: Vec<OsString>, subcommands: &[&str]) -> Result<Invocation, HelperUsage> {
+/// aliases) that the first argument of the normal form may take; `mistyped` says whether a word
+/// is a mistyped command rather than a mount source (it looks at the file system and at clap).
+pub fn translate(
+    argv: Vec<OsString>,
+    subcommands: &[&str],
+    mistyped: &dyn Fn(&str) -> bool,
+) -> Result<Invocation, HelperUsage> {
     let name = argv
         .first()
         .map(|a| Path::new(a).file_name().unwrap_or(a.as_os_str()).to_owned())
@@ -59,12 +67,25 @@ pub fn translate(argv: Vec<OsString>, subcommands: &[&str]) -> Result<Invocation
             Ok(run(argv))
         }
         // A source and a mount point (a non-UTF-8 source cannot be a subcommand either).
-        Some(_) if argv.len() >= 3 && !argv[2].to_string_lossy().starts_with('-') => {
-            Ok(run(insert_mount(argv)))
-        }
-        // A lone word is a mistyped command: let clap say so.
+        Some(first) if is_helper_form(&argv, first, mistyped) => Ok(run(insert_mount(argv))),
+        // A lone word, a third operand or a word like a command is a mistyped command: let
+        // clap say so.
         Some(_) => Ok(run(argv)),
     }
+}
+
+/// `SRC DIR` then only options, as mount.fuse3 passes them, with a SRC that is not a mistyped
+/// command: a plain word (letters, digits, `-`, `_`) that is no existing path.
+fn is_helper_form(argv: &[OsString], first: Option<&str>, mistyped: &dyn Fn(&str) -> bool) -> bool {
+    let operand = |i: usize| {
+        argv.get(i)
+            .is_some_and(|a| !a.to_string_lossy().starts_with('-'))
+    };
+    let word_like = |w: &str| {
+        w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    operand(2) && !operand(3) && !first.is_some_and(|w| word_like(w) && mistyped(w))
 }
 
 fn run(args: Vec<OsString>) -> Invocation {
@@ -216,8 +237,13 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    /// Words taken for mistyped commands in these tests (main asks clap and the file system).
+    fn mistyped(w: &str) -> bool {
+        ["lst", "mnt", "unmout"].contains(&w)
+    }
+
     fn tr(v: &[&str]) -> Result<Invocation, HelperUsage> {
-        translate(os(v), SUBS)
+        translate(os(v), SUBS, &mistyped)
     }
 
     fn runs(v: &[&str], verbose: bool) -> Invocation {
@@ -239,6 +265,12 @@ mod tests {
             // Mistyped commands stay as they are, for clap's "unrecognized subcommand".
             &["kpack-fuse", "lsit"],
             &["kpack-fuse", "lsit", "--help"],
+            &["kpack-fuse", "lst", "samples/rocrand-sample.kpack"],
+            &["kpack-fuse", "unmout", "/mnt", "-o", "ro"],
+            // A third operand: no mount.fuse3 line, whatever the first word is.
+            &["kpack-fuse", "mnt", "a.kpack", "/mnt"],
+            &["kpack-fuse", "a.kpack", "/mnt", "extra"],
+            &["kpack-fuse", "a.kpack", "/mnt", "extra", "-o", "ro"],
         ] {
             assert_eq!(tr(v), Ok(runs(v, false)), "{v:?}");
         }
@@ -257,6 +289,15 @@ mod tests {
                     "-o",
                     "ro,dev,suid"
                 ],
+                false
+            ))
+        );
+        // A plain word that is not a mistyped command (main: an existing path, or a word clap
+        // corrects to no command) is a source.
+        assert_eq!(
+            tr(&["kpack-fuse", "kernels", "/mnt/k", "-o", "ro"]),
+            Ok(runs(
+                &["kpack-fuse", "mount", "kernels", "/mnt/k", "-o", "ro"],
                 false
             ))
         );
@@ -280,7 +321,7 @@ mod tests {
             OsString::from("/mnt"),
         ];
         assert_eq!(
-            translate(argv, SUBS),
+            translate(argv, SUBS, &mistyped),
             Ok(Invocation::Run {
                 args: vec!["kpack-fuse".into(), "mount".into(), src, "/mnt".into()],
                 verbose: false

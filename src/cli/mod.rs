@@ -25,6 +25,7 @@ mod remote_args;
 mod resolve;
 mod split;
 mod stats;
+mod suggest;
 mod umount;
 mod verify;
 
@@ -84,7 +85,11 @@ pub fn main() -> ExitCode {
         names.push(sub.get_name());
         names.extend(sub.get_all_aliases());
     }
-    let args = match invocation::translate(std::env::args_os().collect(), &names) {
+    // A mistyped command, not a mount source: a word that names no file and that clap corrects.
+    let mistyped = |word: &str| {
+        !std::path::Path::new(word).exists() && suggest::subcommand(Cli::command(), word).is_some()
+    };
+    let args = match invocation::translate(std::env::args_os().collect(), &names, &mistyped) {
         Ok(invocation::Invocation::Run { args, verbose }) => {
             if verbose {
                 eprintln!("mount.kpack-fuse: {}", invocation::shell_words(&args));

@@ -193,8 +193,10 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
         .map_err(|e| bad(format!("cannot resolve: {e}")))?;
     if let Ok(Some(m)) = mountinfo::mount_at(&canonical) {
         return Err(bad(format!(
-            "something is already mounted there ({})",
-            m.fs_type
+            "something is already mounted there ({}); unmount it first with `{}`, or choose \
+             another mount point",
+            m.fs_type,
+            unmount_command(&canonical, &m.fs_type, false)
         )));
     }
     // Allowed (as by mount(8)), but what is there is hidden until the unmount.
@@ -213,18 +215,40 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
 /// helper's for any other.
 fn stale_mount_fix(path: &Path) -> String {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    match mountinfo::mount_at(&abs) {
-        Ok(Some(m)) if m.fs_type != format!("fuse.{}", fuse::SUBTYPE) => {
-            format!("fusermount3 -uz {}", abs.display())
-        }
-        _ => format!("kpack-fuse unmount --lazy {}", abs.display()),
+    let ours = format!("fuse.{}", fuse::SUBTYPE);
+    let fs_type = match mountinfo::mount_at(&abs) {
+        Ok(Some(m)) => m.fs_type,
+        _ => ours,
+    };
+    unmount_command(&abs, &fs_type, true)
+}
+
+/// The command that unmounts a mount of `fs_type` at `abs`: ours for a kpack-fuse mount, the
+/// FUSE helper's for another FUSE mount (it also serves users other than root), else umount(8).
+fn unmount_command(abs: &Path, fs_type: &str, lazy: bool) -> String {
+    let path = abs.display();
+    if fs_type == format!("fuse.{}", fuse::SUBTYPE) {
+        let lazy = if lazy { " --lazy" } else { "" };
+        format!("kpack-fuse unmount{lazy} {path}")
+    } else if fs_type.starts_with("fuse") {
+        format!("fusermount3 -u{} {path}", if lazy { "z" } else { "" })
+    } else {
+        format!("umount{} {path}", if lazy { " -l" } else { "" })
     }
 }
 
 /// Why the kernel refused a mount, with the fix when it is a known one: a user who may not open
 /// /dev/fuse gets "Permission denied" from the mount, which does not say that /dev/fuse is what
-/// is denied.
+/// is denied, and one without /dev/fuse (a container started without it) gets "no such file",
+/// which reads as if the mount point were missing.
 fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
+    if e.kind() == io::ErrorKind::NotFound && !Path::new(FUSE_DEVICE).exists() {
+        return format!(
+            "cannot mount on {}: {FUSE_DEVICE} does not exist (in a container, pass --device \
+             {FUSE_DEVICE}; on a host, load the fuse module: modprobe fuse)",
+            mp.display()
+        );
+    }
     let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
         " (auto_unmount runs fusermount3: is it installed?)".to_owned()
     } else if e.kind() == io::ErrorKind::PermissionDenied && !fuse_device_usable() {
@@ -687,13 +711,22 @@ pub fn run_unmount(args: UnmountArgs) -> CliResult {
     };
     // A mount whose daemon died cannot be stat'ed (ENOTCONN), so canonicalize may fail; the
     // absolute path is then looked up as given.
-    let canonical = match args.mountpoint.canonicalize() {
-        Ok(p) => p,
-        Err(_) => std::path::absolute(&args.mountpoint).map_err(|e| bad(&e.to_string()))?,
+    let (canonical, missing) = match args.mountpoint.canonicalize() {
+        Ok(p) => (p, false),
+        Err(e) => (
+            std::path::absolute(&args.mountpoint).map_err(|e| bad(&e.to_string()))?,
+            e.kind() == io::ErrorKind::NotFound,
+        ),
     };
     let entry = mountinfo::mount_at(&canonical)
         .map_err(|e| bad(&format!("cannot read the mount table: {e}")))?
-        .ok_or_else(|| bad("not a mount point"))?;
+        .ok_or_else(|| {
+            bad(if missing {
+                "mount point does not exist"
+            } else {
+                "not a mount point"
+            })
+        })?;
     if entry.fs_type != format!("fuse.{}", fuse::SUBTYPE) {
         return Err(bad(&format!(
             "not a kpack-fuse mount (type {})",

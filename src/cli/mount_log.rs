@@ -6,7 +6,12 @@
 //! installed logger forwards to a replaceable inner one. The filter is `RUST_LOG` when it is set
 //! and non-empty; otherwise `warn`, one step more per `-v` (info, debug, trace), `error` with
 //! `-q`. fuser's warning that the mount is already gone at exit (the normal case after
-//! `umount`) is kept quiet below `debug`.
+//! `umount`) and its note that /dev/fuse is missing (the command says so itself) are kept quiet
+//! below `debug`.
+//!
+//! On standard error a record reads like the command's own errors (`kpack-fuse: warning: ...`)
+//! unless `-v` or `RUST_LOG` asks for more; then, and in log files, it carries the time, level
+//! and module (`[2026-01-01T00:00:00.000Z WARN rocm_kpack::fs] ...`).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -21,30 +26,82 @@ pub struct Verbosity {
     pub quiet: bool,
 }
 
+/// fuser's module that opens /dev/fuse: its only record, that the device is missing, is what
+/// the command's own refusal says with the fix (`mount_refused`), so it is kept below `-vv`.
+const FUSER_DEVICE: &str = "fuser::mnt::fuse_pure";
+
+/// `RUST_LOG`, when it is set and not empty.
+fn rust_log() -> Option<String> {
+    std::env::var("RUST_LOG")
+        .ok()
+        .filter(|env| !env.trim().is_empty())
+}
+
 impl Verbosity {
     /// The `env_logger` filter string.
     pub fn filters(self) -> String {
-        if let Ok(env) = std::env::var("RUST_LOG") {
-            if !env.trim().is_empty() {
-                return env;
-            }
+        if let Some(env) = rust_log() {
+            return env;
         }
         match (self.quiet, self.verbose) {
-            (true, _) => "error".into(),
-            (false, 0) => "warn,fuser::session=error".into(),
-            (false, 1) => "info,fuser::session=error".into(),
+            (true, _) => format!("error,{FUSER_DEVICE}=off"),
+            (false, 0) => format!("warn,fuser::session=error,{FUSER_DEVICE}=off"),
+            (false, 1) => format!("info,fuser::session=error,{FUSER_DEVICE}=off"),
             (false, 2) => "debug".into(),
             _ => "trace".into(),
         }
     }
+
+    /// Whether records on standard error carry time, level and module (`-v`, `RUST_LOG`).
+    fn detailed(self) -> bool {
+        self.verbose > 0 || rust_log().is_some()
+    }
 }
 
-fn env_logger(verbosity: Verbosity, target: env_logger::Target) -> env_logger::Logger {
-    env_logger::Builder::new()
-        .parse_filters(&verbosity.filters())
-        .target(target)
-        .format_timestamp_millis()
-        .build()
+/// Where a logger writes, which decides how a record looks.
+enum Sink {
+    /// What the person at the command line reads.
+    Stderr,
+    /// A log file.
+    File(File),
+}
+
+fn env_logger(verbosity: Verbosity, sink: Sink) -> env_logger::Logger {
+    let mut b = env_logger::Builder::new();
+    b.parse_filters(&verbosity.filters());
+    match sink {
+        Sink::Stderr if !verbosity.detailed() => {
+            b.target(env_logger::Target::Stderr).format(|out, record| {
+                use std::io::Write;
+                writeln!(
+                    out,
+                    "kpack-fuse: {}{}",
+                    plain_level(record.level()),
+                    record.args()
+                )
+            });
+        }
+        Sink::Stderr => {
+            b.target(env_logger::Target::Stderr)
+                .format_timestamp_millis();
+        }
+        Sink::File(f) => {
+            b.target(env_logger::Target::Pipe(Box::new(f)))
+                .format_timestamp_millis();
+        }
+    }
+    b.build()
+}
+
+/// The word before a plain record: none for an error, as for the command's own errors.
+fn plain_level(level: Level) -> &'static str {
+    match level {
+        Level::Error => "",
+        Level::Warn => "warning: ",
+        Level::Info => "info: ",
+        Level::Debug => "debug: ",
+        Level::Trace => "trace: ",
+    }
 }
 
 /// Sends records to syslog (facility daemon, tagged `kpack-fuse[pid]`).
@@ -114,7 +171,7 @@ fn replace(logger: Box<dyn Log>, level: LevelFilter) {
 
 /// Installs the logger, writing to standard error. Called once, first thing in `mount`.
 pub fn init(verbosity: Verbosity) {
-    let stderr = env_logger(verbosity, env_logger::Target::Stderr);
+    let stderr = env_logger(verbosity, Sink::Stderr);
     let level = stderr.filter();
     let sw: &'static Switch = Box::leak(Box::new(Switch {
         inner: RwLock::new(Box::new(stderr)),
@@ -127,7 +184,7 @@ pub fn init(verbosity: Verbosity) {
 
 /// From now on, log to `file` (appending).
 pub fn to_file(verbosity: Verbosity, file: File) {
-    let l = env_logger(verbosity, env_logger::Target::Pipe(Box::new(file)));
+    let l = env_logger(verbosity, Sink::File(file));
     let level = l.filter();
     replace(Box::new(l), level);
 }
@@ -142,7 +199,7 @@ pub fn to_syslog(verbosity: Verbosity) {
             libc::LOG_DAEMON,
         )
     };
-    let filter = env_logger(verbosity, env_logger::Target::Stderr);
+    let filter = env_logger(verbosity, Sink::Stderr);
     let level = filter.filter();
     replace(Box::new(Syslog { filter }), level);
 }

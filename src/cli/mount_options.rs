@@ -195,7 +195,61 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         other => s
             .remote
             .apply_option(other, value)
-            .unwrap_or_else(|| Err(format!("unknown mount option {raw_name:?}"))),
+            .unwrap_or_else(|| Err(unknown(raw_name, other))),
+    }
+}
+
+/// The current names `-o` takes (as matched above, with `_`), offered when an item is unknown;
+/// `rw` and the deprecated spellings are left out, as nothing should be steered to them.
+const NAMES: &[&str] = &[
+    "allow_other",
+    "allow_root",
+    "auto_unmount",
+    "strict",
+    "no_pins",
+    "noexec",
+    "exec",
+    "ro",
+    "default_permissions",
+    "dev",
+    "suid",
+    "nodev",
+    "nosuid",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "_netdev",
+    "nofail",
+    "memory_cache_size",
+    "disk_cache_size",
+    "threads",
+    "gpu",
+    "log_file",
+    "backing",
+    "scratch_dir",
+    "cache_dir",
+    "no_passthrough",
+    "passthrough",
+    "no_decode_ahead",
+    "decode_ahead",
+    "open_mode",
+    "endpoint_url",
+    "remote_timeout",
+    "remote_connect_timeout",
+    "remote_retries",
+    "remote_requests",
+];
+
+/// An unknown item, with the known name it is most like when there is one.
+fn unknown(raw_name: &str, name: &str) -> String {
+    match super::suggest::similar(name, NAMES) {
+        Some(near) => {
+            format!("unknown mount option {raw_name:?}; a similar option exists: {near:?}")
+        }
+        None => format!("unknown mount option {raw_name:?}"),
     }
 }
 
@@ -363,6 +417,33 @@ mod tests {
         for (list, why) in refused {
             let err = apply(list, &mut Settings::default()).expect_err(list);
             assert!(err.contains(why), "{list:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_option_names_the_nearest_known_one() {
+        let err = |list: &str| apply(list, &mut Settings::default()).unwrap_err();
+        assert_eq!(
+            err("ro,allow_othr"),
+            "unknown mount option \"allow_othr\"; a similar option exists: \"allow_other\""
+        );
+        assert_eq!(
+            err("disk-cache-sise=1G"),
+            "unknown mount option \"disk-cache-sise\"; a similar option exists: \"disk_cache_size\""
+        );
+        assert_eq!(err("fsname=x"), "unknown mount option \"fsname\"");
+    }
+
+    #[test]
+    fn every_suggested_name_is_taken() {
+        for name in NAMES {
+            match apply(name, &mut Settings::default()) {
+                Ok(()) => {}
+                Err(e) => assert!(
+                    e.contains("needs a value"),
+                    "{name}: suggested but refused: {e}"
+                ),
+            }
         }
     }
 

@@ -235,7 +235,7 @@ pub fn run(args: Args) -> CliResult {
         b.finish_and_clear();
     }
     let written = written?;
-    eprintln!(
+    println!(
         "packed {} ({}) from {} into {} ({})",
         super::plural::count_of(sized.len(), "kernel", "kernels"),
         super::plural::count(total, "byte", "bytes"),

@@ -240,7 +240,7 @@ fn describe(event: &Event) -> Option<String> {
         Event::DirectPath { original, resolved } => {
             format!("path    {resolved}   (from {original})")
         }
-        Event::ArchiveMissing { path } => format!("skip    {path}: not a regular file"),
+        Event::ArchiveMissing { path, reason } => format!("skip    {path}: {reason}"),
         Event::ArchiveOpenFailed { path, reason, .. } => format!("skip    {path}: {reason}"),
         Event::ArchiveOpened {
             path,

@@ -72,14 +72,14 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
     for path in undigested {
-        eprintln!(
+        println!(
             "{}: has no BLAKE3 digests (written by the reference tooling or with \
              --reference-layout); checked by sizes only",
             path.display()
         );
     }
     let how = digested.say(total);
-    eprintln!(
+    println!(
         "ok: {} in {}, {how}",
         super::plural::count_of(total, "kernel", "kernels"),
         super::plural::count_of(opened, "archive", "archives")

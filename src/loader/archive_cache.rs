@@ -55,9 +55,10 @@ impl ArchiveCache {
                 return Some((canonical, Arc::clone(archive)));
             }
         }
-        if !is_regular_file(path) {
+        if let Err(reason) = regular_file(path) {
             emit(trace, || Event::ArchiveMissing {
                 path: path.display().to_string(),
+                reason,
             });
             return None;
         }
@@ -118,9 +119,14 @@ impl ArchiveCache {
     }
 }
 
-/// Whether `path` names a regular file, following symlinks.
-fn is_regular_file(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+/// Whether `path` names a regular file, following symlinks; if not, why not (`no such file`,
+/// `not a regular file`, ...).
+fn regular_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err("not a regular file".to_owned()),
+        Err(e) => Err(crate::error::describe_io(&e)),
+    }
 }
 
 #[cfg(test)]

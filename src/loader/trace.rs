@@ -52,9 +52,10 @@ pub enum Event {
         original: String,
         resolved: String,
     },
-    /// A search path that is not a regular file.
+    /// A search path that is not a regular file, and why (`no such file`, `not a regular file`).
     ArchiveMissing {
         path: String,
+        reason: String,
     },
     /// A search path that exists but did not open as an archive (skipped, retried next call).
     ArchiveOpenFailed {
@@ -154,7 +155,7 @@ impl Event {
             Event::DirectPath { original, resolved } => {
                 vec![format!("direct path: {original} -> {resolved}")]
             }
-            Event::ArchiveMissing { path } => vec![format!("archive not found: {path}")],
+            Event::ArchiveMissing { path, .. } => vec![format!("archive not found: {path}")],
             Event::ArchiveOpenFailed { path, code, .. } => {
                 vec![format!("failed to open archive: {path} (error {code})")]
             }

@@ -40,7 +40,8 @@ got="$(run_doc run 120)"
 same_text "kernels read in the container" "$want" "$got"
 
 # Without the device or the capability the entrypoint says why and exits 3 (no command run).
-run_doc_failing no-device 60 3 "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: no such file"
+run_doc_failing no-device 60 3 "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: /dev/fuse does not \
+exist (in a container, pass --device /dev/fuse; on a host, load the fuse module: modprobe fuse)"
 run_doc_failing no-cap 60 3 \
   "kpack-fuse: cannot mount on /opt/rocm/lib/kpack: fusermount3: mount failed: Operation not permitted"
 

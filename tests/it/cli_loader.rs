@@ -138,11 +138,46 @@ fn resolve_json_and_generic_fallback() {
         .collect();
     assert_eq!(steps.first(), Some(&"metadata_parsed"));
     assert_eq!(steps.last(), Some(&"loaded"));
-    assert!(steps.contains(&"archive_missing"), "{steps:?}");
+    let missing = co0["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["event"] == "archive_missing")
+        .expect("an archive_missing step");
+    assert_eq!(missing["reason"], "no such file", "{missing}");
     let co1 = &doc["code_objects"][1];
     assert_eq!(co1["result"]["ok"], false);
     assert_eq!(co1["result"]["code"], 5);
     assert_eq!(co1["result"]["error"], "KPACK_ERROR_KERNEL_NOT_FOUND");
+}
+
+/// A search path that names nothing is skipped as "no such file", one that names a directory as
+/// "not a regular file".
+#[test]
+fn resolve_says_why_a_search_path_is_skipped() {
+    let (_tmp, prefix, exe) = host();
+    std::fs::create_dir(archive(&prefix, "gfx9-generic:xnack-")).unwrap();
+    let out = kpack_fuse(
+        &["resolve", exe.to_str().unwrap(), "--gpu", "gfx906:xnack-"],
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    for line in [
+        format!(
+            "  skip    {}: no such file",
+            archive(&prefix, "gfx906:xnack-")
+        ),
+        format!(
+            "  skip    {}: not a regular file",
+            archive(&prefix, "gfx9-generic:xnack-")
+        ),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{stdout}"
+        );
+    }
 }
 
 /// `--arch`, the older spelling of `--gpu`, still adds to the same list.

@@ -306,7 +306,7 @@ impl Trace for OpenFailures {
     fn record(&mut self, event: Event) {
         match event {
             Event::ArchiveOpenFailed { path, code, reason } => self.0.push((path, code, reason)),
-            Event::ArchiveMissing { path } => log::debug!("{path}: not a regular file, skipped"),
+            Event::ArchiveMissing { path, reason } => log::debug!("{path}: {reason}, skipped"),
             Event::ArchiveNotPinned { path, toc_blake3 } => self.1.push((path, toc_blake3)),
             _ => {}
         }

@@ -1,5 +1,6 @@
 //! What a user sees when a mount goes wrong in a common way: a user who may not open /dev/fuse, a
-//! mount point left behind by a killed daemon, a mount over a directory that has files in it.
+//! machine or container without /dev/fuse, a mount point left behind by a killed daemon or still
+//! in use, a mount over a directory that has files in it, and warnings on the terminal.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -160,5 +161,121 @@ fn mount_over_a_non_empty_directory_warns() {
     assert_eq!(
         std::fs::read(Path::new(&mp).join("mine.txt")).unwrap(),
         b"still here"
+    );
+}
+
+/// Without /dev/fuse (a container started without `--device /dev/fuse`) the refusal names the
+/// device and the fix, not "no such file", which reads as if the mount point were missing. The
+/// device is hidden in a private mount namespace, so the machine's stays untouched.
+#[test]
+fn without_dev_fuse_the_refusal_names_it() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mnt = d.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let script = format!(
+        "mount -t tmpfs none /dev && exec {BIN} mount {} {} -f",
+        fixture("test_noop.kpack").display(),
+        mnt.display()
+    );
+    let out = Command::new("timeout")
+        .args([
+            "30",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "kpack-fuse: cannot mount on {}: /dev/fuse does not exist (in a container, pass \
+             --device /dev/fuse; on a host, load the fuse module: modprobe fuse)\n",
+            mnt.display()
+        )
+    );
+    assert_eq!(out.status.code(), Some(9));
+}
+
+/// A second mount on a live one is refused with the command that unmounts the first.
+#[test]
+fn mounting_over_a_mount_says_how_to_unmount_it() {
+    if !fuse_available() {
+        return;
+    }
+    let m = Mount::start(&fixture("test_noop.kpack"), &[]);
+    let mp = m.mountpoint.clone();
+    let out = Command::new(BIN)
+        .arg("mount")
+        .arg(fixture("test_noop.kpack"))
+        .arg(&mp)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code();
+    m.stop();
+    assert_eq!(
+        text,
+        format!(
+            "kpack-fuse: {mp}: something is already mounted there (fuse.kpack-fuse); unmount it \
+             first with `kpack-fuse unmount {mp}`, or choose another mount point\n",
+            mp = mp.display()
+        )
+    );
+    assert_eq!(code, Some(8));
+}
+
+/// A warning on the terminal reads like an error (`kpack-fuse: warning: ...`); `-v` and the log
+/// file keep the time, level and module.
+#[test]
+fn terminal_warnings_read_like_errors_unless_verbose() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("kp");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::copy(fixture("test_noop.kpack"), src.join("a.kpack")).unwrap();
+    std::fs::write(src.join("c.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
+    let bad = src.canonicalize().unwrap().join("c.kpack");
+    let quiet_env = |c: &mut Command| {
+        c.env_remove("RUST_LOG");
+    };
+    let m = Mount::start_background_configured(&src, &[], &quiet_env);
+    let shown = m.command_output();
+    m.stop();
+    let prefix = format!("kpack-fuse: warning: skipping {}: ", bad.display());
+    assert!(shown.starts_with(&prefix), "{shown}");
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    let m = Mount::start_background_configured(&src, &["-v"], &quiet_env);
+    let shown = m.command_output();
+    let log = m.daemon_log();
+    m.stop();
+    let detailed = format!(
+        " WARN  rocm_kpack::fs::setup::source] skipping {}: ",
+        bad.display()
+    );
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("[20") && l.contains(&detailed)),
+        "{shown}"
+    );
+    assert!(!shown.contains("kpack-fuse: warning:"), "{shown}");
+    // After the fork the daemon logs to the file, in the detailed form.
+    assert!(
+        log.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("[20") && l.contains(" INFO ")),
+        "{log}"
     );
 }

@@ -327,6 +327,15 @@ impl Mount {
     /// command returned, without waiting. The daemon, orphaned when the command exits, is
     /// reparented to this process (a child subreaper), so its exit status can be checked.
     pub fn start_background(source: &Path, extra: &[&str]) -> Mount {
+        Mount::start_background_configured(source, extra, &|_| {})
+    }
+
+    /// [`Mount::start_background`] with a hook that adjusts the command before it starts.
+    pub fn start_background_configured(
+        source: &Path,
+        extra: &[&str],
+        configure: &dyn Fn(&mut Command),
+    ) -> Mount {
         static SUBREAPER: Once = Once::new();
         SUBREAPER.call_once(|| {
             // SAFETY: a process attribute; no pointers involved.
@@ -355,6 +364,7 @@ impl Mount {
                     .open(&out_path)
                     .unwrap(),
             );
+        configure(&mut cmd);
         let mut command = cmd.spawn().unwrap();
         let status = wait_until(&mut command, Instant::now() + DAEMON_DEADLINE);
         let mut m = Mount {
