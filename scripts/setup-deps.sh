@@ -30,6 +30,7 @@ APT_PACKAGES=(
   openssl          # a test CA and server certificate for the https:// source test
   podman runc      # the container and kube play tests (tests/deploy/; runc: see its lib.sh)
   catatonit netavark  # podman's pod infra process and network stack (recommended, not required, by podman)
+  iptables         # netavark's firewall driver: without it an image's RUN step fails (not a dependency of Debian's netavark)
   debootstrap      # their local Debian base image (scripts/container-base.sh)
   dpkg-dev debhelper lintian man-db  # the Debian packages (scripts/build-debs.sh, tests/deploy/debs.sh)
   e2fsprogs        # mkfs.ext4: the small loop-mounted file system of the full-disk cache test

@@ -15,16 +15,23 @@ need_root_tools podman runc debootstrap findmnt
 untested="$(untested_doc_blocks)"
 [ -z "$untested" ] || fail "docs/deploy.md: $untested"
 work="$(mktemp -d /tmp/kpack-container-test.XXXXXX)"
-export KPACK="$root/samples/rocrand-sample.kpack"
-export SHARE="$work/share"
+SHARE=""
 
 cleanup() {
   podman rm -f -t 0 kpack-mount >/dev/null 2>&1 || true
-  if findmnt -n "$SHARE/kpack" >/dev/null 2>&1; then umount -l "$SHARE/kpack" || true; fi
-  if findmnt -n "$SHARE" >/dev/null 2>&1; then umount -l "$SHARE" || true; fi
+  if [ -n "$SHARE" ]; then
+    if findmnt -n "$SHARE/kpack" >/dev/null 2>&1; then umount -l "$SHARE/kpack" || true; fi
+    if findmnt -n "$SHARE" >/dev/null 2>&1; then umount -l "$SHARE" || true; fi
+    rm -rf -- "$SHARE"
+  fi
   rm -rf -- "$work"
 }
 trap cleanup EXIT
+# The variables, as the document sets them.
+source_doc container-vars
+export KPACK SHARE
+[ "$KPACK" = "$root/samples/rocrand-sample.kpack" ] || fail "KPACK is $KPACK, not the sample"
+[ -d "$SHARE" ] || fail "SHARE ($SHARE) is not a directory"
 use_test_podman_config "$work"
 # A container left by an interrupted run would hold the name.
 podman rm -f -t 0 kpack-mount >/dev/null 2>&1 || true

@@ -11,12 +11,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 need_root_tools podman runc findmnt python3
-work="$(mktemp -d /tmp/kpack-kube-test.XXXXXX)"
-export WORK="$work"
-export PACKS="$work/packs"
-export SHARE="$work/share"
+work=""
 
 cleanup() {
+  [ -n "$work" ] || return 0
   local f
   for f in "$work/consumer.yaml" "$work/node.yaml"; do
     if [ -f "$f" ]; then podman kube down "$f" >/dev/null 2>&1 || true; fi
@@ -27,16 +25,16 @@ cleanup() {
   rm -rf -- "$work"
 }
 trap cleanup EXIT
+# The directories and the node's pack, as the document makes them (the DaemonSet's hostPath
+# directory holds kernels.kpack; the consumer, user 1000, reaches the mount through $WORK).
+source_doc kube-vars
+work="$WORK"
+export WORK PACKS SHARE
 use_test_podman_config "$work"
 podman pod rm -f -t 0 kpack-consumer kpack-fuse >/dev/null 2>&1 || true
 
-# The node's pack, where the DaemonSet expects it (its hostPath directory holds kernels.kpack).
-mkdir -p "$PACKS"
-cp -- samples/rocrand-sample.kpack "$PACKS/kernels.kpack"
 want="$(kernel_sums "$PACKS/kernels.kpack" "$work/extracted")"
 [ "$(printf '%s\n' "$want" | wc -l)" -eq 3 ] || fail "expected 3 kernels in the sample, got: $want"
-# The consumer runs as user 1000: it must reach the mount point through the test's directory.
-chmod 0755 "$work"
 
 podman image exists kpack-fuse || run_doc image 900 >&2
 

@@ -31,6 +31,14 @@ doc_block() {
   printf '%s\n' "$text"
 }
 
+# source_doc NAME: runs that block in the calling shell, for the variables it sets.
+source_doc() {
+  local block
+  block="$(doc_block "$1")" || exit 1
+  say "setting the documented variables '$1'"
+  eval "$block" || fail "the commands of '$1' failed"
+}
+
 # run_doc NAME SECONDS: runs that block; its standard output is the caller's.
 run_doc() {
   local block
@@ -114,6 +122,6 @@ untested_doc_blocks() {
     inside && first == "" { first = line }
   ' docs/deploy.md
   for name in $(sed -n 's/^ *<!-- test: \(.*\) -->$/\1/p' docs/deploy.md); do
-    grep -qE "run_doc(_failing)? $name " tests/deploy/*.sh || echo "block '$name' is run by no test"
+    grep -qE "(run_doc(_failing)?|source_doc) $name( |\$)" tests/deploy/*.sh || echo "block '$name' is run by no test"
   done
 }
