@@ -27,6 +27,7 @@ mod mount;
 mod path_safety;
 mod pins;
 mod progress;
+mod readme;
 mod remote;
 mod split;
 mod split_c;
