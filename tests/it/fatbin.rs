@@ -597,7 +597,8 @@ fn fatbin_cli_pack_and_verify_against() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
-        "8 code objects from 1 binary match the archives byte for byte\n"
+        "ok: 8 kernels in 3 archives, each decoded to its recorded size and BLAKE3 digest\n\
+         8 code objects from 1 binary match the archives byte for byte\n"
     );
 
     // Without the gfx1030 archive, its two code objects are named and the exit status is 6.
