@@ -4,10 +4,8 @@
 //! directory laid out like the repository (`samples/`, and `target/release/kpack-fuse` being the
 //! program under test), so the README's fixed paths touch nothing outside the test.
 
+use crate::support::mount::{fuse_available, in_private_mount_namespace};
 use std::path::Path;
-use std::process::Command;
-
-use crate::support::mount::fuse_available;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kpack-fuse");
 
@@ -42,17 +40,7 @@ fn run_block(before: &str, name: &str, after: &str, unmount: &[&str]) -> (i32, S
         "set -eu\nmount -t tmpfs tmpfs /tmp\ntrap '{cleanup}' EXIT\n{before}\n\
          bash -euo pipefail -c \"$README_BLOCK\"\n{after}\n"
     );
-    let out = Command::new("timeout")
-        .args([
-            "120",
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
+    let out = in_private_mount_namespace(120, &script)
         .current_dir(root.path())
         .env("README_BLOCK", block(name))
         .env_remove("RUST_LOG")

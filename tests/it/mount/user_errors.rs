@@ -8,7 +8,7 @@ use std::process::Command;
 
 use super::lazy_unmount_then_remount;
 use crate::support::fixture;
-use crate::support::mount::{Mount, fuse_available};
+use crate::support::mount::{Mount, fuse_available, in_private_mount_namespace};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kpack-fuse");
 
@@ -37,19 +37,7 @@ fn mount_as_nobody(mode: &str, hide: &str) -> (std::process::Output, std::path::
         archive = archive.display(),
         mnt = mnt.display(),
     );
-    let out = Command::new("timeout")
-        .args([
-            "30",
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
-        .output()
-        .unwrap();
+    let out = in_private_mount_namespace(30, &script).output().unwrap();
     (out, mnt)
 }
 
@@ -181,17 +169,7 @@ fn without_dev_fuse_the_refusal_names_it() {
         fixture("test_noop.kpack").display(),
         mnt.display()
     );
-    let out = Command::new("timeout")
-        .args([
-            "30",
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
+    let out = in_private_mount_namespace(30, &script)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();

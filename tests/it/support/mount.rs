@@ -681,3 +681,13 @@ impl Drop for Mount {
         }
     }
 }
+
+/// `sh -c SCRIPT` in a private mount namespace (mounts made there stay there and go with it),
+/// killed after `limit_secs`; the caller adds what else it needs and runs it.
+pub fn in_private_mount_namespace(limit_secs: u32, script: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg(limit_secs.to_string())
+        .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
+        .arg(script);
+    cmd
+}
