@@ -16,20 +16,53 @@
 # at zig, which must not reach the root package's release build that other tests reuse.
 # Needs Rust 1.85 or newer, python3 with venv, binutils (objdump), network access to PyPI.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
-usage() { echo "usage: scripts/build-wheel.sh [--out DIR]" >&2; exit 2; }
-out="$PWD/target/wheels"
+usage() { echo "usage: scripts/build-wheel.sh [--out DIR] | --check WHEEL" >&2; exit 2; }
+out=""
+check=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || usage; out="$(realpath -m -- "$2")"; shift 2 ;;
+    --check) [ $# -ge 2 ] || usage; check="$(realpath -m -- "$2")"; shift 2 ;;
     *) usage ;;
   esac
 done
+cd "$(dirname "$0")/.."
+out="${out:-$PWD/target/wheels}"
 
 policy=manylinux_2_28
 glibc_floor=2.28
 tools="$PWD/target/wheel-tools"
+
+# check_wheel WHEEL: fails unless the native module in WHEEL asks for no glibc symbol version
+# newer than the floor; says what it found.
+unpacked=""
+check_wheel() {
+  local module newest name
+  unpacked="$(mktemp -d)"
+  trap 'rm -rf -- "$unpacked"' EXIT
+  python3 -m zipfile -e "$1" "$unpacked" || { echo "build-wheel: cannot unpack $1" >&2; exit 1; }
+  module="$(cd "$unpacked" && find kpack_fuse -name '_native*.so')"
+  [ -n "$module" ] && [ "$(wc -l <<< "$module")" -eq 1 ] \
+    || { echo "build-wheel: $1 holds no single kpack_fuse/_native*.so" >&2; exit 1; }
+  name="$module in $(basename -- "$1")"
+  newest="$(objdump -T "$unpacked/$module" | grep -o 'GLIBC_[0-9.]*' | sed 's/^GLIBC_//' |
+    sort -Vu | tail -n 1)"
+  [ -n "$newest" ] || { echo "build-wheel: $name: no glibc symbol versions found" >&2; exit 1; }
+  if [ "$(printf '%s\n%s\n' "$newest" "$glibc_floor" | sort -V | tail -n 1)" != "$glibc_floor" ]
+  then
+    echo "build-wheel: $name needs glibc $newest, newer than $glibc_floor:" >&2
+    objdump -T "$unpacked/$module" | grep -F "(GLIBC_$newest)" >&2
+    exit 1
+  fi
+  echo "build-wheel: $name: newest glibc symbol version $newest (limit $glibc_floor)," \
+    "needs $(objdump -p "$unpacked/$module" | sed -n 's/^ *NEEDED *//p' | paste -sd' ')"
+}
+
+if [ -n "$check" ]; then
+  check_wheel "$check"
+  exit 0
+fi
 
 [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
 "$tools/bin/python" -m pip install -q --disable-pip-version-check "maturin==1.16.0" "ziglang==0.17.1"
@@ -49,19 +82,5 @@ wheels=("$out"/kpack_fuse-*-cp38-abi3-"$policy"_x86_64.whl)
     "$(ls "$out")" >&2
   exit 1
 }
-wheel="${wheels[0]}"
-
-# The newest glibc symbol version the native module asks for.
-unpacked="$(mktemp -d)"
-trap 'rm -rf -- "$unpacked"' EXIT
-"$tools/bin/python" -m zipfile -e "$wheel" "$unpacked"
-module="$(find "$unpacked/kpack_fuse" -name '_native*.so')"
-newest="$(objdump -T "$module" | grep -o 'GLIBC_[0-9.]*' | sed 's/^GLIBC_//' | sort -Vu | tail -n 1)"
-if [ "$(printf '%s\n%s\n' "$newest" "$glibc_floor" | sort -V | tail -n 1)" != "$glibc_floor" ]; then
-  echo "build-wheel: $module needs glibc $newest, newer than $glibc_floor:" >&2
-  objdump -T "$module" | grep "GLIBC_$newest" >&2
-  exit 1
-fi
-echo "build-wheel: $(basename "$wheel"): newest glibc symbol version $newest (limit $glibc_floor)," \
-  "needs $(objdump -p "$module" | sed -n 's/^ *NEEDED *//p' | paste -sd' ')"
-echo "$wheel"
+check_wheel "${wheels[0]}"
+echo "${wheels[0]}"
