@@ -8,7 +8,7 @@
 #    program and librocm_kpack.so for the interoperability tests. Then a smoke run of the Python
 #    benchmark (bench/python_api.py --quick: no verdicts).
 # 2. From source: `pip install ./python` into another fresh environment (target/python-src-venv/),
-#    sharing target/ with the root package so the core's crates compile once; the document's
+#    with CARGO_TARGET_DIR=target/, reusing the crates the release build compiled; the document's
 #    examples (python/tests/test_docs.py) run against that install.
 #
 # Needs Rust, python3 with venv, binutils and network access to PyPI (maturin, zig, pytest,
@@ -19,18 +19,18 @@ cd "$(dirname "$0")/.."
 repo="$PWD"
 venv="$repo/target/python-venv"
 src_venv="$repo/target/python-src-venv"
-test_deps=(pytest msgpack zstandard)
 
 say() { echo "test-python: $*"; }
 fail() { echo "test-python: FAIL: $*" >&2; exit 1; }
 
 # doc_block NAME: the commands of block NAME of docs/python.md, run as they stand under bash in
-# the current directory and environment.
+# the current directory and environment, and timed.
 doc_block() {
-  local text
+  local text start=$SECONDS
   text="$(python3 "$repo/python/tests/doc_blocks.py" "$1")" || exit 1
   say "running the documented commands '$1': $text"
   bash -euo pipefail -c "$text" || fail "the commands of '$1' in docs/python.md failed"
+  say "'$1' took $((SECONDS - start)) s"
 }
 
 # PATH without its directories that hold cargo or rustc: what a machine without Rust has.
@@ -43,14 +43,24 @@ no_rust_path() {
   (IFS=:; echo "${kept[*]}")
 }
 
+# install_and_test BLOCK TESTS: in the environment of the caller's PATH, runs the install
+# commands BLOCK of docs/python.md in the current directory, adds the tests' dependencies and runs
+# pytest on TESTS from target/ (outside the source tree, so that `import kpack_fuse` finds the
+# installed package).
+install_and_test() {
+  doc_block "$1"
+  pip install -q --disable-pip-version-check pytest msgpack zstandard
+  cd "$repo/target"
+  python -c 'import kpack_fuse._native as m; print("test-python: testing", m.__file__)'
+  python -m pytest -q -p no:cacheprovider "$2"
+}
+
 cargo build --bin kpack-fuse --lib
 export KPACK_FUSE_BIN="$repo/target/debug/kpack-fuse"
 export KPACK_FUSE_LIB="$repo/target/debug/librocm_kpack.so"
 
 # 1. The wheel, with pip alone.
-start=$SECONDS
 doc_block build-wheel
-say "scripts/build-wheel.sh took $((SECONDS - start)) s"
 rm -rf -- "$venv"
 python3 -m venv "$venv"
 (
@@ -61,14 +71,7 @@ python3 -m venv "$venv"
   done
   say "no cargo or rustc on PATH: $PATH"
   cd "$repo/target/wheels"
-  start=$SECONDS
-  doc_block install-wheel
-  say "installing the wheel took $((SECONDS - start)) s"
-  pip install -q --disable-pip-version-check "${test_deps[@]}"
-  # From outside the source tree, so that `import kpack_fuse` finds the installed wheel.
-  cd "$repo/target"
-  python -c 'import kpack_fuse._native as m, sys; print("test-python: testing", m.__file__)'
-  python -m pytest -q -p no:cacheprovider "$repo/python/tests"
+  install_and_test install-wheel "$repo/python/tests"
   python "$repo/bench/python_api.py" --quick
 )
 
@@ -77,13 +80,7 @@ rm -rf -- "$src_venv"
 python3 -m venv "$src_venv"
 (
   export PATH="$src_venv/bin:$PATH" VIRTUAL_ENV="$src_venv" CARGO_TARGET_DIR="$repo/target"
-  start=$SECONDS
-  doc_block install-source
-  say "installing from source took $((SECONDS - start)) s"
-  pip install -q --disable-pip-version-check "${test_deps[@]}"
-  cd "$repo/target"
-  python -c 'import kpack_fuse._native as m; print("test-python: testing", m.__file__)'
-  python -m pytest -q -p no:cacheprovider "$repo/python/tests/test_docs.py"
+  install_and_test install-source "$repo/python/tests/test_docs.py"
 
   # The source install's module is linked against this machine's glibc: where that is newer
   # than the wheel's floor (2.28), scripts/build-wheel.sh's check must refuse it.

@@ -3,6 +3,7 @@ the examples here, against the installed package; the install commands in
 scripts/test-python.sh, which builds the wheel, installs it and installs from source with them."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from kpack_fuse.kpack import PackedKernelArchive
 import doc_blocks
 from conftest import REPO
 
-# Blocks run by scripts/test-python.sh (by name: `doc_block NAME`).
+# Blocks run by scripts/test-python.sh (by name: `doc_block NAME` or `install_and_test NAME`).
 RUN_BY_SCRIPT = ("build-wheel", "install-wheel", "install-source")
 # Blocks that are the expected output of another.
 OUTPUTS = ("use-output",)
@@ -48,7 +49,7 @@ def test_every_block_is_run():
             if b.first_line() not in NOT_RUN:
                 unrun.append(f"line {b.line}: unmarked block: {b.first_line()}")
         elif b.name in RUN_BY_SCRIPT:
-            if f"doc_block {b.name}" not in script:
+            if not re.search(rf"^\s*(doc_block|install_and_test) {b.name}\b", script, re.M):
                 unrun.append(f"line {b.line}: '{b.name}' is not run by scripts/test-python.sh")
         elif b.name not in RUN_HERE + OUTPUTS:
             unrun.append(f"line {b.line}: '{b.name}' is run by no test")
