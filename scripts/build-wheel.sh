@@ -41,7 +41,8 @@ check_wheel() {
   local module newest name
   unpacked="$(mktemp -d)"
   trap 'rm -rf -- "$unpacked"' EXIT
-  python3 -m zipfile -e "$1" "$unpacked" || { echo "build-wheel: cannot unpack $1" >&2; exit 1; }
+  python3 -m zipfile -e "$1" "$unpacked" 2>/dev/null \
+    || { echo "build-wheel: $1: not a wheel (cannot unpack it)" >&2; exit 1; }
   module="$(cd "$unpacked" && find kpack_fuse -name '_native*.so')"
   [ -n "$module" ] && [ "$(wc -l <<< "$module")" -eq 1 ] \
     || { echo "build-wheel: $1 holds no single kpack_fuse/_native*.so" >&2; exit 1; }
@@ -65,7 +66,8 @@ if [ -n "$check" ]; then
 fi
 
 [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
-"$tools/bin/python" -m pip install -q --disable-pip-version-check "maturin==1.16.0" "ziglang==0.17.1"
+"$tools/bin/python" -m pip install -q --disable-pip-version-check \
+  "maturin==1.16.0" "ziglang==0.17.1"
 
 # Only this build's wheel is left in the output directory, so that the caller finds one file.
 mkdir -p -- "$out"

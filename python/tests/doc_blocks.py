@@ -11,13 +11,12 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 MARKER = re.compile(r"<!-- test: (\S+) -->")
-FENCE = re.compile(r"(\s*)```(\S*)\s*$")
+FENCE = re.compile(r"(\s*)```\S*\s*$")
 
 
 class Block:
-    def __init__(self, name, lang, line, text):
+    def __init__(self, name, line, text):
         self.name = name  # None for an unmarked block
-        self.lang = lang  # the fence's info string: "sh", "python", "text", ...
         self.line = line  # the fence's line number, from 1
         self.text = text  # the content, without the fence's indentation
 
@@ -54,7 +53,7 @@ def blocks(path=DOC):
                 if name in names:
                     raise ValueError(f"{path}:{start}: a second block named '{name}'")
                 names.add(name)
-            found.append(Block(name, fence.group(2), start, "\n".join(body) + "\n"))
+            found.append(Block(name, start, "\n".join(body) + "\n"))
             pending = None
         elif line.strip() and pending:
             raise ValueError(f"{path}:{pending[1]}: marker '{pending[0]}' has no block")
