@@ -106,7 +106,7 @@ def run_child(impl, mode, tree, archive, env):
 
 def synthetic_tree(root, n=300):
     rng = random.Random(3)
-    words = [rng.randbytes(16) for _ in range(64)]
+    words = [rng.getrandbits(128).to_bytes(16, "little") for _ in range(64)]
     for i in range(n):
         d = root / f"lib/librocfoo.so#{i // 3}"
         d.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ def kernels(n=200):
     out = []
     for i in range(n):
         # Compressible but not trivial: repeated random words.
-        words = [rng.randbytes(8) for _ in range(32)]
+        words = [rng.getrandbits(64).to_bytes(8, "little") for _ in range(32)]
         data = b"".join(rng.choice(words) for _ in range(rng.randrange(100, 3000)))
         out.append((f"lib/lib{i % 17}.so#{i % 3}", f"gfx9{i // 51:02d}", data))
     return out
@@ -56,7 +56,7 @@ def test_compression_releases_the_gil():
     normal pace. With the GIL held, it could run for at most one switch interval (5 ms)."""
     # 4 MiB of 8-byte words from a small vocabulary: level 9 takes a good part of a second.
     rng = random.Random(5)
-    words = [rng.randbytes(8) for _ in range(4096)]
+    words = [rng.getrandbits(64).to_bytes(8, "little") for _ in range(4096)]
     data = b"".join(rng.choices(words, k=1 << 19))
     done = threading.Event()
     counter = [0]
