@@ -106,8 +106,7 @@ pub struct MountArgs {
     /// How files are opened: passthrough (each open reaches the daemon, which hands the kernel
     /// the decoded file; best for large kernels), page-cache (the kernel opens files by itself
     /// and keeps their page cache; best for many small files), or auto: page-cache when the
-    /// median kernel is at most 64 KiB, else passthrough until the mount serves a warm set
-    /// (64 opens in a row of kernels already decoded and opened), then page-cache
+    /// median kernel is at most 64 KiB, else passthrough; decided once, at mount time
     /// [default: auto].
     #[arg(long, value_name = "MODE", value_parser = ["auto", "passthrough", "page-cache"])]
     pub open_mode: Option<String>,

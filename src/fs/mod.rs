@@ -35,7 +35,7 @@ pub mod store;
 pub mod tree;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -48,7 +48,7 @@ use store::{CacheStats, Store};
 use tree::{FileNode, Ino, Tree, TreeBuilder, TreeError};
 
 pub use errno::Errno;
-pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX, WARM_OPENS_TO_PAGE_CACHE};
+pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX};
 pub use read::{FillJob, NewHandle};
 pub use tree::{Duplicate, NATIVE};
 
@@ -149,6 +149,9 @@ pub struct KpackFs {
     opens: AtomicU64,
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
+    /// Page-cache mode: Linux opens files by itself and reads them by inode, and no OPEN
+    /// reaches the daemon (see [`KpackFs::set_page_cache_mode`]).
+    page_cache: AtomicBool,
     handles: Mutex<HashMap<u64, OpenedFile>>,
     /// Decode jobs running now, one per kernel (see `read/fill.rs`): the one single flight of every
     /// decode (opens, reads by inode, small kernels, decodes ahead).
@@ -238,6 +241,7 @@ impl KpackFs {
             store,
             opens: AtomicU64::new(0),
             opens_while_decoding: AtomicU64::new(0),
+            page_cache: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),

@@ -1,29 +1,25 @@
 //! The steps the mount takes for `init`, an OPEN, the answer to an open and a RELEASE: the open
 //! policy's decisions carried out on [`KpackFs`]. No FUSE types, so the model test
 //! (`model_tests.rs`) runs the very steps the adapter runs; the adapter adds only the replies,
-//! the decode pool and the prefill thread.
+//! and the decode pool.
 
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
 use super::KpackFs;
-use super::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
+use super::policy::{Granted, Handle, OpenPolicy, OpenStart};
 use super::read::fill::{OpenDone, OpenedFile};
 use super::read::{FillJob, NewHandle};
 use super::store::BackingFile;
 use super::tree::Ino;
 use crate::sync::lock;
 
-/// Where an open's work runs: the adapter's decode pool and prefill thread, or the model
-/// test's threads.
+/// Where an open's work runs: the adapter's decode pool, or the model test's threads.
 pub trait Runner {
     /// Runs a decode job off the request thread.
     fn decode(&self, job: FillJob);
     /// How many jobs handed in now would start at once.
     fn idle_workers(&self) -> usize;
-    /// Puts these kernels into the mount's page cache, each reported with
-    /// [`OpenPolicy::prefilled`].
-    fn prefill(&self, prefills: Vec<Prefill>);
 }
 
 /// `init`: what the kernel granted. Returns whether the mount opens in page-cache mode, and
@@ -38,6 +34,7 @@ pub fn granted<B: Clone>(
         policy.granted(granted);
         (policy.page_cache(), policy.passthrough())
     };
+    fs.set_page_cache_mode(page_cache);
     if page_cache {
         // No open walks the files: there is no scan to decode ahead of.
         fs.set_decode_ahead(false);
@@ -56,23 +53,10 @@ pub fn open<B: Clone>(
     flags: i32,
     done: OpenDone,
 ) {
-    let start = lock(policy).open(ino);
+    let start = lock(policy).open();
     match start {
-        OpenStart::NoOpen { turned } => {
-            if turned {
-                fs.set_decode_ahead(false);
-                log::info!(
-                    "open mode: page-cache from now on (the warm set is in the mount's page \
-                     cache: the kernel opens files without the daemon)"
-                );
-            }
-            done(Err(fs.refuse_open(ino, flags)));
-        }
-        OpenStart::Open {
-            passthrough,
-            prefill,
-        } => {
-            runner.prefill(prefill);
+        OpenStart::NoOpen => done(Err(fs.refuse_open(ino, flags))),
+        OpenStart::Open { passthrough } => {
             if let Some(job) = fs.open_start(ino, flags, passthrough, done) {
                 runner.decode(job);
             }
@@ -98,7 +82,7 @@ pub fn answer<B: Clone, E: Display>(
 ) -> (NewHandle, Handle<B>) {
     let file: Arc<BackingFile> = opened.backing.clone();
     let new = fs.add_handle(opened);
-    let handle = lock(policy).opened(ino, new.fh, new.complete, new.warm);
+    let handle = lock(policy).opened(ino, new.fh, new.complete);
     if !matches!(handle, Handle::Register) {
         return (new, handle);
     }
@@ -123,11 +107,9 @@ pub fn answer<B: Clone, E: Display>(
 }
 
 /// A RELEASE of handle `fh`. The inode's backing id, when this was its last passthrough
-/// handle, is closed after the policy's lock is released. Returns the prefill the release
-/// asks for, if any.
-pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) -> Option<Prefill> {
-    let released = lock(policy).release(fh);
-    drop(released.closed);
+/// handle, is closed after the policy's lock is released.
+pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) {
+    let closed = lock(policy).release(fh);
+    drop(closed);
     fs.release(fh);
-    released.prefill
 }

@@ -1,22 +1,22 @@
 //! The adapter proper: kernel requests in, calls on [`KpackFs`] and the open steps
-//! (`fs/steps.rs`) out, answers back as replies; the decode pool and the prefill thread.
+//! (`fs/steps.rs`) out, answers back as replies; the decode pool.
 
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Errno as FErrno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyPoll,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::MountConfig;
-use crate::fs::policy::{Granted, Handle, OpenPolicy, Prefill};
+use crate::fs::policy::{Granted, Handle, OpenPolicy};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::Pool;
 use crate::fs::steps::{self, Runner};
@@ -85,10 +85,6 @@ pub(super) struct Shared {
     fs: KpackFs,
     /// Which read path each open gets; its decisions are carried out by `fs/steps.rs`.
     policy: Policy,
-    /// Sends notifications to the kernel; set once the session exists.
-    notifier: OnceLock<Notifier>,
-    /// The prefill thread's queue, once started.
-    prefills: Mutex<Option<mpsc::Sender<Prefill>>>,
 }
 
 /// The adapter handed to fuser.
@@ -127,91 +123,9 @@ impl Shared {
             }
         }
     }
-
-    /// Runs `prefills` (see `policy/warm.rs`) on the prefill thread, started with the first:
-    /// each puts one kept kernel into the mount's page cache with FUSE's store notification,
-    /// and reports to the policy.
-    fn prefill(self: &Arc<Self>, prefills: impl IntoIterator<Item = Prefill>) {
-        let mut queue = lock(&self.prefills);
-        for p in prefills {
-            if queue.is_none() {
-                *queue = self.start_prefills();
-            }
-            let sent = queue.as_ref().is_some_and(|tx| tx.send(p).is_ok());
-            if !sent {
-                lock(&self.policy).prefilled(p, false);
-            }
-        }
-    }
-
-    /// The prefill thread. It holds the adapter's state weakly: it ends with the mount.
-    fn start_prefills(self: &Arc<Self>) -> Option<mpsc::Sender<Prefill>> {
-        let (tx, rx) = mpsc::channel::<Prefill>();
-        let weak = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("kpack-prefill".into())
-            .spawn(move || {
-                for p in rx {
-                    let Some(shared) = weak.upgrade() else {
-                        return;
-                    };
-                    let stored = shared.notifier.get().is_some_and(|notifier| {
-                        let store = |offset, bytes: &[u8]| {
-                            at_idle_priority(|| notifier.store(INodeNo(p.ino), offset, bytes))
-                        };
-                        shared.fs.put_kept_kernel(p.ino, store).unwrap_or_else(|e| {
-                            log::debug!("cannot put inode {} into the page cache: {e}", p.ino);
-                            false
-                        })
-                    });
-                    lock(&shared.policy).prefilled(p, stored);
-                }
-            });
-        match spawned {
-            Ok(_) => Some(tx),
-            Err(e) => {
-                log::warn!("cannot start putting kept kernels into the page cache: {e}");
-                None
-            }
-        }
-    }
-
-    fn release(self: &Arc<Self>, fh: u64) {
-        let prefill = steps::release(&self.fs, &self.policy, fh);
-        self.prefill(prefill);
-    }
-}
-
-/// Runs `f` on this thread at the idle scheduling class, then back at the normal one. Putting
-/// pages into the page cache is work for CPUs nobody else wants: at normal priority it takes
-/// CPU from the readers of the pass that sets it off. Only the copy runs idle, never a lock of
-/// ours, so that a starved thread never holds up an open.
-fn at_idle_priority<R>(f: impl FnOnce() -> R) -> R {
-    let set = |policy| {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sets this thread's own policy; `param` outlives the call.
-        unsafe { libc::sched_setscheduler(0, policy, &param) }
-    };
-    set(libc::SCHED_IDLE);
-    let r = f();
-    set(libc::SCHED_OTHER);
-    r
-}
-
-/// Where the session's notifier goes once the session exists (the adapter is made first).
-pub(super) struct NotifierSlot(Arc<Shared>);
-
-impl NotifierSlot {
-    pub(super) fn fill(self, notifier: Notifier) {
-        let _ = self.0.notifier.set(notifier);
-    }
 }
 
 impl Adapter {
-    pub(super) fn notifier_slot(&self) -> NotifierSlot {
-        NotifierSlot(self.shared.clone())
-    }
-
     /// A read without a handle (page-cache mode): answered at once for a stored kernel, else by
     /// the kernel's decode job (started on the decode pool when none runs), so request threads
     /// stay free for other files.
@@ -241,7 +155,7 @@ impl std::ops::Deref for Adapter {
     }
 }
 
-/// Decodes run on the decode pool, prefills on the prefill thread.
+/// Decodes run on the decode pool.
 impl Runner for Adapter {
     /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
     /// there is one to decode ahead of and no other job waits for a thread.
@@ -263,10 +177,6 @@ impl Runner for Adapter {
 
     fn idle_workers(&self) -> usize {
         self.decoders.idle_workers()
-    }
-
-    fn prefill(&self, prefills: Vec<Prefill>) {
-        self.shared.prefill(prefills);
     }
 }
 
@@ -393,7 +303,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.release(fh.0);
+        steps::release(&self.fs, &self.policy, fh.0);
         reply.ok();
     }
 
@@ -669,31 +579,8 @@ pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let shown = policy.clone();
     fs.add_stats(Box::new(move || lock(&shown).stats_text()));
     Adapter {
-        shared: Arc::new(Shared {
-            fs,
-            policy,
-            notifier: OnceLock::new(),
-            prefills: Mutex::new(None),
-        }),
+        shared: Arc::new(Shared { fs, policy }),
         decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_copy_runs_idle_and_the_thread_returns_to_normal() {
-        std::thread::spawn(|| {
-            // SAFETY: queries this thread's own policy.
-            let policy = || unsafe { libc::sched_getscheduler(0) };
-            assert_eq!(policy(), libc::SCHED_OTHER);
-            assert_eq!(at_idle_priority(policy), libc::SCHED_IDLE);
-            assert_eq!(policy(), libc::SCHED_OTHER);
-        })
-        .join()
-        .unwrap();
     }
 }

@@ -75,7 +75,6 @@ impl KpackFs {
                 make: Make::Ahead {
                     reserved: file.size,
                 },
-                bytes: None,
             });
         }
         self.scan.release();

@@ -265,16 +265,6 @@ impl Store {
         h.file_outside_lru(id).map(Body::File)
     }
 
-    /// The held body of `id` (as [`take`](Self::take) finds it), leaving the LRU order and
-    /// pins alone.
-    pub fn peek(&self, id: KernelId) -> Option<Body> {
-        let h = lock(&self.held);
-        if let Some(e) = h.lru.peek(&id) {
-            return Some(e.body.clone());
-        }
-        h.file_outside_lru(id).map(Body::File)
-    }
-
     /// Records a complete file of `id` (see `Held::made`).
     fn made(&self, id: KernelId, file: &Arc<BackingFile>) {
         let mut h = lock(&self.held);
