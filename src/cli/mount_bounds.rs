@@ -131,12 +131,6 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
     if s.disk_cache_size.is_some_and(|b| b.old_name) {
         warnings.push(CACHE_DIR_SIZE_RENAMED.into());
     }
-    if s.no_decode_ahead && s.open_mode == rocm_kpack::fs::OpenMode::PageCache {
-        warnings.push(format!(
-            "--no-decode-ahead (-o no_decode_ahead) does nothing with --open-mode page-cache, \
-             which never decodes ahead; {LATER}"
-        ));
-    }
     let bound = s.disk_cache_size.map_or(DEFAULT_DISK_CACHE, |b| b.bytes);
     let placement = match &s.cache_dir {
         Some(dir) => {
@@ -201,9 +195,6 @@ mod tests {
          later release";
     const NO_AHEAD_IN_MEMORY: &str = "--no-decode-ahead (-o no_decode_ahead) does nothing with \
          --backing memory, which never decodes ahead; it will be refused there in a later release";
-    const NO_AHEAD_PAGE_CACHE: &str = "--no-decode-ahead (-o no_decode_ahead) does nothing \
-         with --open-mode page-cache, which never decodes ahead; it will be refused there in a \
-         later release";
     const RENAMED_MEMORY: &str = "--cache-size (-o cache_size) is renamed --memory-cache-size \
          (-o memory_cache_size); the old name will be refused in a later release";
     const RENAMED_DISK: &str = "--cache-dir-size (-o cache_dir_size) is renamed \
@@ -387,11 +378,8 @@ mod tests {
                 no_ahead(s);
                 s.open_mode = OpenMode::PageCache;
             }),
-            ok(
-                scratch("/var/tmp"),
-                DEFAULT_DISK_CACHE,
-                &[NO_AHEAD_PAGE_CACHE]
-            )
+            ok(scratch("/var/tmp"), DEFAULT_DISK_CACHE, &[]),
+            "page-cache mode decodes ahead of first READs"
         );
     }
 }

@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
 use read::fill::{Fill, OpenedFile};
-use read::scan::Scan;
+use read::scan::Scans;
 use store::KernelId;
 use store::Placement;
 use store::{CacheStats, Store};
@@ -169,8 +169,8 @@ pub struct KpackFs {
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
-    /// Opens walking the files in order, and the decodes started ahead of them.
-    scan: Scan,
+    /// Readers walking the files in order, and the decodes started ahead of them.
+    scans: Scans,
     uid: u32,
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
@@ -250,7 +250,7 @@ impl KpackFs {
             reads: AtomicU64::new(0),
             reads_while_decoding: AtomicU64::new(0),
             decodes: AtomicU64::new(0),
-            scan: Scan::default(),
+            scans: Scans::default(),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
@@ -380,7 +380,7 @@ impl KpackFs {
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
             self.opens_while_decoding.load(Ordering::Relaxed),
-            self.scan.started.load(Ordering::Relaxed),
+            self.scans.started.load(Ordering::Relaxed),
             u8::from(self.store.in_memory()),
             self.store.live_bytes(),
             d.hits,

@@ -810,6 +810,7 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
         ordinal: i,
     };
     assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
+    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
     assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
     // The second open continues a scan: files 2 and 3 are decoded ahead and pinned; their
     // pins take half the bound, so nothing more is decoded ahead.

@@ -18,10 +18,10 @@ use fuser::{
 use super::MountConfig;
 use crate::fs::policy::{Granted, Handle, OpenPolicy};
 use crate::fs::read::fill::OpenedFile;
-use crate::fs::read::pool::Pool;
-use crate::fs::steps::{self, Runner};
+use crate::fs::read::pool::cores;
+use crate::fs::steps::{self, Decoders};
 use crate::fs::store::BackingFile;
-use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
+use crate::fs::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
 
 fn errno(e: Errno) -> FErrno {
@@ -82,7 +82,7 @@ type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
 
 /// What the adapter and the jobs it sends to the decode pool share.
 pub(super) struct Shared {
-    fs: KpackFs,
+    fs: Arc<KpackFs>,
     /// Which read path each open gets; its decisions are carried out by `fs/steps.rs`.
     policy: Policy,
 }
@@ -90,7 +90,7 @@ pub(super) struct Shared {
 /// The adapter handed to fuser.
 pub(super) struct Adapter {
     shared: Arc<Shared>,
-    decoders: Pool,
+    decoders: Decoders,
     /// Held at the end of the session, before the process lets go (tests make exits slow).
     exit_delay: Duration,
 }
@@ -111,14 +111,9 @@ impl Shared {
             Handle::Passthrough(id) => {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
             }
-            // Direct I/O: the daemon answers from the part already decoded, and the kernel keeps
-            // no second copy of pages that later opens pass through. Otherwise the page cache is
-            // kept across opens (the warm cache of the daemon read path): the archive does not
-            // change while mounted.
-            Handle::Daemon { direct_io: true } => {
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
-            }
-            Handle::Daemon { direct_io: false } | Handle::Register => {
+            // The page cache is kept across opens (the warm cache of the daemon read path): the
+            // archive does not change while mounted.
+            Handle::Daemon | Handle::Register => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
         }
@@ -134,9 +129,7 @@ impl Adapter {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(e)),
         });
-        if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
-            self.decode(job);
-        }
+        steps::read_ino(&self.decoders, ino, offset, size, done);
     }
 }
 
@@ -152,31 +145,6 @@ impl std::ops::Deref for Adapter {
     type Target = Shared;
     fn deref(&self) -> &Shared {
         &self.shared
-    }
-}
-
-/// Decodes run on the decode pool.
-impl Runner for Adapter {
-    /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
-    /// there is one to decode ahead of and no other job waits for a thread.
-    fn decode(&self, job: FillJob) {
-        let shared = self.shared.clone();
-        let queue = self.decoders.queue();
-        self.decoders.run(move || {
-            let mut next = Some(job);
-            while let Some(job) = next {
-                shared.fs.run_fill(job);
-                next = if queue.has_waiting() {
-                    None
-                } else {
-                    shared.fs.continue_ahead()
-                };
-            }
-        });
-    }
-
-    fn idle_workers(&self) -> usize {
-        self.decoders.idle_workers()
     }
 }
 
@@ -220,9 +188,6 @@ impl Filesystem for Adapter {
                 ),
             }
         }
-        // Files still decoding are opened for direct I/O (see `opened`); this keeps `mmap`
-        // working on them (Linux 6.6+; older kernels allow only private mappings).
-        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // More readahead requests in flight for the daemon read path (fuser's default is 16).
         let _ = config.set_max_background(64);
         let granted = Granted {
@@ -268,7 +233,7 @@ impl Filesystem for Adapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        steps::open(&self.fs, &self.policy, self, ino.0, flags.0, done);
+        steps::open(&self.decoders, &self.policy, ino.0, flags.0, done);
     }
 
     fn read(
@@ -578,9 +543,10 @@ pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let policy: Policy = Arc::new(Mutex::new(OpenPolicy::new(start, cfg.passthrough)));
     let shown = policy.clone();
     fs.add_stats(Box::new(move || lock(&shown).stats_text()));
+    let fs = Arc::new(fs);
     Adapter {
+        decoders: Decoders::new(fs.clone(), cores()),
         shared: Arc::new(Shared { fs, policy }),
-        decoders: Pool::per_core("kpack-decode"),
         exit_delay: cfg.exit_delay,
     }
 }

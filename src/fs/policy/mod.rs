@@ -7,9 +7,10 @@
 //! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux
 //!   wants one id per inode for all its open handles, so the id lives here with the inode and
 //!   goes when the inode's last passthrough handle is released.
-//! * **daemon**: the daemon answers every READ of the handle. While passthrough is on, such a
-//!   handle is opened for direct I/O if its file is still being decoded, so the kernel keeps
-//!   no second copy of pages that later passthrough opens read from the file.
+//! * **daemon**: the daemon answers every READ of the handle, and the kernel keeps its pages
+//!   cached across opens. With passthrough on, an open waits for its complete file, so this is
+//!   the path of inodes that have a daemon handle already, and of mounts where passthrough is
+//!   not granted or an id was refused.
 //! * **page cache**: OPEN is answered ENOSYS, after which the kernel opens every file of the
 //!   mount without the daemon, keeps its page cache, and sends READs with handle 0.
 //!
@@ -123,8 +124,8 @@ pub enum Handle<B> {
     /// Register a backing id for the handle's file (without holding the policy's lock), then
     /// report it with [`OpenPolicy::registered`] or [`OpenPolicy::refused`].
     Register,
-    /// Read by the daemon; `direct_io` when the kernel must not cache its pages.
-    Daemon { direct_io: bool },
+    /// Read by the daemon.
+    Daemon,
 }
 
 /// What an open handle reads through, as recorded for its release.
@@ -162,16 +163,6 @@ impl<B> Inode<B> {
     }
 }
 
-/// Faults a test may switch on to show that the model test catches them.
-#[cfg(test)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Asks for a backing id while the inode has daemon handles open.
-    PassthroughBesideDaemon,
-}
-
 /// The open policy of one mount (see the module documentation). `B` is the kernel's backing
 /// id; the policy only keeps, clones and gives it back.
 #[derive(Debug)]
@@ -184,8 +175,6 @@ pub struct OpenPolicy<B> {
     passthrough: bool,
     inodes: HashMap<Ino, Inode<B>>,
     handles: HashMap<u64, (Ino, Path)>,
-    #[cfg(test)]
-    pub fault: Fault,
 }
 
 impl<B: Clone> OpenPolicy<B> {
@@ -198,8 +187,6 @@ impl<B: Clone> OpenPolicy<B> {
             passthrough: false,
             inodes: HashMap::new(),
             handles: HashMap::new(),
-            #[cfg(test)]
-            fault: Fault::None,
         }
     }
 
@@ -257,9 +244,7 @@ impl<B: Clone> OpenPolicy<B> {
             return Handle::Register;
         }
         self.add_daemon_handle(ino, fh);
-        Handle::Daemon {
-            direct_io: self.passthrough && !complete,
-        }
+        Handle::Daemon
     }
 
     /// A new passthrough handle `fh` of `ino` with the inode's backing id, if it has one.
@@ -273,10 +258,6 @@ impl<B: Clone> OpenPolicy<B> {
 
     /// Linux refuses a passthrough open of an inode with daemon handles open.
     fn passthrough_allowed(&self, ino: Ino) -> bool {
-        #[cfg(test)]
-        if self.fault == Fault::PassthroughBesideDaemon {
-            return true;
-        }
         self.inodes.get(&ino).is_none_or(|i| i.daemon == 0)
     }
 
@@ -289,7 +270,7 @@ impl<B: Clone> OpenPolicy<B> {
     /// lock) when another one is used instead or the handle is read by the daemon after all.
     pub fn registered(&mut self, fh: u64, id: B) -> (Handle<B>, Option<B>) {
         let Some(ino) = self.stop_registering(fh) else {
-            return (Handle::Daemon { direct_io: false }, Some(id));
+            return (Handle::Daemon, Some(id));
         };
         // Another open of the inode registered first.
         if let Some(theirs) = self.join_backing(ino, fh) {
@@ -298,7 +279,7 @@ impl<B: Clone> OpenPolicy<B> {
         // A daemon handle of the inode was opened meanwhile: a passthrough open now would fail.
         if !self.passthrough_allowed(ino) {
             self.add_daemon_handle(ino, fh);
-            return (Handle::Daemon { direct_io: false }, Some(id));
+            return (Handle::Daemon, Some(id));
         }
         let inode = self.inodes.entry(ino).or_default();
         inode.backing = Some(id.clone());
@@ -313,7 +294,7 @@ impl<B: Clone> OpenPolicy<B> {
     /// without one beside a handle that has one.
     pub fn refused(&mut self, fh: u64) -> (Handle<B>, bool) {
         let first = std::mem::replace(&mut self.passthrough, false);
-        let daemon = Handle::Daemon { direct_io: false };
+        let daemon = Handle::Daemon;
         let Some(ino) = self.stop_registering(fh) else {
             return (daemon, first);
         };
@@ -512,9 +493,9 @@ mod tests {
     #[test]
     fn a_file_still_decoding_is_read_by_the_daemon_and_blocks_passthrough() {
         let mut p = passthrough_mount();
-        assert_eq!(p.opened(5, 1, false), Handle::Daemon { direct_io: true });
+        assert_eq!(p.opened(5, 1, false), Handle::Daemon);
         // Complete now, but the inode has a daemon handle: Linux would refuse passthrough.
-        assert_eq!(p.opened(5, 2, true), Handle::Daemon { direct_io: false });
+        assert_eq!(p.opened(5, 2, true), Handle::Daemon);
         assert_eq!(p.handles_of(5), (0, 2));
         p.release(1);
         p.release(2);
@@ -525,11 +506,8 @@ mod tests {
     fn a_daemon_handle_opened_during_registration_wins() {
         let mut p = passthrough_mount();
         assert_eq!(p.opened(5, 1, true), Handle::Register);
-        assert_eq!(p.opened(5, 2, false), Handle::Daemon { direct_io: true });
-        assert_eq!(
-            p.registered(1, 10),
-            (Handle::Daemon { direct_io: false }, Some(10))
-        );
+        assert_eq!(p.opened(5, 2, false), Handle::Daemon);
+        assert_eq!(p.registered(1, 10), (Handle::Daemon, Some(10)));
         assert_eq!(p.handles_of(5), (0, 2));
     }
 
@@ -538,16 +516,12 @@ mod tests {
         let mut p = passthrough_mount();
         assert_eq!(p.opened(5, 1, true), Handle::Register);
         assert_eq!(p.opened(6, 2, true), Handle::Register);
-        assert_eq!(p.refused(1), (Handle::Daemon { direct_io: false }, true));
+        assert_eq!(p.refused(1), (Handle::Daemon, true));
         assert!(!p.passthrough());
-        assert_eq!(
-            p.refused(2),
-            (Handle::Daemon { direct_io: false }, false),
-            "said once"
-        );
+        assert_eq!(p.refused(2), (Handle::Daemon, false), "said once");
         assert_eq!(p.handles_of(5), (0, 1));
         assert_eq!(p.open(), OPEN_NO_PASSTHROUGH);
-        assert_eq!(p.opened(7, 3, false), Handle::Daemon { direct_io: false });
+        assert_eq!(p.opened(7, 3, false), Handle::Daemon);
         assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
     }
 

@@ -74,9 +74,6 @@ impl KpackFs {
             Ok((body, _)) => fill.complete(body),
             Err(e) => fill.fail(*e),
         }
-        if let Make::Ahead { .. } = make {
-            self.scan.release();
-        }
         self.store.tidy();
     }
 

@@ -104,12 +104,18 @@ impl KpackFs {
         Ok(self.add_handle(opened).fh)
     }
 
-    /// Starts an open without waiting: `done` gets the file at once when it is stored, when
-    /// its decode starts streaming, or when the decode completes (a kernel that must be
-    /// checked whole first), or the error. A returned job must be run
+    /// Starts an open without waiting: `done` gets the file at once when it is stored, or the
+    /// error; else, with `passthrough` (the kernel would read a complete file itself), when
+    /// its decode completes; else when the decode starts streaming, or completes (a kernel
+    /// that must be checked whole first). A returned job must be run
     /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
     /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
-    /// the answer into a handle. `passthrough`: the kernel would read a complete file itself.
+    /// the answer into a handle.
+    ///
+    /// Why a passthrough open waits for the whole file: a handle opened before its file is
+    /// complete reads through the daemon for its whole life (Linux takes a backing id only at
+    /// open), one READ round trip at a time; answered when the decode ends, it reads the file
+    /// at page-cache speed, so the reader is done about when the decode is.
     pub fn open_start(
         &self,
         ino: Ino,
@@ -125,13 +131,7 @@ impl KpackFs {
                 return None;
             }
         };
-        let in_scan = self.scan.opened(ino).is_some();
-        // An open that continues a scan, while files are decoded ahead of it, gets the complete
-        // file: its reader gains nothing from the first bytes early (the decode threads are
-        // busy either way) and much from passthrough, which a handle opened before the file is
-        // complete cannot use.
-        let whole = in_scan && self.decodes_ahead() && passthrough;
-        self.start_or_join(ino, file, whole, done)
+        self.start_or_join(ino, file, passthrough, done)
     }
 
     /// Answers `done` with the kernel's complete file from the store, or joins its decode job,

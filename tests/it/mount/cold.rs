@@ -1,6 +1,7 @@
-//! Cold reads while the kernel is still decoding (serve while filling): concurrent readers
-//! from byte 0, random offsets, `mmap`, page-cache handles then passthrough (and the same in
-//! page-cache open mode), and a decode that fails part way. Archives without digests stream; scenarios named `cold_*` run in the I/O
+//! Cold reads while the kernel is still decoding (serve while filling, on the daemon read path
+//! and in page-cache open mode; with passthrough an open waits for the complete file instead):
+//! concurrent readers from byte 0, random offsets, `mmap`, daemon handles then passthrough, and
+//! a decode that fails part way. Archives without digests stream; scenarios named `cold_*` run in the I/O
 //! child and check bytes against the archive API and counters in `user.kpack.stats`.
 
 use std::fs::File;
@@ -179,9 +180,20 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 assert!(after["daemon_reads"] > reads);
             }
         }
-        // The decode fails part way: reads reaching the damage get EIO (the bytes before it
-        // may have been served: the archive has no digest to check them against), at once and
-        // again later; a new open decodes again and fails the same way.
+        // The decode fails part way: with passthrough the open waits for the whole file and
+        // fails with EIO; otherwise reads reaching the damage get EIO (the bytes before it may
+        // have been served: the archive has no digest to check them against), at once and
+        // again later. Either way a new open decodes again and fails the same way.
+        "cold_eio" if before["passthrough"] == 1 => {
+            for _ in 0..2 {
+                let e = File::open(&path).map(|_| ()).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+            }
+            let after = stats(mnt);
+            assert_eq!(after["decodes"] - before["decodes"], 2);
+            assert_eq!(after["daemon_reads"], before["daemon_reads"]);
+            return;
+        }
         "cold_eio" => {
             for round in 0..2 {
                 let f = File::open(&path).unwrap();
@@ -215,10 +227,19 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
     let after = stats(mnt);
     println!("stats before {before:?}\nafter {after:?}");
     assert_eq!(after["decodes"] - before["decodes"], 1, "one decode");
-    assert!(
-        after["reads_while_decoding"] > before["reads_while_decoding"],
-        "some read was served while the kernel decoded"
-    );
+    if after["passthrough"] == 1 {
+        for counter in ["reads_while_decoding", "opens_while_decoding"] {
+            assert_eq!(
+                after[counter], before[counter],
+                "{counter}: a passthrough open waits for the complete file"
+            );
+        }
+    } else {
+        assert!(
+            after["reads_while_decoding"] > before["reads_while_decoding"],
+            "some read was served while the kernel decoded"
+        );
+    }
 }
 
 /// Reads `f` in 1 MiB steps until a read fails, which must be with EIO before the end;
