@@ -11,37 +11,13 @@ use std::path::PathBuf;
 
 use rocm_kpack::fs::store::{DEFAULT_SCRATCH_BASE, Placement};
 
-use super::mount_options::Settings;
+use super::mount_settings::{Bound, Settings};
 
 /// Default `--memory-cache-size`: 256 MiB (less in a small cgroup: see `mount.rs`).
 pub const DEFAULT_MEMORY_CACHE: u64 = 256 << 20;
 
 /// Default `--disk-cache-size`: 10 GiB.
 pub const DEFAULT_DISK_CACHE: u64 = 10 << 30;
-
-/// A byte bound as given, and whether by its deprecated name (`--cache-size` for the memory
-/// bound, `--cache-dir-size` for the disk bound).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bound {
-    pub bytes: u64,
-    pub old_name: bool,
-}
-
-impl Bound {
-    pub fn new(bytes: u64) -> Bound {
-        Bound {
-            bytes,
-            old_name: false,
-        }
-    }
-
-    pub fn old(bytes: u64) -> Bound {
-        Bound {
-            bytes,
-            old_name: true,
-        }
-    }
-}
 
 /// What the mount keeps: where, the bound in force (the store's capacity, shown as `capacity`
 /// in the stats), and the warnings to show before the mount goes to the background.
@@ -369,14 +345,14 @@ mod tests {
         assert_eq!(
             resolved(|s| {
                 no_ahead(s);
-                s.open_mode = OpenMode::Passthrough;
+                s.open_mode.mode = OpenMode::Daemon;
             }),
             ok(scratch("/var/tmp"), DEFAULT_DISK_CACHE, &[])
         );
         assert_eq!(
             resolved(|s| {
                 no_ahead(s);
-                s.open_mode = OpenMode::PageCache;
+                s.open_mode.mode = OpenMode::PageCache;
             }),
             ok(scratch("/var/tmp"), DEFAULT_DISK_CACHE, &[]),
             "page-cache mode decodes ahead of first READs"

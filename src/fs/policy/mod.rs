@@ -30,9 +30,10 @@ pub enum OpenMode {
     /// [`PAGE_CACHE_MEDIAN_MAX`]); otherwise every open through the daemon.
     #[default]
     Auto,
-    /// Every open reaches the daemon; best for large kernels, whose cold reads then never
-    /// cross into the daemon.
-    Passthrough,
+    /// Every open reaches the daemon, which hands the kernel the decoded file (passthrough)
+    /// where it is granted, or else serves the reads itself; best for large kernels, whose
+    /// cold reads then never cross into the daemon.
+    Daemon,
     /// The kernel opens files itself; best for many small files.
     PageCache,
 }
@@ -42,7 +43,7 @@ impl OpenMode {
     pub fn parse(s: &str) -> Option<OpenMode> {
         match s {
             "auto" => Some(OpenMode::Auto),
-            "passthrough" => Some(OpenMode::Passthrough),
+            "daemon" => Some(OpenMode::Daemon),
             "page-cache" | "page_cache" => Some(OpenMode::PageCache),
             _ => None,
         }
@@ -51,7 +52,7 @@ impl OpenMode {
     pub fn name(self) -> &'static str {
         match self {
             OpenMode::Auto => "auto",
-            OpenMode::Passthrough => "passthrough",
+            OpenMode::Daemon => "daemon",
             OpenMode::PageCache => "page-cache",
         }
     }
@@ -61,7 +62,7 @@ impl OpenMode {
     pub fn start(self, median_kernel_size: Option<u64>) -> Start {
         match self {
             OpenMode::PageCache => Start::PageCache,
-            OpenMode::Passthrough => Start::Opens,
+            OpenMode::Daemon => Start::Opens,
             OpenMode::Auto => match median_kernel_size {
                 Some(m) if m > PAGE_CACHE_MEDIAN_MAX => Start::Opens,
                 _ => Start::PageCache,
@@ -391,11 +392,11 @@ mod tests {
             OpenMode::Auto.start(Some(PAGE_CACHE_MEDIAN_MAX + 1)),
             Start::Opens
         );
-        assert_eq!(OpenMode::Passthrough.start(Some(1)), Start::Opens);
+        assert_eq!(OpenMode::Daemon.start(Some(1)), Start::Opens);
         assert_eq!(OpenMode::PageCache.start(Some(u64::MAX)), Start::PageCache);
         for (s, m) in [
             ("auto", OpenMode::Auto),
-            ("passthrough", OpenMode::Passthrough),
+            ("daemon", OpenMode::Daemon),
             ("page-cache", OpenMode::PageCache),
             ("page_cache", OpenMode::PageCache),
         ] {

@@ -413,7 +413,7 @@ fn kernels_with_a_frame_digest_stream_once_it_matched_and_a_bad_frame_serves_not
     let bytes = crate::support::craft::flipped_archive(Compression::Zstd { level: 3 }, &kernels, 0);
     std::fs::write(&bad, bytes).unwrap();
     // Its kernels are small: the open mode is asked for, since page-cache mode opens nothing.
-    let m = Mount::start(&bad, &["--open-mode", "passthrough"]);
+    let m = Mount::start(&bad, &["--open-mode", "daemon"]);
     m.check("cold_refused", "gfx942");
     m.check("walk_one", "lib/big.so#0/gfx900.hsaco");
     let log = m.daemon_log();

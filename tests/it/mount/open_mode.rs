@@ -178,7 +178,7 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         // Each of the 8 kernels opened by walk: 8 OPENs.
         (
             &small,
-            &["--open-mode", "passthrough"],
+            &["--open-mode", "daemon"],
             "page_cache_mode=0,passthrough=1,daemon_opens=8",
         ),
         (
@@ -238,7 +238,7 @@ fn without_cap_sys_admin_the_daemon_serves_reads_itself() {
             });
         }
     };
-    let m = Mount::start_fd_configured(&archive, &["--open-mode", "passthrough"], &drop_admin);
+    let m = Mount::start_fd_configured(&archive, &["--open-mode", "daemon"], &drop_admin);
     let status = std::fs::read_to_string(format!("/proc/{}/status", m.daemon_pid())).unwrap();
     let eff = status
         .lines()
@@ -392,4 +392,38 @@ fn page_cache_mode_decodes_a_kernel_larger_than_the_cache_once() {
         m.check("rp_stats", "page_cache_mode=1,decodes=1,bytes_cached=0");
         m.stop();
     }
+}
+
+/// `--open-mode passthrough`, the old name of `daemon`, still mounts in that mode, and the
+/// command says so on the terminal before it returns (and `-o open_mode=passthrough` in the
+/// log).
+#[test]
+fn the_old_name_of_the_daemon_open_mode_warns_and_still_works() {
+    if !fuse_available() {
+        return;
+    }
+    const RENAMED: &str = "--open-mode passthrough (-o open_mode=passthrough) is renamed \
+         --open-mode daemon (-o open_mode=daemon): passthrough names only how files opened \
+         through the daemon are read (--no-passthrough turns it off); the old name will be \
+         refused in a later release";
+    let warned = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.contains(" WARN "))
+            .map(|l| l.split_once("] ").map_or(l, |(_, text)| text).to_owned())
+            .collect()
+    };
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let m = Mount::start_background(&archive, &["--open-mode", "passthrough"]);
+    let shown = m.command_output();
+    m.check("walk", "");
+    m.check("rp_stats", "page_cache_mode=0,daemon_opens=8");
+    m.stop();
+    assert_eq!(warned(&shown), [RENAMED], "{shown}");
+    let m = Mount::start(&archive, &["-o", "open_mode=passthrough"]);
+    m.check("walk", "");
+    m.check("rp_stats", "page_cache_mode=0,daemon_opens=8");
+    let log = m.daemon_log();
+    m.stop();
+    assert_eq!(warned(&log), [RENAMED], "{log}");
 }
