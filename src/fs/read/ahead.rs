@@ -77,7 +77,8 @@ impl KpackFs {
     /// The decode job of the first file within [`scan::AHEAD`] inodes past `front`, of at most
     /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding. Never with
     /// memory backing: its memory cannot be reclaimed, so nothing is decoded into it before it
-    /// is asked for.
+    /// is asked for. Not a kernel page-cache mode decodes straight into a READ's reply: a
+    /// backing file for it would cost more than its decode.
     ///
     /// Its file is pinned in the store until its first open, and the pins count in the store's
     /// bound: when they (with the decodes ahead running) would take more than their share of it
@@ -94,6 +95,7 @@ impl KpackFs {
             let mut fills = lock(&self.fills);
             if file.size == 0
                 || file.size > largest
+                || self.decodes_into_reply(file)
                 || self.store.contains(id)
                 || fills.contains_key(&id)
             {

@@ -79,6 +79,7 @@ impl Pool {
     }
 
     /// Whether no job is queued or running.
+    #[cfg(test)]
     pub fn is_idle(&self) -> bool {
         self.pending.load(Ordering::Acquire) == 0
     }
