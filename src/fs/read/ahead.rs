@@ -91,14 +91,14 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
+            if file.size == 0 || file.size > largest || self.decodes_into_reply(file) {
+                continue;
+            }
             let id = kernel_id(file);
+            // The store is asked with the map of jobs locked: a job keeps its kernel before it
+            // leaves the map, so one of the two always has it.
             let mut fills = lock(&self.fills);
-            if file.size == 0
-                || file.size > largest
-                || self.decodes_into_reply(file)
-                || self.store.contains(id)
-                || fills.contains_key(&id)
-            {
+            if self.store.contains(id) || fills.contains_key(&id) {
                 continue;
             }
             if !self.store.reserve_pin(file.size) {
