@@ -197,11 +197,7 @@ impl Filesystem for Adapter {
         let (page_cache, passthrough) = steps::granted(&self.fs, &self.policy, granted);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
-            if page_cache {
-                "page-cache"
-            } else {
-                "passthrough"
-            },
+            if page_cache { "page-cache" } else { "daemon" },
             if passthrough { "passthrough" } else { "daemon" },
             self.fs.store().kind()
         );
