@@ -1044,8 +1044,8 @@ fn bench_rereads(report: &mut Report, name: &str, tree: &Path, work: &Path, o: &
             " (target >= 0.95)",
         ),
         (
-            "kpack-fuse --open-mode passthrough",
-            &["--open-mode", "passthrough"][..],
+            "kpack-fuse --open-mode daemon",
+            &["--open-mode", "daemon"][..],
             "",
             "",
         ),

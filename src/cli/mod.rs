@@ -17,6 +17,9 @@ mod mount_bounds;
 mod mount_daemon;
 mod mount_log;
 mod mount_options;
+mod mount_plan;
+mod mount_serve;
+mod mount_settings;
 mod pack;
 mod pack_manifest;
 mod plural;
@@ -27,6 +30,7 @@ mod split;
 mod stats;
 mod suggest;
 mod umount;
+mod unmount;
 mod verify;
 
 use std::process::ExitCode;
@@ -62,7 +66,7 @@ pub enum Command {
     /// Mount an archive, a directory of archives or a HIPK binary's archives as a read-only tree.
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
-    Unmount(mount::UnmountArgs),
+    Unmount(unmount::UnmountArgs),
     /// Show a mount's counters (cache, decodes, read path) as a table or as JSON.
     Stats(stats::Args),
     /// Show which paths, archives and targets the loader tries for a HIPK host binary.
@@ -110,7 +114,7 @@ pub fn main() -> ExitCode {
         Command::Extract(a) => extract::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Mount(a) => mount::run_mount(a),
-        Command::Unmount(a) => mount::run_unmount(a),
+        Command::Unmount(a) => unmount::run_unmount(a),
         Command::Stats(a) => stats::run(a),
         Command::Resolve(a) => resolve::run(a),
         Command::Load(a) => load::run(a),

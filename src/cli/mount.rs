@@ -1,33 +1,34 @@
-//! `kpack-fuse mount` and `kpack-fuse unmount`.
+//! `kpack-fuse mount`: its arguments, and the command from them to a served mount.
 //!
 //! `mount` checks everything it can before touching the kernel (options, mount point, source,
 //! names in the tree), then, unless `-f`, forks into a daemon (`mount_daemon`) that mounts and
 //! tells the waiting command when the mount is live. The daemon serves until the filesystem is
-//! unmounted: by SIGINT/SIGTERM/SIGHUP (handled here: fuser installs no signal handlers), by
-//! `kpack-fuse unmount`, or by `umount`. It then exits 0.
+//! unmounted (`mount_serve`), then exits 0.
 //!
-//! Option lists (`-o`) are parsed in `mount_options`, logging is set up in `mount_log`.
+//! The settings are plain data (`mount_settings`), filled from the flags here and from option
+//! lists (`-o`) in `mount_options`; `mount_bounds` says where decoded kernels live, and
+//! `mount_plan` turns the settings into the file system's options. Logging is set up in
+//! `mount_log`; `kpack-fuse unmount` is `unmount`.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
 
-use rocm_kpack::fs::fuse::{self, Access, MountConfig};
+use rocm_kpack::fs::fuse;
 use rocm_kpack::fs::setup::limits::raise_open_file_limit;
 use rocm_kpack::fs::setup::source::{self, SourceOptions};
 use rocm_kpack::fs::setup::{gpus, mountinfo};
 use rocm_kpack::fs::store::{Placement, descriptor_budget};
-use rocm_kpack::fs::{FsOptions, OpenMode};
 use rocm_kpack::loader::LoaderConfig;
 
-use super::daemon_lock;
-use super::mount_bounds::{self, Bound, DEFAULT_MEMORY_CACHE};
-use super::mount_daemon::{self, Ready};
+use super::mount_bounds::{self, DEFAULT_MEMORY_CACHE};
+use super::mount_daemon;
 use super::mount_log::{self, Verbosity};
-use super::mount_options::{self, Settings};
+use super::mount_options;
+use super::mount_plan::{self, Host};
+use super::mount_serve::{self, Target, fusermount_available};
+use super::mount_settings::{self, Bound, OPEN_MODES, OpenModeSetting, Settings};
 use super::remote_args::RemoteArgs;
-use super::umount::umount2;
 use super::{CliError, CliResult, Exit};
 use crate::remote;
 
@@ -103,13 +104,12 @@ pub struct MountArgs {
     /// file ahead of them.
     #[arg(long)]
     pub no_decode_ahead: bool,
-    /// How files are opened: passthrough (each open reaches the daemon, which hands the kernel
-    /// the decoded file; best for large kernels), page-cache (the kernel opens files by itself
-    /// and keeps their page cache; best for many small files), or auto: page-cache when the
-    /// median kernel is at most 64 KiB, else passthrough until the mount serves a warm set
-    /// (64 opens in a row of kernels already decoded and opened), then page-cache
-    /// [default: auto].
-    #[arg(long, value_name = "MODE", value_parser = ["auto", "passthrough", "page-cache"])]
+    /// How files are opened: daemon (each open reaches the daemon, which hands the kernel the
+    /// decoded file to read itself where passthrough is granted; best for large kernels),
+    /// page-cache (the kernel opens files by itself and keeps their page cache; best for many
+    /// small files), or auto: page-cache when the median kernel is at most 64 KiB, else daemon;
+    /// decided once, at mount time [default: auto]. `passthrough` is the old name of daemon.
+    #[arg(long, value_name = "MODE", value_parser = OPEN_MODES)]
     pub open_mode: Option<String>,
     /// Request-handling threads [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -158,15 +158,6 @@ pub struct MountArgs {
     pub options: Vec<String>,
     #[command(flatten)]
     pub remote: RemoteArgs,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct UnmountArgs {
-    /// Where a kpack-fuse filesystem is mounted.
-    pub mountpoint: PathBuf,
-    /// Detach now even if files are open; the filesystem goes away when they are closed.
-    #[arg(long, short = 'l')]
-    pub lazy: bool,
 }
 
 /// The mount point must exist, be a directory, and not already have a mount on it.
@@ -237,54 +228,6 @@ fn unmount_command(abs: &Path, fs_type: &str, lazy: bool) -> String {
     }
 }
 
-/// Why the kernel refused a mount, with the fix when it is a known one: a user who may not open
-/// /dev/fuse gets "Permission denied" from the mount, which does not say that /dev/fuse is what
-/// is denied, and one without /dev/fuse (a container started without it) gets "no such file",
-/// which reads as if the mount point were missing.
-fn mount_refused(mp: &Path, e: &io::Error, cfg: &MountConfig) -> String {
-    if e.kind() == io::ErrorKind::NotFound && !Path::new(FUSE_DEVICE).exists() {
-        return format!(
-            "cannot mount on {}: {FUSE_DEVICE} does not exist (in a container, pass --device \
-             {FUSE_DEVICE}; on a host, load the fuse module: modprobe fuse)",
-            mp.display()
-        );
-    }
-    let hint = if cfg.auto_unmount && e.kind() == io::ErrorKind::NotFound {
-        " (auto_unmount runs fusermount3: is it installed?)".to_owned()
-    } else if e.kind() == io::ErrorKind::PermissionDenied && !fuse_device_usable() {
-        format!(
-            " (this user cannot open {FUSE_DEVICE} for reading and writing: mount as root, or \
-             make {FUSE_DEVICE} usable by all (mode 0666, as the fuse3 package sets it), or, in a \
-             container, pass --device {FUSE_DEVICE})"
-        )
-    } else if !running_as_root() && !fusermount_available() {
-        " (a user other than root mounts through fusermount3, which is not installed: install \
-         it (Debian and Ubuntu: apt install fuse3), or mount as root, which does not need it)"
-            .to_owned()
-    } else {
-        String::new()
-    };
-    format!(
-        "cannot mount on {}: {}{hint}",
-        mp.display(),
-        rocm_kpack::error::describe_io(e)
-    )
-}
-
-const FUSE_DEVICE: &str = "/dev/fuse";
-
-fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Whether this process (its real user, as for a non-setuid program) may open /dev/fuse.
-fn fuse_device_usable() -> bool {
-    let c = c"/dev/fuse";
-    // SAFETY: `c` is a valid NUL-terminated path; access(2) only reads it.
-    unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) == 0 }
-}
-
 /// The settings of the flags, then of each `-o` list in order.
 pub fn settings(args: &MountArgs) -> CliResult<Settings> {
     let mut s = Settings {
@@ -317,7 +260,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         open_mode: args
             .open_mode
             .as_deref()
-            .and_then(OpenMode::parse)
+            .and_then(OpenModeSetting::parse)
             .unwrap_or_default(),
         remote: args.remote.clone(),
     };
@@ -382,28 +325,6 @@ fn check_dir(dir: &Path, create: bool) -> CliResult<()> {
     Ok(())
 }
 
-/// Whether a fusermount helper can be found, as fuser looks for one.
-fn fusermount_available() -> bool {
-    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
-        return Path::new(&p).is_file();
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    ["fusermount3", "fusermount"].iter().any(|name| {
-        on_path
-            .iter()
-            .chain([PathBuf::from("/sbin"), PathBuf::from("/bin")].iter())
-            .any(|d| d.join(name).is_file())
-    })
-}
-
-/// Where the mount goes.
-enum Target {
-    Dir(PathBuf),
-    Fd(RawFd),
-}
-
 pub fn run_mount(args: MountArgs) -> CliResult {
     limit_heap_growth();
     let verbosity = Verbosity {
@@ -419,8 +340,9 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         Some(_) => Vec::new(),
         None => s.remote.unused_with_local_source(),
     };
+    let renamed = mount_settings::renamed(&s);
     // Before anything else can fail and before the fork, so that they reach the terminal.
-    for w in bounds.warnings.iter().chain(&unused_remote) {
+    for w in renamed.iter().chain(&bounds.warnings).chain(&unused_remote) {
         log::warn!("{w}");
     }
     let target = match fuse_fd(&args.mountpoint)? {
@@ -457,10 +379,8 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         ),
         None => None,
     };
-    let threads = s
-        .threads
-        .map(|n| n as usize)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = mount_plan::threads(&s, cores);
 
     // Process-wide, once, before any archive opens: a directory source holds each of its
     // archives open, and the store's budget of open backing files is half of this limit.
@@ -485,28 +405,28 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         ),
     };
     let (kind, source_path) = (src.kind, src.path.clone());
-    let gpus = if s.gpus.is_empty() {
-        gpus::local_gpus(Path::new(gpus::KFD_NODES))
-    } else {
-        s.gpus.clone()
-    };
-    // SAFETY: plain libc calls without arguments; they cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     match &bounds.placement {
         Placement::CacheDir(dir) => check_dir(dir, true)?,
         Placement::Scratch(base) => check_dir(base, false)?,
         Placement::Memory => {}
     }
-    let opts = FsOptions {
-        cache_size: bounds.bound,
-        backing: bounds.placement,
+    // SAFETY: plain libc calls without arguments; they cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let host = Host {
+        cores,
         files_max,
-        gpus,
+        local_gpus: if s.gpus.is_empty() {
+            gpus::local_gpus(Path::new(gpus::KFD_NODES))
+        } else {
+            Vec::new()
+        },
         uid,
         gid,
+        exit_delay: mount_serve::test_exit_delay(),
     };
-    let (mut fs, _warnings) = source::build_fs(src, &opts, s.strict)?;
-    fs.set_decode_ahead(!s.no_decode_ahead);
+    let plan = mount_plan::plan(&s, bounds, &host, source_path.display().to_string());
+    let (mut fs, _warnings) = source::build_fs(src, &plan.fs, s.strict)?;
+    fs.set_decode_ahead(plan.decode_ahead);
     if let Some(session) = &remote_session {
         let stats = session.stats();
         fs.add_stats(Box::new(move || stats.to_text()));
@@ -515,23 +435,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         session.suspend();
     }
 
-    let cfg = MountConfig {
-        threads,
-        source: source_path.display().to_string(),
-        access: if s.allow_other {
-            Access::All
-        } else if s.allow_root || s.auto_unmount {
-            // fuser refuses auto_unmount for the owner alone.
-            Access::OwnerAndRoot
-        } else {
-            Access::Owner
-        },
-        auto_unmount: s.auto_unmount,
-        noexec: s.noexec,
-        passthrough: !s.no_passthrough,
-        open_mode: s.open_mode,
-        exit_delay: test_exit_delay(),
-    };
+    let cfg = plan.mount;
     // In the foreground without --log-file the log is standard error, where the command
     // prints a failure itself: logging it too would show it twice.
     let log_failures = !args.foreground || log_file.is_some();
@@ -550,7 +454,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     } else if let Some(f) = log_file {
         mount_log::to_file(verbosity, f);
     }
-    let result = serve(
+    let result = mount_serve::serve(
         fs,
         target,
         &cfg,
@@ -567,258 +471,6 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         log::error!("{e}");
     }
     result
-}
-
-/// Mounts, reports readiness, watches signals, and serves until unmounted.
-fn serve(
-    fs: rocm_kpack::fs::KpackFs,
-    target: Target,
-    cfg: &MountConfig,
-    ready: Option<&mut Ready>,
-    what: &str,
-) -> CliResult {
-    // Handlers go in before mounting, so that a signal arriving at any later point is seen by
-    // the watcher (queued in the pipe until the mount is up, then unmounting it), never the
-    // default action that would leave a mount dangling.
-    let signals = SignalPipe::install().map_err(|e| {
-        CliError::new(
-            Exit::Failure,
-            format!("cannot install signal handlers: {e}"),
-        )
-    })?;
-    let (mounted, mountpoint) = match target {
-        Target::Dir(mp) => {
-            let m = fuse::mount(fs, &mp, cfg)
-                .map_err(|e| CliError::new(Exit::MountFailed, mount_refused(&mp, &e, cfg)))?;
-            (m, Some(mp))
-        }
-        Target::Fd(fd) => {
-            // SAFETY: the descriptor was checked to be an open /dev/fuse; from here on this
-            // process owns it.
-            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-            let m = fuse::serve_fd(fs, owned, cfg).map_err(|e| {
-                CliError::new(Exit::MountFailed, format!("cannot serve /dev/fd/{fd}: {e}"))
-            })?;
-            (m, None)
-        }
-    };
-    let shown = mountpoint.as_ref().map_or_else(
-        || "an inherited /dev/fuse descriptor".to_owned(),
-        |p| p.display().to_string(),
-    );
-    log::info!("mounted {what} on {shown} ({} threads)", cfg.threads);
-    if let Some(r) = ready {
-        r.ok();
-    }
-    let own = mounted.own_mount();
-    // Held until the process exits, so that `kpack-fuse unmount` can wait for it.
-    let held = own.as_ref().and_then(|o| {
-        daemon_lock::hold(o.device())
-            .map_err(|e| log::debug!("no lock for unmount to wait on: {e}"))
-            .ok()
-    });
-    std::thread::Builder::new()
-        .name("kpack-signals".into())
-        .spawn(move || {
-            let Some(sig) = signals.wait() else { return };
-            let Some(own) = own else {
-                // The launcher owns a /dev/fd/N mount; all this process can do is stop serving.
-                log::info!("signal {sig}: stopping (the launcher unmounts /dev/fd mounts)");
-                std::process::exit(0);
-            };
-            let mp = own.mountpoint();
-            log::info!("signal {sig}: unmounting {}", mp.display());
-            // Only while the mount at the path is still ours: it may have been unmounted from
-            // outside and another mounted there since.
-            if !own.still_mounted() {
-                return;
-            }
-            if let Err(e) = unmount_path(mp, false) {
-                // Busy (files still open): detach now; the session ends on last close.
-                log::warn!("unmount of {} failed ({e}); detaching lazily", mp.display());
-                if own.still_mounted() {
-                    if let Err(e) = unmount_path(mp, true) {
-                        log::error!("lazy unmount of {} failed: {e}", mp.display());
-                    }
-                }
-            }
-        })
-        .map_err(|e| {
-            CliError::new(
-                Exit::Failure,
-                format!("cannot start the signal thread: {e}"),
-            )
-        })?;
-    let served = mounted
-        .run()
-        .map_err(|e| CliError::new(Exit::MountFailed, format!("serving {shown} failed: {e}")));
-    if let Some(h) = held {
-        h.retire();
-    }
-    served?;
-    log::info!("{shown}: unmounted, exiting");
-    Ok(())
-}
-
-/// The delay a test of the mount's life cycle asks for at the session's end
-/// (`KPACK_FUSE_TEST_EXIT_DELAY_MS`), so that a daemon's slow exit can be made to overlap the
-/// next mount at the same path. Zero otherwise.
-fn test_exit_delay() -> std::time::Duration {
-    std::env::var("KPACK_FUSE_TEST_EXIT_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
-}
-
-/// Unmounts `path` (lazily: detaches it, open files keep being served): `umount2` as root,
-/// `fusermount3 -u` (`-uz`) for other users. A path that is no longer mounted is not an error.
-fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    match umount2(path, flags) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => fusermount_unmount(path, lazy),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-        other => other,
-    }
-}
-
-/// The setuid helper's unmount, for users other than root.
-fn fusermount_unmount(path: &Path, lazy: bool) -> io::Result<()> {
-    for helper in ["fusermount3", "fusermount"] {
-        let mut cmd = std::process::Command::new(helper);
-        cmd.arg(if lazy { "-uz" } else { "-u" }).arg("--").arg(path);
-        match cmd.status() {
-            Ok(s) if s.success() => return Ok(()),
-            Ok(s) => return Err(io::Error::other(format!("{helper} failed ({s})"))),
-            Err(_) => continue,
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        "only root may unmount it, and no fusermount3 was found",
-    ))
-}
-
-/// How long `unmount` waits for the daemon to let go before it says so and returns.
-const DAEMON_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-pub fn run_unmount(args: UnmountArgs) -> CliResult {
-    mount_log::init(Verbosity::default());
-    let bad = |why: &str| {
-        CliError::new(
-            Exit::MountPoint,
-            format!("{}: {why}", args.mountpoint.display()),
-        )
-    };
-    // A mount whose daemon died cannot be stat'ed (ENOTCONN), so canonicalize may fail; the
-    // absolute path is then looked up as given.
-    let (canonical, missing) = match args.mountpoint.canonicalize() {
-        Ok(p) => (p, false),
-        Err(e) => (
-            std::path::absolute(&args.mountpoint).map_err(|e| bad(&e.to_string()))?,
-            e.kind() == io::ErrorKind::NotFound,
-        ),
-    };
-    let entry = mountinfo::mount_at(&canonical)
-        .map_err(|e| bad(&format!("cannot read the mount table: {e}")))?
-        .ok_or_else(|| {
-            bad(if missing {
-                "mount point does not exist"
-            } else {
-                "not a mount point"
-            })
-        })?;
-    if entry.fs_type != format!("fuse.{}", fuse::SUBTYPE) {
-        return Err(bad(&format!(
-            "not a kpack-fuse mount (type {})",
-            entry.fs_type
-        )));
-    }
-    // Opened before the unmount: once it is done, a new mount may take the same device number.
-    let daemons = daemon_lock::holders((entry.major, entry.minor));
-    match unmount_path(&canonical, args.lazy) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            return Err(CliError::new(
-                Exit::MountFailed,
-                format!(
-                    "{}: busy (files are open); use --lazy to detach now",
-                    canonical.display()
-                ),
-            ));
-        }
-        Err(e) => {
-            return Err(CliError::new(
-                Exit::MountFailed,
-                format!("{}: unmount failed: {e}", canonical.display()),
-            ));
-        }
-    }
-    // A lazy detach leaves the daemon serving the files still open: nothing to wait for.
-    if !args.lazy && !daemon_lock::wait_released(&daemons, DAEMON_EXIT_WAIT) {
-        eprintln!(
-            "kpack-fuse: {}: unmounted, but its daemon has not exited after {} s",
-            canonical.display(),
-            DAEMON_EXIT_WAIT.as_secs()
-        );
-    }
-    Ok(())
-}
-
-/// The write end of the self-pipe, for the async-signal-safe handler.
-static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    let fd = SIGNAL_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = sig as u8;
-        // SAFETY: write(2) is async-signal-safe; the buffer is a local byte.
-        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
-    }
-}
-
-/// SIGINT/SIGTERM/SIGHUP turned into bytes on a pipe, read by a watcher thread.
-struct SignalPipe {
-    read: RawFd,
-}
-
-impl SignalPipe {
-    fn install() -> io::Result<SignalPipe> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        SIGNAL_FD.store(fds[1], Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: a zeroed sigaction with a valid handler and an empty mask is well formed.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-        }
-        Ok(SignalPipe { read: fds[0] })
-    }
-
-    /// Blocks until a signal arrives; returns its number.
-    fn wait(&self) -> Option<i32> {
-        let mut b = 0u8;
-        loop {
-            // SAFETY: reads one byte into a local.
-            let n = unsafe { libc::read(self.read, (&mut b as *mut u8).cast(), 1) };
-            if n == 1 {
-                return Some(i32::from(b));
-            }
-            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return None;
-        }
-    }
 }
 
 /// Decoded kernels are large (up to tens of MiB) and short-lived outside the cache. glibc raises

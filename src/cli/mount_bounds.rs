@@ -11,37 +11,13 @@ use std::path::PathBuf;
 
 use rocm_kpack::fs::store::{DEFAULT_SCRATCH_BASE, Placement};
 
-use super::mount_options::Settings;
+use super::mount_settings::{Bound, Settings};
 
 /// Default `--memory-cache-size`: 256 MiB (less in a small cgroup: see `mount.rs`).
 pub const DEFAULT_MEMORY_CACHE: u64 = 256 << 20;
 
 /// Default `--disk-cache-size`: 10 GiB.
 pub const DEFAULT_DISK_CACHE: u64 = 10 << 30;
-
-/// A byte bound as given, and whether by its deprecated name (`--cache-size` for the memory
-/// bound, `--cache-dir-size` for the disk bound).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bound {
-    pub bytes: u64,
-    pub old_name: bool,
-}
-
-impl Bound {
-    pub fn new(bytes: u64) -> Bound {
-        Bound {
-            bytes,
-            old_name: false,
-        }
-    }
-
-    pub fn old(bytes: u64) -> Bound {
-        Bound {
-            bytes,
-            old_name: true,
-        }
-    }
-}
 
 /// What the mount keeps: where, the bound in force (the store's capacity, shown as `capacity`
 /// in the stats), and the warnings to show before the mount goes to the background.
@@ -131,12 +107,6 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
     if s.disk_cache_size.is_some_and(|b| b.old_name) {
         warnings.push(CACHE_DIR_SIZE_RENAMED.into());
     }
-    if s.no_decode_ahead && s.open_mode == rocm_kpack::fs::OpenMode::PageCache {
-        warnings.push(format!(
-            "--no-decode-ahead (-o no_decode_ahead) does nothing with --open-mode page-cache, \
-             which never decodes ahead; {LATER}"
-        ));
-    }
     let bound = s.disk_cache_size.map_or(DEFAULT_DISK_CACHE, |b| b.bytes);
     let placement = match &s.cache_dir {
         Some(dir) => {
@@ -201,9 +171,6 @@ mod tests {
          later release";
     const NO_AHEAD_IN_MEMORY: &str = "--no-decode-ahead (-o no_decode_ahead) does nothing with \
          --backing memory, which never decodes ahead; it will be refused there in a later release";
-    const NO_AHEAD_PAGE_CACHE: &str = "--no-decode-ahead (-o no_decode_ahead) does nothing \
-         with --open-mode page-cache, which never decodes ahead; it will be refused there in a \
-         later release";
     const RENAMED_MEMORY: &str = "--cache-size (-o cache_size) is renamed --memory-cache-size \
          (-o memory_cache_size); the old name will be refused in a later release";
     const RENAMED_DISK: &str = "--cache-dir-size (-o cache_dir_size) is renamed \
@@ -378,20 +345,17 @@ mod tests {
         assert_eq!(
             resolved(|s| {
                 no_ahead(s);
-                s.open_mode = OpenMode::Passthrough;
+                s.open_mode.mode = OpenMode::Daemon;
             }),
             ok(scratch("/var/tmp"), DEFAULT_DISK_CACHE, &[])
         );
         assert_eq!(
             resolved(|s| {
                 no_ahead(s);
-                s.open_mode = OpenMode::PageCache;
+                s.open_mode.mode = OpenMode::PageCache;
             }),
-            ok(
-                scratch("/var/tmp"),
-                DEFAULT_DISK_CACHE,
-                &[NO_AHEAD_PAGE_CACHE]
-            )
+            ok(scratch("/var/tmp"), DEFAULT_DISK_CACHE, &[]),
+            "page-cache mode decodes ahead of first READs"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! `-o` option lists of `kpack-fuse mount`, as `mount(8)`, fstab and `mount.fuse` pass them.
 //!
-//! Pure: a list is split and applied to [`Settings`] with no I/O, so the whole table of
+//! Pure: a list is split and applied to [`Settings`] (`mount_settings`) with no I/O, so the whole table of
 //! accepted, ignored and refused options is unit-tested below.
 //!
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
@@ -10,7 +10,7 @@
 //!   `threads=N`, `gpu=ISA` (repeatable), `log_file=PATH`, `backing=disk|memory`,
 //!   `scratch_dir=DIR`, `cache_dir=DIR`, `no_passthrough` (and `passthrough`, its default),
 //!   `no_decode_ahead` (and `decode_ahead`, its default),
-//!   `open_mode=auto|passthrough|page-cache`, and for remote
+//!   `open_mode=auto|daemon|page-cache` (and `passthrough`, the old name of `daemon`), and for remote
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
 //!   for `_` in their names (`disk-cache-size=1G`). The deprecated spellings `cache_size=` and
@@ -26,36 +26,7 @@
 
 use std::path::PathBuf;
 
-use rocm_kpack::fs::OpenMode;
-
-use super::mount_bounds::Bound;
-
-/// Every mount setting that can come from a flag or from `-o`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Settings {
-    pub allow_other: bool,
-    pub allow_root: bool,
-    pub auto_unmount: bool,
-    pub strict: bool,
-    pub no_pins: bool,
-    pub noexec: bool,
-    /// Bytes of decoded kernels kept in memory (`--backing memory`).
-    pub memory_cache_size: Option<Bound>,
-    /// Bytes of decoded kernels kept on disk (disk backing).
-    pub disk_cache_size: Option<Bound>,
-    pub threads: Option<u32>,
-    pub gpus: Vec<String>,
-    pub log_file: Option<PathBuf>,
-    /// Backing files in memory (memfd) instead of on disk.
-    pub memory_backing: bool,
-    pub scratch_dir: Option<PathBuf>,
-    pub cache_dir: Option<PathBuf>,
-    pub no_passthrough: bool,
-    pub no_decode_ahead: bool,
-    pub open_mode: OpenMode,
-    /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
-    pub remote: super::remote_args::RemoteArgs,
-}
+use super::mount_settings::{Bound, OpenModeSetting, Settings};
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.
 pub fn split(list: &str) -> Result<Vec<String>, String> {
@@ -186,9 +157,9 @@ fn apply_one(item: &str, s: &mut Settings) -> Result<(), String> {
         "no_decode_ahead" => flag(s, |s| s.no_decode_ahead = true),
         "decode_ahead" => flag(s, |s| s.no_decode_ahead = false),
         "open_mode" => {
-            let v = needs("auto|passthrough|page-cache")?;
-            s.open_mode = OpenMode::parse(v).ok_or_else(|| {
-                format!("mount option {raw_name}={v}: expected auto, passthrough or page-cache")
+            let v = needs("auto|daemon|page-cache")?;
+            s.open_mode = OpenModeSetting::parse(v).ok_or_else(|| {
+                format!("mount option {raw_name}={v}: expected auto, daemon or page-cache")
             })?;
             Ok(())
         }
@@ -375,13 +346,17 @@ mod tests {
             ("no-decode-ahead,decode_ahead", none.clone()),
             (
                 "open_mode=page-cache",
-                with(|s| s.open_mode = OpenMode::PageCache),
+                with(|s| s.open_mode = OpenModeSetting::parse("page-cache").unwrap()),
             ),
             (
-                "open-mode=page_cache,open_mode=passthrough",
-                with(|s| s.open_mode = OpenMode::Passthrough),
+                "open-mode=page_cache,open_mode=daemon",
+                with(|s| s.open_mode = OpenModeSetting::parse("daemon").unwrap()),
             ),
-            ("open_mode=passthrough,open_mode=auto", none.clone()),
+            (
+                "open_mode=passthrough",
+                with(|s| s.open_mode = OpenModeSetting::parse("passthrough").unwrap()),
+            ),
+            ("open_mode=daemon,open_mode=auto", none.clone()),
         ];
         for (list, want) in ok {
             let mut got = Settings::default();
@@ -410,7 +385,7 @@ mod tests {
             ("no_passthrough=1", "takes no value"),
             ("decode_ahead=yes", "takes no value"),
             ("open_mode", "needs a value"),
-            ("open_mode=fast", "expected auto, passthrough or page-cache"),
+            ("open_mode=fast", "expected auto, daemon or page-cache"),
             ("a\\b", "unknown escape"),
             ("ro\\", "lone backslash"),
         ];

@@ -35,20 +35,20 @@ pub mod store;
 pub mod tree;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
 use read::fill::{Fill, OpenedFile};
-use read::scan::Scan;
+use read::scan::Scans;
 use store::KernelId;
 use store::Placement;
 use store::{CacheStats, Store};
 use tree::{FileNode, Ino, Tree, TreeBuilder, TreeError};
 
 pub use errno::Errno;
-pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX, WARM_OPENS_TO_PAGE_CACHE};
+pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX};
 pub use read::{FillJob, NewHandle};
 pub use tree::{Duplicate, NATIVE};
 
@@ -149,6 +149,9 @@ pub struct KpackFs {
     opens: AtomicU64,
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
+    /// Page-cache mode: Linux opens files by itself and reads them by inode, and no OPEN
+    /// reaches the daemon (see [`KpackFs::set_page_cache_mode`]).
+    page_cache: AtomicBool,
     handles: Mutex<HashMap<u64, OpenedFile>>,
     /// Decode jobs running now, one per kernel (see `read/fill.rs`): the one single flight of every
     /// decode (opens, reads by inode, small kernels, decodes ahead).
@@ -166,8 +169,8 @@ pub struct KpackFs {
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
     decodes: AtomicU64,
-    /// Opens walking the files in order, and the decodes started ahead of them.
-    scan: Scan,
+    /// Readers walking the files in order, and the decodes started ahead of them.
+    scans: Scans,
     uid: u32,
     gid: u32,
     /// Time shown on directories: the newest archive's modification time.
@@ -238,6 +241,7 @@ impl KpackFs {
             store,
             opens: AtomicU64::new(0),
             opens_while_decoding: AtomicU64::new(0),
+            page_cache: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             fills: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -246,7 +250,7 @@ impl KpackFs {
             reads: AtomicU64::new(0),
             reads_while_decoding: AtomicU64::new(0),
             decodes: AtomicU64::new(0),
-            scan: Scan::default(),
+            scans: Scans::default(),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
@@ -376,7 +380,7 @@ impl KpackFs {
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
             self.opens_while_decoding.load(Ordering::Relaxed),
-            self.scan.started.load(Ordering::Relaxed),
+            self.scans.started.load(Ordering::Relaxed),
             u8::from(self.store.in_memory()),
             self.store.live_bytes(),
             d.hits,

@@ -1,29 +1,62 @@
-//! The steps the mount takes for `init`, an OPEN, the answer to an open and a RELEASE: the open
-//! policy's decisions carried out on [`KpackFs`]. No FUSE types, so the model test
-//! (`model_tests.rs`) runs the very steps the adapter runs; the adapter adds only the replies,
-//! the decode pool and the prefill thread.
+//! The steps the mount takes for `init`, an OPEN, the answer to an open, a READ by inode and a
+//! RELEASE: the open policy's decisions carried out on [`KpackFs`], with the decode threads
+//! ([`Decoders`]) that run the decodes and keep decoding ahead of scans. No FUSE types, so the
+//! model test (`model_tests.rs`) runs the very steps and decode threads the adapter runs; the
+//! adapter adds only the replies.
 
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
 use super::KpackFs;
-use super::policy::{Granted, Handle, OpenPolicy, OpenStart, Prefill};
-use super::read::fill::{OpenDone, OpenedFile};
+use super::policy::{Granted, Handle, OpenPolicy, OpenStart};
+use super::read::fill::{OpenDone, OpenedFile, ReadDone};
+use super::read::pool::Pool;
 use super::read::{FillJob, NewHandle};
 use super::store::BackingFile;
 use super::tree::Ino;
 use crate::sync::lock;
 
-/// Where an open's work runs: the adapter's decode pool and prefill thread, or the model
-/// test's threads.
-pub trait Runner {
-    /// Runs a decode job off the request thread.
-    fn decode(&self, job: FillJob);
+/// The mount's decode threads (one per core in a mount): each runs a decode job handed to it,
+/// then goes on decoding ahead of the scans going on while no other job waits for a thread
+/// ([`KpackFs::run_then_decode_ahead`]). Requests never decode on their own threads.
+pub struct Decoders {
+    fs: Arc<KpackFs>,
+    pool: Pool,
+}
+
+impl Decoders {
+    /// `threads` decode threads for `fs`.
+    pub fn new(fs: Arc<KpackFs>, threads: usize) -> Decoders {
+        Decoders {
+            fs,
+            pool: Pool::new(threads, "kpack-decode"),
+        }
+    }
+
+    pub fn fs(&self) -> &KpackFs {
+        &self.fs
+    }
+
+    /// Runs a decode job on a decode thread.
+    pub fn decode(&self, job: FillJob) {
+        let fs = self.fs.clone();
+        let queue = self.pool.queue();
+        self.pool
+            .run(move || fs.run_then_decode_ahead(job, || queue.has_waiting()));
+    }
+
     /// How many jobs handed in now would start at once.
-    fn idle_workers(&self) -> usize;
-    /// Puts these kernels into the mount's page cache, each reported with
-    /// [`OpenPolicy::prefilled`].
-    fn prefill(&self, prefills: Vec<Prefill>);
+    pub fn idle_workers(&self) -> usize {
+        self.pool.idle_workers()
+    }
+
+    /// Waits until every job handed in (and every decode ahead it went on with) has ended.
+    #[cfg(test)]
+    pub fn wait_idle(&self) {
+        while !self.pool.is_idle() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// `init`: what the kernel granted. Returns whether the mount opens in page-cache mode, and
@@ -38,49 +71,49 @@ pub fn granted<B: Clone>(
         policy.granted(granted);
         (policy.page_cache(), policy.passthrough())
     };
-    if page_cache {
-        // No open walks the files: there is no scan to decode ahead of.
-        fs.set_decode_ahead(false);
-    }
+    fs.set_page_cache_mode(page_cache);
     (page_cache, passthrough)
 }
 
 /// An OPEN of `ino`: refused at once in page-cache mode (ENOSYS: the kernel opens files by
 /// itself from now on), else started; either way `done` gets the answer. The open's own
-/// decode is handed to `runner` before anything is decoded ahead of it.
+/// decode is handed to the decode threads before anything is decoded ahead of it.
 pub fn open<B: Clone>(
-    fs: &KpackFs,
+    decoders: &Decoders,
     policy: &Mutex<OpenPolicy<B>>,
-    runner: &impl Runner,
     ino: Ino,
     flags: i32,
     done: OpenDone,
 ) {
-    let start = lock(policy).open(ino);
+    let fs = decoders.fs();
+    let start = lock(policy).open();
     match start {
-        OpenStart::NoOpen { turned } => {
-            if turned {
-                fs.set_decode_ahead(false);
-                log::info!(
-                    "open mode: page-cache from now on (the warm set is in the mount's page \
-                     cache: the kernel opens files without the daemon)"
-                );
-            }
-            done(Err(fs.refuse_open(ino, flags)));
-        }
-        OpenStart::Open {
-            passthrough,
-            prefill,
-        } => {
-            runner.prefill(prefill);
+        OpenStart::NoOpen => done(Err(fs.refuse_open(ino, flags))),
+        OpenStart::Open { passthrough } => {
             if let Some(job) = fs.open_start(ino, flags, passthrough, done) {
-                runner.decode(job);
+                decoders.decode(job);
             }
-            // If this open continues a scan, decode threads left idle decode ahead of it.
-            for ahead in fs.decode_ahead(ino, runner.idle_workers()) {
-                runner.decode(ahead);
-            }
+            decode_ahead(decoders, ino);
         }
+    }
+}
+
+/// A READ by inode (page-cache mode, where Linux opens files by itself): answered from the
+/// store, or by the kernel's decode job, handed to the decode threads when the READ starts it.
+/// A file's first READ (at offset 0) counts as its open for the scans.
+pub fn read_ino(decoders: &Decoders, ino: Ino, offset: u64, size: u32, done: ReadDone) {
+    if let Some(job) = decoders.fs().read_ino_start(ino, offset, size, done) {
+        decoders.decode(job);
+    }
+    if offset == 0 {
+        decode_ahead(decoders, ino);
+    }
+}
+
+/// If the request for `ino` continues a scan, decode threads left idle decode ahead of it.
+fn decode_ahead(decoders: &Decoders, ino: Ino) {
+    for ahead in decoders.fs().decode_ahead(ino, decoders.idle_workers()) {
+        decoders.decode(ahead);
     }
 }
 
@@ -98,7 +131,7 @@ pub fn answer<B: Clone, E: Display>(
 ) -> (NewHandle, Handle<B>) {
     let file: Arc<BackingFile> = opened.backing.clone();
     let new = fs.add_handle(opened);
-    let handle = lock(policy).opened(ino, new.fh, new.complete, new.warm);
+    let handle = lock(policy).opened(ino, new.fh, new.complete);
     if !matches!(handle, Handle::Register) {
         return (new, handle);
     }
@@ -123,11 +156,9 @@ pub fn answer<B: Clone, E: Display>(
 }
 
 /// A RELEASE of handle `fh`. The inode's backing id, when this was its last passthrough
-/// handle, is closed after the policy's lock is released. Returns the prefill the release
-/// asks for, if any.
-pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) -> Option<Prefill> {
-    let released = lock(policy).release(fh);
-    drop(released.closed);
+/// handle, is closed after the policy's lock is released.
+pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) {
+    let closed = lock(policy).release(fh);
+    drop(closed);
     fs.release(fh);
-    released.prefill
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::tree::{Entry, ROOT};
 use super::*;
 use crate::archive::writer::{ArchiveWriter, Compression};
-use crate::fs::read::fill::{OpenedFile, ReadDone};
+use crate::fs::read::fill::ReadDone;
 
 type Kernels = Vec<(&'static str, &'static str, Vec<u8>)>;
 
@@ -642,6 +642,7 @@ fn median_kernel_size_takes_the_lower_middle() {
 #[test]
 fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     let (_d, fs) = sample_mount();
+    fs.set_page_cache_mode(true);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let dir = attr(&fs, "bin/app#0").ino;
     assert_eq!(fs.refuse_open(f, libc::O_RDONLY), Errno::ENOSYS);
@@ -687,6 +688,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
         Compression::Zstd { level: 3 },
         &options(1 << 20, &[]),
     );
+    fs.set_page_cache_mode(true);
     let ino = attr(&fs, "k#0/gfx900.hsaco").ino;
     let mut got = Vec::new();
     while (got.len() as u64) < big.len() as u64 {
@@ -708,6 +710,7 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
 #[test]
 fn concurrent_reads_of_a_small_kernel_share_one_decode() {
     let (_d, fs) = sample_mount();
+    fs.set_page_cache_mode(true);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = |offset: u64| -> ReadDone {
@@ -732,6 +735,7 @@ fn concurrent_reads_of_a_small_kernel_share_one_decode() {
 fn many_concurrent_reads_of_a_small_kernel_decode_it_once_into_memory() {
     const N: usize = 8;
     let (_d, fs) = sample_mount();
+    fs.set_page_cache_mode(true);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let start = std::sync::Barrier::new(N);
     // Each reader runs the decode itself when it is the one that starts it.
@@ -772,6 +776,7 @@ fn small_kernels_in_memory_count_in_the_stores_one_bound() {
         Compression::Zstd { level: 3 },
         &options(3200, &[]),
     );
+    fs.set_page_cache_mode(true);
     let app = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let b = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
     assert_eq!(fs.read_ino(app, 0, 4).unwrap().as_slice(), [0xee; 4]);
@@ -785,41 +790,6 @@ fn small_kernels_in_memory_count_in_the_stores_one_bound() {
     assert_eq!((s.decodes, s.bytes_cached, s.evictions), (3, 680, 1));
     assert_eq!(fs.read_ino(b, 6, 6).unwrap().as_slice(), b"B-1100");
     assert_eq!(fs.cache_stats().decodes, 3, "the most recent ones stayed");
-}
-
-#[test]
-fn an_open_of_a_kernel_decoded_into_memory_gets_a_file_without_a_decode() {
-    let (_d, fs) = sample_mount();
-    let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
-    // An open joins a READ's decode into memory; the job then writes the bytes to a file.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (rtx, rrx) = std::sync::mpsc::channel();
-    let job = fs
-        .read_ino_start(
-            f,
-            0,
-            2,
-            Box::new(move |r| rtx.send(r.map(<[u8]>::to_vec)).unwrap()),
-        )
-        .expect("a decode");
-    let open = Box::new(move |r: Result<OpenedFile, Errno>| tx.send(r).unwrap());
-    assert!(
-        fs.open_start(f, libc::O_RDONLY, false, open).is_none(),
-        "it joins"
-    );
-    assert!(rx.try_recv().is_err());
-    fs.run_fill(job);
-    assert_eq!(rrx.try_recv().unwrap(), Ok(vec![0xee; 2]));
-    let opened = rx.try_recv().unwrap().unwrap();
-    assert!(opened.is_complete());
-    let fh = fs.add_handle(opened).fh;
-    assert_eq!(fs.read(fh, 2990, 100).unwrap().as_slice(), [0xee; 10]);
-    fs.release(fh);
-    // A later open finds the file the store now keeps in place of the bytes.
-    assert_eq!(read_all(&fs, f, 1000), vec![0xee; 3000]);
-    let s = fs.cache_stats();
-    assert_eq!((s.decodes, s.bytes_cached), (1, 3000));
-    assert_eq!(fs.store().live_bytes(), 3000);
 }
 
 #[test]
@@ -840,6 +810,7 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
         ordinal: i,
     };
     assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
+    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
     assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
     // The second open continues a scan: files 2 and 3 are decoded ahead and pinned; their
     // pins take half the bound, so nothing more is decoded ahead.

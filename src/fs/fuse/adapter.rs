@@ -1,27 +1,27 @@
 //! The adapter proper: kernel requests in, calls on [`KpackFs`] and the open steps
-//! (`fs/steps.rs`) out, answers back as replies; the decode pool and the prefill thread.
+//! (`fs/steps.rs`) out, answers back as replies; the decode pool.
 
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Errno as FErrno, FileAttr, FileHandle, FileType,
     Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    OpenFlags, PollEvents, PollFlags, PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyPoll,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::MountConfig;
-use crate::fs::policy::{Granted, Handle, OpenPolicy, Prefill};
+use crate::fs::policy::{Granted, Handle, OpenPolicy};
 use crate::fs::read::fill::OpenedFile;
-use crate::fs::read::pool::Pool;
-use crate::fs::steps::{self, Runner};
+use crate::fs::read::pool::cores;
+use crate::fs::steps::{self, Decoders};
 use crate::fs::store::BackingFile;
-use crate::fs::{Attr, DirSink, Errno, FillJob, Kind, KpackFs, Lookup, TTL};
+use crate::fs::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
 use crate::sync::lock;
 
 fn errno(e: Errno) -> FErrno {
@@ -82,19 +82,15 @@ type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
 
 /// What the adapter and the jobs it sends to the decode pool share.
 pub(super) struct Shared {
-    fs: KpackFs,
+    fs: Arc<KpackFs>,
     /// Which read path each open gets; its decisions are carried out by `fs/steps.rs`.
     policy: Policy,
-    /// Sends notifications to the kernel; set once the session exists.
-    notifier: OnceLock<Notifier>,
-    /// The prefill thread's queue, once started.
-    prefills: Mutex<Option<mpsc::Sender<Prefill>>>,
 }
 
 /// The adapter handed to fuser.
 pub(super) struct Adapter {
     shared: Arc<Shared>,
-    decoders: Pool,
+    decoders: Decoders,
     /// Held at the end of the session, before the process lets go (tests make exits slow).
     exit_delay: Duration,
 }
@@ -115,103 +111,16 @@ impl Shared {
             Handle::Passthrough(id) => {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
             }
-            // Direct I/O: the daemon answers from the part already decoded, and the kernel keeps
-            // no second copy of pages that later opens pass through. Otherwise the page cache is
-            // kept across opens (the warm cache of the daemon read path): the archive does not
-            // change while mounted.
-            Handle::Daemon { direct_io: true } => {
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
-            }
-            Handle::Daemon { direct_io: false } | Handle::Register => {
+            // The page cache is kept across opens (the warm cache of the daemon read path): the
+            // archive does not change while mounted.
+            Handle::Daemon | Handle::Register => {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
         }
     }
-
-    /// Runs `prefills` (see `policy/warm.rs`) on the prefill thread, started with the first:
-    /// each puts one kept kernel into the mount's page cache with FUSE's store notification,
-    /// and reports to the policy.
-    fn prefill(self: &Arc<Self>, prefills: impl IntoIterator<Item = Prefill>) {
-        let mut queue = lock(&self.prefills);
-        for p in prefills {
-            if queue.is_none() {
-                *queue = self.start_prefills();
-            }
-            let sent = queue.as_ref().is_some_and(|tx| tx.send(p).is_ok());
-            if !sent {
-                lock(&self.policy).prefilled(p, false);
-            }
-        }
-    }
-
-    /// The prefill thread. It holds the adapter's state weakly: it ends with the mount.
-    fn start_prefills(self: &Arc<Self>) -> Option<mpsc::Sender<Prefill>> {
-        let (tx, rx) = mpsc::channel::<Prefill>();
-        let weak = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("kpack-prefill".into())
-            .spawn(move || {
-                for p in rx {
-                    let Some(shared) = weak.upgrade() else {
-                        return;
-                    };
-                    let stored = shared.notifier.get().is_some_and(|notifier| {
-                        let store = |offset, bytes: &[u8]| {
-                            at_idle_priority(|| notifier.store(INodeNo(p.ino), offset, bytes))
-                        };
-                        shared.fs.put_kept_kernel(p.ino, store).unwrap_or_else(|e| {
-                            log::debug!("cannot put inode {} into the page cache: {e}", p.ino);
-                            false
-                        })
-                    });
-                    lock(&shared.policy).prefilled(p, stored);
-                }
-            });
-        match spawned {
-            Ok(_) => Some(tx),
-            Err(e) => {
-                log::warn!("cannot start putting kept kernels into the page cache: {e}");
-                None
-            }
-        }
-    }
-
-    fn release(self: &Arc<Self>, fh: u64) {
-        let prefill = steps::release(&self.fs, &self.policy, fh);
-        self.prefill(prefill);
-    }
-}
-
-/// Runs `f` on this thread at the idle scheduling class, then back at the normal one. Putting
-/// pages into the page cache is work for CPUs nobody else wants: at normal priority it takes
-/// CPU from the readers of the pass that sets it off. Only the copy runs idle, never a lock of
-/// ours, so that a starved thread never holds up an open.
-fn at_idle_priority<R>(f: impl FnOnce() -> R) -> R {
-    let set = |policy| {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sets this thread's own policy; `param` outlives the call.
-        unsafe { libc::sched_setscheduler(0, policy, &param) }
-    };
-    set(libc::SCHED_IDLE);
-    let r = f();
-    set(libc::SCHED_OTHER);
-    r
-}
-
-/// Where the session's notifier goes once the session exists (the adapter is made first).
-pub(super) struct NotifierSlot(Arc<Shared>);
-
-impl NotifierSlot {
-    pub(super) fn fill(self, notifier: Notifier) {
-        let _ = self.0.notifier.set(notifier);
-    }
 }
 
 impl Adapter {
-    pub(super) fn notifier_slot(&self) -> NotifierSlot {
-        NotifierSlot(self.shared.clone())
-    }
-
     /// A read without a handle (page-cache mode): answered at once for a stored kernel, else by
     /// the kernel's decode job (started on the decode pool when none runs), so request threads
     /// stay free for other files.
@@ -220,9 +129,7 @@ impl Adapter {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(e)),
         });
-        if let Some(job) = self.fs.read_ino_start(ino, offset, size, done) {
-            self.decode(job);
-        }
+        steps::read_ino(&self.decoders, ino, offset, size, done);
     }
 }
 
@@ -238,35 +145,6 @@ impl std::ops::Deref for Adapter {
     type Target = Shared;
     fn deref(&self) -> &Shared {
         &self.shared
-    }
-}
-
-/// Decodes run on the decode pool, prefills on the prefill thread.
-impl Runner for Adapter {
-    /// Runs `job` on the decode pool; the thread then goes on decoding ahead of a scan while
-    /// there is one to decode ahead of and no other job waits for a thread.
-    fn decode(&self, job: FillJob) {
-        let shared = self.shared.clone();
-        let queue = self.decoders.queue();
-        self.decoders.run(move || {
-            let mut next = Some(job);
-            while let Some(job) = next {
-                shared.fs.run_fill(job);
-                next = if queue.has_waiting() {
-                    None
-                } else {
-                    shared.fs.continue_ahead()
-                };
-            }
-        });
-    }
-
-    fn idle_workers(&self) -> usize {
-        self.decoders.idle_workers()
-    }
-
-    fn prefill(&self, prefills: Vec<Prefill>) {
-        self.shared.prefill(prefills);
     }
 }
 
@@ -310,9 +188,6 @@ impl Filesystem for Adapter {
                 ),
             }
         }
-        // Files still decoding are opened for direct I/O (see `opened`); this keeps `mmap`
-        // working on them (Linux 6.6+; older kernels allow only private mappings).
-        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // More readahead requests in flight for the daemon read path (fuser's default is 16).
         let _ = config.set_max_background(64);
         let granted = Granted {
@@ -322,11 +197,7 @@ impl Filesystem for Adapter {
         let (page_cache, passthrough) = steps::granted(&self.fs, &self.policy, granted);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
-            if page_cache {
-                "page-cache"
-            } else {
-                "passthrough"
-            },
+            if page_cache { "page-cache" } else { "daemon" },
             if passthrough { "passthrough" } else { "daemon" },
             self.fs.store().kind()
         );
@@ -358,7 +229,7 @@ impl Filesystem for Adapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        steps::open(&self.fs, &self.policy, self, ino.0, flags.0, done);
+        steps::open(&self.decoders, &self.policy, ino.0, flags.0, done);
     }
 
     fn read(
@@ -393,7 +264,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.release(fh.0);
+        steps::release(&self.fs, &self.policy, fh.0);
         reply.ok();
     }
 
@@ -668,32 +539,10 @@ pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
     let policy: Policy = Arc::new(Mutex::new(OpenPolicy::new(start, cfg.passthrough)));
     let shown = policy.clone();
     fs.add_stats(Box::new(move || lock(&shown).stats_text()));
+    let fs = Arc::new(fs);
     Adapter {
-        shared: Arc::new(Shared {
-            fs,
-            policy,
-            notifier: OnceLock::new(),
-            prefills: Mutex::new(None),
-        }),
-        decoders: Pool::per_core("kpack-decode"),
+        decoders: Decoders::new(fs.clone(), cores()),
+        shared: Arc::new(Shared { fs, policy }),
         exit_delay: cfg.exit_delay,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_copy_runs_idle_and_the_thread_returns_to_normal() {
-        std::thread::spawn(|| {
-            // SAFETY: queries this thread's own policy.
-            let policy = || unsafe { libc::sched_getscheduler(0) };
-            assert_eq!(policy(), libc::SCHED_OTHER);
-            assert_eq!(at_idle_priority(policy), libc::SCHED_IDLE);
-            assert_eq!(policy(), libc::SCHED_OTHER);
-        })
-        .join()
-        .unwrap();
     }
 }

@@ -8,7 +8,7 @@
 //! * An OPEN runs `steps::open`: answered ENOSYS in page-cache mode, else its file is made
 //!   ready and the policy says how the new handle is answered (`steps::answer`). The backing
 //!   id is registered through the open's reply, without the policy's lock.
-//! * Cold kernels decode on the decode pool (`read/pool.rs`), so request threads are never held by
+//! * Cold kernels decode on the decode threads (`steps::Decoders`), so request threads are never held by
 //!   a decode. Opens and reads that must wait travel with the job as callbacks that own their
 //!   replies (`read/fill.rs`).
 //! * A READ with handle 0 is a file the kernel opened by itself (page-cache mode) and is served

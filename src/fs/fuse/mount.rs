@@ -148,10 +148,7 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// Mounts `fs` read-only at `mountpoint`. When this returns Ok the kernel has completed the
 /// FUSE handshake: the mount is live and requests queue until [`Mounted::run`].
 pub fn mount(fs: KpackFs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
-    let adapter = adapter(fs, cfg);
-    let slot = adapter.notifier_slot();
-    let session = Session::new(adapter, mountpoint, &fuser_config(cfg))?;
-    slot.fill(session.notifier());
+    let session = Session::new(adapter(fs, cfg), mountpoint, &fuser_config(cfg))?;
     // The device comes from the mount table: a stat of the mount point would wait for the
     // session, which is not serving yet.
     let entry = crate::fs::setup::mountinfo::mount_at(mountpoint)
@@ -197,10 +194,7 @@ fn raise_readahead(m: &crate::fs::setup::mountinfo::MountEntry) {
 pub fn serve_fd(fs: KpackFs, fd: OwnedFd, cfg: &MountConfig) -> io::Result<Mounted> {
     let config = fuser_config(cfg);
     let acl = config.acl;
-    let adapter = adapter(fs, cfg);
-    let slot = adapter.notifier_slot();
-    let session = Session::from_fd(adapter, fd, acl, config)?;
-    slot.fill(session.notifier());
+    let session = Session::from_fd(adapter(fs, cfg), fd, acl, config)?;
     Ok(Mounted { session, own: None })
 }
 

@@ -7,22 +7,19 @@
 //! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux
 //!   wants one id per inode for all its open handles, so the id lives here with the inode and
 //!   goes when the inode's last passthrough handle is released.
-//! * **daemon**: the daemon answers every READ of the handle. While passthrough is on, such a
-//!   handle is opened for direct I/O if its file is still being decoded, so the kernel keeps
-//!   no second copy of pages that later passthrough opens read from the file.
+//! * **daemon**: the daemon answers every READ of the handle, and the kernel keeps its pages
+//!   cached across opens. With passthrough on, an open waits for its complete file, so this is
+//!   the path of inodes that have a daemon handle already, and of mounts where passthrough is
+//!   not granted or an id was refused.
 //! * **page cache**: OPEN is answered ENOSYS, after which the kernel opens every file of the
 //!   mount without the daemon, keeps its page cache, and sends READs with handle 0.
 //!
-//! The invariant Linux enforces, and this type keeps: an inode never has passthrough handles
-//! and daemon handles open at once (the kernel fails the second kind of open with EIO), and no
-//! passthrough handle is open when the mount turns to page-cache mode (an open without the
-//! daemon of an inode with a passthrough handle fails with EIO).
+//! Whether opens go through the daemon or the mount is in page-cache mode is decided once, at
+//! `init`, and never changes. The invariant Linux enforces, and this type keeps: an inode never
+//! has passthrough handles and daemon handles open at once (the kernel fails the second kind of
+//! open with EIO).
 
 use std::collections::HashMap;
-mod warm;
-
-pub use warm::Prefill;
-use warm::Warm;
 
 use super::tree::Ino;
 
@@ -30,13 +27,13 @@ use super::tree::Ino;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OpenMode {
     /// Page cache when the mounted kernels are small (median decoded size at most
-    /// [`PAGE_CACHE_MEDIAN_MAX`]); otherwise passthrough until the mount serves a warm set
-    /// ([`WARM_OPENS_TO_PAGE_CACHE`]), then page cache for good.
+    /// [`PAGE_CACHE_MEDIAN_MAX`]); otherwise every open through the daemon.
     #[default]
     Auto,
-    /// Every open reaches the daemon; best for large kernels, whose cold reads then never
-    /// cross into the daemon.
-    Passthrough,
+    /// Every open reaches the daemon, which hands the kernel the decoded file (passthrough)
+    /// where it is granted, or else serves the reads itself; best for large kernels, whose
+    /// cold reads then never cross into the daemon.
+    Daemon,
     /// The kernel opens files itself; best for many small files.
     PageCache,
 }
@@ -46,7 +43,7 @@ impl OpenMode {
     pub fn parse(s: &str) -> Option<OpenMode> {
         match s {
             "auto" => Some(OpenMode::Auto),
-            "passthrough" => Some(OpenMode::Passthrough),
+            "daemon" => Some(OpenMode::Daemon),
             "page-cache" | "page_cache" => Some(OpenMode::PageCache),
             _ => None,
         }
@@ -55,7 +52,7 @@ impl OpenMode {
     pub fn name(self) -> &'static str {
         match self {
             OpenMode::Auto => "auto",
-            OpenMode::Passthrough => "passthrough",
+            OpenMode::Daemon => "daemon",
             OpenMode::PageCache => "page-cache",
         }
     }
@@ -65,9 +62,9 @@ impl OpenMode {
     pub fn start(self, median_kernel_size: Option<u64>) -> Start {
         match self {
             OpenMode::PageCache => Start::PageCache,
-            OpenMode::Passthrough => Start::Opens,
+            OpenMode::Daemon => Start::Opens,
             OpenMode::Auto => match median_kernel_size {
-                Some(m) if m > PAGE_CACHE_MEDIAN_MAX => Start::OpensUntilWarm,
+                Some(m) if m > PAGE_CACHE_MEDIAN_MAX => Start::Opens,
                 _ => Start::PageCache,
             },
         }
@@ -80,21 +77,13 @@ impl OpenMode {
 /// passthrough's cold reads without daemon copies win.
 pub const PAGE_CACHE_MEDIAN_MAX: u64 = 64 << 10;
 
-/// `auto`, on a mount it starts with opens through the daemon, turns to page-cache mode after
-/// this many opens in a row that found their kernel decoded and opened before: the mount serves
-/// a warm set again and again, and there each OPEN and RELEASE round trip is what a read costs.
-/// The turn cannot be undone: the kernel stops sending OPEN for good.
-pub const WARM_OPENS_TO_PAGE_CACHE: u64 = 64;
-
 /// How a mount starts (see [`OpenMode::start`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
     /// Opens answered ENOSYS from the first.
     PageCache,
-    /// Every open through the daemon, for good.
+    /// Every open through the daemon.
     Opens,
-    /// Opens through the daemon until the mount serves a warm set, then page cache.
-    OpensUntilWarm,
 }
 
 /// What the kernel granted at `init`.
@@ -117,8 +106,7 @@ pub struct Wants {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpenStart {
     /// Answer ENOSYS (after the checks any open gets): the kernel opens files itself.
-    /// `turned` is set on the open where an `auto` mount turns to page-cache mode.
-    NoOpen { turned: bool },
+    NoOpen,
     /// Open through the daemon: make sure the file exists, then ask [`OpenPolicy::opened`].
     Open {
         /// The handle would be passed through if its file is complete when it is answered
@@ -126,19 +114,7 @@ pub enum OpenStart {
         /// waits for the complete file rather than the first decoded bytes
         /// (`KpackFs::open_start`).
         passthrough: bool,
-        /// Prefills to run now (see `warm.rs`), each reported with
-        /// [`OpenPolicy::prefilled`].
-        prefill: Vec<Prefill>,
     },
-}
-
-/// What a release leaves to do, without the policy's lock.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Released<B> {
-    /// The inode's backing id, when this was its last passthrough handle: to close.
-    pub closed: Option<B>,
-    /// A prefill to run.
-    pub prefill: Option<Prefill>,
 }
 
 /// How a new handle is answered.
@@ -149,8 +125,8 @@ pub enum Handle<B> {
     /// Register a backing id for the handle's file (without holding the policy's lock), then
     /// report it with [`OpenPolicy::registered`] or [`OpenPolicy::refused`].
     Register,
-    /// Read by the daemon; `direct_io` when the kernel must not cache its pages.
-    Daemon { direct_io: bool },
+    /// Read by the daemon.
+    Daemon,
 }
 
 /// What an open handle reads through, as recorded for its release.
@@ -188,36 +164,18 @@ impl<B> Inode<B> {
     }
 }
 
-/// Faults a test may switch on to show that the model test catches them.
-#[cfg(test)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fault {
-    #[default]
-    None,
-    /// Asks for a backing id while the inode has daemon handles open.
-    PassthroughBesideDaemon,
-    /// Turns to page-cache mode while passthrough handles are open.
-    TurnWithPassthroughOpen,
-}
-
 /// The open policy of one mount (see the module documentation). `B` is the kernel's backing
 /// id; the policy only keeps, clones and gives it back.
 #[derive(Debug)]
 pub struct OpenPolicy<B> {
     start: Start,
     want_passthrough: bool,
-    /// Opens are answered ENOSYS from now on.
+    /// Opens are answered ENOSYS.
     page_cache: bool,
     /// Backing ids are registered: asked for, granted at `init`, none refused since.
     passthrough: bool,
-    /// How many warm opens in a row make a warm set ([`WARM_OPENS_TO_PAGE_CACHE`]; fewer in
-    /// tests).
-    turn_after: u64,
-    warm: Warm,
     inodes: HashMap<Ino, Inode<B>>,
     handles: HashMap<u64, (Ino, Path)>,
-    #[cfg(test)]
-    pub fault: Fault,
 }
 
 impl<B: Clone> OpenPolicy<B> {
@@ -228,28 +186,17 @@ impl<B: Clone> OpenPolicy<B> {
             want_passthrough,
             page_cache: start == Start::PageCache,
             passthrough: false,
-            turn_after: WARM_OPENS_TO_PAGE_CACHE,
-            warm: Warm::default(),
             inodes: HashMap::new(),
             handles: HashMap::new(),
-            #[cfg(test)]
-            fault: Fault::None,
         }
     }
 
-    /// Turns after `n` warm opens in a row, for tests that cannot wait for the real number.
-    #[cfg(test)]
-    pub fn turning_after(mut self, n: u64) -> Self {
-        self.turn_after = n;
-        self
-    }
-
-    /// What to ask the kernel for at `init`: opening without the daemon where the mount may
-    /// use page-cache mode, and passthrough where opens go through the daemon.
+    /// What to ask the kernel for at `init`: opening without the daemon in page-cache mode,
+    /// and passthrough where opens go through the daemon.
     pub fn wants(&self) -> Wants {
         Wants {
-            no_open: self.start != Start::Opens,
-            passthrough: self.want_passthrough && self.start != Start::PageCache,
+            no_open: self.start == Start::PageCache,
+            passthrough: self.want_passthrough && self.start == Start::Opens,
         }
     }
 
@@ -275,79 +222,30 @@ impl<B: Clone> OpenPolicy<B> {
         self.page_cache
     }
 
-    /// An OPEN of `ino` arrives.
-    ///
-    /// An `auto` mount that serves a warm set turns at an open of a kernel the mount's page
-    /// cache holds, once no prefill is running and no passthrough handle is open (see
-    /// `warm.rs`); the open where the warm set is seen asks for the first prefills.
-    pub fn open(&mut self, ino: Ino) -> OpenStart {
+    /// An OPEN arrives.
+    pub fn open(&self) -> OpenStart {
         if self.page_cache {
-            return OpenStart::NoOpen { turned: false };
-        }
-        if self.warm.ready(ino) && self.may_turn() {
-            self.page_cache = true;
-            return OpenStart::NoOpen { turned: true };
-        }
-        let mut prefill = Vec::new();
-        if self.start == Start::OpensUntilWarm && self.warm.found(self.turn_after as usize) {
-            let inodes = &self.inodes;
-            prefill = self.warm.see(|ino| {
-                inodes
-                    .get(&ino)
-                    .is_some_and(|i| i.passthrough + i.registering > 0)
-            });
+            return OpenStart::NoOpen;
         }
         OpenStart::Open {
             passthrough: self.passthrough,
-            prefill,
         }
     }
 
-    /// A prefill ended; `stored`: every byte of its kernel reached the mount's page cache.
-    pub fn prefilled(&mut self, prefill: Prefill, stored: bool) {
-        self.warm.done(prefill, stored);
-    }
-
-    /// The turn needs no passthrough handle open (or being opened) anywhere.
-    fn may_turn(&self) -> bool {
-        #[cfg(test)]
-        if self.fault == Fault::TurnWithPassthroughOpen {
-            return true;
-        }
-        !self
-            .handles
-            .values()
-            .any(|(_, p)| matches!(p, Path::Passthrough | Path::Registering))
-    }
-
-    /// An open of `ino` has its file as handle `fh`: `complete` when every byte is decoded,
-    /// `warm` when it came from what was kept and an earlier open got it too.
-    pub fn opened(&mut self, ino: Ino, fh: u64, complete: bool, warm: bool) -> Handle<B> {
-        if self.start == Start::OpensUntilWarm {
-            self.warm.opened(ino, warm, self.turn_after as usize);
-        }
+    /// An open of `ino` has its file as handle `fh`: `complete` when every byte is decoded.
+    pub fn opened(&mut self, ino: Ino, fh: u64, complete: bool) -> Handle<B> {
         // An inode with a backing id opens every handle with it: its file holds the same
         // bytes, and Linux refuses an open without it meanwhile.
         if let Some(id) = self.join_backing(ino, fh) {
             return Handle::Passthrough(id);
         }
-        // A kernel the mount's page cache holds is read from there: a passthrough open would
-        // drop those pages.
-        if self.passthrough
-            && complete
-            && self.passthrough_allowed(ino)
-            && !self.page_cache
-            && !self.warm.cached(ino)
-        {
+        if self.passthrough && complete && self.passthrough_allowed(ino) {
             self.inodes.entry(ino).or_default().registering += 1;
             self.handles.insert(fh, (ino, Path::Registering));
-            self.warm.dropped(ino);
             return Handle::Register;
         }
         self.add_daemon_handle(ino, fh);
-        Handle::Daemon {
-            direct_io: self.passthrough && !complete,
-        }
+        Handle::Daemon
     }
 
     /// A new passthrough handle `fh` of `ino` with the inode's backing id, if it has one.
@@ -361,10 +259,6 @@ impl<B: Clone> OpenPolicy<B> {
 
     /// Linux refuses a passthrough open of an inode with daemon handles open.
     fn passthrough_allowed(&self, ino: Ino) -> bool {
-        #[cfg(test)]
-        if self.fault == Fault::PassthroughBesideDaemon {
-            return true;
-        }
         self.inodes.get(&ino).is_none_or(|i| i.daemon == 0)
     }
 
@@ -377,17 +271,16 @@ impl<B: Clone> OpenPolicy<B> {
     /// lock) when another one is used instead or the handle is read by the daemon after all.
     pub fn registered(&mut self, fh: u64, id: B) -> (Handle<B>, Option<B>) {
         let Some(ino) = self.stop_registering(fh) else {
-            return (Handle::Daemon { direct_io: false }, Some(id));
+            return (Handle::Daemon, Some(id));
         };
         // Another open of the inode registered first.
         if let Some(theirs) = self.join_backing(ino, fh) {
             return (Handle::Passthrough(theirs), Some(id));
         }
-        // A daemon handle of the inode was opened meanwhile, or the mount turned: a
-        // passthrough open now would fail.
-        if !self.passthrough_allowed(ino) || self.page_cache {
+        // A daemon handle of the inode was opened meanwhile: a passthrough open now would fail.
+        if !self.passthrough_allowed(ino) {
             self.add_daemon_handle(ino, fh);
-            return (Handle::Daemon { direct_io: false }, Some(id));
+            return (Handle::Daemon, Some(id));
         }
         let inode = self.inodes.entry(ino).or_default();
         inode.backing = Some(id.clone());
@@ -402,7 +295,7 @@ impl<B: Clone> OpenPolicy<B> {
     /// without one beside a handle that has one.
     pub fn refused(&mut self, fh: u64) -> (Handle<B>, bool) {
         let first = std::mem::replace(&mut self.passthrough, false);
-        let daemon = Handle::Daemon { direct_io: false };
+        let daemon = Handle::Daemon;
         let Some(ino) = self.stop_registering(fh) else {
             return (daemon, first);
         };
@@ -423,27 +316,16 @@ impl<B: Clone> OpenPolicy<B> {
     }
 
     /// Handle `fh` is released. Returns the inode's backing id when this was its last
-    /// passthrough handle, to be closed without the lock, and then, once a warm set was seen,
-    /// the prefill of its kernel.
-    pub fn release(&mut self, fh: u64) -> Released<B> {
-        let mut released = Released {
-            closed: None,
-            prefill: None,
-        };
-        let Some((ino, path)) = self.handles.remove(&fh) else {
-            return released;
-        };
-        let Some(inode) = self.inodes.get_mut(&ino) else {
-            return released;
-        };
+    /// passthrough handle, to be closed without the lock.
+    pub fn release(&mut self, fh: u64) -> Option<B> {
+        let (ino, path) = self.handles.remove(&fh)?;
+        let inode = self.inodes.get_mut(&ino)?;
+        let mut closed = None;
         match path {
             Path::Passthrough => {
                 inode.passthrough -= 1;
                 if inode.passthrough == 0 {
-                    released.closed = inode.backing.take();
-                    if self.warm.seen() && !self.page_cache {
-                        released.prefill = Some(self.warm.ask(ino));
-                    }
+                    closed = inode.backing.take();
                 }
             }
             Path::Daemon => inode.daemon -= 1,
@@ -452,7 +334,7 @@ impl<B: Clone> OpenPolicy<B> {
         if inode.is_idle() {
             self.inodes.remove(&ino);
         }
-        released
+        closed
     }
 
     /// Open handles of `ino`: (passthrough, daemon).
@@ -469,14 +351,12 @@ impl<B: Clone> OpenPolicy<B> {
         self.inodes.get(&ino).is_some_and(|i| i.backing.is_some())
     }
 
-    /// `name value` lines for `user.kpack.stats`: the read path, and the prefills still
-    /// running.
+    /// `name value` lines for `user.kpack.stats`: the read path.
     pub fn stats_text(&self) -> String {
         format!(
-            "passthrough {}\npage_cache_mode {}\nprefills_pending {}\n",
+            "passthrough {}\npage_cache_mode {}\n",
             u8::from(self.passthrough),
             u8::from(self.page_cache),
-            self.warm.pending()
         )
     }
 }
@@ -490,16 +370,10 @@ mod tests {
         passthrough: true,
     };
 
-    const OPEN: OpenStart = OpenStart::Open {
-        passthrough: true,
-        prefill: Vec::new(),
-    };
+    const OPEN: OpenStart = OpenStart::Open { passthrough: true };
 
     /// An open through the daemon with passthrough off.
-    const OPEN_NO_PASSTHROUGH: OpenStart = OpenStart::Open {
-        passthrough: false,
-        prefill: Vec::new(),
-    };
+    const OPEN_NO_PASSTHROUGH: OpenStart = OpenStart::Open { passthrough: false };
 
     fn passthrough_mount() -> OpenPolicy<u32> {
         let mut p = OpenPolicy::new(Start::Opens, true);
@@ -516,13 +390,13 @@ mod tests {
         );
         assert_eq!(
             OpenMode::Auto.start(Some(PAGE_CACHE_MEDIAN_MAX + 1)),
-            Start::OpensUntilWarm
+            Start::Opens
         );
-        assert_eq!(OpenMode::Passthrough.start(Some(1)), Start::Opens);
+        assert_eq!(OpenMode::Daemon.start(Some(1)), Start::Opens);
         assert_eq!(OpenMode::PageCache.start(Some(u64::MAX)), Start::PageCache);
         for (s, m) in [
             ("auto", OpenMode::Auto),
-            ("passthrough", OpenMode::Passthrough),
+            ("daemon", OpenMode::Daemon),
             ("page-cache", OpenMode::PageCache),
             ("page_cache", OpenMode::PageCache),
         ] {
@@ -541,11 +415,11 @@ mod tests {
                 passthrough: false
             }
         );
-        let p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, false);
+        let p: OpenPolicy<u32> = OpenPolicy::new(Start::Opens, false);
         assert_eq!(
             p.wants(),
             Wants {
-                no_open: true,
+                no_open: false,
                 passthrough: false
             }
         );
@@ -562,7 +436,7 @@ mod tests {
             passthrough: false,
         });
         assert!(!p.passthrough());
-        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
+        assert_eq!(p.open(), OPEN_NO_PASSTHROUGH);
 
         // A kernel that cannot open without the daemon keeps page-cache mounts opening.
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
@@ -572,11 +446,8 @@ mod tests {
             passthrough: true,
         });
         assert!(!p.page_cache());
-        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
-        assert_eq!(
-            p.stats_text(),
-            "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
-        );
+        assert_eq!(p.open(), OPEN_NO_PASSTHROUGH);
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
     }
 
     #[test]
@@ -584,34 +455,25 @@ mod tests {
         let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::PageCache, true);
         p.granted(GRANT_ALL);
         assert!(!p.passthrough());
-        assert_eq!(p.open(1), OpenStart::NoOpen { turned: false });
-        assert_eq!(
-            p.stats_text(),
-            "passthrough 0\npage_cache_mode 1\nprefills_pending 0\n"
-        );
+        assert_eq!(p.open(), OpenStart::NoOpen);
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 1\n");
     }
 
     #[test]
     fn one_backing_id_per_inode_closed_with_its_last_handle() {
         let mut p = passthrough_mount();
-        assert_eq!(
-            p.open(1),
-            OpenStart::Open {
-                passthrough: true,
-                prefill: Vec::new()
-            }
-        );
-        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
+        assert_eq!(p.open(), OPEN);
+        assert_eq!(p.opened(5, 1, true), Handle::Register);
         assert_eq!(p.registered(1, 50), (Handle::Passthrough(50), None));
         // A second open reuses the id without registering.
-        assert_eq!(p.opened(5, 2, true, false), Handle::Passthrough(50));
+        assert_eq!(p.opened(5, 2, true), Handle::Passthrough(50));
         assert_eq!(p.handles_of(5), (2, 0));
-        assert_eq!(p.release(1).closed, None);
+        assert_eq!(p.release(1), None);
         assert!(p.has_backing(5));
-        assert_eq!(p.release(2).closed, Some(50));
+        assert_eq!(p.release(2), Some(50));
         assert!(!p.has_backing(5));
         assert_eq!(
-            p.release(2).closed,
+            p.release(2),
             None,
             "a second release of a handle is ignored"
         );
@@ -620,70 +482,48 @@ mod tests {
     #[test]
     fn racing_registrations_keep_the_first_id() {
         let mut p = passthrough_mount();
-        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
-        assert_eq!(p.opened(5, 2, true, false), Handle::Register);
+        assert_eq!(p.opened(5, 1, true), Handle::Register);
+        assert_eq!(p.opened(5, 2, true), Handle::Register);
         assert_eq!(p.registered(2, 20), (Handle::Passthrough(20), None));
         assert_eq!(p.registered(1, 10), (Handle::Passthrough(20), Some(10)));
         assert_eq!(p.handles_of(5), (2, 0));
-        assert_eq!(p.release(2).closed, None);
-        assert_eq!(p.release(1).closed, Some(20));
+        assert_eq!(p.release(2), None);
+        assert_eq!(p.release(1), Some(20));
     }
 
     #[test]
     fn a_file_still_decoding_is_read_by_the_daemon_and_blocks_passthrough() {
         let mut p = passthrough_mount();
-        assert_eq!(
-            p.opened(5, 1, false, false),
-            Handle::Daemon { direct_io: true }
-        );
+        assert_eq!(p.opened(5, 1, false), Handle::Daemon);
         // Complete now, but the inode has a daemon handle: Linux would refuse passthrough.
-        assert_eq!(
-            p.opened(5, 2, true, false),
-            Handle::Daemon { direct_io: false }
-        );
+        assert_eq!(p.opened(5, 2, true), Handle::Daemon);
         assert_eq!(p.handles_of(5), (0, 2));
         p.release(1);
         p.release(2);
-        assert_eq!(p.opened(5, 3, true, false), Handle::Register);
+        assert_eq!(p.opened(5, 3, true), Handle::Register);
     }
 
     #[test]
     fn a_daemon_handle_opened_during_registration_wins() {
         let mut p = passthrough_mount();
-        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
-        assert_eq!(
-            p.opened(5, 2, false, false),
-            Handle::Daemon { direct_io: true }
-        );
-        assert_eq!(
-            p.registered(1, 10),
-            (Handle::Daemon { direct_io: false }, Some(10))
-        );
+        assert_eq!(p.opened(5, 1, true), Handle::Register);
+        assert_eq!(p.opened(5, 2, false), Handle::Daemon);
+        assert_eq!(p.registered(1, 10), (Handle::Daemon, Some(10)));
         assert_eq!(p.handles_of(5), (0, 2));
     }
 
     #[test]
     fn a_refused_id_turns_passthrough_off_once() {
         let mut p = passthrough_mount();
-        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
-        assert_eq!(p.opened(6, 2, true, false), Handle::Register);
-        assert_eq!(p.refused(1), (Handle::Daemon { direct_io: false }, true));
+        assert_eq!(p.opened(5, 1, true), Handle::Register);
+        assert_eq!(p.opened(6, 2, true), Handle::Register);
+        assert_eq!(p.refused(1), (Handle::Daemon, true));
         assert!(!p.passthrough());
-        assert_eq!(
-            p.refused(2),
-            (Handle::Daemon { direct_io: false }, false),
-            "said once"
-        );
+        assert_eq!(p.refused(2), (Handle::Daemon, false), "said once");
         assert_eq!(p.handles_of(5), (0, 1));
-        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
-        assert_eq!(
-            p.opened(7, 3, false, false),
-            Handle::Daemon { direct_io: false }
-        );
-        assert_eq!(
-            p.stats_text(),
-            "passthrough 0\npage_cache_mode 0\nprefills_pending 0\n"
-        );
+        assert_eq!(p.open(), OPEN_NO_PASSTHROUGH);
+        assert_eq!(p.opened(7, 3, false), Handle::Daemon);
+        assert_eq!(p.stats_text(), "passthrough 0\npage_cache_mode 0\n");
     }
 
     /// Two opens of one inode register at once; the kernel takes one id and refuses the
@@ -691,156 +531,11 @@ mod tests {
     #[test]
     fn a_refused_open_joins_an_id_registered_meanwhile() {
         let mut p = passthrough_mount();
-        assert_eq!(p.opened(5, 1, true, false), Handle::Register);
-        assert_eq!(p.opened(5, 2, true, false), Handle::Register);
+        assert_eq!(p.opened(5, 1, true), Handle::Register);
+        assert_eq!(p.opened(5, 2, true), Handle::Register);
         assert_eq!(p.registered(1, 10), (Handle::Passthrough(10), None));
         assert_eq!(p.refused(2), (Handle::Passthrough(10), true));
         assert!(!p.passthrough());
         assert_eq!(p.handles_of(5), (2, 0));
-    }
-
-    /// A warm set of inodes 1 to `WARM_OPENS_TO_PAGE_CACHE`, each opened, registered and
-    /// released, on an `auto` mount; returns the policy and the next free handle.
-    fn warm_set() -> (OpenPolicy<u32>, u64) {
-        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, true);
-        p.granted(GRANT_ALL);
-        let mut fh = 1;
-        for ino in 1..=WARM_OPENS_TO_PAGE_CACHE {
-            assert_eq!(p.open(ino), OPEN);
-            assert_eq!(p.opened(ino, fh, true, true), Handle::Register);
-            assert_eq!(
-                p.registered(fh, ino as u32),
-                (Handle::Passthrough(ino as u32), None)
-            );
-            let released = p.release(fh);
-            assert_eq!(
-                (released.closed, released.prefill),
-                (Some(ino as u32), None)
-            );
-            fh += 1;
-        }
-        (p, fh)
-    }
-
-    fn inodes(prefills: &[Prefill]) -> Vec<Ino> {
-        prefills.iter().map(|p| p.ino).collect()
-    }
-
-    #[test]
-    fn a_warm_set_prefills_what_it_read_then_turns_on_a_prefilled_kernel() {
-        let (mut p, fh) = warm_set();
-        // The next open sees the warm set and asks for the prefill of every kernel of it.
-        let OpenStart::Open {
-            passthrough: true,
-            prefill,
-        } = p.open(100)
-        else {
-            panic!("an open through the daemon")
-        };
-        assert_eq!(
-            inodes(&prefill),
-            (1..=WARM_OPENS_TO_PAGE_CACHE).collect::<Vec<_>>()
-        );
-        // The pass goes on with passthrough; a kernel read that way is prefilled at release.
-        assert_eq!(p.opened(100, fh, true, true), Handle::Register);
-        p.registered(fh, 100);
-        assert_eq!(p.open(1), OPEN, "not in the page cache yet");
-        let released = p.release(fh);
-        assert_eq!(released.closed, Some(100));
-        let last = released.prefill.expect("a prefill of inode 100");
-        for one in prefill {
-            p.prefilled(one, true);
-        }
-        assert_eq!(p.open(1), OPEN, "one prefill still running");
-        p.prefilled(last, true);
-        // Inode 200 was never prefilled: no turn there, and it still passes through.
-        assert_eq!(p.open(200), OPEN);
-        // Inode 1 is in the page cache: a pass over the warm set again.
-        assert_eq!(p.open(1), OpenStart::NoOpen { turned: true });
-        assert_eq!(p.open(200), OpenStart::NoOpen { turned: false });
-        assert!(p.page_cache());
-    }
-
-    #[test]
-    fn a_prefilled_kernel_opens_without_passthrough_until_the_turn() {
-        let (mut p, fh) = warm_set();
-        let OpenStart::Open { prefill, .. } = p.open(1) else {
-            panic!("an open through the daemon")
-        };
-        for one in prefill {
-            p.prefilled(one, true);
-        }
-        // Inode 2 is held in the page cache: read from there, not passed through (that would
-        // drop its pages). A daemon handle does not keep the mount from turning.
-        assert_eq!(
-            p.opened(2, fh, true, true),
-            Handle::Daemon { direct_io: false }
-        );
-        assert_eq!(p.open(3), OpenStart::NoOpen { turned: true });
-    }
-
-    #[test]
-    fn a_passthrough_open_after_a_prefill_was_asked_voids_it() {
-        let (mut p, fh) = warm_set();
-        let OpenStart::Open { prefill, .. } = p.open(1) else {
-            panic!("an open through the daemon")
-        };
-        // Inode 1 is opened with passthrough again before its prefill reports.
-        assert_eq!(p.opened(1, fh, true, true), Handle::Register);
-        p.registered(fh, 1);
-        for one in prefill {
-            p.prefilled(one, true);
-        }
-        let again = p.release(fh).prefill.expect("asked again at release");
-        assert_eq!(p.open(1), OPEN, "a prefill still running");
-        // A prefill that could not store the kernel (evicted meanwhile) counts for nothing.
-        p.prefilled(again, false);
-        assert_eq!(p.open(1), OPEN, "inode 1 is not in the page cache");
-        assert_eq!(p.open(2), OpenStart::NoOpen { turned: true });
-    }
-
-    #[test]
-    fn no_turn_while_a_passthrough_handle_is_open() {
-        let (mut p, fh) = warm_set();
-        let OpenStart::Open { prefill, .. } = p.open(1) else {
-            panic!("an open through the daemon")
-        };
-        for one in prefill {
-            p.prefilled(one, true);
-        }
-        assert_eq!(p.opened(500, fh, true, false), Handle::Register);
-        p.registered(fh, 500);
-        assert_eq!(p.open(1), OPEN);
-        // Released while the mount has seen the warm set: prefilled, then the turn.
-        let last = p.release(fh).prefill.expect("prefill of inode 500");
-        assert_eq!(p.open(1), OPEN, "a prefill still running");
-        p.prefilled(last, true);
-        assert_eq!(p.open(1), OpenStart::NoOpen { turned: true });
-    }
-
-    #[test]
-    fn a_cold_open_restarts_the_warm_count() {
-        let mut p: OpenPolicy<u32> = OpenPolicy::new(Start::OpensUntilWarm, false);
-        p.granted(GRANT_ALL);
-        for fh in 0..WARM_OPENS_TO_PAGE_CACHE - 1 {
-            p.opened(1, fh, true, true);
-            p.release(fh);
-        }
-        p.opened(2, 100, true, false);
-        p.release(100);
-        p.opened(1, 101, true, true);
-        p.release(101);
-        assert_eq!(p.open(1), OPEN_NO_PASSTHROUGH);
-    }
-
-    #[test]
-    fn a_mount_that_never_turns_prefills_nothing() {
-        let mut p = passthrough_mount();
-        for fh in 0..2 * WARM_OPENS_TO_PAGE_CACHE {
-            assert_eq!(p.opened(3, fh, true, true), Handle::Register);
-            p.registered(fh, 3);
-            assert_eq!(p.release(fh).prefill, None);
-        }
-        assert_eq!(p.open(3), OPEN);
     }
 }

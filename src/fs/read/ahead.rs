@@ -1,5 +1,7 @@
-//! Decoding ahead of scans: when opens walk the files in order, decode threads that would idle
-//! decode the next files before they are opened (see `scan.rs` for when opens form a scan).
+//! Decoding ahead of scans: when opens (or, in page-cache mode, first READs) walk the files in
+//! order, decode threads that would idle decode the next files before they are asked for (see
+//! `scan.rs` for when requests form a scan), and each decode thread that finishes a job goes on
+//! with the next file ahead while no other job waits for a thread.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,62 +14,101 @@ use crate::fs::{KpackFs, kernel_id};
 use crate::sync::lock;
 
 impl KpackFs {
-    /// After an open of `ino`: when it continues a scan (see `scan.rs`), the decode jobs of the
-    /// first files past the scan's front that are neither decoded nor decoding, one for each of
-    /// the `idle_workers` decode threads, up to [`scan::MAX_RUNNING`] running at once. No open
-    /// waits for them; the opens that come for their files join them like any decode (and, as
-    /// they continue the scan, get the complete file: see `open_start`).
+    /// After a first open (or first READ) of `ino`: when it continues a scan (see `scan.rs`),
+    /// the decode jobs of the first files past the scan's front that are neither decoded nor
+    /// decoding, one for each of the `idle_workers` decode threads. No request waits for them;
+    /// the ones that come for their files join them like any decode.
     pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
-        // `open_start` noted the open in the scan.
-        if !matches!(self.tree.entry(ino), Some(Entry::File(_))) || self.scan.front().is_none() {
+        if idle_workers == 0
+            || !self.decodes_ahead()
+            || !matches!(self.tree.entry(ino), Some(Entry::File(_)))
+        {
             return Vec::new();
         }
-        (0..idle_workers)
-            .map_while(|_| self.continue_ahead())
-            .collect()
+        let Some(front) = self.scans.opened(ino) else {
+            return Vec::new();
+        };
+        self.release_unreachable_pins();
+        let mut jobs = Vec::new();
+        while jobs.len() < idle_workers {
+            match self.next_ahead(front) {
+                Some(job) => jobs.push(job),
+                None => break,
+            }
+        }
+        jobs
     }
 
-    /// While the scan the last open continued goes on, the next decode ahead of it: the first
-    /// file within [`scan::WINDOW`] inodes past its front, of at most a [`scan::CACHE_SHARE`]
-    /// of the cache, that is neither decoded nor decoding (a decode thread that just finished
-    /// a job asks, so it stays busy until the readers open their next files).
-    /// Never with memory backing: its memory cannot be reclaimed, so nothing is decoded into
-    /// it before it is asked for.
+    /// Runs `job`, then, on the same thread, decodes ahead of the scans going on (the one that
+    /// moved last first) for as long as there is a file to decode ahead and `others_wait`
+    /// says no other job waits for a thread.
+    pub fn run_then_decode_ahead(&self, job: FillJob, others_wait: impl Fn() -> bool) {
+        let mut next = Some(job);
+        while let Some(job) = next {
+            self.run_fill(job);
+            next = if others_wait() {
+                None
+            } else {
+                self.continue_ahead()
+            };
+        }
+    }
+
+    /// The next decode ahead of any scan going on, the one that moved last first.
+    pub fn continue_ahead(&self) -> Option<FillJob> {
+        if !self.decodes_ahead() {
+            return None;
+        }
+        self.release_unreachable_pins();
+        self.scans
+            .fronts()
+            .into_iter()
+            .find_map(|front| self.next_ahead(front))
+    }
+
+    /// Pins the scans can no longer reach (see [`Scans::reach`](scan::Scans::reach)) are
+    /// released: the entries stay, as ordinary ones.
+    fn release_unreachable_pins(&self) {
+        let reach = self.scans.reach();
+        self.store
+            .unpin_unless(|tag| reach.iter().any(|&(from, to)| (from..=to).contains(&tag)));
+    }
+
+    /// The decode job of the first file within [`scan::AHEAD`] inodes past `front`, of at most
+    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding. Never with
+    /// memory backing: its memory cannot be reclaimed, so nothing is decoded into it before it
+    /// is asked for. Not a kernel page-cache mode decodes straight into a READ's reply: a
+    /// backing file for it would cost more than its decode.
     ///
     /// Its file is pinned in the store until its first open, and the pins count in the store's
     /// bound: when they (with the decodes ahead running) would take more than their share of it
-    /// ([`PIN_SHARE`](crate::fs::store::PIN_SHARE)), nothing more is decoded ahead until opens take
-    /// them. Pins the scan can no longer reach (more than [`scan::WINDOW`] inodes from its front)
-    /// are released first.
-    pub fn continue_ahead(&self) -> Option<FillJob> {
-        let front = self.scan.front()?;
-        if !self.decodes_ahead() || !self.scan.claim() {
-            return None;
-        }
-        self.store
-            .unpin_unless(|tag| tag.abs_diff(front) <= scan::WINDOW);
+    /// ([`PIN_SHARE`](crate::fs::store::PIN_SHARE)), nothing more is decoded ahead until opens
+    /// take them.
+    fn next_ahead(&self, front: Ino) -> Option<FillJob> {
         let largest = self.store.stats().capacity / scan::CACHE_SHARE;
-        for ino in front + 1..=front + scan::WINDOW {
+        let last = front + scan::AHEAD;
+        for ino in front + 1..=last {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
+            if file.size == 0 || file.size > largest || self.decodes_into_reply(file) {
+                continue;
+            }
             let id = kernel_id(file);
+            // The store is asked with the map of jobs locked: a job keeps its kernel before it
+            // leaves the map, so one of the two always has it.
             let mut fills = lock(&self.fills);
-            if file.size == 0
-                || file.size > largest
-                || self.store.contains(id)
-                || fills.contains_key(&id)
-            {
+            if self.store.contains(id) || fills.contains_key(&id) {
                 continue;
             }
             if !self.store.reserve_pin(file.size) {
-                break;
+                return None;
             }
             let fill = Arc::new(Fill::for_kernel(file.size));
             fills.insert(id, fill.clone());
             drop(fills);
-            self.scan.started.fetch_add(1, Ordering::Relaxed);
-            self.prefetch_after(ino, front + scan::WINDOW);
+            self.scans.started.fetch_add(1, Ordering::Relaxed);
+            self.prefetch_after(ino, last);
             return Some(FillJob {
                 ino,
                 id,
@@ -75,10 +116,8 @@ impl KpackFs {
                 make: Make::Ahead {
                     reserved: file.size,
                 },
-                bytes: None,
             });
         }
-        self.scan.release();
         None
     }
 
@@ -108,14 +147,13 @@ impl KpackFs {
         }
     }
 
-    /// Whether files are decoded ahead of scans: not when turned off (as in page-cache mode,
-    /// where no open walks the files), or with memory backing.
+    /// Whether files are decoded ahead of scans: not when turned off, or with memory backing.
     pub(super) fn decodes_ahead(&self) -> bool {
-        self.scan.enabled.load(Ordering::Relaxed) && !self.store.in_memory()
+        self.scans.enabled() && !self.store.in_memory()
     }
 
     /// Turns decoding ahead of scans on or off (on by default).
     pub fn set_decode_ahead(&self, on: bool) {
-        self.scan.enabled.store(on, Ordering::Relaxed);
+        self.scans.set_enabled(on);
     }
 }

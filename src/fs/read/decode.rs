@@ -43,26 +43,22 @@ impl KpackFs {
     /// Runs a job to its end, answering everyone waiting on it: what it made is kept in the
     /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
     /// waiters are answered. A later request finds the kernel in the store, or (after a
-    /// failure, or when the store could not keep it) starts a new job. Opens that waited for a
-    /// job that decoded into memory start again, and a new job writes its bytes to a file.
+    /// failure, or when the store could not keep it) starts a new job.
     pub fn run_fill(&self, job: FillJob) {
         let FillJob {
             ino,
             id,
             fill,
             make,
-            bytes,
         } = job;
         let Some(Entry::File(file)) = self.tree.entry(ino) else {
             unreachable!("a job is made for a file of the tree");
         };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match make {
             Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
-            Make::File | Make::FileForRead | Make::Ahead { .. } => match &bytes {
-                Some(bytes) => self.file_from_bytes(file, bytes),
-                None => self.fill_kernel(file, &fill),
-            }
-            .map(|(b, keep)| (Body::File(b), keep)),
+            Make::File | Make::FileForRead | Make::Ahead { .. } => self
+                .fill_kernel(file, &fill)
+                .map(|(b, keep)| (Body::File(b), keep)),
         }))
         .unwrap_or_else(|_| {
             log::error!("a decode job panicked");
@@ -74,25 +70,11 @@ impl KpackFs {
             _ => {}
         }
         lock(&self.fills).remove(&id);
-        let reopen = match &result {
+        match &result {
             Ok((body, _)) => fill.complete(body),
-            Err(e) => {
-                fill.fail(*e);
-                Vec::new()
-            }
-        };
-        if let Make::Ahead { .. } = make {
-            self.scan.release();
+            Err(e) => fill.fail(*e),
         }
         self.store.tidy();
-        // Opens that waited for a job that decoded into memory start again: the first starts
-        // the job that writes the bytes to a file (run here), the others join it or find the
-        // file. Through the map of jobs, so that no other job makes the same file meanwhile.
-        for done in reopen {
-            if let Some(job) = self.start_or_join(ino, file, false, done) {
-                self.run_fill(job);
-            }
-        }
     }
 
     /// Keeps what a job made in the store: pinned for a decode ahead (its reservation becomes
@@ -110,7 +92,7 @@ impl KpackFs {
         }
     }
 
-    /// Makes the backing file of a kernel: from its bytes held in memory, from the cache directory,
+    /// Makes the backing file of a kernel: from the cache directory,
     /// decoded in steps (serving readers through `fill` as it goes), or decoded whole. Returns it
     /// with whether the store may keep it (see [`Store::finish`](crate::fs::store::Store::finish)).
     pub(super) fn fill_kernel(
@@ -137,22 +119,6 @@ impl KpackFs {
         let decoded = stream::decode_into(frame, spec.len, &mut pending, fill);
         stream::keep_frame_buffer(buf);
         decoded.map_err(|e| self.failed(file, &e.message, e.errno))?;
-        Ok(self.store.finish(&spec, pending))
-    }
-
-    /// A backing file of a kernel decoded into memory (for an open, which needs a file): its
-    /// bytes written, nothing decoded.
-    pub(super) fn file_from_bytes(
-        &self,
-        file: &FileNode,
-        bytes: &[u8],
-    ) -> Result<(Arc<BackingFile>, bool), Errno> {
-        let spec = self.spec_of(file)?;
-        let mut pending = self.store.begin(&spec)?;
-        pending.write_at(0, bytes).map_err(|e| {
-            let e = stream::DecodeError::write(&e);
-            self.failed(file, &e.message, e.errno)
-        })?;
         Ok(self.store.finish(&spec, pending))
     }
 

@@ -13,8 +13,8 @@
 //!   daemon while the file fills) or when the file is complete, or with the job's error; an
 //!   open that asks for the whole file is answered only when the file is complete;
 //! * a read of bytes not decoded yet is parked and answered by the job as soon as they are;
-//! * an open needs a file: one that meets a job whose result is bytes in memory is handed back
-//!   (by [`Fill::join`] or [`Fill::complete`]), to be answered with a file written from them.
+//! * an open needs a file: one that meets a job whose result is bytes in memory (made only in
+//!   page-cache mode, which Linux sends no OPEN) gets EIO.
 //!
 //! A failed job answers every waiter with its error; reads of handles opened while it streamed
 //! get EIO from then on. Only decoded bytes are served: of a frame that matched its digest when
@@ -128,29 +128,22 @@ impl Fill {
 
     /// Adds an open: answered now when the job streams (unless `whole`) or has finished, else
     /// when it does. With `whole` the open gets the complete file, which passthrough can serve.
-    /// A job that ended with bytes in memory has no file for it: `done` is handed back.
-    pub fn join(self: &Arc<Self>, whole: bool, done: OpenDone) -> Result<(), OpenDone> {
+    /// A job that ended with bytes in memory has no file for it: EIO.
+    pub fn join(self: &Arc<Self>, whole: bool, done: OpenDone) {
         let answer = {
             let mut s = lock(&self.state);
             match (s.phase, &s.body) {
                 (Phase::Failed(e), _) => Err(e),
                 (Phase::Done, Some(Body::File(file))) => Ok(self.opened(file.clone())),
-                (Phase::Done, _) => return Err(done),
+                (Phase::Done, _) => Err(Errno::EIO),
                 (Phase::Streaming, Some(Body::File(file))) if !whole => {
                     Ok(self.opened(file.clone()))
                 }
-                _ if whole => {
-                    s.opens_whole.push(done);
-                    return Ok(());
-                }
-                _ => {
-                    s.opens.push(done);
-                    return Ok(());
-                }
+                _ if whole => return s.opens_whole.push(done),
+                _ => return s.opens.push(done),
             }
         };
         done(answer);
-        Ok(())
     }
 
     fn opened(self: &Arc<Self>, backing: Arc<BackingFile>) -> OpenedFile {
@@ -207,9 +200,8 @@ impl Fill {
     }
 
     /// The kernel is complete (and kept, where the store keeps it): every read is answered,
-    /// and every open when `body` is a file. The opens waiting for a job that decoded into
-    /// memory are returned: they need a file made from the bytes.
-    pub fn complete(self: &Arc<Self>, body: &Body) -> Vec<OpenDone> {
+    /// and every open (EIO when `body` is bytes in memory, which no open can use).
+    pub fn complete(self: &Arc<Self>, body: &Body) {
         let (opens, reads) = {
             let mut s = lock(&self.state);
             s.phase = Phase::Done;
@@ -221,13 +213,12 @@ impl Fill {
         for r in reads {
             answer(body, r);
         }
-        let Body::File(file) = body else {
-            return opens;
-        };
         for done in opens {
-            done(Ok(self.opened(file.clone())));
+            done(match body {
+                Body::File(file) => Ok(self.opened(file.clone())),
+                Body::Bytes(_) => Err(Errno::EIO),
+            });
         }
-        Vec::new()
     }
 
     /// The job failed: waiting opens get `e`, reads (now and later) EIO. A file whose every
@@ -319,11 +310,10 @@ mod tests {
     /// The same for an open of the whole file with `whole`.
     fn open_as(fill: &Arc<Fill>, whole: bool) -> Receiver<Result<bool, Errno>> {
         let (tx, rx) = channel();
-        let joined = fill.join(
+        fill.join(
             whole,
             Box::new(move |r| tx.send(r.map(|o| o.is_complete())).unwrap()),
         );
-        assert!(joined.is_ok(), "a job making a file answers its opens");
         rx
     }
 
@@ -369,7 +359,7 @@ mod tests {
             Ok(data[10..30].to_vec())
         );
         let kept = Body::File(store.finish(&spec(data.len() as u64), pending).0);
-        assert!(fill.complete(&kept).is_empty());
+        fill.complete(&kept);
         assert_eq!(tail.try_recv().unwrap(), Ok(data[9_000..].to_vec()));
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
     }
@@ -395,7 +385,7 @@ mod tests {
         // ...and the ones waiting get it when the job keeps the file.
         assert!(early.try_recv().is_err());
         let kept = Body::File(store.finish(&spec(data.len() as u64), pending).0);
-        assert!(fill.complete(&kept).is_empty());
+        fill.complete(&kept);
         assert_eq!(early.try_recv().unwrap(), Ok(true));
         assert_eq!(late.try_recv().unwrap(), Ok(true));
         // A job that fails answers them with its error.
@@ -458,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_that_decodes_into_memory_answers_reads_and_hands_opens_back() {
+    fn a_job_that_decodes_into_memory_answers_reads_and_opens_with_eio() {
         let fill = Arc::new(Fill::for_kernel(10));
         assert_eq!(fill.kernel_len(), 10);
         let (tx, rx) = channel();
@@ -471,11 +461,14 @@ mod tests {
         let waiting = open(&fill);
         assert!(rx.try_recv().is_err(), "parked while the job prepares");
         let bytes: Arc<[u8]> = (0..10u8).collect::<Vec<_>>().into();
-        let back = fill.complete(&Body::Bytes(bytes));
+        fill.complete(&Body::Bytes(bytes));
         assert_eq!(rx.try_recv().unwrap(), Ok((4..10u8).collect::<Vec<_>>()));
-        assert_eq!(back.len(), 1, "the open needs a file");
-        assert!(waiting.try_recv().is_err());
-        // A read after the end is answered from the bytes; an open is handed back at once.
+        assert_eq!(
+            waiting.try_recv().unwrap(),
+            Err(Errno::EIO),
+            "an open needs a file"
+        );
+        // A read after the end is answered from the bytes; an open gets EIO at once.
         let (tx, rx) = channel();
         fill.read(
             10,
@@ -484,9 +477,6 @@ mod tests {
             Box::new(move |r| tx.send(r.map(<[u8]>::to_vec)).unwrap()),
         );
         assert_eq!(rx.try_recv().unwrap(), Ok(vec![0, 1]));
-        assert!(
-            fill.join(false, Box::new(|_| panic!("not answered")))
-                .is_err()
-        );
+        assert_eq!(open(&fill).try_recv().unwrap(), Err(Errno::EIO));
     }
 }

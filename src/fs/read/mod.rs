@@ -9,7 +9,6 @@ pub mod ahead;
 pub mod decode;
 pub mod fill;
 pub mod pool;
-pub mod prefill;
 pub mod scan;
 mod stream;
 
@@ -32,8 +31,6 @@ pub struct NewHandle {
     pub fh: u64,
     /// Every byte of its file is decoded and checked.
     pub complete: bool,
-    /// Its file was kept from an earlier open, not made or joined by a decode job now.
-    pub warm: bool,
 }
 
 /// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
@@ -43,9 +40,6 @@ pub struct FillJob {
     id: KernelId,
     fill: Arc<Fill>,
     make: Make,
-    /// The kernel's bytes, when the store held them in memory and an open needs a file: the
-    /// job writes them to one and decodes nothing.
-    bytes: Option<Arc<[u8]>>,
 }
 
 /// What a decode job makes.
@@ -55,8 +49,8 @@ enum Make {
     File,
     /// A backing file for READs by inode (page-cache mode), which no handle holds.
     FileForRead,
-    /// The decoded bytes in memory: a small kernel decoded for READs by inode (see
-    /// [`KpackFs::decodes_into_reply`]).
+    /// The decoded bytes in memory: a small kernel decoded for READs by inode in page-cache
+    /// mode, where no open needs a file (see [`KpackFs::decodes_into_reply`]).
     Bytes,
     /// A backing file decoded ahead of a scan (see [`KpackFs::decode_ahead`]), pinned in the
     /// store until its first open; `reserved` bytes of pins were reserved for it.
@@ -110,12 +104,18 @@ impl KpackFs {
         Ok(self.add_handle(opened).fh)
     }
 
-    /// Starts an open without waiting: `done` gets the file at once when it is stored, when
-    /// its decode starts streaming, or when the decode completes (a kernel that must be
-    /// checked whole first), or the error. A returned job must be run
+    /// Starts an open without waiting: `done` gets the file at once when it is stored, or the
+    /// error; else, with `passthrough` (the kernel would read a complete file itself), when
+    /// its decode completes; else when the decode starts streaming, or completes (a kernel
+    /// that must be checked whole first). A returned job must be run
     /// ([`run_fill`](Self::run_fill)), off the request threads: it is the kernel's one decode,
     /// which every open of the kernel meanwhile joins. [`add_handle`](Self::add_handle) turns
-    /// the answer into a handle. `passthrough`: the kernel would read a complete file itself.
+    /// the answer into a handle.
+    ///
+    /// Why a passthrough open waits for the whole file: a handle opened before its file is
+    /// complete reads through the daemon for its whole life (Linux takes a backing id only at
+    /// open), one READ round trip at a time; answered when the decode ends, it reads the file
+    /// at page-cache speed, so the reader is done about when the decode is.
     pub fn open_start(
         &self,
         ino: Ino,
@@ -131,18 +131,13 @@ impl KpackFs {
                 return None;
             }
         };
-        let in_scan = self.scan.opened(ino).is_some();
-        // An open that continues a scan, while files are decoded ahead of it, gets the complete
-        // file: its reader gains nothing from the first bytes early (the decode threads are
-        // busy either way) and much from passthrough, which a handle opened before the file is
-        // complete cannot use.
-        let whole = in_scan && self.decodes_ahead() && passthrough;
-        self.start_or_join(ino, file, whole, done)
+        self.start_or_join(ino, file, passthrough, done)
     }
 
     /// Answers `done` with the kernel's complete file from the store, or joins its decode job,
     /// or starts one (returned, to be run); with `whole`, `done` waits for the complete file.
-    /// A file decoded ahead is taken from its pin.
+    /// A file decoded ahead is taken from its pin. A kernel held as bytes in memory (decoded
+    /// for page-cache mode, where Linux sends no OPEN) has no file to open: EIO.
     fn start_or_join(
         &self,
         ino: Ino,
@@ -153,31 +148,32 @@ impl KpackFs {
         // The job's file is checked once it is there.
         let size = file.size;
         let name = self.name_for_log(file);
-        let mut done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
+        let done: OpenDone = Box::new(move |r: Result<OpenedFile, Errno>| {
             done(r.and_then(|o| {
                 size_matches(o.backing.len(), size, || name)?;
                 Ok(o)
             }))
         });
-        loop {
-            let found = {
-                let fills = lock(&self.fills);
-                self.find_or_start(fills, ino, file, Make::File)
-            };
-            let (fill, job) = match found {
-                Found::Held(Body::File(b)) => {
-                    done(Ok(OpenedFile::complete(b)));
-                    return None;
-                }
-                Found::Held(Body::Bytes(_)) => unreachable!("an open is never given bytes"),
-                Found::Job(fill, job) => (fill, job),
-            };
-            match fill.join(whole, done) {
-                Ok(()) => return job,
-                // The job it found ended with the kernel in memory, and has left the map of
-                // jobs: the next round finds the bytes and starts a job that writes them to a
-                // file.
-                Err(back) => done = back,
+        let found = {
+            let fills = lock(&self.fills);
+            self.find_or_start(fills, ino, file, Make::File)
+        };
+        match found {
+            Found::Held(Body::File(b)) => {
+                done(Ok(OpenedFile::complete(b)));
+                None
+            }
+            Found::Held(Body::Bytes(_)) => {
+                done(Err(self.failed(
+                    file,
+                    &"opened in page-cache mode",
+                    Errno::EIO,
+                )));
+                None
+            }
+            Found::Job(fill, job) => {
+                fill.join(whole, done);
+                job
             }
         }
     }
@@ -223,8 +219,6 @@ impl KpackFs {
             done(Ok(&[]));
             return None;
         }
-        // A small kernel decoded into a backing file before the mount turned to page-cache
-        // mode is read from that file: nothing is decoded twice while it is held.
         let make = if self.decodes_into_reply(file) {
             Make::Bytes
         } else {
@@ -277,12 +271,7 @@ impl KpackFs {
             .filter(|_| !self.faulty(Fault::IgnoreStore));
         #[cfg(not(test))]
         let held = self.store.take(id);
-        // An open needs a file: bytes in memory are written to one by a job (not decoded).
-        let (wanted, bytes) = match (held, make) {
-            (Some(Body::Bytes(b)), Make::File) => (None, Some(b)),
-            (held, _) => (held, None),
-        };
-        if let Some(body) = wanted {
+        if let Some(body) = held {
             self.store.count(true);
             // Marking a cache directory's file as used may write its inode: not under the lock.
             drop(fills);
@@ -303,21 +292,16 @@ impl KpackFs {
             id,
             fill: fill.clone(),
             make,
-            bytes,
         };
         Found::Job(fill, Some(job))
     }
 
     /// Registers an opened file as a new handle.
     pub fn add_handle(&self, opened: OpenedFile) -> NewHandle {
-        // Warm: answered from what was kept (not by a decode job) with a file that an earlier
-        // open got too.
-        let seen = opened.backing.reopened();
         let complete = opened.is_complete();
         let handle = NewHandle {
             fh: self.next_fh.fetch_add(1, Ordering::Relaxed),
             complete,
-            warm: seen && opened.fill.is_none(),
         };
         if !complete {
             self.opens_while_decoding.fetch_add(1, Ordering::Relaxed);
@@ -366,11 +350,19 @@ impl KpackFs {
         read_opened(&opened, offset, size, done, &self.reads_while_decoding);
     }
 
-    /// A kernel that fits in one READ is decoded straight into the reply, with no backing file
-    /// (create, reserve, unlink would cost more than the decode); its bytes are kept in the
-    /// store, in memory. A cache directory still gets its file.
+    /// In page-cache mode, a kernel that fits in one READ is decoded straight into the reply,
+    /// with no backing file (create, reserve, unlink would cost more than the decode); its bytes
+    /// are kept in the store, in memory. A cache directory still gets its file. Only there: an
+    /// open needs a file, and no open reaches a mount in page-cache mode.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
-        f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir()
+        f.size <= DIRECT_READ_MAX
+            && !self.store.is_cache_dir()
+            && self.page_cache.load(Ordering::Relaxed)
+    }
+
+    /// Whether the mount is in page-cache mode, decided once at `init` (see `steps::granted`).
+    pub fn set_page_cache_mode(&self, on: bool) {
+        self.page_cache.store(on, Ordering::Relaxed);
     }
 
     /// Number of open file handles.

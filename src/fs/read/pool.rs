@@ -57,12 +57,6 @@ impl Pool {
         }
     }
 
-    /// One worker per core.
-    pub fn per_core(name: &str) -> Pool {
-        let n = thread::available_parallelism().map_or(1, |n| n.get());
-        Pool::new(n, name)
-    }
-
     /// Runs `job` on a worker; when no worker can take it (the pool is shutting down), runs it
     /// on the calling thread so it is never lost.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
@@ -82,6 +76,12 @@ impl Pool {
     pub fn idle_workers(&self) -> usize {
         self.threads
             .saturating_sub(self.pending.load(Ordering::Acquire))
+    }
+
+    /// Whether no job is queued or running.
+    #[cfg(test)]
+    pub fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     /// A handle a job can use to see whether others wait for a worker.
@@ -105,6 +105,11 @@ impl Queue {
     pub fn has_waiting(&self) -> bool {
         self.pending.load(Ordering::Acquire) > self.threads
     }
+}
+
+/// The cores this process may run on (at least one).
+pub fn cores() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Drop for Pool {

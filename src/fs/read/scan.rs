@@ -1,34 +1,36 @@
-//! Decoding ahead of a scan: when opens walk a mount's files in order (`cp -r`, `tar`,
-//! checksumming a tree, a runtime loading every kernel of a library), the first file past the
-//! furthest one opened that is not decoded yet is decoded on an idle decode thread before anyone
-//! asks for it.
+//! Scans: readers walking a mount's files in order (`cp -r`, `tar`, checksumming a tree, a
+//! runtime loading every kernel of a library), each followed on its own, so that idle decode
+//! threads can decode the files each reader opens next before it asks for them.
 //!
 //! Inode numbers follow the TOC, which is the order such walks take (sorted names inside a
 //! directory may visit its files in another order, hence a window rather than "the next
-//! inode"). An open within [`WINDOW`] inodes of the previous one continues the scan; any other
-//! starts a new one and decodes nothing ahead, so a loader that opens a few kernels here and
-//! there costs what it reads. At most [`MAX_RUNNING`] decodes run ahead at a time, each on a
-//! decode thread that would otherwise idle (at an open, or when a thread finishes a job and no
-//! other job waits), never more than [`WINDOW`] inodes past the furthest open. Without it, the decode threads
-//! would sit idle while each reader finishes a file and opens the next. A decode ahead also asks the archive to read
-//! the stored bytes of the next [`PREFETCH`] files into the page cache: archives are opened with
-//! random-access advice (a loader reads what it needs), so without the hint a cold scan's decode
-//! threads each wait on the disk for their frame.
-//!
-//! A file decoded ahead is pinned in the store until its first open (`store/mod.rs`: pins count in
-//! its bound, and decoding ahead waits while they take their share of it).
+//! inode"). A file's first open (or, in page-cache mode, its first READ) within [`WINDOW`]
+//! inodes of the last file a scan reached continues that scan; any other starts a new scan and
+//! decodes nothing ahead, so a loader that opens a few kernels here and there costs what it
+//! reads. [`SCANS`] scans are followed at once (readers in different parts of the tree do not
+//! reset each other's); a new one replaces the one that moved least recently. Files are decoded
+//! ahead up to [`AHEAD`] inodes past a scan's front, on decode threads that would otherwise idle,
+//! as many at once as there are such threads and as the store's bound lets pins take (see
+//! `ahead.rs`). Decoding ahead also asks the archive to read the stored bytes of the next
+//! [`PREFETCH`] files into the page cache: archives are opened with random-access advice (a
+//! loader reads what it needs), so without the hint a cold scan's decode threads each wait on
+//! the disk for their frame.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::fs::tree::Ino;
+use crate::sync::lock;
 
-/// How far (in inodes) an open may be from the previous one and still continue a scan, and
-/// how far past the scan's front a file to decode ahead is looked for.
+/// How far (in inodes) an open may be from the last one of a scan and still continue it.
 pub const WINDOW: u64 = 16;
 
-/// Decodes ahead of a scan running at once, at most (each also needs a decode thread that would
-/// otherwise idle).
-pub const MAX_RUNNING: usize = 2;
+/// How far past a scan's front (in inodes) files are decoded ahead: room for one decode per
+/// thread of a many-core machine, counting the directories between the files.
+pub const AHEAD: u64 = 64;
+
+/// Scans followed at once.
+pub const SCANS: usize = 16;
 
 /// Files past the one a decode ahead takes whose stored bytes are read ahead from the archive
 /// at the same time, so that the next decodes do not wait on the disk.
@@ -38,71 +40,108 @@ pub const PREFETCH: usize = 2;
 /// counts in the bound (see `store/mod.rs`), and a few such pins must leave room for the rest.
 pub const CACHE_SHARE: u64 = 4;
 
+/// One reader's walk.
+#[derive(Debug, Clone, Copy)]
+struct Track {
+    /// The furthest inode the scan reached.
+    front: Ino,
+    /// The last inode opened in it.
+    last: Ino,
+    /// Whether the last open continued the scan (a first open, or the same file again, does
+    /// not).
+    active: bool,
+    /// When it last moved (a count of opens).
+    moved: u64,
+}
+
+#[derive(Debug, Default)]
+struct Tracks {
+    list: Vec<Track>,
+    clock: u64,
+}
+
+/// The scans of one mount.
 #[derive(Debug)]
-pub struct Scan {
+pub struct Scans {
     /// Whether decoding ahead is on (`--no-decode-ahead` turns it off).
-    pub enabled: AtomicBool,
-    /// The furthest inode an open of the current scan reached (0: none yet).
-    front: AtomicU64,
-    /// The last open's inode.
-    last: AtomicU64,
-    /// Whether the last open continued a scan.
-    active: AtomicBool,
-    /// Decodes ahead running now.
-    running: AtomicUsize,
+    enabled: AtomicBool,
+    tracks: Mutex<Tracks>,
     /// Decodes started ahead of a scan.
     pub started: AtomicU64,
 }
 
-impl Default for Scan {
+impl Default for Scans {
     fn default() -> Self {
-        Scan {
+        Scans {
             enabled: AtomicBool::new(true),
-            front: AtomicU64::new(0),
-            last: AtomicU64::new(0),
-            active: AtomicBool::new(false),
-            running: AtomicUsize::new(0),
+            tracks: Mutex::new(Tracks::default()),
             started: AtomicU64::new(0),
         }
     }
 }
 
-impl Scan {
-    /// Notes an open of file `ino`; returns the scan's front when it continues a scan (the
-    /// inodes after it are the ones to decode ahead).
+impl Scans {
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Notes a first open (or first READ) of file `ino`; returns the front of the scan it
+    /// continues, if it continues one (the inodes after it are the ones to decode ahead).
     pub fn opened(&self, ino: Ino) -> Option<Ino> {
-        let last = self.last.swap(ino, Ordering::AcqRel);
-        if last == 0 || last == ino || ino.abs_diff(last) > WINDOW {
-            self.front.store(ino, Ordering::Release);
-            self.active.store(false, Ordering::Release);
+        let mut t = lock(&self.tracks);
+        t.clock += 1;
+        let now = t.clock;
+        if let Some(same) = t.list.iter_mut().find(|s| s.last == ino) {
+            same.active = false;
+            same.moved = now;
             return None;
         }
-        self.active.store(true, Ordering::Release);
-        let front = self.front.fetch_max(ino, Ordering::AcqRel).max(ino);
-        Some(front)
+        let nearest = t
+            .list
+            .iter_mut()
+            .filter(|s| ino.abs_diff(s.last) <= WINDOW)
+            .min_by_key(|s| ino.abs_diff(s.last));
+        if let Some(s) = nearest {
+            s.last = ino;
+            s.front = s.front.max(ino);
+            s.active = true;
+            s.moved = now;
+            return Some(s.front);
+        }
+        let new = Track {
+            front: ino,
+            last: ino,
+            active: false,
+            moved: now,
+        };
+        if t.list.len() < SCANS {
+            t.list.push(new);
+        } else if let Some(oldest) = t.list.iter_mut().min_by_key(|s| s.moved) {
+            *oldest = new;
+        }
+        None
     }
 
-    /// The front of the scan the last open continued, if it did.
-    pub fn front(&self) -> Option<Ino> {
-        self.active
-            .load(Ordering::Acquire)
-            .then(|| self.front.load(Ordering::Acquire))
+    /// The fronts of the scans going on, the one that moved last first.
+    pub fn fronts(&self) -> Vec<Ino> {
+        let t = lock(&self.tracks);
+        let mut active: Vec<&Track> = t.list.iter().filter(|s| s.active).collect();
+        active.sort_unstable_by_key(|s| std::cmp::Reverse(s.moved));
+        active.iter().map(|s| s.front).collect()
     }
 
-    /// Claims one decode ahead; `false` when [`MAX_RUNNING`] run or decoding ahead is off.
-    pub fn claim(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
-            && self
-                .running
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < MAX_RUNNING).then_some(n + 1)
-                })
-                .is_ok()
-    }
-
-    /// A claimed decode ahead ended (or was not started).
-    pub fn release(&self) {
-        self.running.fetch_sub(1, Ordering::AcqRel);
+    /// What a file pinned ahead of a scan may stay pinned for: the ranges of inodes the scans
+    /// followed now may still open, `(first, last)`.
+    pub fn reach(&self) -> Vec<(Ino, Ino)> {
+        lock(&self.tracks)
+            .list
+            .iter()
+            .map(|s| (s.front.saturating_sub(WINDOW), s.front + AHEAD))
+            .collect()
     }
 }
 
@@ -111,34 +150,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearby_opens_make_a_scan_and_far_ones_start_over() {
-        let s = Scan::default();
+    fn nearby_opens_make_a_scan_and_far_ones_start_another() {
+        let s = Scans::default();
         assert_eq!(s.opened(10), None, "one open is not a scan");
-        assert_eq!(s.front(), None);
+        assert!(s.fronts().is_empty());
         assert_eq!(s.opened(12), Some(12));
-        assert_eq!(s.front(), Some(12));
+        assert_eq!(s.fronts(), [12]);
         // Out of order within the window (sorted names): the front stays the furthest.
         assert_eq!(s.opened(11), Some(12));
         assert_eq!(s.opened(15), Some(15));
         assert_eq!(s.opened(15), None, "the same file again continues nothing");
-        // A jump elsewhere starts a new scan there.
+        assert!(s.fronts().is_empty());
+        assert_eq!(s.opened(16), Some(16));
+        // A reader elsewhere starts its own scan, and does not reset the first one.
         assert_eq!(s.opened(500), None);
-        assert_eq!(s.front(), None, "no scan goes on");
-        assert_eq!(s.opened(20), None);
-        assert_eq!(s.opened(21), Some(21));
+        assert_eq!(s.fronts(), [16]);
+        assert_eq!(s.opened(502), Some(502));
+        assert_eq!(s.fronts(), [502, 16], "the one that moved last first");
+        assert_eq!(s.opened(17), Some(17));
+        assert_eq!(s.fronts(), [17, 502]);
+        assert_eq!(s.reach(), [(1, 17 + AHEAD), (502 - WINDOW, 502 + AHEAD)]);
     }
 
     #[test]
-    fn a_bounded_number_of_decodes_ahead_and_none_when_off() {
-        let s = Scan::default();
-        for _ in 0..MAX_RUNNING {
-            assert!(s.claim());
+    fn a_new_scan_replaces_the_one_that_moved_least_recently() {
+        let s = Scans::default();
+        for i in 0..SCANS as u64 {
+            let at = 1000 * (i + 1);
+            s.opened(at);
+            assert_eq!(s.opened(at + 1), Some(at + 1));
         }
-        assert!(!s.claim(), "{MAX_RUNNING} are running");
-        s.release();
-        assert!(s.claim());
-        s.release();
-        s.enabled.store(false, Ordering::Relaxed);
-        assert!(!s.claim());
+        // The first scan moves again; a new one then replaces the second.
+        assert_eq!(s.opened(1002), Some(1002));
+        assert_eq!(s.opened(99_000), None);
+        assert_eq!(s.fronts().len(), SCANS - 1);
+        assert_eq!(s.opened(2002), None, "the second scan is gone");
+        assert_eq!(s.opened(1003), Some(1003), "the first goes on");
+    }
+
+    #[test]
+    fn decoding_ahead_can_be_turned_off() {
+        let s = Scans::default();
+        assert!(s.enabled());
+        s.set_enabled(false);
+        assert!(!s.enabled());
     }
 }

@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cache_dir::{CacheDir, DirStats, TmpFile};
 use super::kernel::{KernelId, KernelSpec, fail};
@@ -68,8 +68,6 @@ pub struct BackingFile {
     live: Arc<AtomicU64>,
     /// When a cache directory's file was last marked as used (seconds since the epoch).
     touched: AtomicU64,
-    /// Whether an open was answered with this file already (see [`BackingFile::reopened`]).
-    opened: AtomicBool,
 }
 
 impl BackingFile {
@@ -83,13 +81,6 @@ impl BackingFile {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// Notes an open answered with this file; true when an earlier open was too. A file
-    /// decoded ahead of a scan or found in a cache directory is new to the mount at its first
-    /// open, so only a second one is a warm open.
-    pub fn reopened(&self) -> bool {
-        self.opened.swap(true, Ordering::Relaxed)
     }
 
     /// Fills `buf` from `offset`; short only at the end of the kernel.
@@ -278,7 +269,6 @@ impl Files {
             len,
             live: self.live.clone(),
             touched: AtomicU64::new(now_secs()),
-            opened: AtomicBool::new(false),
         })
     }
 
@@ -422,7 +412,6 @@ impl Pending {
                 len,
                 live: Arc::new(AtomicU64::new(len)),
                 touched: AtomicU64::new(0),
-                opened: AtomicBool::new(false),
             }),
             piece: WRITE_PIECE,
             tmp: None,

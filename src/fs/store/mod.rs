@@ -9,7 +9,7 @@
 //! handles keep their files until they are released (those are not the store's). Two more
 //! limits apply within it: at most `files_max` files (each is a descriptor), and, when files
 //! live on disk, at most [`MEMORY_MAX`] bytes of bodies in memory (the disk bound must not
-//! become the daemon's heap); either one evicts least recently used entries like the bound.
+//! become the daemon's heap); each evicts the least recently used entries of its own kind.
 //!
 //! A **pin** keeps an entry from eviction: a file decoded ahead of a scan is pinned until its
 //! first open takes it (or the scan leaves it behind), so that it is never decoded twice.
@@ -184,13 +184,13 @@ impl Held {
         }
     }
 
-    /// Removes the least recently used entry that is not pinned.
-    fn evict_one(&mut self) -> Option<Entry> {
+    /// Removes the least recently used entry that is not pinned and whose body `which` takes.
+    fn evict_one(&mut self, which: impl Fn(&Body) -> bool) -> Option<Entry> {
         let id = self
             .lru
             .iter()
             .rev()
-            .find(|(_, e)| !e.pinned)
+            .find(|(_, e)| !e.pinned && which(&e.body))
             .map(|(k, _)| *k)?;
         self.remove(id)
     }
@@ -261,16 +261,6 @@ impl Store {
             let body = e.body.clone();
             h.unpin(id);
             return Some(body);
-        }
-        h.file_outside_lru(id).map(Body::File)
-    }
-
-    /// The held body of `id` (as [`take`](Self::take) finds it), leaving the LRU order and
-    /// pins alone.
-    pub fn peek(&self, id: KernelId) -> Option<Body> {
-        let h = lock(&self.held);
-        if let Some(e) = h.lru.peek(&id) {
-            return Some(e.body.clone());
         }
         h.file_outside_lru(id).map(Body::File)
     }
@@ -374,7 +364,11 @@ impl Store {
                     pinned_files <= self.files_max
                 };
             while fits && self.over(&h, len, in_memory) {
-                match h.evict_one() {
+                // Over the byte bound, anything goes; over the limit of one kind (bytes in
+                // memory, or files), only that kind: a file decoded ahead must not make way
+                // for a small kernel's bytes.
+                let any = h.bytes + len > self.capacity;
+                match h.evict_one(|b| any || matches!(b, Body::Bytes(_)) == in_memory) {
                     Some(e) => {
                         self.evictions.fetch_add(1, Ordering::Relaxed);
                         dropped.push(e);
@@ -614,6 +608,17 @@ mod tests {
         assert!(s.keep(id(2), bytes(2 << 20, 2)));
         assert!(!s.contains(id(1)), "at most {MEMORY_MAX} bytes in memory");
         assert!(!s.keep(id(3), bytes((MEMORY_MAX + 1) as usize, 3)));
+        // Each limit evicts its own kind only: a file used longer ago than the bytes stays
+        // when bytes make way for bytes, and bytes stay when files make way for files.
+        let s = Store::new(&Placement::Scratch(d.path().to_owned()), 1 << 30, 2).unwrap();
+        assert!(s.keep(id(1), file(&s, 1, 10, 1)));
+        assert!(s.keep(id(2), bytes(3 << 20, 2)));
+        assert!(s.keep(id(3), bytes(2 << 20, 3)));
+        assert!(s.contains(id(1)) && !s.contains(id(2)) && s.contains(id(3)));
+        assert!(s.keep(id(4), file(&s, 4, 10, 4)));
+        assert!(s.keep(id(5), file(&s, 5, 10, 5)));
+        assert!(!s.contains(id(1)) && s.contains(id(3)));
+        assert!(s.contains(id(4)) && s.contains(id(5)));
     }
 
     #[test]

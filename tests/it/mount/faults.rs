@@ -202,13 +202,9 @@ fn daemon_killed_with_sigkill_gives_enotconn_then_lazy_unmount_and_a_new_mount_w
     let d = tmp();
     let mp = d.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    // Passthrough open mode: in page-cache mode the kernel opens files without the daemon, so
+    // The daemon open mode: in page-cache mode the kernel opens files without the daemon, so
     // an open after the crash would not see ENOTCONN.
-    let mut crashed = Mount::start_on(
-        &mp,
-        &fixture("test_noop.kpack"),
-        &["--open-mode", "passthrough"],
-    );
+    let mut crashed = Mount::start_on(&mp, &fixture("test_noop.kpack"), &["--open-mode", "daemon"]);
     crashed.check("walk", "");
     crashed.kill_daemon();
     crashed.check("enotconn", "lib/libtest.so#0/gfx900.hsaco");

@@ -219,7 +219,7 @@ fn a_mount_in_a_memory_cgroup_smaller_than_its_kernels_reads_them_all() {
     let configs: [(&str, Vec<&str>); 3] = [
         (
             "disk backing, passthrough",
-            vec!["--scratch-dir", scratch_arg, "--open-mode", "passthrough"],
+            vec!["--scratch-dir", scratch_arg, "--open-mode", "daemon"],
         ),
         (
             "disk backing, page cache",

@@ -49,12 +49,12 @@ fn io_child_entry() {
 }
 
 /// Deterministic, compressible bytes.
-/// Mounts with `--open-mode passthrough` added: for tests of what happens at open (backing
+/// Mounts with `--open-mode daemon` added: for tests of what happens at open (backing
 /// files, passthrough, cache directory, open-time errors), which `auto` would not exercise on
 /// their small kernels (it picks page-cache mode for those).
 pub fn start_passthrough(archive: &Path, extra: &[&str]) -> Mount {
     let mut args = extra.to_vec();
-    args.extend_from_slice(&["--open-mode", "passthrough"]);
+    args.extend_from_slice(&["--open-mode", "daemon"]);
     Mount::start(archive, &args)
 }
 

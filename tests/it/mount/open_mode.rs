@@ -34,44 +34,6 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                 "warm passes (opens, reads, decodes): first {first:?}, second {second:?}"
             );
         }
-        // Once every prefill the mount asked for has run (waiting up to 10 s), walks the tree
-        // `arg` times: the first open turns the mount to page-cache mode (the one OPEN that
-        // reaches the daemon), and the kernels are read from the page cache: no READ, no
-        // decode.
-        "om_turn" => {
-            let until = Instant::now() + Duration::from_secs(10);
-            while stats(mnt)["prefills_pending"] > 0 {
-                assert!(Instant::now() < until, "prefills still pending after 10 s");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let before = stats(mnt);
-            assert_eq!(before["page_cache_mode"], 0);
-            for _ in 0..arg.parse::<usize>().unwrap() {
-                scenarios::run("walk", mnt, archive, "");
-            }
-            let after = stats(mnt);
-            assert_eq!(after["page_cache_mode"], 1);
-            for (k, more) in [("daemon_opens", 1), ("daemon_reads", 0), ("decodes", 0)] {
-                assert_eq!(after[k], before[k] + more, "{k}");
-            }
-        }
-        // `arg`: how many times to walk and read the whole tree (exact bytes each time).
-        "om_walks" => {
-            for _ in 0..arg.parse::<usize>().unwrap() {
-                scenarios::run("walk", mnt, archive, "");
-            }
-        }
-        // `arg`: `N|PATH`. Holds PATH open while walking the tree N times: with a handle
-        // open through the daemon, `auto` does not turn to page-cache mode.
-        "om_hold_walks" => {
-            let (n, rel) = arg.split_once('|').unwrap();
-            let held = std::fs::File::open(mnt.join(rel)).unwrap();
-            for _ in 0..n.parse::<usize>().unwrap() {
-                scenarios::run("walk", mnt, archive, "");
-            }
-            assert_eq!(stats(mnt)["page_cache_mode"], 0, "turned with {rel} open");
-            drop(held);
-        }
         // `arg`: a kernel path. It opens (page-cache mode opens without the daemon) but every
         // read of it is EIO, twice (a failure is not kept).
         "om_read_eio" => {
@@ -216,7 +178,7 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         // Each of the 8 kernels opened by walk: 8 OPENs.
         (
             &small,
-            &["--open-mode", "passthrough"],
+            &["--open-mode", "daemon"],
             "page_cache_mode=0,passthrough=1,daemon_opens=8",
         ),
         (
@@ -236,75 +198,15 @@ fn auto_open_mode_follows_the_median_kernel_size() {
         m.check("rp_stats", want);
         m.stop();
     }
-}
-
-/// `auto` on large kernels opens through the daemon (passthrough) until the mount serves a warm
-/// set: after `WARM_OPENS_TO_PAGE_CACHE` (64) opens in a row of kernels decoded and opened
-/// before, every kernel read is put into the mount's page cache once released, and the first
-/// open of a kernel already there is refused with ENOSYS: the kernel opens every file without
-/// the daemon from then on and finds its pages cached. Not while a passthrough handle is open
-/// (Linux would fail later opens of its inode with EIO). An explicit `--open-mode passthrough`
-/// never turns.
-#[test]
-fn auto_open_mode_turns_to_page_cache_on_a_warm_set() {
-    if !fuse_available() {
-        return;
+    // The mode is decided at mount time: 75 opens of kernels decoded before (more than any warm
+    // set) still each reach the daemon, and nothing is decoded twice.
+    let m = Mount::start(&large, &[]);
+    for _ in 0..25 {
+        m.check("walk", "");
     }
-    let d = tmp();
-    let archive = write_archive(
-        &d.path().join("large.kpack"),
-        Compression::Zstd { level: 3 },
-        &[
-            ("lib/libbig.so#0", "gfx900", pattern(200_000, 1)),
-            ("lib/libbig.so#0", "gfx90a", pattern(300_000, 2)),
-            ("lib/libbig.so#1", "gfx942", pattern(150_000, 3)),
-            ("lib/libbig.so#1", "gfx1100", pattern(1000, 4)),
-        ],
-    );
-    let m = Mount::start_env(&archive, &[], &[("RUST_LOG", "info")]);
-    // The cold walk opens 4 kernels; then one is held open (a warm open) through 20 warm walks
-    // (80 warm opens): not turned while it is open.
-    m.check("om_walks", "1");
-    m.check("om_hold_walks", "20|lib/libbig.so#0/gfx900.hsaco");
     m.check(
         "rp_stats",
-        "page_cache_mode=0,passthrough=1,daemon_opens=85,decodes=4",
-    );
-    // Once the kernels are in the page cache, the next open is refused: from then on no OPEN
-    // and no READ reaches the daemon, every byte read is still exact, and nothing is decoded
-    // again.
-    m.check("om_turn", "3");
-    m.check("rp_stats", "page_cache_mode=1,daemon_opens=86,decodes=4");
-    m.check("om_warm", "");
-    m.check("pread", "");
-    m.check("concurrent", "");
-    m.check("rp_stats", "daemon_opens=86,decodes=4");
-    let log = m.daemon_log();
-    assert!(log.contains("open mode: page-cache from now on"), "{log}");
-    m.stop();
-
-    // The first open of a kernel among the warm ones starts the count again: 3 kernels read
-    // cold, then 60 warm opens of them, the fourth kernel's first open, and 60 warm opens of
-    // all four.
-    let m = Mount::start(&archive, &[]);
-    let three = [
-        "lib/libbig.so#0/gfx900.hsaco",
-        "lib/libbig.so#0/gfx90a.hsaco",
-        "lib/libbig.so#1/gfx942.hsaco",
-    ]
-    .join(",");
-    m.check("om_read", &three);
-    m.check("om_read", &vec![three.as_str(); 20].join(","));
-    m.check("om_read", "lib/libbig.so#1/gfx1100.hsaco");
-    m.check("om_walks", "15");
-    m.check("rp_stats", "page_cache_mode=0,daemon_opens=124");
-    m.stop();
-
-    let m = Mount::start(&archive, &["--open-mode", "passthrough"]);
-    m.check("om_walks", "20");
-    m.check(
-        "rp_stats",
-        "page_cache_mode=0,passthrough=1,daemon_opens=80",
+        "page_cache_mode=0,passthrough=1,daemon_opens=75,decodes=3",
     );
     m.stop();
 }
@@ -336,7 +238,7 @@ fn without_cap_sys_admin_the_daemon_serves_reads_itself() {
             });
         }
     };
-    let m = Mount::start_fd_configured(&archive, &["--open-mode", "passthrough"], &drop_admin);
+    let m = Mount::start_fd_configured(&archive, &["--open-mode", "daemon"], &drop_admin);
     let status = std::fs::read_to_string(format!("/proc/{}/status", m.daemon_pid())).unwrap();
     let eff = status
         .lines()
@@ -490,4 +392,38 @@ fn page_cache_mode_decodes_a_kernel_larger_than_the_cache_once() {
         m.check("rp_stats", "page_cache_mode=1,decodes=1,bytes_cached=0");
         m.stop();
     }
+}
+
+/// `--open-mode passthrough`, the old name of `daemon`, still mounts in that mode, and the
+/// command says so on the terminal before it returns (and `-o open_mode=passthrough` in the
+/// log).
+#[test]
+fn the_old_name_of_the_daemon_open_mode_warns_and_still_works() {
+    if !fuse_available() {
+        return;
+    }
+    const RENAMED: &str = "--open-mode passthrough (-o open_mode=passthrough) is renamed \
+         --open-mode daemon (-o open_mode=daemon): passthrough names only how files opened \
+         through the daemon are read (--no-passthrough turns it off); the old name will be \
+         refused in a later release";
+    let warned = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.contains(" WARN "))
+            .map(|l| l.split_once("] ").map_or(l, |(_, text)| text).to_owned())
+            .collect()
+    };
+    let d = tmp();
+    let archive = rich_archive(&d.path().join("r.kpack"), Compression::Zstd { level: 3 });
+    let m = Mount::start_background(&archive, &["--open-mode", "passthrough"]);
+    let shown = m.command_output();
+    m.check("walk", "");
+    m.check("rp_stats", "page_cache_mode=0,daemon_opens=8");
+    m.stop();
+    assert_eq!(warned(&shown), [RENAMED], "{shown}");
+    let m = Mount::start(&archive, &["-o", "open_mode=passthrough"]);
+    m.check("walk", "");
+    m.check("rp_stats", "page_cache_mode=0,daemon_opens=8");
+    let log = m.daemon_log();
+    m.stop();
+    assert_eq!(warned(&log), [RENAMED], "{log}");
 }

@@ -25,7 +25,7 @@ fn stats_prints_the_counters_as_a_table_and_as_json() {
     if !fuse_available() {
         return;
     }
-    let m = Mount::start(&fixture("test_noop.kpack"), &["--open-mode", "passthrough"]);
+    let m = Mount::start(&fixture("test_noop.kpack"), &["--open-mode", "daemon"]);
     m.check("walk", "");
     let raw = String::from_utf8(getxattr(&m.mountpoint, "user.kpack.stats").unwrap()).unwrap();
     let names: Vec<&str> = raw.lines().map(|l| l.split(' ').next().unwrap()).collect();
