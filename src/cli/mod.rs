@@ -6,6 +6,7 @@ mod exit;
 mod cat;
 mod daemon_lock;
 mod extract;
+mod host_input;
 mod import;
 mod invocation;
 mod list;
@@ -50,11 +51,11 @@ pub struct Cli {
 pub enum Command {
     /// Pack a tree laid out as <binary key>/<arch>.hsaco into one archive.
     Pack(pack::Args),
-    /// List the kernels of an archive.
+    /// List the kernels of an archive, or the code objects of a fat or HIPK host binary.
     List(list::Args),
     /// Write one kernel to standard output.
     Cat(cat::Args),
-    /// Write every kernel of an archive into a directory tree.
+    /// Write every kernel of an archive or host binary into a directory tree.
     Extract(extract::Args),
     /// Decode every kernel and check its size; exit non-zero naming each bad entry.
     Verify(verify::Args),
