@@ -71,7 +71,7 @@ fn fake_code_object(tu: usize, arch: &str, len: usize) -> Vec<u8> {
 
 /// Compiles a C file that places `blob` in `.hip_fatbin` (page aligned, as clang does) and a
 /// `__CudaFatBinaryWrapper` in `.hipFatBinSegment` pointing at it through a relocation.
-fn gcc_fat_binary(dir: &Path, rel: &str, blob: &[u8], shared: bool) -> PathBuf {
+pub(crate) fn gcc_fat_binary(dir: &Path, rel: &str, blob: &[u8], shared: bool) -> PathBuf {
     let out = dir.join(rel);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let stem = rel.replace('/', "_");
@@ -128,12 +128,12 @@ fn objcopy_section(path: &Path, section: &str) -> Vec<u8> {
 }
 
 /// (tu, arch, bytes) of the synthetic library, in bundle order.
-type Expected = Vec<(usize, &'static str, Vec<u8>)>;
+pub(crate) type Expected = Vec<(usize, &'static str, Vec<u8>)>;
 
 /// Four translation units: uncompressed, uncompressed, CCOB v3, CCOB v2. gfx90a:xnack- is
 /// missing from TU 1 and gfx1030 only appears from TU 2 on, so per-arch counters differ from
 /// bundle numbers.
-fn synthetic_section() -> (Vec<u8>, Expected) {
+pub(crate) fn synthetic_section() -> (Vec<u8>, Expected) {
     let tus: [&[(&str, usize)]; 4] = [
         &[("gfx900", 3000), ("gfx90a:xnack-", 5000)],
         &[("gfx900", 100)],
@@ -165,7 +165,10 @@ fn synthetic_section() -> (Vec<u8>, Expected) {
 }
 
 /// Expected (key, arch, bytes) for `kernel_name`, in bundle order.
-fn expected_keys(kernel_name: &str, expected: &Expected) -> Vec<(String, String, Vec<u8>)> {
+pub(crate) fn expected_keys(
+    kernel_name: &str,
+    expected: &Expected,
+) -> Vec<(String, String, Vec<u8>)> {
     let mut seen: Vec<&str> = Vec::new();
     expected
         .iter()

@@ -19,6 +19,7 @@ mod fatbin;
 mod frame_digest;
 mod fuzz_regressions;
 mod golden;
+mod host_list;
 mod install;
 mod layers;
 mod lazy_open;
