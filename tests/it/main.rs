@@ -33,5 +33,6 @@ mod split;
 mod split_c;
 mod split_cli;
 mod split_memory;
+mod split_tree;
 mod tsan_check;
 mod unaligned_elf;
