@@ -32,7 +32,7 @@ pub enum Input {
 /// the archive reader then accepts or refuses with its own message). `root` names a fat
 /// binary's kernel name as `pack --from-fatbin --root` does.
 pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
-    if remote || !is_elf(path)? {
+    if remote || !import::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
         return Ok(Input::Archive);
     }
     let host = HostFile::open_tables(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
@@ -56,17 +56,6 @@ pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input
             ),
         )),
     }
-}
-
-fn is_elf(path: &Path) -> CliResult<bool> {
-    let mut magic = [0u8; 4];
-    let unreadable = |e: std::io::Error| CliError::io(Exit::Unreadable, path, &e);
-    let mut f = std::fs::File::open(path).map_err(unreadable)?;
-    if f.metadata().map_err(unreadable)?.is_dir() {
-        return Ok(false);
-    }
-    let got = rocm_kpack::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
-    Ok(magic[..got] == rocm_kpack::host::elf::ELF_MAGIC[..])
 }
 
 /// The code objects of a fat binary, without reading them.

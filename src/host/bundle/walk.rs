@@ -351,34 +351,29 @@ where
 {
     let mut out = Vec::new();
     each_bundle(src, INDEX_READS, |start, avail, plain| {
-        if plain {
+        let (head, table) = if plain {
             let (table, len) = read_table(src, start, avail, INDEX_READS.table)?;
             let head = BundleHead {
                 offset: start,
                 len,
                 layout: Layout::Uncompressed,
             };
-            out.extend(table.into_iter().map(|t| Located {
-                triple: t.triple,
-                arch: t.arch,
-                size: t.size,
-                bundle: head,
-                offset: t.offset,
-            }));
-            return Ok(head);
-        }
-        let (h, payload) = read_ccob(src, start, avail)?;
-        let head = BundleHead {
-            offset: start,
-            len: h.total,
-            layout: Layout::Compressed { version: h.version },
+            (head, table)
+        } else {
+            let (h, payload) = read_ccob(src, start, avail)?;
+            let head = BundleHead {
+                offset: start,
+                len: h.total,
+                layout: Layout::Compressed { version: h.version },
+            };
+            let table = ccob_table(&h, &payload).map_err(|e| {
+                WalkError::Bundle(e.shifted(
+                    start,
+                    "inside decompressed CCOB bundle (offset relative to its start)",
+                ))
+            })?;
+            (head, table)
         };
-        let table = ccob_table(&h, &payload).map_err(|e| {
-            WalkError::Bundle(e.shifted(
-                start,
-                "inside decompressed CCOB bundle (offset relative to its start)",
-            ))
-        })?;
         out.extend(table.into_iter().map(|t| Located {
             triple: t.triple,
             arch: t.arch,

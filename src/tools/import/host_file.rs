@@ -102,6 +102,17 @@ impl HostFile {
     }
 }
 
+/// Whether the file at `path` starts with the ELF magic (a directory does not).
+pub fn is_elf_file(path: &Path) -> io::Result<bool> {
+    let mut f = File::open(path)?;
+    if f.metadata()?.is_dir() {
+        return Ok(false);
+    }
+    let mut magic = [0u8; 4];
+    let got = crate::bytes::read_full(&mut f, &mut magic)?;
+    Ok(magic[..got] == crate::host::elf::ELF_MAGIC[..])
+}
+
 /// Reads `[from, to)` of the file into the same range of `image`.
 fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
     let mut at = from as usize;

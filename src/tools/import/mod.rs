@@ -28,7 +28,7 @@ mod host_file;
 mod submit;
 pub use archives::{ArchiveSet, FinishedArchive};
 pub use check::check_host_code_objects;
-pub use host_file::HostFile;
+pub use host_file::{HostFile, is_elf_file};
 pub use submit::{Tag, submit_host_code_objects};
 
 /// Directory, at the install root, that holds the archives.

@@ -252,6 +252,9 @@ fn check_request(req: &SplitRequest, hosts: &[Host]) -> Result<String, TreeError
     Ok(prefix)
 }
 
+/// Entries of walked directories left out, with the reason.
+type Skipped = Vec<(PathBuf, String)>;
+
 /// One path to split or carry over: given, or met in a walked directory (where a symlink is
 /// carried over as a link instead of followed).
 struct Input {
@@ -261,7 +264,7 @@ struct Input {
 
 /// The inputs, with directories walked, and the walked entries left out with why. Checks
 /// first that inputs are given and that the output root is not the input root.
-fn expand_inputs(req: &SplitRequest) -> Result<(Vec<Input>, Vec<(PathBuf, String)>), TreeError> {
+fn expand_inputs(req: &SplitRequest) -> Result<(Vec<Input>, Skipped), TreeError> {
     if req.hosts.is_empty() {
         return Err(TreeError::Usage(
             "split needs at least one host binary or directory".into(),
@@ -358,11 +361,7 @@ fn classify(path: &Path) -> Result<Class, TreeError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut magic = [0u8; 4];
-    let got = std::fs::File::open(path)
-        .and_then(|mut f| crate::bytes::read_full(&mut f, &mut magic))
-        .map_err(read_error)?;
-    if magic[..got] != crate::host::elf::ELF_MAGIC[..] {
+    if !import::is_elf_file(path).map_err(read_error)? {
         return Ok(Class::Kept(Kept::NotElf));
     }
     let host = HostFile::open_tables(path).map_err(read_error)?;
