@@ -1,6 +1,7 @@
-//! What a mount shows: one archive, a directory of archives, or the archives of a HIPK host
-//! binary. The kind is read from the source itself (a directory, the magic `KPAK`, or an ELF
-//! header), and everything is opened and checked here, before anything is mounted, so that a
+//! What a mount shows: one archive, a directory of archives, the archives of a HIPK host
+//! binary, or the code objects of a fat host binary (read as an archive, see
+//! `tools::import::open_fat_archive`). The kind is read from the source itself (a directory, the
+//! magic `KPAK`, or an ELF header and its sections), and everything is opened and checked here, before anything is mounted, so that a
 //! bad source is refused with a precise message instead of leaving a half-working mount.
 //!
 //! Several archives are merged in order into one tree; the first archive to provide a
@@ -23,6 +24,7 @@ use crate::error::{Error, ErrorKind};
 use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
+use crate::tools::import;
 
 use super::limits;
 use crate::fs::{Duplicate, FsOptions, KpackFs};
@@ -33,6 +35,7 @@ pub enum SourceKind {
     Archive,
     Directory,
     HipkBinary,
+    FatBinary,
 }
 
 impl fmt::Display for SourceKind {
@@ -41,6 +44,7 @@ impl fmt::Display for SourceKind {
             SourceKind::Archive => "archive",
             SourceKind::Directory => "directory of archives",
             SourceKind::HipkBinary => "HIPK host binary",
+            SourceKind::FatBinary => "fat host binary",
         })
     }
 }
@@ -146,7 +150,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let got = crate::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
     match &magic[..got] {
         b"KPAK" => Ok(SourceKind::Archive),
-        b"\x7fELF" => Ok(SourceKind::HipkBinary),
+        b"\x7fELF" => elf_kind(path),
         _ => Err(SourceError::new(
             SourceErrorKind::BadFormat,
             format!(
@@ -155,6 +159,21 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
             ),
         )),
     }
+}
+
+/// A fat binary is mounted from its own device code; any other ELF file is taken as a HIPK
+/// binary (which refuses it with its reason).
+fn elf_kind(path: &Path) -> Result<SourceKind, SourceError> {
+    let host = import::HostFile::open_tables(path).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            crate::error::io_message(path, &e),
+        )
+    })?;
+    Ok(match import::host_kind(host.image()) {
+        Ok(import::HostKind::Fat) => SourceKind::FatBinary,
+        _ => SourceKind::HipkBinary,
+    })
 }
 
 /// Detects and opens a source. A source of many archives needs a descriptor for each: raise
@@ -201,6 +220,10 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
             }
         }
         SourceKind::HipkBinary => open_hipk(&mut source, opts)?,
+        SourceKind::FatBinary => {
+            let a = import::open_fat_archive(&abs).map_err(|e| SourceError::archive(&abs, &e))?;
+            source.archives.push(Arc::new(a));
+        }
     }
     Ok(source)
 }

@@ -24,10 +24,12 @@ use crate::names;
 
 mod archives;
 mod check;
+mod fat_archive;
 mod host_file;
 mod submit;
 pub use archives::{ArchiveSet, FinishedArchive};
 pub use check::check_host_code_objects;
+pub use fat_archive::open_fat_archive;
 pub use host_file::{HostFile, is_elf_file};
 pub use submit::{Tag, submit_host_code_objects};
 

@@ -614,3 +614,101 @@ fn hipk_binary_source_uses_the_loaders_open_step() {
     assert_eq!(opened.archives.len(), 1);
     assert!(opened.warnings.is_empty());
 }
+
+/// A fat binary mounts as its code objects, keyed as `pack --from-fatbin` keys them (plain,
+/// CCOB v3 and v2 bundles): the same files, byte for byte, as `extract` of the binary.
+#[test]
+fn fat_binary_mounts_its_code_objects() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (section, _) = crate::fatbin::synthetic_section();
+    let lib = crate::fatbin::gcc_fat_binary(&d.path().join("in"), "libsynth.so", &section, true);
+    let want = d.path().join("want");
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("extract")
+        .arg(&lib)
+        .arg(&want)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(crate::support::files_below(&want).len(), 8);
+    let m = Mount::start(&lib, &[]);
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+}
+
+/// A CCOB bundle whose header lies about its decoded size: the mount still opens (only tables
+/// are read to list the code objects), that bundle's files read as EIO, and the other bundles'
+/// files read as extracted from the intact binary.
+#[test]
+fn fat_binary_with_a_corrupt_bundle_serves_the_rest() {
+    use rocm_kpack::host::bundle::{Layout, parse_fatbin};
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (section, _) = crate::fatbin::synthetic_section();
+    let lib = crate::fatbin::gcc_fat_binary(&d.path().join("in"), "libsynth.so", &section, true);
+    let want = d.path().join("want");
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("extract")
+        .arg(&lib)
+        .arg(&want)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = rocm_kpack::tools::import::HostFile::open_tables(&lib).unwrap();
+    let at = host.fatbin().unwrap().offset;
+    let v3 = parse_fatbin(&section)
+        .unwrap()
+        .into_iter()
+        .find(|b| b.layout == Layout::Compressed { version: 3 })
+        .unwrap();
+    let mut bytes = std::fs::read(&lib).unwrap();
+    let field = (at + v3.offset + 16) as usize;
+    let declared = u64::from_le_bytes(bytes[field..field + 8].try_into().unwrap());
+    bytes[field..field + 8].copy_from_slice(&(declared + 1).to_le_bytes());
+    let bad = d.path().join("bad/libsynth.so");
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let m = Mount::start(&bad, &[]);
+    // The v3 bundle is the third translation unit (see fatbin::synthetic_section).
+    for f in [
+        "libsynth.so#0/gfx1030.hsaco",
+        "libsynth.so#1/gfx90a:xnack-.hsaco",
+        "libsynth.so#2/gfx900.hsaco",
+    ] {
+        m.check("eio", f);
+    }
+    for f in [
+        "libsynth.so#0/gfx900.hsaco",
+        "libsynth.so#0/gfx90a:xnack-.hsaco",
+        "libsynth.so#1/gfx900.hsaco",
+        "libsynth.so#2/gfx90a:xnack-.hsaco",
+        "libsynth.so#1/gfx1030.hsaco",
+    ] {
+        m.check("same_as", &format!("{f}={}", want.join(f).display()));
+    }
+    let log = m.daemon_log();
+    assert!(
+        log.contains(&format!(
+            "{}: .hip_fatbin: bad offload bundle at byte {}: CCOB bundle: payload decodes to",
+            bad.canonicalize().unwrap().display(),
+            // The error is in the payload, after the 32-byte v3 header.
+            v3.offset + 32
+        )),
+        "{log}"
+    );
+    m.stop();
+}
