@@ -59,7 +59,8 @@ pub enum Command {
     Extract(extract::Args),
     /// Decode every kernel and check its size; exit non-zero naming each bad entry.
     Verify(verify::Args),
-    /// Mount an archive, a directory of archives or a HIPK binary's archives as a read-only tree.
+    /// Mount an archive, a directory of archives, a HIPK binary's archives or a fat binary's
+    /// code objects as a read-only tree.
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
     Unmount(mount::UnmountArgs),

@@ -712,3 +712,40 @@ fn fat_binary_with_a_corrupt_bundle_serves_the_rest() {
     );
     m.stop();
 }
+
+/// Debian's librocrand mounted as it ships: its seven code objects, byte for byte as `extract`
+/// of the binary writes them, and the fallback links of `--gpu` as for an archive.
+#[test]
+fn fat_binary_mount_of_real_rocrand() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(so) = crate::fatbin::rocrand() else {
+        return;
+    };
+    let d = tmp();
+    let want = d.path().join("want");
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("extract")
+        .arg(&so)
+        .arg(&want)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(crate::support::files_below(&want).len(), 7);
+    let m = Mount::start(&so, &["--gpu", "gfx90a:xnack-"]);
+    m.check("tree", want.to_str().unwrap());
+    m.check(
+        "same_as",
+        &format!(
+            "librocrand.so.1.1#0/native.hsaco={}",
+            want.join("librocrand.so.1.1#0/gfx90a:xnack-.hsaco")
+                .display()
+        ),
+    );
+    m.stop();
+}
