@@ -35,16 +35,21 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, Result<Vec<u8>, PathBuf>)> {
     out
 }
 
-/// Debian's rocRAND install tree (`usr/`), copied with its symlinks, plus a separated debug
-/// file of the library as `-dbgsym` packages hold it.
+/// Debian's rocRAND install tree as the package ships it (`usr/`: the library, its soname
+/// symlink and its documentation; copied file by file, since other tests leave files beside the
+/// fetched library), plus a separated debug file of the library as `-dbgsym` packages hold it.
 pub fn rocrand_tree(dest: &Path) -> Option<PathBuf> {
     let so = rocrand()?;
     let usr = so.ancestors().nth(3).unwrap();
     let root = dest.join("root");
+    let lib = root.join("lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::copy(&so, lib.join("librocrand.so.1.1")).unwrap();
+    std::os::unix::fs::symlink("librocrand.so.1.1", lib.join("librocrand.so.1")).unwrap();
     let status = Command::new("cp")
         .arg("-a")
-        .arg(usr)
-        .arg(&root)
+        .arg(usr.join("share"))
+        .arg(root.join("share"))
         .status()
         .unwrap();
     assert!(status.success());
