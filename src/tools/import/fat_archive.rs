@@ -1,6 +1,6 @@
 //! A fat binary read as a kpack archive: a byte source whose bytes are those of an uncompressed
 //! (`none`) archive holding the binary's code objects, keyed as `pack --from-fatbin` keys them
-//! (without a root: `<file name>#<index>`). Header and TOC are made in memory from the bundle
+//! (`<kernel name>#<index>`). Header and TOC are made in memory from the bundle
 //! index (headers and entry tables only); a code object's bytes are read from the binary when
 //! asked for: a plain bundle's from its file range, a CCOB bundle's from the bundle decoded once
 //! and kept while its code objects are read (the last [`DECODED_KEPT`] bundles). So every reader
@@ -22,10 +22,10 @@ use crate::host::bundle::{self, BundleHead, Layout};
 /// Decoded CCOB bundles kept: their code objects are usually read one after another.
 const DECODED_KEPT: usize = 2;
 
-/// Opens the fat binary at `path` as an archive. A file that is not a fat binary is refused
-/// with what it is.
-pub fn open_fat_archive(path: &Path) -> Result<Archive> {
-    Archive::open_source(Box::new(FatSource::open(path)?))
+/// Opens the fat binary at `path` as an archive, its code objects keyed `<kernel_name>#<i>`.
+/// A file that is not a fat binary is refused with what it is.
+pub fn open_fat_archive(path: &Path, kernel_name: &str) -> Result<Archive> {
+    Archive::open_source(Box::new(FatSource::open(path, kernel_name)?))
 }
 
 #[derive(Debug)]
@@ -43,14 +43,14 @@ struct FatSource {
 }
 
 impl FatSource {
-    fn open(path: &Path) -> Result<FatSource> {
+    fn open(path: &Path, kernel_name: &str) -> Result<FatSource> {
         let bad = |why: String| Error::InvalidMetadata(format!("{}: {why}", path.display()));
         let host = HostFile::open_tables(path).map_err(|e| Error::io(path, "cannot read", e))?;
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| bad("not a UTF-8 file name".into()))?;
-        let cos = index_host_code_objects(name, &host).map_err(|e| match e {
+        let cos = index_host_code_objects(kernel_name, &host).map_err(|e| match e {
             super::StreamError::Import(e) => bad(e.to_string()),
             super::StreamError::Read(e) => Error::io(path, "cannot read", e),
             super::StreamError::Visit(never) => match never {},

@@ -85,8 +85,8 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
     let d = tmp();
     let src = d.path().join("kp");
     let (a900, _b900, b90a, ay) = conflicting_dir(&src);
-    // A corrupt member (right magic, broken header), a nested archive (not recursive) and a
-    // file that is not *.kpack.
+    // A corrupt member (right magic, broken header), a nested archive (the tree is walked, so
+    // it is shown) and a file that is not *.kpack.
     std::fs::write(src.join("c.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
     std::fs::create_dir(src.join("nested")).unwrap();
     write_archive(
@@ -105,6 +105,7 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
             ("lib/x.so#0/gfx900.hsaco", &a900),
             ("lib/x.so#0/gfx90a:xnack+.hsaco", &b90a),
             ("lib/y.so#0/gfx1100.hsaco", &ay),
+            ("n#0/gfx900.hsaco", &[1]),
         ],
     );
     let m = Mount::start(&src, &["--gpu", "gfx1030"]);
@@ -748,4 +749,50 @@ fn fat_binary_mount_of_real_rocrand() {
         ),
     );
     m.stop();
+}
+
+/// An install tree mounts the same whether its libraries are fat or split: Debian's rocRAND
+/// tree (with a separated debug file, a symlink and documentation, which show nothing) and what
+/// `split` makes of it both show exactly what `extract` of the library with `--root` writes.
+#[test]
+fn install_tree_mounts_the_same_fat_or_split() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let Some(root) = crate::split_tree::rocrand_tree(d.path()) else {
+        return;
+    };
+    let so = root.join("lib/x86_64-linux-gnu/librocrand.so.1.1");
+    let want = d.path().join("want");
+    let out = d.path().join("out");
+    for args in [
+        vec![
+            "extract".as_ref(),
+            so.as_os_str(),
+            want.as_os_str(),
+            "--root".as_ref(),
+            root.as_os_str(),
+        ],
+        vec![
+            "split".as_ref(),
+            root.as_os_str(),
+            "--root".as_ref(),
+            root.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(crate::support::files_below(&want).len(), 7);
+    for source in [&root, &out] {
+        let m = Mount::start(source, &[]);
+        m.check("tree", want.to_str().unwrap());
+        m.stop();
+    }
 }
