@@ -35,17 +35,20 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, Result<Vec<u8>, PathBuf>)> {
     out
 }
 
-/// Debian's rocRAND install tree as the package ships it (`usr/`: the library, its soname
-/// symlink and its documentation; copied file by file, since other tests leave files beside the
-/// fetched library), plus a separated debug file of the library as `-dbgsym` packages hold it.
-pub fn rocrand_tree(dest: &Path) -> Option<PathBuf> {
-    let so = rocrand()?;
+/// The install tree of Debian's package holding `so` (a library in `<tree>/usr/lib/<triplet>/`)
+/// as the package ships it below `dest/root`: the library (hard-linked where it can be: the
+/// tools only read it), its soname symlink `soname`, and its documentation. Built file by file,
+/// since other tests leave files beside the fetched library.
+pub fn debian_tree(dest: &Path, so: &Path, soname: &str) -> PathBuf {
     let usr = so.ancestors().nth(3).unwrap();
     let root = dest.join("root");
     let lib = root.join("lib/x86_64-linux-gnu");
     std::fs::create_dir_all(&lib).unwrap();
-    std::fs::copy(&so, lib.join("librocrand.so.1.1")).unwrap();
-    std::os::unix::fs::symlink("librocrand.so.1.1", lib.join("librocrand.so.1")).unwrap();
+    let file = so.file_name().unwrap();
+    if std::fs::hard_link(so, lib.join(file)).is_err() {
+        std::fs::copy(so, lib.join(file)).unwrap();
+    }
+    std::os::unix::fs::symlink(file, lib.join(soname)).unwrap();
     let status = Command::new("cp")
         .arg("-a")
         .arg(usr.join("share"))
@@ -53,6 +56,14 @@ pub fn rocrand_tree(dest: &Path) -> Option<PathBuf> {
         .status()
         .unwrap();
     assert!(status.success());
+    root
+}
+
+/// Debian's rocRAND install tree ([`debian_tree`]) plus a separated debug file of the library
+/// as `-dbgsym` packages hold it.
+pub fn rocrand_tree(dest: &Path) -> Option<PathBuf> {
+    let so = rocrand()?;
+    let root = debian_tree(dest, &so, "librocrand.so.1");
     std::fs::create_dir_all(root.join("lib/debug")).unwrap();
     let status = Command::new("objcopy")
         .arg("--only-keep-debug")

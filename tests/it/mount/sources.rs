@@ -752,47 +752,64 @@ fn fat_binary_mount_of_real_rocrand() {
 }
 
 /// An install tree mounts the same whether its libraries are fat or split: Debian's rocRAND
-/// tree (with a separated debug file, a symlink and documentation, which show nothing) and what
-/// `split` makes of it both show exactly what `extract` of the library with `--root` writes.
+/// tree (with a separated debug file, a symlink and documentation, which show nothing) and
+/// rocSPARSE's (1.3 GB, 777 code objects; split without compression to keep the test short),
+/// and what `split` makes of each, all show exactly what `extract` of the library with `--root`
+/// writes.
 #[test]
 fn install_tree_mounts_the_same_fat_or_split() {
     if !fuse_available() {
         return;
     }
     let d = tmp();
-    let Some(root) = crate::split_tree::rocrand_tree(d.path()) else {
+    let Some(rocrand) = crate::split_tree::rocrand_tree(&d.path().join("rocrand")) else {
         return;
     };
-    let so = root.join("lib/x86_64-linux-gnu/librocrand.so.1.1");
-    let want = d.path().join("want");
-    let out = d.path().join("out");
-    for args in [
-        vec![
-            "extract".as_ref(),
-            so.as_os_str(),
-            want.as_os_str(),
-            "--root".as_ref(),
-            root.as_os_str(),
-        ],
-        vec![
-            "split".as_ref(),
-            root.as_os_str(),
-            "--root".as_ref(),
-            root.as_os_str(),
-            "-o".as_ref(),
-            out.as_os_str(),
-        ],
+    let Some(rocsparse) = crate::fatbin::rocsparse() else {
+        return;
+    };
+    let rocsparse = crate::split_tree::debian_tree(
+        &d.path().join("rocsparse"),
+        &rocsparse,
+        "librocsparse.so.0",
+    );
+    for (root, lib, count, compression) in [
+        (&rocrand, "librocrand.so.1.1", 7, "zstd"),
+        (&rocsparse, "librocsparse.so.0.1", 777, "none"),
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    assert_eq!(crate::support::files_below(&want).len(), 7);
-    for source in [&root, &out] {
-        let m = Mount::start(source, &[]);
-        m.check("tree", want.to_str().unwrap());
-        m.stop();
+        let so = root.join("lib/x86_64-linux-gnu").join(lib);
+        let want = root.with_file_name("want");
+        let out = root.with_file_name("out");
+        for args in [
+            vec![
+                "extract".as_ref(),
+                so.as_os_str(),
+                want.as_os_str(),
+                "--root".as_ref(),
+                root.as_os_str(),
+            ],
+            vec![
+                "split".as_ref(),
+                root.as_os_str(),
+                "--root".as_ref(),
+                root.as_os_str(),
+                "-o".as_ref(),
+                out.as_os_str(),
+                "--compression".as_ref(),
+                compression.as_ref(),
+            ],
+        ] {
+            let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        assert_eq!(crate::support::files_below(&want).len(), count, "{lib}");
+        for source in [root, &out] {
+            let m = Mount::start(source, &[]);
+            m.check("tree", want.to_str().unwrap());
+            m.stop();
+        }
     }
 }
