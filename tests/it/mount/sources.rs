@@ -616,6 +616,33 @@ fn hipk_binary_source_uses_the_loaders_open_step() {
     assert!(opened.warnings.is_empty());
 }
 
+/// `kpack-fuse extract SOURCE DEST ARGS...`, which must succeed: the files a mount of a host
+/// binary must show.
+fn extracted(source: &Path, dest: &Path, args: &[&std::ffi::OsStr]) -> PathBuf {
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("extract")
+        .arg(source)
+        .arg(dest)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dest.to_path_buf()
+}
+
+/// The synthetic fat library of `fatbin::synthetic_section` built below `dir`, its section and
+/// what `extract` writes of it.
+fn synthetic_fat(dir: &Path) -> (Vec<u8>, PathBuf, PathBuf) {
+    let (section, _) = crate::fatbin::synthetic_section();
+    let lib = crate::fatbin::gcc_fat_binary(&dir.join("in"), "libsynth.so", &section, true);
+    let want = extracted(&lib, &dir.join("want"), &[]);
+    (section, lib, want)
+}
+
 /// A fat binary mounts as its code objects, keyed as `pack --from-fatbin` keys them (plain,
 /// CCOB v3 and v2 bundles): the same files, byte for byte, as `extract` of the binary.
 #[test]
@@ -624,20 +651,7 @@ fn fat_binary_mounts_its_code_objects() {
         return;
     }
     let d = tmp();
-    let (section, _) = crate::fatbin::synthetic_section();
-    let lib = crate::fatbin::gcc_fat_binary(&d.path().join("in"), "libsynth.so", &section, true);
-    let want = d.path().join("want");
-    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-        .arg("extract")
-        .arg(&lib)
-        .arg(&want)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, lib, want) = synthetic_fat(d.path());
     assert_eq!(crate::support::files_below(&want).len(), 8);
     let m = Mount::start(&lib, &[]);
     m.check("tree", want.to_str().unwrap());
@@ -654,20 +668,7 @@ fn fat_binary_with_a_corrupt_bundle_serves_the_rest() {
         return;
     }
     let d = tmp();
-    let (section, _) = crate::fatbin::synthetic_section();
-    let lib = crate::fatbin::gcc_fat_binary(&d.path().join("in"), "libsynth.so", &section, true);
-    let want = d.path().join("want");
-    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-        .arg("extract")
-        .arg(&lib)
-        .arg(&want)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (section, lib, want) = synthetic_fat(d.path());
     let host = rocm_kpack::tools::import::HostFile::open_tables(&lib).unwrap();
     let at = host.fatbin().unwrap().offset;
     let v3 = parse_fatbin(&section)
@@ -725,18 +726,7 @@ fn fat_binary_mount_of_real_rocrand() {
         return;
     };
     let d = tmp();
-    let want = d.path().join("want");
-    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-        .arg("extract")
-        .arg(&so)
-        .arg(&want)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let want = extracted(&so, &d.path().join("want"), &[]);
     assert_eq!(crate::support::files_below(&want).len(), 7);
     let m = Mount::start(&so, &["--gpu", "gfx90a:xnack-"]);
     m.check("tree", want.to_str().unwrap());
@@ -778,33 +768,23 @@ fn install_tree_mounts_the_same_fat_or_split() {
         (&rocsparse, "librocsparse.so.0.1", 777, "none"),
     ] {
         let so = root.join("lib/x86_64-linux-gnu").join(lib);
-        let want = root.with_file_name("want");
+        let want = extracted(
+            &so,
+            &root.with_file_name("want"),
+            &["--root".as_ref(), root.as_os_str()],
+        );
         let out = root.with_file_name("out");
-        for args in [
-            vec![
-                "extract".as_ref(),
-                so.as_os_str(),
-                want.as_os_str(),
-                "--root".as_ref(),
-                root.as_os_str(),
-            ],
-            vec![
-                "split".as_ref(),
-                root.as_os_str(),
-                "--root".as_ref(),
-                root.as_os_str(),
-                "-o".as_ref(),
-                out.as_os_str(),
-                "--compression".as_ref(),
-                compression.as_ref(),
-            ],
-        ] {
-            let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
-                .args(&args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        }
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .arg("split")
+            .arg(root)
+            .arg("--root")
+            .arg(root)
+            .arg("-o")
+            .arg(&out)
+            .args(["--compression", compression])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(crate::support::files_below(&want).len(), count, "{lib}");
         for source in [root, &out] {
             let m = Mount::start(source, &[]);
