@@ -6,7 +6,6 @@
 //! and kept while its code objects are read (the last [`DECODED_KEPT`] bundles). So every reader
 //! of archives, the mount's cache and read path among them, serves a fat binary unchanged.
 
-use std::borrow::Cow;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -17,7 +16,7 @@ use crate::archive::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::archive::format::{BLOB_ALIGNMENT, Header};
 use crate::archive::writer::{Compression, TocEntry, TocHead, encode_toc};
 use crate::error::{Error, Result};
-use crate::host::bundle::{self, BundleHead, Layout};
+use crate::host::bundle::{self, BundleHead, FileRange, Layout};
 
 /// Decoded CCOB bundles kept: their code objects are usually read one after another.
 const DECODED_KEPT: usize = 2;
@@ -31,6 +30,8 @@ pub fn open_fat_archive(path: &Path, kernel_name: &str) -> Result<Archive> {
 #[derive(Debug)]
 struct FatSource {
     file: LocalFile,
+    /// The same file, for the bundle walk's positioned reads.
+    raw: std::fs::File,
     /// Where `.hip_fatbin` is in the file.
     section: (u64, u64),
     /// The archive's header and the zeros up to the first blob.
@@ -90,8 +91,13 @@ impl FatSource {
         let mut header = Header::encode(at).to_vec();
         header.resize(BLOB_ALIGNMENT as usize, 0);
         drop(entries);
+        let raw = host
+            .file()
+            .try_clone()
+            .map_err(|e| Error::io(path, "cannot open", e))?;
         Ok(FatSource {
             file: LocalFile::open(path)?,
+            raw,
             section,
             head: header,
             pieces,
@@ -101,10 +107,10 @@ impl FatSource {
         })
     }
 
-    /// The section as a bundle source over the file.
-    fn fatbin(&self) -> Section<'_> {
-        Section {
-            file: &self.file,
+    /// The section, as bundles are read.
+    fn fatbin(&self) -> FileRange<'_> {
+        FileRange {
+            file: &self.raw,
             offset: self.section.0,
             len: self.section.1,
         }
@@ -211,30 +217,5 @@ impl ByteSource for FatSource {
 
     fn modified(&self) -> Option<std::time::SystemTime> {
         self.file.modified()
-    }
-}
-
-/// The `.hip_fatbin` section of a file, as bundles are read.
-struct Section<'a> {
-    file: &'a LocalFile,
-    offset: u64,
-    len: u64,
-}
-
-impl bundle::Source for Section<'_> {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read(&self, at: u64, len: usize) -> io::Result<Cow<'_, [u8]>> {
-        let mut buf = vec![0u8; len];
-        let got = read_full_at(self.file, &mut buf, self.offset + at)?;
-        if got < len {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the file ended inside its .hip_fatbin section (it changed while being read)",
-            ));
-        }
-        Ok(Cow::Owned(buf))
     }
 }
