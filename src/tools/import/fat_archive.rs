@@ -161,7 +161,20 @@ impl FatSource {
             Layout::Compressed { .. } => {
                 let bundle = self.decoded(&co.bundle)?;
                 let from = (co.offset + skip) as usize;
-                buf.copy_from_slice(&bundle[from..from + buf.len()]);
+                // Inside the bundle when it was indexed; a file changed since may say otherwise.
+                let part = from
+                    .checked_add(buf.len())
+                    .and_then(|end| bundle.get(from..end))
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "{}: .hip_fatbin changed since it was indexed",
+                                self.file.path().display()
+                            ),
+                        )
+                    })?;
+                buf.copy_from_slice(part);
             }
         }
         Ok(())
