@@ -150,6 +150,33 @@ fn split_tree_walks_a_real_install_and_reruns_over_its_output() {
     );
     assert_eq!(snapshot(&again), split);
 
+    // A tree holding both a fat library and the archives of an earlier split of it: the run
+    // would write the archives it copies, and refuses.
+    let mixed = dir.path().join("mixed");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&out)
+        .arg(&mixed)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lib = "lib/x86_64-linux-gnu/librocrand.so.1.1";
+    std::fs::remove_file(mixed.join(lib)).unwrap();
+    std::fs::copy(root.join(lib), mixed.join(lib)).unwrap();
+    let refused = dir.path().join("refused");
+    let o = kpack_fuse(&[&"split", &mixed, &"--root", &mixed, &"-o", &refused]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "kpack-fuse: {}: this split writes this archive, and would also copy {} there; \
+             give another --prefix or leave the old archive out\n",
+            refused.join(".kpack/rocrand_gfx1030.kpack").display(),
+            mixed.join(".kpack/rocrand_gfx1030.kpack").display()
+        )
+    );
+    assert!(!refused.exists());
+
     // A malformed ELF file stops the run, naming it; nothing is written.
     std::fs::remove_file(&fifo).unwrap();
     let broken = root.join("lib/libbroken.so");

@@ -9,10 +9,11 @@
 //!
 //! Every input is first classified from its headers alone, and any malformed ELF file refused,
 //! before anything is written. Then three phases, each a function: (1) every fat binary is read
-//! without its device code and checked (all other refusals happen here) while its code objects stream through the parallel pipeline into
-//! the per-arch archives, written under temporary names; (2) the archives are finished; (3) the
-//! rewritten binaries are written file to file (kept ranges copied by the kernel where it can).
-//! Memory held does not grow with the size of the binaries' device code. No output may replace
+//! without its device code and checked (all other refusals happen here) while its code objects
+//! stream through the parallel pipeline into the per-arch archives, written under temporary
+//! names; (2) the archives are finished; (3) the rewritten binaries are written file to file
+//! (kept ranges copied by the kernel where it can). Memory held does not grow with the size of
+//! the binaries' device code. No output may replace
 //! an input (compared as directory entries and as resolved files, so symlinked directories do
 //! not slip through), and an output root equal to the input root is refused. Inputs are never
 //! opened for writing. All outputs go through [`Staging`]: temporary names, removed with the
@@ -211,7 +212,8 @@ pub fn split_tree_with_progress(
     for (archive, _) in &archives {
         if let Some(h) = hosts.iter().find(|h| h.output == *archive) {
             return Err(TreeError::Usage(format!(
-                "{}: this split writes this archive, and would also copy {} there;                  give another --prefix or leave the old archive out",
+                "{}: this split writes this archive, and would also copy {} there; \
+                 give another --prefix or leave the old archive out",
                 archive.display(),
                 h.path.display()
             )));
