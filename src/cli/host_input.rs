@@ -58,6 +58,28 @@ pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input
     }
 }
 
+/// Refuses flags that do nothing for this input: `--root` names a fat binary's code objects,
+/// `--gpu` picks among a HIPK binary's archives.
+pub fn check_flags(path: &Path, input: &Input, root: bool, gpus: bool) -> CliResult {
+    let what = match input {
+        Input::Archive => "an archive",
+        Input::Fat { .. } => "a fat binary",
+        Input::Hipk { .. } => "a HIPK binary",
+    };
+    let misplaced = match input {
+        _ if root && !matches!(input, Input::Fat { .. }) => Some("--root (for fat binaries)"),
+        _ if gpus && !matches!(input, Input::Hipk { .. }) => Some("--gpu (for HIPK binaries)"),
+        _ => None,
+    };
+    match misplaced {
+        Some(flag) => Err(CliError::new(
+            Exit::Usage,
+            format!("{}: is {what}; {flag} does not apply", path.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The code objects of a fat binary, without reading them.
 pub fn fat_index(
     path: &Path,

@@ -34,7 +34,14 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let remote = crate::remote::is_remote(&args.archive.to_string_lossy());
-    match host_input::detect(&args.archive, remote, args.root.as_deref())? {
+    let input = host_input::detect(&args.archive, remote, args.root.as_deref())?;
+    host_input::check_flags(
+        &args.archive,
+        &input,
+        args.root.is_some(),
+        !args.gpus.is_empty(),
+    )?;
+    match input {
         Input::Archive => list_archive(args),
         Input::Fat { host, kernel_name } => {
             let cos = host_input::fat_index(&args.archive, &host, &kernel_name)?;

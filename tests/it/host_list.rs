@@ -215,6 +215,47 @@ fn host_list_of_a_hipk_binary_shows_what_the_loader_finds() {
 }
 
 #[test]
+fn host_list_refuses_flags_that_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let (section, _) = synthetic_section();
+    let lib = gcc_fat_binary(dir.path(), "libsynth.so", &section, true);
+    let archive = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/rocrand-sample.kpack");
+    for (file, flag, value, what, said) in [
+        (
+            &lib,
+            "--gpu",
+            "gfx900",
+            "a fat binary",
+            "--gpu (for HIPK binaries)",
+        ),
+        (
+            &archive,
+            "--gpu",
+            "gfx900",
+            "an archive",
+            "--gpu (for HIPK binaries)",
+        ),
+        (
+            &archive,
+            "--root",
+            "/",
+            "an archive",
+            "--root (for fat binaries)",
+        ),
+    ] {
+        let o = kpack_fuse(&[&"list", file, &flag, &value]);
+        assert_eq!(o.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            format!(
+                "kpack-fuse: {}: is {what}; {said} does not apply\n",
+                file.display()
+            )
+        );
+    }
+}
+
+#[test]
 fn host_list_names_an_elf_file_without_device_code() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
