@@ -62,6 +62,12 @@ impl CliError {
     }
 }
 
+impl From<std::convert::Infallible> for CliError {
+    fn from(never: std::convert::Infallible) -> CliError {
+        match never {}
+    }
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

@@ -1,49 +1,143 @@
-//! `kpack-fuse extract`: every kernel to `DEST/<binary key>/<arch>.hsaco`. Every key and arch is
-//! checked before the first byte is written, so an archive with one hostile name writes nothing;
-//! directories are created without following symlinks, so nothing lands outside DEST.
+//! `kpack-fuse extract`: every kernel to `DEST/<binary key>/<arch>.hsaco`, from an archive or a
+//! host binary (a fat binary's code objects keyed as `pack --from-fatbin` keys them, or what the
+//! loader finds for a HIPK binary). Every key and arch is checked before the first byte is
+//! written, so an input with one hostile name writes nothing; directories are created without
+//! following symlinks, so nothing lands outside DEST.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::names;
+use rocm_kpack::tools::import::{self, CodeObject};
 
+use super::host_input::{self, Input};
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The archive.
+    /// The archive, or a host binary (a fat binary, or a HIPK binary whose archives the loader
+    /// finds).
+    #[arg(value_name = "FILE")]
     pub archive: PathBuf,
     /// Destination directory (created when missing).
     pub dest: PathBuf,
     /// Overwrite files that already exist.
     #[arg(long)]
     pub force: bool,
+    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
+    /// (default: its file name).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// HIPK binary: extract only the code objects the loader picks for this device ISA (one
+    /// --gpu is [ISA, its generic ISA]; repeat to pass an exact list).
+    #[arg(long = "gpu", value_name = "ISA")]
+    pub gpus: Vec<String>,
     #[command(flatten)]
     pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
-    let mut plan = Vec::new();
-    for (key, entry) in archive.entries() {
-        let refuse = |why: String| {
-            CliError::new(
-                Exit::Output,
-                format!("{}: refusing to extract: {why}", args.archive.display()),
+    let remote = crate::remote::is_remote(&args.archive.to_string_lossy());
+    let input = host_input::detect(&args.archive, remote, args.root.as_deref())?;
+    host_input::check_flags(
+        &args.archive,
+        &input,
+        args.root.is_some(),
+        !args.gpus.is_empty(),
+    )?;
+    match input {
+        Input::Archive => extract_archive(&args),
+        Input::Fat { host, kernel_name } => {
+            let cos = host_input::fat_index(&args.archive, &host, &kernel_name)?;
+            let plan = cos.iter().map(|c| (c.key.as_str(), c.arch.as_str()));
+            let mut out = Output::plan(&args, plan, cos.iter().map(|c| c.size).sum())?;
+            // The same walk `pack --from-fatbin` reads its code objects with.
+            import::visit_host_code_objects(
+                &kernel_name,
+                &host,
+                |co: CodeObject| out.write(&co.key, &co.arch, &co.data),
+                &|_| {},
             )
-        };
-        let parts = names::key_components(key).map_err(refuse)?;
-        names::check_arch(entry.arch).map_err(refuse)?;
-        plan.push((key, entry.arch, parts));
+            .map_err(|e| host_input::import_error(&args.archive, e))?;
+            out.finish();
+            Ok(())
+        }
+        Input::Hipk { host, binary } => {
+            let rows = host_input::hipk_rows(&host, &binary, &args.gpus)?;
+            // The first archive on the search path that holds a (key, arch) is the one shown.
+            let mut found: Vec<(&str, &str, &host_input::Found)> = Vec::new();
+            for r in &rows {
+                if let (Some(arch), Ok(f)) = (&r.arch, &r.found) {
+                    if !found.iter().any(|(k, a, _)| *k == r.key && a == arch) {
+                        found.push((&r.key, arch, f));
+                    }
+                }
+            }
+            let total = found.iter().map(|(_, _, f)| f.size).sum();
+            let mut out = Output::plan(&args, found.iter().map(|(k, a, _)| (*k, *a)), total)?;
+            for (key, arch, f) in found {
+                out.write(key, arch, &f.archive.get_kernel(key, arch)?)?;
+            }
+            out.finish();
+            Ok(())
+        }
     }
-    let out_err = |p: &Path, e: std::io::Error| CliError::io(Exit::Output, p, &e);
-    fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
-    let mut count = 0u64;
-    let mut bytes = 0u64;
-    let bar = super::progress::bar(archive.entries().map(|(_, e)| e.original_size).sum());
-    for (key, arch, parts) in plan {
-        let mut dir = args.dest.clone();
+}
+
+fn extract_archive(args: &Args) -> CliResult {
+    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
+    let total = archive.entries().map(|(_, e)| e.original_size).sum();
+    let mut out = Output::plan(args, archive.entries().map(|(k, e)| (k, e.arch)), total)?;
+    for (key, entry) in archive.entries() {
+        let data = archive.get_kernel(key, entry.arch)?;
+        out.write(key, entry.arch, &data)?;
+    }
+    out.finish();
+    Ok(())
+}
+
+/// The destination tree being written.
+struct Output<'a> {
+    dest: &'a Path,
+    force: bool,
+    count: u64,
+    bytes: u64,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl<'a> Output<'a> {
+    /// Checks every (key, arch) that will be written, then creates DEST.
+    fn plan<'k>(
+        args: &'a Args,
+        names: impl Iterator<Item = (&'k str, &'k str)>,
+        total: u64,
+    ) -> CliResult<Output<'a>> {
+        for (key, arch) in names {
+            let refuse = |why: String| {
+                CliError::new(
+                    Exit::Output,
+                    format!("{}: refusing to extract: {why}", args.archive.display()),
+                )
+            };
+            names::key_components(key).map_err(refuse)?;
+            names::check_arch(arch).map_err(refuse)?;
+        }
+        fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
+        Ok(Output {
+            dest: &args.dest,
+            force: args.force,
+            count: 0,
+            bytes: 0,
+            bar: super::progress::bar(total),
+        })
+    }
+
+    /// Writes one kernel to `DEST/<key>/<arch>.hsaco` (names checked by [`plan`](Self::plan)).
+    fn write(&mut self, key: &str, arch: &str, data: &[u8]) -> CliResult {
+        let parts = names::key_components(key)
+            .map_err(|why| CliError::new(Exit::Output, format!("{key}: {why}")))?;
+        let mut dir = self.dest.to_path_buf();
         for part in parts {
             dir.push(part);
             match fs::symlink_metadata(&dir) {
@@ -60,9 +154,8 @@ pub fn run(args: Args) -> CliResult {
                 Err(_) => fs::create_dir(&dir).map_err(|e| out_err(&dir, e))?,
             }
         }
-        let data = archive.get_kernel(key, arch)?;
         let file = dir.join(names::hsaco_name(arch));
-        if args.force {
+        if self.force {
             if let Ok(m) = fs::symlink_metadata(&file) {
                 if !m.is_file() {
                     return Err(CliError::new(
@@ -87,21 +180,28 @@ pub fn run(args: Args) -> CliResult {
                 ),
                 _ => out_err(&file, e),
             })?;
-        f.write_all(&data).map_err(|e| out_err(&file, e))?;
-        count += 1;
-        bytes += data.len() as u64;
-        if let Some(b) = &bar {
+        f.write_all(data).map_err(|e| out_err(&file, e))?;
+        self.count += 1;
+        self.bytes += data.len() as u64;
+        if let Some(b) = &self.bar {
             b.inc(data.len() as u64);
         }
+        Ok(())
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+        println!(
+            "extracted {} ({}) into {}",
+            super::plural::count(self.count, "kernel", "kernels"),
+            super::plural::count(self.bytes, "byte", "bytes"),
+            self.dest.display()
+        );
     }
-    println!(
-        "extracted {} ({}) into {}",
-        super::plural::count(count, "kernel", "kernels"),
-        super::plural::count(bytes, "byte", "bytes"),
-        args.dest.display()
-    );
-    Ok(())
+}
+
+fn out_err(p: &Path, e: std::io::Error) -> CliError {
+    CliError::io(Exit::Output, p, &e)
 }

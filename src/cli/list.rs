@@ -1,22 +1,169 @@
-//! `kpack-fuse list`: one line per kernel (binary, arch, size, stored size, ratio), or JSON.
+//! `kpack-fuse list`: one line per kernel of an archive (binary, arch, size, stored size,
+//! ratio), or per code object of a host binary (a fat binary's bundles, or what the loader finds
+//! for a HIPK binary), or JSON.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use rocm_kpack::host::bundle::Layout;
+use rocm_kpack::tools::import::IndexedCodeObject;
 
 use super::CliResult;
+use super::host_input::{self, HipkRow, Input};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The archive to list.
+    /// The archive, or a host binary: a fat binary (the code objects of its offload bundles)
+    /// or a HIPK binary (what the loader finds for each code-object index).
+    #[arg(value_name = "FILE")]
     pub archive: PathBuf,
     /// Print JSON (one object with the archive's fields and a "kernels" array, each kernel with
     /// its recorded BLAKE3 digest in hex, or null) for scripts.
     #[arg(long)]
     pub json: bool,
+    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
+    /// (default: its file name).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// HIPK binary: show only the code object the loader picks for this device ISA (one
+    /// --gpu is [ISA, its generic ISA]; repeat to pass an exact list).
+    #[arg(long = "gpu", value_name = "ISA")]
+    pub gpus: Vec<String>,
     #[command(flatten)]
     pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
+    let remote = crate::remote::is_remote(&args.archive.to_string_lossy());
+    let input = host_input::detect(&args.archive, remote, args.root.as_deref())?;
+    host_input::check_flags(
+        &args.archive,
+        &input,
+        args.root.is_some(),
+        !args.gpus.is_empty(),
+    )?;
+    match input {
+        Input::Archive => list_archive(args),
+        Input::Fat { host, kernel_name } => {
+            let cos = host_input::fat_index(&args.archive, &host, &kernel_name)?;
+            list_fat(&args.archive, &kernel_name, &cos, args.json);
+            Ok(())
+        }
+        Input::Hipk { host, binary } => {
+            let rows = host_input::hipk_rows(&host, &binary, &args.gpus)?;
+            list_hipk(
+                &args.archive,
+                &host.metadata.kernel_name,
+                &rows,
+                &args.gpus,
+                args.json,
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The bundle a code object is in: `plain@OFFSET` or `ccob-vN@OFFSET`, its section offset.
+fn bundle_name(c: &IndexedCodeObject) -> String {
+    match c.bundle.layout {
+        Layout::Uncompressed => format!("plain@{}", c.bundle.offset),
+        Layout::Compressed { version } => format!("ccob-v{version}@{}", c.bundle.offset),
+    }
+}
+
+fn print_json(doc: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(doc).expect("JSON of plain values")
+    );
+}
+
+fn list_fat(path: &Path, kernel_name: &str, cos: &[IndexedCodeObject], json: bool) {
+    if json {
+        let kernels: Vec<_> = cos
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "key": c.key, "arch": c.arch, "triple": c.triple, "index": c.index,
+                    "size": c.size, "bundle": bundle_name(c),
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!({
+            "binary": path.display().to_string(),
+            "kind": "fat",
+            "kernel_name": kernel_name,
+            "kernels": kernels,
+        }));
+        return;
+    }
+    let width = cos.iter().map(|c| c.key.len()).max().unwrap_or(3).max(3);
+    let awidth = cos.iter().map(|c| c.arch.len()).max().unwrap_or(4).max(4);
+    println!(
+        "{:<width$}  {:<awidth$}  {:>12}  BUNDLE",
+        "KEY", "ARCH", "SIZE"
+    );
+    for c in cos {
+        println!(
+            "{:<width$}  {:<awidth$}  {:>12}  {}",
+            c.key,
+            c.arch,
+            c.size,
+            bundle_name(c)
+        );
+    }
+}
+
+fn list_hipk(path: &Path, kernel_name: &str, rows: &[HipkRow], gpus: &[String], json: bool) {
+    if json {
+        let kernels: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let (archive, size, error) = match &r.found {
+                    Ok(f) => (Some(f.path.display().to_string()), Some(f.size), None),
+                    Err(e) => (None, None, Some(e.clone())),
+                };
+                serde_json::json!({
+                    "key": r.key, "arch": r.arch, "index": r.index, "archive": archive,
+                    "size": size, "error": error,
+                })
+            })
+            .collect();
+        print_json(&serde_json::json!({
+            "binary": path.display().to_string(),
+            "kind": "hipk",
+            "kernel_name": kernel_name,
+            "gpus": gpus,
+            "kernels": kernels,
+        }));
+        return;
+    }
+    let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);
+    let awidth = rows
+        .iter()
+        .filter_map(|r| r.arch.as_ref().map(String::len))
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<width$}  {:<awidth$}  {:>12}  ARCHIVE",
+        "KEY", "ARCH", "SIZE"
+    );
+    for r in rows {
+        let arch = r.arch.as_deref().unwrap_or("-");
+        match &r.found {
+            Ok(f) => println!(
+                "{:<width$}  {:<awidth$}  {:>12}  {}",
+                r.key,
+                arch,
+                f.size,
+                f.path.display()
+            ),
+            Err(e) => println!("{:<width$}  {:<awidth$}  error: {e}", r.key, arch),
+        }
+    }
+}
+
+fn list_archive(args: Args) -> CliResult {
     let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
     for ((b, e), key, entry) in archive.indexed_entries() {
@@ -62,10 +209,7 @@ pub fn run(args: Args) -> CliResult {
             "gfx_arches": archive.architectures(),
             "kernels": kernels,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).expect("JSON of plain values")
-        );
+        print_json(&doc);
         return Ok(());
     }
     let width = rows.iter().map(|r| r.key.len()).max().unwrap_or(3).max(3);

@@ -6,6 +6,7 @@ mod exit;
 mod cat;
 mod daemon_lock;
 mod extract;
+mod host_input;
 mod import;
 mod invocation;
 mod list;
@@ -55,15 +56,16 @@ pub struct Cli {
 pub enum Command {
     /// Pack a tree laid out as <binary key>/<arch>.hsaco into one archive.
     Pack(pack::Args),
-    /// List the kernels of an archive.
+    /// List the kernels of an archive, or the code objects of a fat or HIPK host binary.
     List(list::Args),
     /// Write one kernel to standard output.
     Cat(cat::Args),
-    /// Write every kernel of an archive into a directory tree.
+    /// Write every kernel of an archive or host binary into a directory tree.
     Extract(extract::Args),
     /// Decode every kernel and check its size; exit non-zero naming each bad entry.
     Verify(verify::Args),
-    /// Mount an archive, a directory of archives or a HIPK binary's archives as a read-only tree.
+    /// Mount an archive, a directory of archives, a HIPK binary's archives or a fat binary's
+    /// code objects as a read-only tree.
     Mount(mount::MountArgs),
     /// Unmount a kpack-fuse mount point.
     Unmount(unmount::UnmountArgs),

@@ -57,8 +57,10 @@ const DEPRECATED: &str = "Deprecated spellings, accepted with a warning for one 
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = DEPRECATED)]
 pub struct MountArgs {
-    /// What to show: a .kpack archive, a directory of .kpack archives, a HIPK host binary (its
-    /// archives are found as the loader finds them), or a remote archive: s3://BUCKET/KEY.kpack,
+    /// What to show: a .kpack archive, a directory (every *.kpack and fat binary below it), a
+    /// HIPK host binary (its
+    /// archives are found as the loader finds them), a fat host binary (the code objects of its
+    /// offload bundles, keyed as `pack --from-fatbin` keys them), or a remote archive: s3://BUCKET/KEY.kpack,
     /// s3://BUCKET/PREFIX/ (every *.kpack directly under it) or http(s)://HOST/PATH.kpack.
     pub source: PathBuf,
     /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a

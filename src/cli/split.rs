@@ -5,15 +5,19 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::tools::split::{self, Outcome, SplitRequest, TreeError};
+use std::collections::BTreeMap;
+
+use rocm_kpack::tools::split::{self, Kept, Outcome, SplitRequest, TreeError};
 
 use super::pack::CompressionArgs;
 use super::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// ELF host binaries below ROOT (binaries without device code are copied unchanged).
-    #[arg(required = true, value_name = "HOST")]
+    /// Host binaries, or directories to walk, below ROOT. Fat binaries are split; every other
+    /// file (not ELF, no device code, separated debug files, already split) is copied as it is,
+    /// and symlinks found in directories are recreated.
+    #[arg(required = true, value_name = "PATH")]
     pub hosts: Vec<PathBuf>,
     /// The install root: kernel names are the binaries' paths below it.
     #[arg(long)]
@@ -82,7 +86,7 @@ pub fn run(args: Args) -> CliResult {
                 super::plural::count_of(*wrappers, "wrapper", "wrappers"),
                 super::plural::count_of(*code_objects, "code object", "code objects")
             ),
-            Outcome::Copied => println!("{}: no device code, copied unchanged", b.output.display()),
+            Outcome::Copied(_) | Outcome::Linked => {}
         }
     }
     for (path, n) in &report.archives {
@@ -92,7 +96,51 @@ pub fn run(args: Args) -> CliResult {
             super::plural::count_of(*n, "code object", "code objects")
         );
     }
+    for (path, why) in &report.skipped {
+        println!("skipped {}: {why}", path.display());
+    }
+    println!("{}", summary(&report));
     Ok(())
+}
+
+/// The one line that ends a run: what was split, copied as it is (by reason), and skipped.
+fn summary(report: &split::SplitReport) -> String {
+    use super::plural::count_of;
+    let (mut split, mut links) = (0, 0);
+    let mut kept: BTreeMap<Kept, usize> = BTreeMap::new();
+    for b in &report.binaries {
+        match b.outcome {
+            Outcome::Split { .. } => split += 1,
+            Outcome::Copied(k) => *kept.entry(k).or_default() += 1,
+            Outcome::Linked => links += 1,
+        }
+    }
+    let copied: usize = kept.values().sum();
+    let mut line = format!(
+        "{}; {}",
+        count_of(split, "binary split", "binaries split"),
+        count_of(copied, "file copied as it is", "files copied as they are")
+    );
+    if copied > 0 {
+        let reasons: Vec<String> = kept
+            .iter()
+            .map(|(k, n)| match k {
+                Kept::NotElf => format!("{n} not ELF"),
+                Kept::NoDeviceCode => format!("{n} without device code"),
+                Kept::SeparatedDebug => {
+                    count_of(*n, "separated debug file", "separated debug files")
+                }
+                Kept::AlreadySplit => format!("{n} already split"),
+            })
+            .collect();
+        line += &format!(" ({})", reasons.join(", "));
+    }
+    line += &format!(
+        "; {}; {} skipped",
+        count_of(links, "symlink recreated", "symlinks recreated"),
+        report.skipped.len()
+    );
+    line
 }
 
 /// `verify --split OUTROOT --original ROOT`.

@@ -71,7 +71,7 @@ fn fake_code_object(tu: usize, arch: &str, len: usize) -> Vec<u8> {
 
 /// Compiles a C file that places `blob` in `.hip_fatbin` (page aligned, as clang does) and a
 /// `__CudaFatBinaryWrapper` in `.hipFatBinSegment` pointing at it through a relocation.
-fn gcc_fat_binary(dir: &Path, rel: &str, blob: &[u8], shared: bool) -> PathBuf {
+pub(crate) fn gcc_fat_binary(dir: &Path, rel: &str, blob: &[u8], shared: bool) -> PathBuf {
     let out = dir.join(rel);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let stem = rel.replace('/', "_");
@@ -128,12 +128,12 @@ fn objcopy_section(path: &Path, section: &str) -> Vec<u8> {
 }
 
 /// (tu, arch, bytes) of the synthetic library, in bundle order.
-type Expected = Vec<(usize, &'static str, Vec<u8>)>;
+pub(crate) type Expected = Vec<(usize, &'static str, Vec<u8>)>;
 
 /// Four translation units: uncompressed, uncompressed, CCOB v3, CCOB v2. gfx90a:xnack- is
 /// missing from TU 1 and gfx1030 only appears from TU 2 on, so per-arch counters differ from
 /// bundle numbers.
-fn synthetic_section() -> (Vec<u8>, Expected) {
+pub(crate) fn synthetic_section() -> (Vec<u8>, Expected) {
     let tus: [&[(&str, usize)]; 4] = [
         &[("gfx900", 3000), ("gfx90a:xnack-", 5000)],
         &[("gfx900", 100)],
@@ -165,7 +165,10 @@ fn synthetic_section() -> (Vec<u8>, Expected) {
 }
 
 /// Expected (key, arch, bytes) for `kernel_name`, in bundle order.
-fn expected_keys(kernel_name: &str, expected: &Expected) -> Vec<(String, String, Vec<u8>)> {
+pub(crate) fn expected_keys(
+    kernel_name: &str,
+    expected: &Expected,
+) -> Vec<(String, String, Vec<u8>)> {
     let mut seen: Vec<&str> = Vec::new();
     expected
         .iter()
@@ -393,21 +396,47 @@ fn fatbin_refuses_non_fat_and_split_binaries() {
 pub fn rocrand() -> Option<PathBuf> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
     PATH.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/fetch-rocrand.sh");
-        let out = Command::new("sh").arg(&script).output().expect("sh runs");
-        if out.status.success() {
-            return Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()));
-        }
-        let why = String::from_utf8_lossy(&out.stderr);
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but librocrand1 could not be fetched:\n{why}");
-        }
-        eprintln!(
-            "SKIPPED: librocrand1 could not be fetched (set CI to make this a failure):\n{why}"
-        );
-        None
+        debian_lib(
+            "librocrand1",
+            "rocrand",
+            "usr/lib/x86_64-linux-gnu/librocrand.so.1.1",
+        )
     })
     .clone()
+}
+
+/// Debian's librocsparse.so.0.1 (1.3 GB, 777 code objects in 111 plain bundles; a 94 MB
+/// download), as [`rocrand`].
+pub fn rocsparse() -> Option<PathBuf> {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        debian_lib(
+            "librocsparse0",
+            "rocsparse",
+            "usr/lib/x86_64-linux-gnu/librocsparse.so.0.1",
+        )
+    })
+    .clone()
+}
+
+/// A library of a Debian package, fetched by `bench/fetch-debian-lib.sh`; `None` (with a
+/// message) when it cannot be fetched outside CI, a failure in CI.
+fn debian_lib(package: &str, name: &str, rel: &str) -> Option<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/fetch-debian-lib.sh");
+    let out = Command::new("sh")
+        .arg(&script)
+        .args([package, name, rel])
+        .output()
+        .expect("sh runs");
+    if out.status.success() {
+        return Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()));
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    if std::env::var_os("CI").is_some() {
+        panic!("CI is set but {package} could not be fetched:\n{why}");
+    }
+    eprintln!("SKIPPED: {package} could not be fetched (set CI to make this a failure):\n{why}");
+    None
 }
 
 /// The code objects of Debian's librocrand1 5.3.3-4, in bundle order: (arch, offset in the

@@ -470,7 +470,9 @@ pub(crate) fn fat_tree(tmp: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf, P
 
 #[test]
 fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
-    use rocm_kpack::tools::split::{Outcome, SplitRequest, TreeError, split_tree, verify_split};
+    use rocm_kpack::tools::split::{
+        Kept, Outcome, SplitRequest, TreeError, split_tree, verify_split,
+    };
     use rocm_kpack::{Archive, Compression};
 
     let tmp = tempfile::tempdir().unwrap();
@@ -508,7 +510,12 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
     let outcomes: Vec<(&str, bool)> = report
         .binaries
         .iter()
-        .map(|b| (b.kernel_name.as_str(), b.outcome == Outcome::Copied))
+        .map(|b| {
+            (
+                b.kernel_name.as_str(),
+                b.outcome == Outcome::Copied(Kept::NoDeviceCode),
+            )
+        })
         .collect();
     assert_eq!(
         outcomes,
@@ -642,10 +649,15 @@ fn split_tree_shares_archives_copies_plain_binaries_and_verifies() {
         out_root: dir.join("again"),
         ..req
     };
-    match split_tree(&again) {
-        Err(e @ TreeError::Refused { .. }) => assert!(e.to_string().ends_with(
-            "already split (it has a .rocm_kpack_ref marker); split the original fat binary instead"
-        )),
-        other => panic!("{other:?}"),
-    }
+    // An already split input is carried over as it is.
+    let report = split_tree(&again).unwrap();
+    assert_eq!(
+        report.binaries[0].outcome,
+        Outcome::Copied(Kept::AlreadySplit)
+    );
+    assert!(report.archives.is_empty());
+    assert_eq!(
+        std::fs::read(dir.join("again/bin/app")).unwrap(),
+        std::fs::read(out.join("bin/app")).unwrap()
+    );
 }

@@ -1,5 +1,5 @@
 //! `kpack-fuse split` and `verify --split` from the command line: the whole-tree run, its
-//! safety rules (inputs never modified or replaced, already split binaries refused, nothing left
+//! safety rules (inputs never modified or replaced, already split binaries copied, nothing left
 //! behind by a failed run, `-o` defaulting to `ROOT.split`) and the exit codes.
 
 use std::os::unix::fs::PermissionsExt;
@@ -74,7 +74,8 @@ fn split_cli_tree_then_verify_split_through_the_loader() {
         format!(
             "{}: 3 wrappers now HIPK, 6 code objects moved out, {} -> {lib_size} bytes\n\
              {}: 2 wrappers now HIPK, 4 code objects moved out, {} -> {app_size} bytes\n\
-             {}: 5 code objects\n{}: 5 code objects\n",
+             {}: 5 code objects\n{}: 5 code objects\n\
+             2 binaries split; 0 files copied as they are; 0 symlinks recreated; 0 skipped\n",
             out.join("lib/libsplit.so").display(),
             before[0].0.len(),
             out.join("bin/app").display(),
@@ -226,7 +227,7 @@ fn split_cli_refuses_split_binaries_and_leaves_nothing_behind() {
         0
     );
 
-    // An already split binary.
+    // An already split binary is copied as it is.
     let again = dir.join("again");
     let split_lib = out.join("lib/libsplit.so");
     let o = kpack_fuse(&[
@@ -239,15 +240,15 @@ fn split_cli_refuses_split_binaries_and_leaves_nothing_behind() {
         &"-o",
         &again,
     ]);
-    assert_eq!(code(&o), 4);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     assert_eq!(
-        text(&o.stderr),
-        format!(
-            "kpack-fuse: {}: already split (it has a .rocm_kpack_ref marker); split the original fat binary instead\n",
-            split_lib.display()
-        )
+        text(&o.stdout),
+        "0 binaries split; 1 file copied as it is (1 already split); 0 symlinks recreated; 0 skipped\n"
     );
-    assert!(!again.exists());
+    assert_eq!(
+        std::fs::read(again.join("lib/libsplit.so")).unwrap(),
+        std::fs::read(&split_lib).unwrap()
+    );
 
     // A refusal after a good binary: nothing is written, not even the output root.
     let bad = build(

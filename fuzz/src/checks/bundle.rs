@@ -3,14 +3,38 @@
 //! Invariants: bundles come in order without overlapping, each inside the section; every entry is
 //! a device entry whose arch is its triple's target ID; an uncompressed bundle's entries are the
 //! section's own bytes at their offsets; a CCOB bundle decodes to exactly the size its header
-//! declares. The single-bundle readers agree with the section reader on the first bundle.
+//! declares. The single-bundle readers agree with the section reader on the first bundle. The
+//! index (what `list` and the mount read: tables only) finds every code object the section
+//! reader finds, each where its bytes are.
 
 use rocm_kpack::host::bundle::{self, Layout};
 
 pub fn run(data: &[u8]) {
+    let index = bundle::index_fatbin(data);
     let Ok(bundles) = bundle::parse_fatbin(data) else {
         return;
     };
+    let index = index.expect("the index reads less than the parse that succeeded");
+    let entries: Vec<_> = bundles.iter().flat_map(|b| &b.entries).collect();
+    assert_eq!(index.len(), entries.len());
+    for (l, e) in index.iter().zip(entries) {
+        assert_eq!(
+            (&l.triple, &l.arch, l.offset),
+            (&e.triple, &e.arch, e.offset)
+        );
+        assert_eq!(l.size, e.data.len() as u64);
+        let at = l.bundle.offset as usize + l.offset as usize;
+        match l.bundle.layout {
+            Layout::Uncompressed => assert_eq!(&data[at..at + l.size as usize], &*e.data),
+            Layout::Compressed { .. } => {
+                let b = bundle::decode_ccob_bundle(data, &l.bundle).expect("decodes again");
+                assert_eq!(
+                    &b[l.offset as usize..(l.offset + l.size) as usize],
+                    &*e.data
+                );
+            }
+        }
+    }
     let mut end = 0u64;
     for b in &bundles {
         assert!(b.offset >= end, "bundles overlap or go backwards");

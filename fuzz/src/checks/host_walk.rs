@@ -7,12 +7,15 @@
 //! section at once reaches (the same code objects, keys, arches and bytes, or the same kind of
 //! refusal); a file read is never an error (the memfd does not change); every arch is usable as a
 //! file name; keys count up per arch from 0; the progress callback adds up to at most the
-//! section's size.
+//! section's size. The index read from the headers alone (`list`) keys, places and sizes the
+//! same code objects, and the file's kind is a fat binary whenever the walk succeeds; opened as
+//! an archive (as the mount opens it), a fat binary reads back each code object byte for byte.
+//! Any other input opens as an archive or is refused, never a panic.
 
 use std::cell::Cell;
 
 use rocm_kpack::names;
-use rocm_kpack::tools::import::{self, CodeObject, HostFile, ImportError, StreamError};
+use rocm_kpack::tools::import::{self, CodeObject, HostFile, HostKind, ImportError, StreamError};
 
 use super::archive::memfd_with;
 use super::split_elf::fd_path;
@@ -43,10 +46,37 @@ pub fn run(data: &[u8]) {
     };
     let section = host.fatbin().map_or(0, |r| r.len);
     assert!(progressed.get() <= section);
+    let tables = HostFile::open_tables(fd_path(&file).as_ref()).expect("a memfd reads");
+    let kind = import::host_kind(tables.image());
+    let index = import::index_host_code_objects(KERNEL_NAME, &tables);
+    // Whatever the bytes, opening them as the mount would is an answer, not a panic.
+    let _ = import::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
     match (&whole, &streamed) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b);
             check_keys(a);
+            assert!(
+                matches!(kind, Ok(HostKind::Fat | HostKind::SeparatedDebug)),
+                "{kind:?}"
+            );
+            let index = index.expect("the index of a binary the walk read");
+            assert_eq!(index.len(), a.len());
+            // Mounted, the binary reads as an archive holding the same code objects.
+            let archive = import::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
+            if matches!(kind, Ok(HostKind::Fat)) {
+                let archive = archive.expect("a fat binary the walk read opens as an archive");
+                for co in a {
+                    let got = archive.get_kernel(&co.key, &co.arch).expect("reads");
+                    assert!(got == co.data, "{} [{}]", co.key, co.arch);
+                }
+            }
+            for (i, co) in index.iter().zip(a) {
+                assert_eq!(
+                    (&i.key, &i.arch, &i.triple, i.index),
+                    (&co.key, &co.arch, &co.triple, co.index)
+                );
+                assert_eq!(i.size, co.data.len() as u64);
+            }
         }
         (Err(a), Err(b)) => assert_eq!(
             std::mem::discriminant(a),

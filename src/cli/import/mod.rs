@@ -407,7 +407,7 @@ fn kernel_names_named(archives: &[Archive], file: &str) -> Vec<String> {
 
 /// The binary's `kernel_name`: its path below `root` (both resolved through symlinks of their
 /// directories, not of the binary itself), or its own file name without a root.
-fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<String> {
+pub(super) fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<String> {
     let Some(root) = root else {
         return file_name(host);
     };

@@ -1,6 +1,7 @@
-//! What a mount shows: one archive, a directory of archives, or the archives of a HIPK host
-//! binary. The kind is read from the source itself (a directory, the magic `KPAK`, or an ELF
-//! header), and everything is opened and checked here, before anything is mounted, so that a
+//! What a mount shows: one archive, a directory of archives, the archives of a HIPK host
+//! binary, or the code objects of a fat host binary (read as an archive, see
+//! `tools::import::open_fat_archive`). The kind is read from the source itself (a directory, the
+//! magic `KPAK`, or an ELF header and its sections), and everything is opened and checked here, before anything is mounted, so that a
 //! bad source is refused with a precise message instead of leaving a half-working mount.
 //!
 //! Several archives are merged in order into one tree; the first archive to provide a
@@ -23,6 +24,7 @@ use crate::error::{Error, ErrorKind};
 use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
+use crate::tools::import;
 
 use super::limits;
 use crate::fs::{Duplicate, FsOptions, KpackFs};
@@ -33,6 +35,7 @@ pub enum SourceKind {
     Archive,
     Directory,
     HipkBinary,
+    FatBinary,
 }
 
 impl fmt::Display for SourceKind {
@@ -41,6 +44,7 @@ impl fmt::Display for SourceKind {
             SourceKind::Archive => "archive",
             SourceKind::Directory => "directory of archives",
             SourceKind::HipkBinary => "HIPK host binary",
+            SourceKind::FatBinary => "fat host binary",
         })
     }
 }
@@ -146,7 +150,7 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
     let got = crate::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
     match &magic[..got] {
         b"KPAK" => Ok(SourceKind::Archive),
-        b"\x7fELF" => Ok(SourceKind::HipkBinary),
+        b"\x7fELF" => elf_kind(path),
         _ => Err(SourceError::new(
             SourceErrorKind::BadFormat,
             format!(
@@ -155,6 +159,21 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
             ),
         )),
     }
+}
+
+/// A fat binary is mounted from its own device code; any other ELF file is taken as a HIPK
+/// binary (which refuses it with its reason).
+fn elf_kind(path: &Path) -> Result<SourceKind, SourceError> {
+    let host = import::HostFile::open_tables(path).map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Unreadable,
+            crate::error::io_message(path, &e),
+        )
+    })?;
+    Ok(match import::host_kind(host.image()) {
+        Ok(import::HostKind::Fat) => SourceKind::FatBinary,
+        _ => SourceKind::HipkBinary,
+    })
 }
 
 /// Detects and opens a source. A source of many archives needs a descriptor for each: raise
@@ -185,7 +204,10 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
             if members.is_empty() {
                 return Err(SourceError::new(
                     SourceErrorKind::NotFound,
-                    format!("{}: no *.kpack archive in this directory", abs.display()),
+                    format!(
+                        "{}: no *.kpack archive and no fat binary below this directory",
+                        abs.display()
+                    ),
                 ));
             }
             open_members(&mut source, &members, opts)?;
@@ -193,7 +215,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
                 return Err(SourceError::new(
                     SourceErrorKind::NotFound,
                     format!(
-                        "{}: none of its {} *.kpack files opens",
+                        "{}: none of its {} *.kpack files and fat binaries opens",
                         abs.display(),
                         members.len()
                     ),
@@ -201,39 +223,79 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
             }
         }
         SourceKind::HipkBinary => open_hipk(&mut source, opts)?,
+        SourceKind::FatBinary => {
+            // Keyed as `pack --from-fatbin` keys a binary given without a root.
+            let name = abs.file_name().map(|n| n.to_string_lossy().into_owned());
+            let a = import::open_fat_archive(&abs, &name.unwrap_or_default())
+                .map_err(|e| SourceError::archive(&abs, &e))?;
+            source.archives.push(Arc::new(a));
+        }
     }
     Ok(source)
 }
 
-/// Every `*.kpack` regular file directly in `dir` (symlinks followed), in byte order of name.
-fn directory_members(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        SourceError::new(
-            SourceErrorKind::Unreadable,
-            crate::error::io_message(dir, &e),
-        )
-    })?;
-    let mut names = Vec::new();
-    for e in entries {
-        let e = e.map_err(|e| {
-            SourceError::new(
-                SourceErrorKind::Unreadable,
-                crate::error::io_message(dir, &e),
-            )
-        })?;
-        let name = e.file_name();
-        if !name.as_bytes().ends_with(b".kpack") {
-            continue;
-        }
-        // A broken symlink or a member that cannot be stat'ed is left to `open_members`, which
-        // reports it; only directories are quietly not members.
-        match std::fs::metadata(e.path()) {
-            Ok(m) if m.is_dir() => continue,
-            _ => names.push(name),
+/// What a directory source merges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Member {
+    Archive(PathBuf),
+    /// A fat binary and its kernel name (its path below the directory).
+    Fat(PathBuf, String),
+}
+
+impl Member {
+    fn path(&self) -> &Path {
+        match self {
+            Member::Archive(p) | Member::Fat(p, _) => p,
         }
     }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    Ok(names.into_iter().map(|n| dir.join(n)).collect())
+}
+
+/// Every `*.kpack` file below `dir` (symlinks to files followed) and every fat host binary
+/// (regular files only: a symlinked library is the same code objects under another name), the
+/// tree walked depth first in byte order of name, symlinked directories not followed. An
+/// install tree whose libraries are fat and one split from it so give the same keys: the fat
+/// binaries keyed by their paths below `dir`, as `split` keys their archives.
+fn directory_members(dir: &Path) -> Result<Vec<Member>, SourceError> {
+    let unreadable = |p: &Path, e: std::io::Error| {
+        SourceError::new(SourceErrorKind::Unreadable, crate::error::io_message(p, &e))
+    };
+    let mut members = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries = std::fs::read_dir(&d)
+            .and_then(|r| r.collect::<std::io::Result<Vec<_>>>())
+            .map_err(|e| unreadable(&d, e))?;
+        entries.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
+        let mut subdirs = Vec::new();
+        for e in entries {
+            let path = e.path();
+            let kind = e.file_type().map_err(|err| unreadable(&path, err))?;
+            if kind.is_dir() {
+                subdirs.push(path);
+            } else if e.file_name().as_bytes().ends_with(b".kpack") {
+                // A broken symlink or a member that cannot be stat'ed is left to
+                // `open_members`, which reports it; only directories are quietly not members.
+                if !std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+                    members.push(Member::Archive(path));
+                }
+            } else if kind.is_file() && is_fat_binary(&path) {
+                let rel = path.strip_prefix(dir).unwrap_or(&path);
+                match import::kernel_name_from_relative(rel) {
+                    Ok(name) => members.push(Member::Fat(path, name)),
+                    Err(why) => log::warn!("skipping {}: {why}", path.display()),
+                }
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(members)
+}
+
+/// Whether `path` is a fat host binary; a file that cannot be read or parsed is not one.
+fn is_fat_binary(path: &Path) -> bool {
+    import::is_elf_file(path).unwrap_or(false)
+        && import::HostFile::open_tables(path)
+            .is_ok_and(|h| import::host_kind(h.image()) == Ok(import::HostKind::Fat))
 }
 
 /// Refuses a source that needs more open files than the limit allows: one per archive, beside
@@ -255,18 +317,23 @@ fn check_open_files(needed: u64) -> Result<(), SourceError> {
 /// the same file reached twice (symlinks, repeated search paths) is opened once.
 fn open_members(
     source: &mut Source,
-    members: &[PathBuf],
+    members: &[Member],
     opts: &SourceOptions,
 ) -> Result<(), SourceError> {
     // Descriptors already open (stdio and whatever the caller holds) plus one per archive.
     check_open_files(members.len() as u64 + opts.extra_fds + 16)?;
     let mut seen = HashSet::new();
-    for path in members {
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+    for member in members {
+        let path = member.path();
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if !seen.insert(canonical.clone()) {
             continue;
         }
-        match Archive::open(&canonical) {
+        let opened = match member {
+            Member::Archive(_) => Archive::open(&canonical),
+            Member::Fat(_, name) => import::open_fat_archive(&canonical, name),
+        };
+        match opened {
             Ok(a) => source.archives.push(Arc::new(a)),
             Err(e) => {
                 let err = SourceError::archive(path, &e);
@@ -508,7 +575,7 @@ mod tests {
         let got: Vec<String> = directory_members(d.path())
             .unwrap()
             .iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .map(|m| m.path().file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(got, ["B.kpack", "a.kpack", "b.kpack"]);
     }

@@ -19,7 +19,10 @@ use std::fmt;
 use std::io::Read;
 
 mod walk;
-pub use walk::{BundleHead, Event, FileRange, Source, WalkError, walk_fatbin};
+pub use walk::{
+    BundleHead, Event, FileRange, Located, Source, WalkError, decode_ccob_bundle, index_fatbin,
+    walk_fatbin,
+};
 
 /// The first bytes of an uncompressed bundle.
 pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";

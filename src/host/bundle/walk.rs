@@ -6,12 +6,13 @@
 //! [`super::parse_fatbin`] is this walk collected.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 use std::fs::File;
 use std::io;
 
 use super::{
-    BUNDLE_MAGIC, BundleError, CCOB_V3_HEADER, Entry, Layout, TableError, ccob_header,
-    find_next_magic, parse_table, parse_uncompressed,
+    BUNDLE_MAGIC, BundleError, CCOB_V3_HEADER, CcobHeader, Entry, Layout, TableEntry, TableError,
+    ccob_header, find_next_magic, parse_table, parse_uncompressed,
 };
 
 /// Where the bytes of a section come from.
@@ -120,10 +121,25 @@ pub enum WalkError<E> {
     Visit(E),
 }
 
-/// The magic scan reads this much at a time.
-const SCAN_WINDOW: u64 = 1 << 20;
-/// The first read of an entry table; real tables are a few hundred bytes.
-const FIRST_TABLE_READ: u64 = 64 << 10;
+/// How much the walk reads at once: the magic scan's window, and the first read of an entry
+/// table (real tables are a few hundred bytes; the read grows while the table goes on).
+#[derive(Clone, Copy)]
+struct Reads {
+    scan: u64,
+    table: u64,
+}
+
+/// The walk, which reads every byte anyway, reads in large pieces.
+const WALK_READS: Reads = Reads {
+    scan: 1 << 20,
+    table: 64 << 10,
+};
+/// The index reads in small ones, so that the code objects after a table or between bundles
+/// are not read: padding between bundles is alignment, under a page.
+const INDEX_READS: Reads = Reads {
+    scan: 4 << 10,
+    table: 4 << 10,
+};
 
 /// Visits every device code object of the section, in order, then each bundle's end. Memory
 /// held at once: one code object (uncompressed bundles) or one decompressed bundle (CCOB).
@@ -134,19 +150,35 @@ pub fn walk_fatbin<'a, S, E>(
 where
     S: Source + ?Sized,
 {
-    let len = src.len();
-    let mut pos = 0u64;
-    while let Some(start) = next_magic(src, pos).map_err(WalkError::Read)? {
-        let avail = len - start;
-        let head = src
-            .read(start, avail.min(BUNDLE_MAGIC.len() as u64) as usize)
-            .map_err(WalkError::Read)?;
-        let bundle = if head.starts_with(BUNDLE_MAGIC) {
+    each_bundle(src, WALK_READS, |start, avail, plain| {
+        let bundle = if plain {
             uncompressed(src, start, avail, &mut visit)?
         } else {
             compressed(src, start, avail, &mut visit)?
         };
         visit(Event::End(bundle)).map_err(WalkError::Visit)?;
+        Ok(bundle)
+    })
+}
+
+/// Finds each bundle in turn and hands `read` its start, the section bytes from there, and
+/// whether it is uncompressed (else CCOB); `read` returns where the bundle ends.
+fn each_bundle<S, E>(
+    src: &S,
+    reads: Reads,
+    mut read: impl FnMut(u64, u64, bool) -> Result<BundleHead, WalkError<E>>,
+) -> Result<(), WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let len = src.len();
+    let mut pos = 0u64;
+    while let Some(start) = next_magic(src, pos, reads.scan).map_err(WalkError::Read)? {
+        let avail = len - start;
+        let head = src
+            .read(start, avail.min(BUNDLE_MAGIC.len() as u64) as usize)
+            .map_err(WalkError::Read)?;
+        let bundle = read(start, avail, head.starts_with(BUNDLE_MAGIC))?;
         // Both parsers guarantee len >= their header size, so the scan always moves forward.
         pos = start + bundle.len;
     }
@@ -162,18 +194,7 @@ fn uncompressed<'a, S, E>(
 where
     S: Source + ?Sized,
 {
-    let mut window = avail.min(FIRST_TABLE_READ);
-    let (table, len) = loop {
-        let data = src.read(start, window as usize).map_err(WalkError::Read)?;
-        match parse_table(&data, avail) {
-            Ok(t) => break t,
-            // NeedMore only comes with window < avail, so the window grows.
-            Err(TableError::NeedMore) => window = avail.min(window.saturating_mul(4)),
-            Err(TableError::Bundle(e)) => {
-                return Err(WalkError::Bundle(e.shifted(start, "uncompressed bundle")));
-            }
-        }
-    };
+    let (table, len) = read_table(src, start, avail, WALK_READS.table)?;
     for t in table {
         let data = src
             .read(start + t.offset, t.size as usize)
@@ -193,6 +214,31 @@ where
     })
 }
 
+/// The entry table of the uncompressed bundle at `start` and the bundle's length, reading
+/// `first` bytes, then more while the table goes on.
+fn read_table<S, E>(
+    src: &S,
+    start: u64,
+    avail: u64,
+    first: u64,
+) -> Result<(Vec<TableEntry>, u64), WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let mut window = avail.min(first);
+    loop {
+        let data = src.read(start, window as usize).map_err(WalkError::Read)?;
+        match parse_table(&data, avail) {
+            Ok(t) => return Ok(t),
+            // NeedMore only comes with window < avail, so the window grows.
+            Err(TableError::NeedMore) => window = avail.min(window.saturating_mul(4)),
+            Err(TableError::Bundle(e)) => {
+                return Err(WalkError::Bundle(e.shifted(start, "uncompressed bundle")));
+            }
+        }
+    }
+}
+
 fn compressed<'a, S, E>(
     src: &'a S,
     start: u64,
@@ -202,19 +248,7 @@ fn compressed<'a, S, E>(
 where
     S: Source + ?Sized,
 {
-    let shift = |e: BundleError| WalkError::Bundle(e.shifted(start, "CCOB bundle"));
-    let head = src
-        .read(start, avail.min(CCOB_V3_HEADER as u64) as usize)
-        .map_err(WalkError::Read)?;
-    let h = ccob_header(&head, avail).map_err(shift)?;
-    let payload = src
-        .read(
-            start + h.header_len as u64,
-            (h.total as usize) - h.header_len,
-        )
-        .map_err(WalkError::Read)?;
-    let bundle = h.decode(&payload).map_err(shift)?;
-    drop(payload);
+    let (head, bundle) = decode_ccob_at(src, start, avail)?;
     let (entries, _) = parse_uncompressed(&bundle).map_err(|e| {
         WalkError::Bundle(e.shifted(
             start,
@@ -224,11 +258,167 @@ where
     for e in entries {
         visit(Event::Entry(into_owned(e))).map_err(WalkError::Visit)?;
     }
-    Ok(BundleHead {
+    Ok(head)
+}
+
+/// The header and compressed payload of the CCOB bundle at `start`.
+fn read_ccob<S, E>(
+    src: &S,
+    start: u64,
+    avail: u64,
+) -> Result<(CcobHeader, Cow<'_, [u8]>), WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let head = src
+        .read(start, avail.min(CCOB_V3_HEADER as u64) as usize)
+        .map_err(WalkError::Read)?;
+    let h = ccob_header(&head, avail)
+        .map_err(|e| WalkError::Bundle(e.shifted(start, "CCOB bundle")))?;
+    let payload = src
+        .read(
+            start + h.header_len as u64,
+            (h.total as usize) - h.header_len,
+        )
+        .map_err(WalkError::Read)?;
+    Ok((h, payload))
+}
+
+/// Decompresses the CCOB bundle at `start` (`avail` section bytes from there): where it is, and
+/// the uncompressed bundle it wraps.
+fn decode_ccob_at<S, E>(
+    src: &S,
+    start: u64,
+    avail: u64,
+) -> Result<(BundleHead, Vec<u8>), WalkError<E>>
+where
+    S: Source + ?Sized,
+{
+    let (h, payload) = read_ccob(src, start, avail)?;
+    let bundle = h
+        .decode(&payload)
+        .map_err(|e| WalkError::Bundle(e.shifted(start, "CCOB bundle")))?;
+    let head = BundleHead {
         offset: start,
         len: h.total,
         layout: Layout::Compressed { version: h.version },
-    })
+    };
+    Ok((head, bundle))
+}
+
+/// Decompresses the CCOB bundle `head` of the section (as [`index_fatbin`] placed it): the
+/// uncompressed bundle, in which [`Located::offset`] counts.
+pub fn decode_ccob_bundle<S>(src: &S, head: &BundleHead) -> Result<Vec<u8>, WalkError<Infallible>>
+where
+    S: Source + ?Sized,
+{
+    let avail = src.len().checked_sub(head.offset).ok_or_else(|| {
+        WalkError::Bundle(BundleError {
+            offset: head.offset,
+            reason: "CCOB bundle starts past the end of the section".into(),
+        })
+    })?;
+    let (found, bundle) = decode_ccob_at(src, head.offset, avail)?;
+    if found != *head {
+        return Err(WalkError::Bundle(BundleError {
+            offset: head.offset,
+            reason: "CCOB bundle changed since it was indexed".into(),
+        }));
+    }
+    Ok(bundle)
+}
+
+/// Where one device code object of a section lies, found from its bundle's entry table
+/// without reading it: bytes `offset..offset + size` of `bundle` in its uncompressed form (the
+/// section's own bytes from `bundle.offset` for an uncompressed bundle, the decompressed bundle
+/// for a CCOB one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    pub triple: String,
+    pub arch: String,
+    pub size: u64,
+    pub bundle: BundleHead,
+    pub offset: u64,
+}
+
+/// Every device code object of the section and where it lies, in the order [`walk_fatbin`]
+/// visits them. Only what locates them is read: bundle headers and entry tables of
+/// uncompressed bundles (never their code objects), and each CCOB bundle's payload, decoded
+/// only as far as its entry table.
+pub fn index_fatbin<S>(src: &S) -> Result<Vec<Located>, WalkError<Infallible>>
+where
+    S: Source + ?Sized,
+{
+    let mut out = Vec::new();
+    each_bundle(src, INDEX_READS, |start, avail, plain| {
+        let (head, table) = if plain {
+            let (table, len) = read_table(src, start, avail, INDEX_READS.table)?;
+            let head = BundleHead {
+                offset: start,
+                len,
+                layout: Layout::Uncompressed,
+            };
+            (head, table)
+        } else {
+            let (h, payload) = read_ccob(src, start, avail)?;
+            let head = BundleHead {
+                offset: start,
+                len: h.total,
+                layout: Layout::Compressed { version: h.version },
+            };
+            let table = ccob_table(&h, &payload).map_err(|e| {
+                WalkError::Bundle(e.shifted(
+                    start,
+                    "inside decompressed CCOB bundle (offset relative to its start)",
+                ))
+            })?;
+            (head, table)
+        };
+        out.extend(table.into_iter().map(|t| Located {
+            triple: t.triple,
+            arch: t.arch,
+            size: t.size,
+            bundle: head,
+            offset: t.offset,
+        }));
+        Ok(head)
+    })?;
+    Ok(out)
+}
+
+/// The entry table of a CCOB bundle's uncompressed bundle, decoding the payload only until
+/// the table is complete. Offsets of the errors are in the uncompressed bundle.
+fn ccob_table(h: &CcobHeader, payload: &[u8]) -> Result<Vec<TableEntry>, BundleError> {
+    let zstd_error = |e: std::io::Error| BundleError {
+        offset: 0,
+        reason: format!("zstd payload does not decode: {e}"),
+    };
+    let decoder = zstd::stream::read::Decoder::with_buffer(payload)
+        .map_err(zstd_error)?
+        .single_frame();
+    let mut decoder = io::Read::take(decoder, h.declared);
+    let mut buf = Vec::new();
+    let mut want = WALK_READS.table.min(h.declared);
+    loop {
+        let have = buf.len() as u64;
+        io::Read::read_to_end(&mut io::Read::take(&mut decoder, want - have), &mut buf)
+            .map_err(zstd_error)?;
+        match parse_table(&buf, h.declared) {
+            Ok((table, _)) => return Ok(table),
+            Err(TableError::Bundle(e)) => return Err(e),
+            Err(TableError::NeedMore) if (buf.len() as u64) < want => {
+                return Err(BundleError {
+                    offset: buf.len() as u64,
+                    reason: format!(
+                        "payload decodes to {} bytes, the header says {}",
+                        buf.len(),
+                        h.declared
+                    ),
+                });
+            }
+            Err(TableError::NeedMore) => want = h.declared.min(want.saturating_mul(4)),
+        }
+    }
 }
 
 fn into_owned(e: Entry<'_>) -> Entry<'static> {
@@ -240,12 +430,12 @@ fn into_owned(e: Entry<'_>) -> Entry<'static> {
 
 /// The first position at or after `from` where either magic starts, reading windows that
 /// overlap by a magic's length less one, so a magic across a window boundary is found.
-fn next_magic<S: Source + ?Sized>(src: &S, from: u64) -> io::Result<Option<u64>> {
+fn next_magic<S: Source + ?Sized>(src: &S, from: u64, window: u64) -> io::Result<Option<u64>> {
     let len = src.len();
     let overlap = BUNDLE_MAGIC.len() as u64 - 1;
     let mut at = from;
     while at < len {
-        let n = (len - at).min(SCAN_WINDOW);
+        let n = (len - at).min(window);
         let window = src.read(at, n as usize)?;
         if let Some(i) = find_next_magic(&window, 0) {
             return Ok(Some(at + i as u64));

@@ -56,18 +56,22 @@ impl HostFile {
 
     /// Opens `path` reading only the tables that list its sections: the ELF header, the program
     /// and section header tables and the section-name table; everything else reads as zeros.
-    /// Enough to parse the file and see which sections it has (not to read their contents), at
-    /// the cost of a few small reads whatever the file's size. A file whose tables cannot be
-    /// read this way is read whole, so that the parser reports what is wrong with it.
+    /// Enough to parse the file, see which sections it has (not to read their contents) and
+    /// index its device code through [`fatbin`](Self::fatbin), at the cost of a few small reads
+    /// whatever the file's size. A file whose tables cannot be read this way is read whole, so
+    /// that the parser reports what is wrong with it.
     pub fn open_tables(path: &Path) -> io::Result<HostFile> {
         let (file, len, mut image) = blank_image(path)?;
-        if !read_tables(&file, &mut image)? {
+        let fatbin = if read_tables(&file, &mut image)? {
+            find_fatbin(&image)
+        } else {
             fill(&file, &mut image, 0, len)?;
-        }
+            None
+        };
         Ok(HostFile {
             file,
             image,
-            fatbin: None,
+            fatbin,
         })
     }
 
@@ -98,6 +102,17 @@ impl HostFile {
     }
 }
 
+/// Whether the file at `path` starts with the ELF magic (a directory does not).
+pub fn is_elf_file(path: &Path) -> io::Result<bool> {
+    let mut f = File::open(path)?;
+    if f.metadata()?.is_dir() {
+        return Ok(false);
+    }
+    let mut magic = [0u8; 4];
+    let got = crate::bytes::read_full(&mut f, &mut magic)?;
+    Ok(magic[..got] == crate::host::elf::ELF_MAGIC[..])
+}
+
 /// Reads `[from, to)` of the file into the same range of `image`.
 fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
     let mut at = from as usize;
@@ -119,9 +134,15 @@ fn fill(file: &File, image: &mut [u8], from: u64, to: u64) -> io::Result<()> {
 /// table) into `image`. `None` when the file is not little-endian ELF64 with in-bounds tables
 /// or has no such section with file contents.
 fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>> {
-    if !read_tables(file, image)? {
-        return Ok(None);
-    }
+    Ok(if read_tables(file, image)? {
+        find_fatbin(image)
+    } else {
+        None
+    })
+}
+
+/// [`locate_fatbin`] in an image whose tables [`read_tables`] read.
+fn find_fatbin(image: &[u8]) -> Option<(u64, u64)> {
     // `read_tables` read, and checked the bounds of, everything looked at here.
     let le16 = |b: &[u8], at: usize| u64::from(crate::bytes::le_u16(b, at).expect("read"));
     let le32 = |b: &[u8], at: usize| crate::bytes::le_u32(b, at).expect("read");
@@ -147,10 +168,10 @@ fn locate_fatbin(file: &File, image: &mut [u8]) -> io::Result<Option<(u64, u64)>
             .is_some_and(|n| n.starts_with(wanted) && n.get(wanted.len()) == Some(&0));
         if named {
             let inside = offset.checked_add(size).is_some_and(|end| end <= len);
-            return Ok((kind != SHT_NOBITS && inside && size > 0).then_some((offset, size)));
+            return (kind != SHT_NOBITS && inside && size > 0).then_some((offset, size));
         }
     }
-    Ok(None)
+    None
 }
 
 const SHT_NOBITS: u32 = 8;

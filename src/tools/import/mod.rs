@@ -24,11 +24,13 @@ use crate::names;
 
 mod archives;
 mod check;
+mod fat_archive;
 mod host_file;
 mod submit;
 pub use archives::{ArchiveSet, FinishedArchive};
 pub use check::check_host_code_objects;
-pub use host_file::HostFile;
+pub use fat_archive::open_fat_archive;
+pub use host_file::{HostFile, is_elf_file};
 pub use submit::{Tag, submit_host_code_objects};
 
 /// Directory, at the install root, that holds the archives.
@@ -133,7 +135,7 @@ pub fn visit_code_objects<S, E>(
 where
     S: bundle::Source + ?Sized,
 {
-    let mut counters: Vec<(String, u32)> = Vec::new();
+    let mut counters = Counters::default();
     bundle::walk_fatbin(fatbin, |event| {
         let e = match event {
             bundle::Event::Entry(e) => e,
@@ -142,23 +144,9 @@ where
                 return Ok(());
             }
         };
-        // The arch names an archive file and a tree's `<arch>.hsaco`: the same rule as `pack`.
-        if let Err(reason) = names::check_arch(&e.arch) {
-            return Err(StreamError::Import(ImportError::BadArch {
-                triple: e.triple,
-                reason,
-            }));
-        }
-        let index = match counters.iter_mut().find(|(a, _)| *a == e.arch) {
-            Some((_, n)) => {
-                *n += 1;
-                *n
-            }
-            None => {
-                counters.push((e.arch.clone(), 0));
-                0
-            }
-        };
+        let index = counters
+            .next(&e.arch, &e.triple)
+            .map_err(StreamError::Import)?;
         visit(CodeObject {
             key: hipk::lookup_key(kernel_name, index),
             arch: e.arch,
@@ -175,6 +163,149 @@ where
     })
 }
 
+/// Numbers one binary's code objects per arch, in bundle order, checking each arch.
+#[derive(Default)]
+struct Counters(Vec<(String, u32)>);
+
+impl Counters {
+    /// The index of the next code object for `arch` (from `triple`).
+    fn next(&mut self, arch: &str, triple: &str) -> Result<u32, ImportError> {
+        // The arch names an archive file and a tree's `<arch>.hsaco`: the same rule as `pack`.
+        if let Err(reason) = names::check_arch(arch) {
+            return Err(ImportError::BadArch {
+                triple: triple.to_owned(),
+                reason,
+            });
+        }
+        Ok(match self.0.iter_mut().find(|(a, _)| a == arch) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                self.0.push((arch.to_owned(), 0));
+                0
+            }
+        })
+    }
+}
+
+/// One code object of a fat binary, keyed as [`visit_code_objects`] keys it, with where it
+/// lies instead of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedCodeObject {
+    pub key: String,
+    pub arch: String,
+    pub triple: String,
+    pub index: u32,
+    pub size: u64,
+    /// The bundle it is in, and its offset in that bundle's uncompressed form.
+    pub bundle: bundle::BundleHead,
+    pub offset: u64,
+}
+
+/// The code objects of a `.hip_fatbin` section, keyed as [`visit_code_objects`] keys them,
+/// found without reading them (see [`bundle::index_fatbin`]).
+pub fn index_code_objects<S>(
+    kernel_name: &str,
+    fatbin: &S,
+) -> Result<Vec<IndexedCodeObject>, StreamError<std::convert::Infallible>>
+where
+    S: bundle::Source + ?Sized,
+{
+    let located = bundle::index_fatbin(fatbin).map_err(|e| match e {
+        bundle::WalkError::Bundle(e) => StreamError::Import(ImportError::Bundle(e)),
+        bundle::WalkError::Read(e) => StreamError::Read(e),
+        bundle::WalkError::Visit(never) => match never {},
+    })?;
+    let mut counters = Counters::default();
+    located
+        .into_iter()
+        .map(|l| {
+            let index = counters
+                .next(&l.arch, &l.triple)
+                .map_err(StreamError::Import)?;
+            Ok(IndexedCodeObject {
+                key: hipk::lookup_key(kernel_name, index),
+                arch: l.arch,
+                triple: l.triple,
+                index,
+                size: l.size,
+                bundle: l.bundle,
+                offset: l.offset,
+            })
+        })
+        .collect()
+}
+
+/// [`index_code_objects`] of a host binary opened with [`HostFile`] (only its headers need
+/// be read: [`HostFile::open_headers`]). Binaries already split are refused, as by
+/// [`host_code_objects`].
+pub fn index_host_code_objects(
+    kernel_name: &str,
+    host: &HostFile,
+) -> Result<Vec<IndexedCodeObject>, StreamError<std::convert::Infallible>> {
+    check_fat(host).map_err(StreamError::Import)?;
+    match host.fatbin() {
+        Some(range) => index_code_objects(kernel_name, &range),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// What an ELF file is to the tools that read device code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKind {
+    /// A `.hip_fatbin` section with contents and no HIPK marker: its code objects are in it.
+    Fat,
+    /// A `.rocm_kpack_ref` marker: its code objects are in archives found through it.
+    Hipk,
+    /// A `.hip_fatbin` section without contents (`SHT_NOBITS`), as `objcopy --only-keep-debug`
+    /// leaves it: a separated debug file, which holds no device code.
+    SeparatedDebug,
+    /// Neither a `.hip_fatbin` section nor a marker.
+    NoDeviceCode,
+}
+
+impl HostKind {
+    /// What the file is, for a message that says why it has no device code to read.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HostKind::Fat => "a fat host binary",
+            HostKind::Hipk => "a HIPK host binary (its device code lives in kpack archives)",
+            HostKind::SeparatedDebug => {
+                "a separated debug file: its .hip_fatbin section has no contents (SHT_NOBITS)"
+            }
+            HostKind::NoDeviceCode => {
+                "an ELF file without device code (no .hip_fatbin section, no .rocm_kpack_ref marker)"
+            }
+        }
+    }
+}
+
+/// The kind of an ELF file from its bytes (only its headers and section-name table are looked
+/// at, so an image from [`HostFile::open_tables`] will do).
+pub fn host_kind(image: &[u8]) -> Result<HostKind, ImportError> {
+    let file = ElfFile::parse(image).map_err(ImportError::NotElf)?;
+    if file.section(elf::KPACK_REF_SECTION).is_some() {
+        return Ok(HostKind::Hipk);
+    }
+    Ok(match file.section(elf::HIP_FATBIN_SECTION) {
+        Some(s) if s.file_offset.is_none() => HostKind::SeparatedDebug,
+        Some(_) => HostKind::Fat,
+        None => HostKind::NoDeviceCode,
+    })
+}
+
+/// Refuses a host binary that is not ELF, is already split, or has no `.hip_fatbin`.
+fn check_fat(host: &HostFile) -> Result<(), ImportError> {
+    match host_kind(host.image())? {
+        HostKind::Hipk => Err(ImportError::AlreadySplit),
+        HostKind::NoDeviceCode => Err(ImportError::NoDeviceCode),
+        // A section without file contents holds no bundles.
+        HostKind::Fat | HostKind::SeparatedDebug => Ok(()),
+    }
+}
+
 /// Visits the code objects of a host binary opened with [`HostFile`], reading its device code
 /// through positioned reads. Binaries already split are refused, as by [`host_code_objects`].
 /// `progress` receives section bytes as bundles are read (see [`visit_code_objects`]).
@@ -184,14 +315,7 @@ pub fn visit_host_code_objects<E>(
     visit: impl FnMut(CodeObject) -> Result<(), E>,
     progress: &dyn Fn(u64),
 ) -> Result<(), StreamError<E>> {
-    let file =
-        ElfFile::parse(host.image()).map_err(|e| StreamError::Import(ImportError::NotElf(e)))?;
-    if file.section(elf::KPACK_REF_SECTION).is_some() {
-        return Err(StreamError::Import(ImportError::AlreadySplit));
-    }
-    if file.section(elf::HIP_FATBIN_SECTION).is_none() {
-        return Err(StreamError::Import(ImportError::NoDeviceCode));
-    }
+    check_fat(host).map_err(StreamError::Import)?;
     match host.fatbin() {
         Some(range) => visit_code_objects(kernel_name, &range, visit, progress),
         // A section without file contents holds no bundles.

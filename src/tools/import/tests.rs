@@ -336,7 +336,11 @@ fn open_tables_reads_only_what_lists_the_sections() {
     let whole = std::fs::read(&lib).unwrap();
     let tables = HostFile::open_tables(&lib).unwrap();
     assert_eq!(tables.len(), whole.len() as u64);
-    assert!(tables.fatbin().is_none());
+    // The device code is located (from the section headers read), not read.
+    let full = HostFile::open(&lib).unwrap();
+    let range = |h: &HostFile| h.fatbin().map(|r| (r.offset, r.len));
+    assert!(range(&tables).is_some());
+    assert_eq!(range(&tables), range(&full));
     let (t, w) = (
         crate::host::elf::ElfFile::parse(tables.image()).unwrap(),
         crate::host::elf::ElfFile::parse(&whole).unwrap(),

@@ -20,8 +20,8 @@ pub use emit::Rewrite;
 pub use rewrite::{Prepared, is_split, prepare, split_elf};
 pub use stage::{StageError, Staging};
 pub use tree::{
-    BinaryReport, Outcome, SplitReport, SplitRequest, TreeError, default_out_root, split_tree,
-    split_tree_with_progress,
+    BinaryReport, Kept, Outcome, SplitReport, SplitRequest, TreeError, default_out_root,
+    split_tree, split_tree_with_progress,
 };
 
 use crate::host::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};

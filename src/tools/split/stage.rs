@@ -43,19 +43,7 @@ impl Staging {
             path: path.to_path_buf(),
             source,
         };
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        self.create_dirs(dir).map_err(fail)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.split{}", std::process::id()));
-        // A leftover of a crashed run is removed (a symlink as a link, never its target); the
-        // file is then created exclusively, so nothing placed there meanwhile is followed.
-        let _ = std::fs::remove_file(&tmp);
+        let tmp = self.temporary(path).map_err(fail)?;
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -64,6 +52,36 @@ impl Staging {
         // Recorded before writing, so a failed write is cleaned up too.
         self.files.push((tmp, path.to_path_buf()));
         Ok(file)
+    }
+
+    /// Stages a symlink to `target` that will become `path`.
+    pub fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), StageError> {
+        let fail = |source| StageError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = self.temporary(path).map_err(fail)?;
+        std::os::unix::fs::symlink(target, &tmp).map_err(fail)?;
+        self.files.push((tmp, path.to_path_buf()));
+        Ok(())
+    }
+
+    /// The temporary name for `path`, in its directory (created as needed) and free: a
+    /// leftover of a crashed run is removed (a symlink as a link, never its target), and the
+    /// caller creates it exclusively, so nothing placed there meanwhile is followed.
+    fn temporary(&mut self, path: &Path) -> io::Result<PathBuf> {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        self.create_dirs(dir)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.split{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        Ok(tmp)
     }
 
     /// Gives a filled temporary its permissions and syncs it.

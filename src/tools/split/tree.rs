@@ -1,12 +1,19 @@
 //! Splitting a set of binaries of one install tree: each rewritten binary goes to the same
 //! relative path under the output root, and all of them share per-arch archives in
-//! `<out root>/.kpack/<prefix>_<arch>.kpack`. Binaries without device code are copied unchanged.
+//! `<out root>/.kpack/<prefix>_<arch>.kpack`. Directories given are walked (in name order, not
+//! following symlinked directories, leaving out the output root). Every file that is not a fat
+//! binary is carried over as it is, its reason counted ([`Kept`]): not ELF (archives of an
+//! earlier split among them), no device code, a separated debug file, already split; symlinks
+//! met in a walk are recreated with the same target. So splitting a split tree again gives the
+//! same tree.
 //!
-//! Three phases, each a function: (1) every binary is read without its device code and checked
-//! (all refusals happen here) while its code objects stream through the parallel pipeline into
-//! the per-arch archives, written under temporary names; (2) the archives are finished; (3) the
-//! rewritten binaries are written file to file (kept ranges copied by the kernel where it can).
-//! Memory held does not grow with the size of the binaries' device code. No output may replace
+//! Every input is first classified from its headers alone, and any malformed ELF file refused,
+//! before anything is written. Then three phases, each a function: (1) every fat binary is read
+//! without its device code and checked (all other refusals happen here) while its code objects
+//! stream through the parallel pipeline into the per-arch archives, written under temporary
+//! names; (2) the archives are finished; (3) the rewritten binaries are written file to file
+//! (kept ranges copied by the kernel where it can). Memory held does not grow with the size of
+//! the binaries' device code. No output may replace
 //! an input (compared as directory entries and as resolved files, so symlinked directories do
 //! not slip through), and an output root equal to the input root is refused. Inputs are never
 //! opened for writing. All outputs go through [`Staging`]: temporary names, removed with the
@@ -23,7 +30,7 @@ use super::{Prepared, SplitError, prepare};
 use crate::archive::writer::Compression;
 use crate::host::hipk::metadata::Pin;
 use crate::loader::search::weakly_canonical;
-use crate::tools::import::{self, ArchiveSet, HostFile, KPACK_DIR, StreamError, Tag};
+use crate::tools::import::{self, ArchiveSet, HostFile, HostKind, KPACK_DIR, StreamError, Tag};
 use crate::tools::pack_pipeline::{self, Feed, Options};
 
 /// What `split` was asked to do.
@@ -44,7 +51,7 @@ pub struct SplitRequest {
     pub pins: bool,
 }
 
-/// What happened to one binary.
+/// What happened to one input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Split {
@@ -53,8 +60,19 @@ pub enum Outcome {
         size_before: u64,
         size_after: u64,
     },
-    /// No `.hip_fatbin`: copied byte for byte.
-    Copied,
+    /// Not a fat binary: copied byte for byte.
+    Copied(Kept),
+    /// A symlink met in a walked directory: recreated with the same target.
+    Linked,
+}
+
+/// Why a file is carried over as it is instead of split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kept {
+    NotElf,
+    NoDeviceCode,
+    SeparatedDebug,
+    AlreadySplit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +84,12 @@ pub struct BinaryReport {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitReport {
+    /// Every input, in order, with what became of it.
     pub binaries: Vec<BinaryReport>,
     /// Archives written, with their number of code objects.
     pub archives: Vec<(PathBuf, usize)>,
+    /// Entries of walked directories left out, with the reason.
+    pub skipped: Vec<(PathBuf, String)>,
 }
 
 /// Why a split run failed; each names the file concerned.
@@ -123,15 +144,31 @@ pub fn default_out_root(root: &Path) -> Result<PathBuf, TreeError> {
     }
 }
 
-/// One input binary and where it goes.
+/// One input and where it goes.
 struct Host {
     path: PathBuf,
     kernel_name: String,
     output: PathBuf,
+    class: Class,
 }
 
-/// What phase 1 decided for a binary.
+/// What an input is, from its headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Class {
+    Fat,
+    Kept(Kept),
+    /// A symlink met in a walk, and its target.
+    Link(PathBuf),
+}
+
+/// What phase 1 decided for an input.
 enum Plan {
+    Write(Write),
+    Link(PathBuf),
+}
+
+/// A file to write: a rewritten binary or a copy.
+enum Write {
     Split {
         prepared: Box<Prepared>,
         code_objects: usize,
@@ -139,6 +176,7 @@ enum Plan {
     },
     Copy {
         size: u64,
+        kept: Kept,
     },
 }
 
@@ -162,13 +200,25 @@ pub fn split_tree_with_progress(
     req: &SplitRequest,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<SplitReport, TreeError> {
-    let prefix = check_request(req)?;
-    let hosts = name_hosts(req)?;
+    let (inputs, skipped) = expand_inputs(req)?;
+    let hosts = name_hosts(req, &inputs)?;
+    let prefix = check_request(req, &hosts)?;
     let inputs = input_entries(&hosts);
     check_outputs(hosts.iter().map(|h| &h.output), &inputs)?;
     let mut staging = Staging::default();
     let (plans, archives, held) = read_and_pack(req, &prefix, &hosts, &mut staging, progress)?;
     check_outputs(archives.iter().map(|a| &a.0), &inputs)?;
+    // An archive of a former split, met in the tree, is copied: it must not be written too.
+    for (archive, _) in &archives {
+        if let Some(h) = hosts.iter().find(|h| h.output == *archive) {
+            return Err(TreeError::Usage(format!(
+                "{}: this split writes this archive, and would also copy {} there; \
+                 give another --prefix or leave the old archive out",
+                archive.display(),
+                h.path.display()
+            )));
+        }
+    }
     let pins = |kernel_name: &str| -> Option<Vec<Pin>> {
         req.pins.then(|| {
             held.iter()
@@ -179,45 +229,109 @@ pub fn split_tree_with_progress(
     };
     let binaries = write_binaries(&hosts, plans, &prefix, &pins, &mut staging, progress)?;
     staging.commit()?;
-    Ok(SplitReport { binaries, archives })
+    Ok(SplitReport {
+        binaries,
+        archives,
+        skipped,
+    })
 }
 
-/// The request's own consistency: hosts given, the output root not the input root, a valid
-/// prefix (returned).
-fn check_request(req: &SplitRequest) -> Result<String, TreeError> {
-    if req.hosts.is_empty() {
-        return Err(TreeError::Usage(
-            "split needs at least one host binary".into(),
-        ));
-    }
-    let root = std::fs::canonicalize(&req.root).map_err(|source| TreeError::Read {
-        path: req.root.clone(),
-        source,
-    })?;
-    if weakly_canonical(&req.out_root) == root {
-        return Err(TreeError::Usage(format!(
-            "the output root {} is the input root; split never modifies its inputs, give another -o",
-            req.out_root.display()
-        )));
-    }
-    let prefix = match &req.prefix {
-        Some(p) => p.clone(),
-        None => import::default_prefix(
-            &req.hosts[0]
+/// A valid prefix (returned): the one given, else derived from the first fat binary's name.
+fn check_request(req: &SplitRequest, hosts: &[Host]) -> Result<String, TreeError> {
+    let first_fat = hosts.iter().find(|h| h.class == Class::Fat);
+    let prefix = match (&req.prefix, first_fat) {
+        (Some(p), _) => p.clone(),
+        (None, Some(h)) => import::default_prefix(
+            &h.path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         ),
+        // No archive will be written: the prefix names nothing.
+        (None, None) => return Ok(String::new()),
     };
     import::validate_prefix(&prefix).map_err(TreeError::Usage)?;
     Ok(prefix)
 }
 
-/// Each host's kernel name (its path below the root) and output path; a binary given twice is
-/// refused.
-fn name_hosts(req: &SplitRequest) -> Result<Vec<Host>, TreeError> {
-    let mut hosts: Vec<Host> = Vec::with_capacity(req.hosts.len());
+/// Entries of walked directories left out, with the reason.
+type Skipped = Vec<(PathBuf, String)>;
+
+/// One path to split or carry over: given, or met in a walked directory (where a symlink is
+/// carried over as a link instead of followed).
+struct Input {
+    path: PathBuf,
+    walked_link: bool,
+}
+
+/// The inputs, with directories walked, and the walked entries left out with why. Checks
+/// first that inputs are given and that the output root is not the input root.
+fn expand_inputs(req: &SplitRequest) -> Result<(Vec<Input>, Skipped), TreeError> {
+    if req.hosts.is_empty() {
+        return Err(TreeError::Usage(
+            "split needs at least one host binary or directory".into(),
+        ));
+    }
+    let read_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TreeError::Read { path, source }
+    };
+    let root = std::fs::canonicalize(&req.root).map_err(read_error(&req.root))?;
+    let out_root = weakly_canonical(&req.out_root);
+    if out_root == root {
+        return Err(TreeError::Usage(format!(
+            "the output root {} is the input root; split never modifies its inputs, give another -o",
+            req.out_root.display()
+        )));
+    }
+    let mut inputs = Vec::new();
+    let mut skipped = Vec::new();
     for path in &req.hosts {
+        if !std::fs::metadata(path).map_err(read_error(path))?.is_dir() {
+            inputs.push(Input {
+                path: path.clone(),
+                walked_link: false,
+            });
+            continue;
+        }
+        let mut stack = vec![path.clone()];
+        while let Some(dir) = stack.pop() {
+            let mut entries = std::fs::read_dir(&dir)
+                .and_then(|d| d.collect::<io::Result<Vec<_>>>())
+                .map_err(read_error(&dir))?;
+            entries.sort_by_key(|e| e.file_name());
+            // Walked depth first in name order: subdirectories go on the stack reversed.
+            let mut subdirs = Vec::new();
+            for e in entries {
+                let p = e.path();
+                let kind = e.file_type().map_err(read_error(&p))?;
+                if kind.is_dir() {
+                    // An output root inside the tree (a former run) is not an input.
+                    if weakly_canonical(&p) != out_root {
+                        subdirs.push(p);
+                    }
+                } else if kind.is_symlink() || kind.is_file() {
+                    inputs.push(Input {
+                        path: p,
+                        walked_link: kind.is_symlink(),
+                    });
+                } else {
+                    skipped.push((p, "not a regular file, directory or symlink".to_owned()));
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+    Ok((inputs, skipped))
+}
+
+/// Each input's kernel name (its path below the root), output path and class; an input given
+/// twice (or given and met in a walk) is refused, and so is a malformed ELF file: all before
+/// anything is written.
+fn name_hosts(req: &SplitRequest, inputs: &[Input]) -> Result<Vec<Host>, TreeError> {
+    let mut hosts: Vec<Host> = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let path = &input.path;
         let kernel_name = import::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
         if hosts.iter().any(|h| h.kernel_name == kernel_name) {
             return Err(TreeError::Usage(format!(
@@ -225,13 +339,44 @@ fn name_hosts(req: &SplitRequest) -> Result<Vec<Host>, TreeError> {
                 path.display()
             )));
         }
+        let class = if input.walked_link {
+            Class::Link(std::fs::read_link(path).map_err(|source| TreeError::Read {
+                path: path.clone(),
+                source,
+            })?)
+        } else {
+            classify(path)?
+        };
         hosts.push(Host {
             path: path.clone(),
             output: req.out_root.join(&kernel_name),
             kernel_name,
+            class,
         });
     }
     Ok(hosts)
+}
+
+/// Whether a file is a fat binary to split, or why it is kept as it is; reads its headers only.
+fn classify(path: &Path) -> Result<Class, TreeError> {
+    let read_error = |source| TreeError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !import::is_elf_file(path).map_err(read_error)? {
+        return Ok(Class::Kept(Kept::NotElf));
+    }
+    let host = HostFile::open_tables(path).map_err(read_error)?;
+    let kind = import::host_kind(host.image()).map_err(|e| TreeError::Refused {
+        path: path.to_path_buf(),
+        error: SplitError::from_import(e),
+    })?;
+    Ok(match kind {
+        HostKind::Fat => Class::Fat,
+        HostKind::Hipk => Class::Kept(Kept::AlreadySplit),
+        HostKind::SeparatedDebug => Class::Kept(Kept::SeparatedDebug),
+        HostKind::NoDeviceCode => Class::Kept(Kept::NoDeviceCode),
+    })
 }
 
 /// The inputs as directory entries and as resolved files, each with the path given.
@@ -327,13 +472,16 @@ fn plan_binary(
         path: h.path.clone(),
         source,
     };
+    match &h.class {
+        Class::Fat => {}
+        Class::Kept(kept) => {
+            let size = std::fs::metadata(&h.path).map_err(read_error)?.len();
+            return Ok(Plan::Write(Write::Copy { size, kept: *kept }));
+        }
+        Class::Link(target) => return Ok(Plan::Link(target.clone())),
+    }
     let host = HostFile::open(&h.path).map_err(read_error)?;
-    let prepared = match prepare(host.image()) {
-        Ok(p) => p,
-        // Only reached for ELF files: prepare refuses anything else first.
-        Err(SplitError::NoDeviceCode) => return Ok(Plan::Copy { size: host.len() }),
-        Err(error) => return Err(refused(error)),
-    };
+    let prepared = prepare(host.image()).map_err(refused)?;
     let code_objects =
         import::submit_host_code_objects(&h.kernel_name, &host, feed, &|n| progress(n)).map_err(
             |e| match e {
@@ -342,11 +490,11 @@ fn plan_binary(
                 StreamError::Visit(e) => TreeError::Archive(e),
             },
         )?;
-    Ok(Plan::Split {
+    Ok(Plan::Write(Write::Split {
         prepared: Box::new(prepared),
         code_objects,
         size_before: host.len(),
-    })
+    }))
 }
 
 /// Phase 3: each binary is written under its temporary name, file to file: the rewrite with
@@ -361,6 +509,19 @@ fn write_binaries(
 ) -> Result<Vec<BinaryReport>, TreeError> {
     let mut reports = Vec::with_capacity(hosts.len());
     for (h, plan) in hosts.iter().zip(plans) {
+        let report = |outcome| BinaryReport {
+            output: h.output.clone(),
+            kernel_name: h.kernel_name.clone(),
+            outcome,
+        };
+        let plan = match plan {
+            Plan::Write(w) => w,
+            Plan::Link(target) => {
+                staging.symlink(&h.output, &target)?;
+                reports.push(report(Outcome::Linked));
+                continue;
+            }
+        };
         let read_error = |source| TreeError::Read {
             path: h.path.clone(),
             source,
@@ -369,8 +530,8 @@ fn write_binaries(
         let meta = input.metadata().map_err(read_error)?;
         let mode = meta.permissions().mode();
         let expected = match &plan {
-            Plan::Split { size_before, .. } => *size_before,
-            Plan::Copy { size } => *size,
+            Write::Split { size_before, .. } => *size_before,
+            Write::Copy { size, .. } => *size,
         };
         if meta.len() != expected {
             return Err(read_error(io::Error::other(
@@ -383,7 +544,7 @@ fn write_binaries(
             source,
         };
         let outcome = match plan {
-            Plan::Split {
+            Write::Split {
                 prepared,
                 code_objects,
                 size_before,
@@ -400,18 +561,14 @@ fn write_binaries(
                     size_after: rewrite.len(),
                 }
             }
-            Plan::Copy { size } => {
+            Write::Copy { size, kept } => {
                 super::emit::copy_file(&input, &out, size).map_err(write_error)?;
                 progress(size);
-                Outcome::Copied
+                Outcome::Copied(kept)
             }
         };
         Staging::seal(&out, &h.output, mode)?;
-        reports.push(BinaryReport {
-            output: h.output.clone(),
-            kernel_name: h.kernel_name.clone(),
-            outcome,
-        });
+        reports.push(report(outcome));
     }
     Ok(reports)
 }

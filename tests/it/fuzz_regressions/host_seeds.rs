@@ -131,6 +131,26 @@ fn plain_library(dir: &Path) -> Vec<u8> {
     std::fs::read(so).unwrap()
 }
 
+/// A separated debug file of `bytes` (`objcopy --only-keep-debug`: `.hip_fatbin` is NOBITS),
+/// as `-dbgsym` packages ship them and a walked install tree meets them.
+fn separated_debug(dir: &Path, bytes: &[u8]) -> Vec<u8> {
+    let so = dir.join("for-debug.so");
+    let debug = dir.join("for-debug.so.debug");
+    std::fs::write(&so, bytes).unwrap();
+    let o = Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&so)
+        .arg(&debug)
+        .output()
+        .expect("objcopy (binutils) must be installed");
+    assert!(
+        o.status.success(),
+        "objcopy: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::read(debug).unwrap()
+}
+
 /// Every host seed by target: (target, file name, bytes).
 pub fn host_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let dir = tempfile::tempdir().unwrap();
@@ -147,6 +167,11 @@ pub fn host_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         out.push(("split_elf", name.clone(), bytes.clone()));
         out.push(("host_walk", name.clone(), bytes.clone()));
     }
+    out.push((
+        "host_walk",
+        "debug-fat-library.so".to_owned(),
+        separated_debug(dir.path(), &fat[0].1),
+    ));
     out.push(("hipk_host", plain.0.clone(), plain.1.clone()));
     out.push(("hipk_host", fat[0].0.clone(), fat[0].1.clone()));
     out

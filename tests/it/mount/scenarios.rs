@@ -60,6 +60,17 @@ pub fn run(name: &str, mnt: &Path, archive: &Path, arg: &str) {
                     == fs::read(mnt.join(path).with_file_name(target)).unwrap()
             );
         }
+        "eio" => {
+            let e = fs::read(mnt.join(arg)).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{arg}: {e}");
+        }
+        "same_as" => {
+            let (path, file) = arg.split_once('=').unwrap();
+            assert!(
+                fs::read(mnt.join(path)).unwrap() == fs::read(file).unwrap(),
+                "{path}"
+            );
+        }
         "walk_one" => {
             let (key, arch) = arg.rsplit_once('/').unwrap();
             let want = Archive::open(archive)

@@ -85,8 +85,8 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
     let d = tmp();
     let src = d.path().join("kp");
     let (a900, _b900, b90a, ay) = conflicting_dir(&src);
-    // A corrupt member (right magic, broken header), a nested archive (not recursive) and a
-    // file that is not *.kpack.
+    // A corrupt member (right magic, broken header), a nested archive (the tree is walked, so
+    // it is shown) and a file that is not *.kpack.
     std::fs::write(src.join("c.kpack"), b"KPAK\x01\0\0\0garbage").unwrap();
     std::fs::create_dir(src.join("nested")).unwrap();
     write_archive(
@@ -105,6 +105,7 @@ fn directory_source_merges_in_name_order_skipping_a_corrupt_member() {
             ("lib/x.so#0/gfx900.hsaco", &a900),
             ("lib/x.so#0/gfx90a:xnack+.hsaco", &b90a),
             ("lib/y.so#0/gfx1100.hsaco", &ay),
+            ("n#0/gfx900.hsaco", &[1]),
         ],
     );
     let m = Mount::start(&src, &["--gpu", "gfx1030"]);
@@ -613,4 +614,182 @@ fn hipk_binary_source_uses_the_loaders_open_step() {
     let opened = source::open(&binary, &gfx900).unwrap();
     assert_eq!(opened.archives.len(), 1);
     assert!(opened.warnings.is_empty());
+}
+
+/// `kpack-fuse extract SOURCE DEST ARGS...`, which must succeed: the files a mount of a host
+/// binary must show.
+fn extracted(source: &Path, dest: &Path, args: &[&std::ffi::OsStr]) -> PathBuf {
+    let out = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+        .arg("extract")
+        .arg(source)
+        .arg(dest)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dest.to_path_buf()
+}
+
+/// The synthetic fat library of `fatbin::synthetic_section` built below `dir`, its section and
+/// what `extract` writes of it.
+fn synthetic_fat(dir: &Path) -> (Vec<u8>, PathBuf, PathBuf) {
+    let (section, _) = crate::fatbin::synthetic_section();
+    let lib = crate::fatbin::gcc_fat_binary(&dir.join("in"), "libsynth.so", &section, true);
+    let want = extracted(&lib, &dir.join("want"), &[]);
+    (section, lib, want)
+}
+
+/// A fat binary mounts as its code objects, keyed as `pack --from-fatbin` keys them (plain,
+/// CCOB v3 and v2 bundles): the same files, byte for byte, as `extract` of the binary.
+#[test]
+fn fat_binary_mounts_its_code_objects() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (_, lib, want) = synthetic_fat(d.path());
+    assert_eq!(crate::support::files_below(&want).len(), 8);
+    let m = Mount::start(&lib, &[]);
+    m.check("tree", want.to_str().unwrap());
+    m.stop();
+}
+
+/// A CCOB bundle whose header lies about its decoded size: the mount still opens (only tables
+/// are read to list the code objects), that bundle's files read as EIO, and the other bundles'
+/// files read as extracted from the intact binary.
+#[test]
+fn fat_binary_with_a_corrupt_bundle_serves_the_rest() {
+    use rocm_kpack::host::bundle::{Layout, parse_fatbin};
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let (section, lib, want) = synthetic_fat(d.path());
+    let host = rocm_kpack::tools::import::HostFile::open_tables(&lib).unwrap();
+    let at = host.fatbin().unwrap().offset;
+    let v3 = parse_fatbin(&section)
+        .unwrap()
+        .into_iter()
+        .find(|b| b.layout == Layout::Compressed { version: 3 })
+        .unwrap();
+    let mut bytes = std::fs::read(&lib).unwrap();
+    let field = (at + v3.offset + 16) as usize;
+    let declared = u64::from_le_bytes(bytes[field..field + 8].try_into().unwrap());
+    bytes[field..field + 8].copy_from_slice(&(declared + 1).to_le_bytes());
+    let bad = d.path().join("bad/libsynth.so");
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let m = Mount::start(&bad, &[]);
+    // The v3 bundle is the third translation unit (see fatbin::synthetic_section).
+    for f in [
+        "libsynth.so#0/gfx1030.hsaco",
+        "libsynth.so#1/gfx90a:xnack-.hsaco",
+        "libsynth.so#2/gfx900.hsaco",
+    ] {
+        m.check("eio", f);
+    }
+    for f in [
+        "libsynth.so#0/gfx900.hsaco",
+        "libsynth.so#0/gfx90a:xnack-.hsaco",
+        "libsynth.so#1/gfx900.hsaco",
+        "libsynth.so#2/gfx90a:xnack-.hsaco",
+        "libsynth.so#1/gfx1030.hsaco",
+    ] {
+        m.check("same_as", &format!("{f}={}", want.join(f).display()));
+    }
+    let log = m.daemon_log();
+    assert!(
+        log.contains(&format!(
+            "{}: .hip_fatbin: bad offload bundle at byte {}: CCOB bundle: payload decodes to",
+            bad.canonicalize().unwrap().display(),
+            // The error is in the payload, after the 32-byte v3 header.
+            v3.offset + 32
+        )),
+        "{log}"
+    );
+    m.stop();
+}
+
+/// Debian's librocrand mounted as it ships: its seven code objects, byte for byte as `extract`
+/// of the binary writes them, and the fallback links of `--gpu` as for an archive.
+#[test]
+fn fat_binary_mount_of_real_rocrand() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(so) = crate::fatbin::rocrand() else {
+        return;
+    };
+    let d = tmp();
+    let want = extracted(&so, &d.path().join("want"), &[]);
+    assert_eq!(crate::support::files_below(&want).len(), 7);
+    let m = Mount::start(&so, &["--gpu", "gfx90a:xnack-"]);
+    m.check("tree", want.to_str().unwrap());
+    m.check(
+        "same_as",
+        &format!(
+            "librocrand.so.1.1#0/native.hsaco={}",
+            want.join("librocrand.so.1.1#0/gfx90a:xnack-.hsaco")
+                .display()
+        ),
+    );
+    m.stop();
+}
+
+/// An install tree mounts the same whether its libraries are fat or split: Debian's rocRAND
+/// tree (with a separated debug file, a symlink and documentation, which show nothing) and
+/// rocSPARSE's (1.3 GB, 777 code objects; split without compression to keep the test short),
+/// and what `split` makes of each, all show exactly what `extract` of the library with `--root`
+/// writes.
+#[test]
+fn install_tree_mounts_the_same_fat_or_split() {
+    if !fuse_available() {
+        return;
+    }
+    let d = tmp();
+    let Some(rocrand) = crate::split_tree::rocrand_tree(&d.path().join("rocrand")) else {
+        return;
+    };
+    let Some(rocsparse) = crate::fatbin::rocsparse() else {
+        return;
+    };
+    let rocsparse = crate::split_tree::debian_tree(
+        &d.path().join("rocsparse"),
+        &rocsparse,
+        "librocsparse.so.0",
+    );
+    for (root, lib, count, compression) in [
+        (&rocrand, "librocrand.so.1.1", 7, "zstd"),
+        (&rocsparse, "librocsparse.so.0.1", 777, "none"),
+    ] {
+        let so = root.join("lib/x86_64-linux-gnu").join(lib);
+        let want = extracted(
+            &so,
+            &root.with_file_name("want"),
+            &["--root".as_ref(), root.as_os_str()],
+        );
+        let out = root.with_file_name("out");
+        let o = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .arg("split")
+            .arg(root)
+            .arg("--root")
+            .arg(root)
+            .arg("-o")
+            .arg(&out)
+            .args(["--compression", compression])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(crate::support::files_below(&want).len(), count, "{lib}");
+        for source in [root, &out] {
+            let m = Mount::start(source, &[]);
+            m.check("tree", want.to_str().unwrap());
+            m.stop();
+        }
+    }
 }

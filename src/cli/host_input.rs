@@ -1,0 +1,229 @@
+//! What `list` and `extract` were given: an archive, or a host binary whose code objects they
+//! show. A fat binary's code objects are found in its `.hip_fatbin` (keyed as
+//! `pack --from-fatbin` keys them); a HIPK binary's are what the loader finds through its
+//! marker. Any other ELF file is refused with one line saying what it is.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocm_kpack::Archive;
+use rocm_kpack::host::hipk::{self, HipkHost};
+use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
+use rocm_kpack::tools::import::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
+
+use super::{CliError, CliResult, Exit};
+
+/// An input of `list` or `extract`.
+pub enum Input {
+    Archive,
+    /// A fat binary, opened with only its headers read, and its kernel name.
+    Fat {
+        host: HostFile,
+        kernel_name: String,
+    },
+    /// A HIPK binary and the path the runtime would report for it.
+    Hipk {
+        host: HipkHost,
+        binary: PathBuf,
+    },
+}
+
+/// Tells what `path` is: anything but a local ELF file is an archive (a remote one, or a file
+/// the archive reader then accepts or refuses with its own message). `root` names a fat
+/// binary's kernel name as `pack --from-fatbin --root` does.
+pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
+    if remote || !import::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
+        return Ok(Input::Archive);
+    }
+    let host = HostFile::open_tables(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
+    let kind = import::host_kind(host.image())
+        .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))?;
+    match kind {
+        HostKind::Fat => Ok(Input::Fat {
+            host,
+            kernel_name: super::import::kernel_name_for(path, root)?,
+        }),
+        HostKind::Hipk => Ok(Input::Hipk {
+            host: super::resolve::read_host(path)?,
+            binary: super::resolve::runtime_path(path),
+        }),
+        other => Err(CliError::new(
+            Exit::BadFormat,
+            format!(
+                "{}: {}; neither a kpack archive nor a host binary with device code",
+                path.display(),
+                other.describe()
+            ),
+        )),
+    }
+}
+
+/// Refuses flags that do nothing for this input: `--root` names a fat binary's code objects,
+/// `--gpu` picks among a HIPK binary's archives.
+pub fn check_flags(path: &Path, input: &Input, root: bool, gpus: bool) -> CliResult {
+    let what = match input {
+        Input::Archive => "an archive",
+        Input::Fat { .. } => "a fat binary",
+        Input::Hipk { .. } => "a HIPK binary",
+    };
+    let misplaced = match input {
+        _ if root && !matches!(input, Input::Fat { .. }) => Some("--root (for fat binaries)"),
+        _ if gpus && !matches!(input, Input::Hipk { .. }) => Some("--gpu (for HIPK binaries)"),
+        _ => None,
+    };
+    match misplaced {
+        Some(flag) => Err(CliError::new(
+            Exit::Usage,
+            format!("{}: is {what}; {flag} does not apply", path.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The code objects of a fat binary, without reading them.
+pub fn fat_index(
+    path: &Path,
+    host: &HostFile,
+    kernel_name: &str,
+) -> CliResult<Vec<IndexedCodeObject>> {
+    import::index_host_code_objects(kernel_name, host).map_err(|e| import_error(path, e))
+}
+
+/// A failure reading a fat binary's device code, as `pack --from-fatbin` reports it.
+pub fn import_error<E: Into<CliError>>(path: &Path, e: StreamError<E>) -> CliError {
+    match e {
+        StreamError::Import(e) => {
+            CliError::new(Exit::BadFormat, format!("{}: {e}", path.display()))
+        }
+        StreamError::Read(e) => CliError::io(Exit::Unreadable, path, &e),
+        StreamError::Visit(e) => e.into(),
+    }
+}
+
+/// One code object of a HIPK binary as the loader finds it.
+pub struct HipkRow {
+    pub index: u32,
+    pub key: String,
+    /// The target it is stored for; `None` when nothing was found.
+    pub arch: Option<String>,
+    pub found: Result<Found, String>,
+}
+
+pub struct Found {
+    pub path: PathBuf,
+    pub archive: Arc<Archive>,
+    pub size: u64,
+}
+
+/// What the loader finds for each code-object index of a HIPK binary: its HIPK wrappers'
+/// indices (or, without wrappers, every index its archives hold for it). Without `gpus`,
+/// every (archive, arch) on its search paths that holds the key, in search order; with them,
+/// the one code object the loader picks for that device, as `kpack_load_code_object` picks it.
+pub fn hipk_rows(host: &HipkHost, binary: &Path, gpus: &[String]) -> CliResult<Vec<HipkRow>> {
+    let meta = &host.metadata;
+    let loader = Loader::new(LoaderConfig::from_env());
+    let arches = super::resolve::arch_list(gpus);
+    let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
+    let expansion = if gpus.is_empty() {
+        Expansion::Existing
+    } else {
+        Expansion::Targets(&arch_refs)
+    };
+    let paths = loader.search_paths(meta, binary, expansion, &mut Silent);
+    let mut opened = loader
+        .open_archives(&paths, meta.pins.as_deref(), &mut Silent)
+        .archives;
+    // The loader keeps a file reached twice; it is listed once.
+    let mut seen = std::collections::HashSet::new();
+    opened.retain(|(p, _)| seen.insert(p.clone()));
+    let mut indices = host.hipk_code_objects();
+    if indices.is_empty() {
+        for (_, a) in &opened {
+            indices.extend(
+                a.entries()
+                    .filter_map(|(key, _)| hipk::split_lookup_key(key))
+                    .filter(|(name, _)| *name == meta.kernel_name)
+                    .map(|(_, i)| i),
+            );
+        }
+    }
+    indices.sort_unstable();
+    indices.dedup();
+    let mut rows = Vec::new();
+    for index in indices {
+        let key = meta.lookup_key(index);
+        let before = rows.len();
+        if gpus.is_empty() {
+            for (path, a) in &opened {
+                for (k, entry) in a.entries().filter(|(k, _)| *k == key) {
+                    rows.push(HipkRow {
+                        index,
+                        key: k.to_owned(),
+                        arch: Some(entry.arch.to_owned()),
+                        found: a
+                            .locate(k, entry.arch)
+                            .map(|r| Found {
+                                path: path.clone(),
+                                archive: Arc::clone(a),
+                                size: r.size,
+                            })
+                            .map_err(|e| e.to_string()),
+                    });
+                }
+            }
+        } else {
+            let request = LoadRequest {
+                binary_path: binary,
+                co_index: index,
+                arch_list: &arch_refs,
+            };
+            let loaded = loader.load_code_object(
+                || Ok(meta.clone()),
+                &request,
+                |n| Some(vec![0u8; n]),
+                &mut Silent,
+            );
+            // The loader opened its archive through its cache, which hands back the same one.
+            let picked = loaded.map(|l| {
+                let archive = loader.cache().get_or_open(&l.archive, &mut Silent);
+                (l, archive)
+            });
+            rows.push(match picked {
+                Ok((l, Some((_, archive)))) => HipkRow {
+                    index,
+                    key: key.clone(),
+                    arch: Some(l.target),
+                    found: Ok(Found {
+                        path: l.archive,
+                        archive,
+                        size: l.data.len() as u64,
+                    }),
+                },
+                Ok((l, None)) => HipkRow {
+                    index,
+                    key: key.clone(),
+                    arch: Some(l.target),
+                    found: Err(format!("{}: no longer opens", l.archive.display())),
+                },
+                Err(e) => HipkRow {
+                    index,
+                    key: key.clone(),
+                    arch: None,
+                    found: Err(e.to_string()),
+                },
+            });
+        }
+        if rows.len() == before {
+            rows.push(HipkRow {
+                index,
+                key,
+                arch: None,
+                found: Err(format!(
+                    "in no archive on the search paths ({} candidate paths)",
+                    paths.len()
+                )),
+            });
+        }
+    }
+    Ok(rows)
+}
