@@ -118,7 +118,7 @@ fn host_extract_of_a_fat_binary_is_pack_then_extract() {
     let o = kpack_fuse(&[&"extract", &lib, &direct, &"--root", &root]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
-        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout),
         format!(
             "extracted 8 kernels ({} bytes) into {}\n",
             expected.iter().map(|(_, _, d)| d.len()).sum::<usize>(),
