@@ -1,8 +1,9 @@
 //! What a mount shows: one archive, a directory of archives, the archives of a HIPK host
 //! binary, or the code objects of a fat host binary (read as an archive, see
-//! `tools::import::open_fat_archive`). The kind is read from the source itself (a directory, the
-//! magic `KPAK`, or an ELF header and its sections), and everything is opened and checked here, before anything is mounted, so that a
-//! bad source is refused with a precise message instead of leaving a half-working mount.
+//! `host::fatbin::open_fat_archive`). The kind is read from the source itself (a directory, the
+//! magic `KPAK`, or an ELF header and its sections), and everything is opened and checked here,
+//! before anything is mounted, so that a bad source is refused with a precise message instead of
+//! leaving a half-working mount.
 //!
 //! Several archives are merged in order into one tree; the first archive to provide a
 //! (key, arch) wins. For a directory or a HIPK binary, a later duplicate and an archive that
@@ -24,7 +25,7 @@ use crate::error::{Error, ErrorKind};
 use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
-use crate::tools::import;
+use crate::host::fatbin;
 
 use super::limits;
 use crate::fs::{Duplicate, FsOptions, KpackFs};
@@ -164,14 +165,14 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
 /// A fat binary is mounted from its own device code; any other ELF file is taken as a HIPK
 /// binary (which refuses it with its reason).
 fn elf_kind(path: &Path) -> Result<SourceKind, SourceError> {
-    let host = import::HostFile::open_tables(path).map_err(|e| {
+    let host = fatbin::HostFile::open_tables(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
             crate::error::io_message(path, &e),
         )
     })?;
-    Ok(match import::host_kind(host.image()) {
-        Ok(import::HostKind::Fat) => SourceKind::FatBinary,
+    Ok(match fatbin::host_kind(host.image()) {
+        Ok(fatbin::HostKind::Fat) => SourceKind::FatBinary,
         _ => SourceKind::HipkBinary,
     })
 }
@@ -226,7 +227,7 @@ pub fn open(path: &Path, opts: &SourceOptions) -> Result<Source, SourceError> {
         SourceKind::FatBinary => {
             // Keyed as `pack --from-fatbin` keys a binary given without a root.
             let name = abs.file_name().map(|n| n.to_string_lossy().into_owned());
-            let a = import::open_fat_archive(&abs, &name.unwrap_or_default())
+            let a = fatbin::open_fat_archive(&abs, &name.unwrap_or_default())
                 .map_err(|e| SourceError::archive(&abs, &e))?;
             source.archives.push(Arc::new(a));
         }
@@ -280,7 +281,7 @@ fn directory_members(dir: &Path) -> Result<Vec<Member>, SourceError> {
                 }
             } else if kind.is_file() && is_fat_binary(&path) {
                 let rel = path.strip_prefix(dir).unwrap_or(&path);
-                match import::kernel_name_from_relative(rel) {
+                match fatbin::kernel_name_from_relative(rel) {
                     Ok(name) => members.push(Member::Fat(path, name)),
                     Err(why) => log::warn!("skipping {}: {why}", path.display()),
                 }
@@ -293,9 +294,9 @@ fn directory_members(dir: &Path) -> Result<Vec<Member>, SourceError> {
 
 /// Whether `path` is a fat host binary; a file that cannot be read or parsed is not one.
 fn is_fat_binary(path: &Path) -> bool {
-    import::is_elf_file(path).unwrap_or(false)
-        && import::HostFile::open_tables(path)
-            .is_ok_and(|h| import::host_kind(h.image()) == Ok(import::HostKind::Fat))
+    fatbin::is_elf_file(path).unwrap_or(false)
+        && fatbin::HostFile::open_tables(path)
+            .is_ok_and(|h| fatbin::host_kind(h.image()) == Ok(fatbin::HostKind::Fat))
 }
 
 /// Refuses a source that needs more open files than the limit allows: one per archive, beside
@@ -331,7 +332,7 @@ fn open_members(
         }
         let opened = match member {
             Member::Archive(_) => Archive::open(&canonical),
-            Member::Fat(_, name) => import::open_fat_archive(&canonical, name),
+            Member::Fat(_, name) => fatbin::open_fat_archive(&canonical, name),
         };
         match opened {
             Ok(a) => source.archives.push(Arc::new(a)),
