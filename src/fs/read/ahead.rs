@@ -75,7 +75,8 @@ impl KpackFs {
     }
 
     /// The decode job of the first file within [`scan::AHEAD`] inodes past `front`, of at most
-    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding. Never with
+    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding nor given up
+    /// (see [`Scans::give_up`](scan::Scans::give_up)). Never with
     /// memory backing: its memory cannot be reclaimed, so nothing is decoded into it before it
     /// is asked for. Not a kernel page-cache mode decodes straight into a READ's reply: a
     /// backing file for it would cost more than its decode.
@@ -91,7 +92,11 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
-            if file.size == 0 || file.size > largest || self.decodes_into_reply(file) {
+            if file.size == 0
+                || file.size > largest
+                || self.decodes_into_reply(file)
+                || self.scans.given_up(ino)
+            {
                 continue;
             }
             let id = kernel_id(file);
