@@ -429,6 +429,18 @@ fn kernel_larger_than_the_cache_is_decoded_once_per_handle() {
     assert_eq!(fs.open_handles(), 0);
 }
 
+/// Overwrites the stored bytes of one kernel of the archive at `path` with 0xff.
+fn corrupt_kernel(path: &Path, key: &str, arch: &str) {
+    let stored = Archive::open(path)
+        .unwrap()
+        .locate(key, arch)
+        .unwrap()
+        .stored;
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
+    std::fs::write(path, bytes).unwrap();
+}
+
 #[test]
 fn corrupt_frame_is_eio_and_neighbours_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -438,14 +450,7 @@ fn corrupt_frame_is_eio_and_neighbours_read() {
         Compression::Zstd { level: 3 },
         &sample(),
     );
-    let stored = Archive::open(&path)
-        .unwrap()
-        .locate("lib/libb.so#1", "gfx1100")
-        .unwrap()
-        .stored;
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
-    std::fs::write(&path, bytes).unwrap();
+    corrupt_kernel(&path, "lib/libb.so#1", "gfx1100");
     let (fs, _) = KpackFs::new(
         vec![Arc::new(Archive::open(&path).unwrap())],
         &options(1 << 20, &[]),
@@ -849,14 +854,7 @@ fn a_kernel_that_fails_to_decode_ahead_is_not_decoded_ahead_again() {
         Compression::Zstd { level: 3 },
         &kernels,
     );
-    let stored = Archive::open(&path)
-        .unwrap()
-        .locate("k#2", "gfx900")
-        .unwrap()
-        .stored;
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
-    std::fs::write(&path, bytes).unwrap();
+    corrupt_kernel(&path, "k#2", "gfx900");
     let scratch = tempfile::tempdir().unwrap();
     let opts = FsOptions {
         backing: Placement::Scratch(scratch.path().to_owned()),
