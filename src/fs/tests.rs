@@ -877,3 +877,27 @@ fn a_kernel_that_fails_to_decode_ahead_is_not_decoded_ahead_again() {
     assert_eq!(fs.open(ino(2), libc::O_RDONLY).unwrap_err(), Errno::EIO);
     assert_eq!(fs.cache_stats().decodes, 5);
 }
+
+#[test]
+fn opens_while_every_decode_thread_is_busy_still_move_their_scan() {
+    const KEYS: [&str; 4] = ["k#0", "k#1", "k#2", "k#3"];
+    let kernels: Kernels = (0..4)
+        .map(|i| (KEYS[i], "gfx900", vec![i as u8; 1000]))
+        .collect();
+    let scratch = tempfile::tempdir().unwrap();
+    let opts = FsOptions {
+        backing: Placement::Scratch(scratch.path().to_owned()),
+        ..options(1 << 20, &[])
+    };
+    let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
+    let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
+    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
+    // The second open comes while every decode thread is busy: nothing starts now, but the
+    // open continues the scan, so the thread that finishes next goes on ahead of it.
+    assert!(fs.decode_ahead(ino(1), 0).is_empty());
+    let job = fs.continue_ahead().expect("the scan goes on past file 1");
+    fs.run_fill(job);
+    assert_eq!(fs.cache_stats().decodes, 1);
+    assert_eq!(read_all(&fs, ino(2), 4096), vec![2; 1000]);
+    assert_eq!(fs.cache_stats().decodes, 1, "file 2 was decoded ahead");
+}
