@@ -101,9 +101,9 @@ pub struct MountArgs {
     /// (FUSE passthrough, Linux 6.9+, needs CAP_SYS_ADMIN).
     #[arg(long)]
     pub no_passthrough: bool,
-    /// Never decode a kernel before it is opened. By default, when opens walk the files in
-    /// order (a copy or checksum of the tree), a decode thread that would idle decodes the next
-    /// file ahead of them.
+    /// Never decode a kernel before it is opened (in page-cache mode, read). By default, when
+    /// a reader walks the files in order (a copy or checksum of the tree), the decode threads
+    /// that would idle decode the next files ahead of it, each reader's on its own.
     #[arg(long)]
     pub no_decode_ahead: bool,
     /// How files are opened: daemon (each open reaches the daemon, which hands the kernel the

@@ -429,6 +429,18 @@ fn kernel_larger_than_the_cache_is_decoded_once_per_handle() {
     assert_eq!(fs.open_handles(), 0);
 }
 
+/// Overwrites the stored bytes of one kernel of the archive at `path` with 0xff.
+fn corrupt_kernel(path: &Path, key: &str, arch: &str) {
+    let stored = Archive::open(path)
+        .unwrap()
+        .locate(key, arch)
+        .unwrap()
+        .stored;
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
+    std::fs::write(path, bytes).unwrap();
+}
+
 #[test]
 fn corrupt_frame_is_eio_and_neighbours_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -438,14 +450,7 @@ fn corrupt_frame_is_eio_and_neighbours_read() {
         Compression::Zstd { level: 3 },
         &sample(),
     );
-    let stored = Archive::open(&path)
-        .unwrap()
-        .locate("lib/libb.so#1", "gfx1100")
-        .unwrap()
-        .stored;
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[stored.offset as usize..(stored.offset + stored.size) as usize].fill(0xff);
-    std::fs::write(&path, bytes).unwrap();
+    corrupt_kernel(&path, "lib/libb.so#1", "gfx1100");
     let (fs, _) = KpackFs::new(
         vec![Arc::new(Archive::open(&path).unwrap())],
         &options(1 << 20, &[]),
@@ -834,4 +839,65 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
     assert_eq!(read_all(&fs, ino(2), 4096), vec![2; 1000]);
     assert_eq!(fs.cache_stats().decodes, 5);
     assert_eq!(fs.store().pinned_bytes(), 1000);
+}
+
+#[test]
+fn a_kernel_that_fails_to_decode_ahead_is_not_decoded_ahead_again() {
+    const KEYS: [&str; 4] = ["k#0", "k#1", "k#2", "k#3"];
+    let kernels: Kernels = (0..4)
+        .map(|i| (KEYS[i], "gfx900", vec![i as u8; 1000]))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_archive(
+        dir.path(),
+        "c.kpack",
+        Compression::Zstd { level: 3 },
+        &kernels,
+    );
+    corrupt_kernel(&path, "k#2", "gfx900");
+    let scratch = tempfile::tempdir().unwrap();
+    let opts = FsOptions {
+        backing: Placement::Scratch(scratch.path().to_owned()),
+        ..options(1 << 20, &[])
+    };
+    let (fs, _) = KpackFs::new(vec![Arc::new(Archive::open(&path).unwrap())], &opts).unwrap();
+    let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
+    assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
+    assert!(fs.decode_ahead(ino(0), 4).is_empty());
+    assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
+    for job in fs.decode_ahead(ino(1), 4) {
+        fs.run_fill(job);
+    }
+    assert_eq!(fs.cache_stats().decodes, 4, "k#2 failed, k#3 is pinned");
+    // A decode thread goes on decoding ahead while nothing else waits: the kernel that failed
+    // is not taken up again, or the thread would decode it for ever.
+    assert!(fs.continue_ahead().is_none());
+    assert_eq!(fs.cache_stats().decodes, 4);
+    // An open still tries it, and fails as the decode ahead did.
+    assert_eq!(fs.open(ino(2), libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert_eq!(fs.cache_stats().decodes, 5);
+}
+
+#[test]
+fn opens_while_every_decode_thread_is_busy_still_move_their_scan() {
+    const KEYS: [&str; 4] = ["k#0", "k#1", "k#2", "k#3"];
+    let kernels: Kernels = (0..4)
+        .map(|i| (KEYS[i], "gfx900", vec![i as u8; 1000]))
+        .collect();
+    let scratch = tempfile::tempdir().unwrap();
+    let opts = FsOptions {
+        backing: Placement::Scratch(scratch.path().to_owned()),
+        ..options(1 << 20, &[])
+    };
+    let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
+    let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
+    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
+    // The second open comes while every decode thread is busy: nothing starts now, but the
+    // open continues the scan, so the thread that finishes next goes on ahead of it.
+    assert!(fs.decode_ahead(ino(1), 0).is_empty());
+    let job = fs.continue_ahead().expect("the scan goes on past file 1");
+    fs.run_fill(job);
+    assert_eq!(fs.cache_stats().decodes, 1);
+    assert_eq!(read_all(&fs, ino(2), 4096), vec![2; 1000]);
+    assert_eq!(fs.cache_stats().decodes, 1, "file 2 was decoded ahead");
 }

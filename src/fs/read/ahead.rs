@@ -17,17 +17,19 @@ impl KpackFs {
     /// After a first open (or first READ) of `ino`: when it continues a scan (see `scan.rs`),
     /// the decode jobs of the first files past the scan's front that are neither decoded nor
     /// decoding, one for each of the `idle_workers` decode threads. No request waits for them;
-    /// the ones that come for their files join them like any decode.
+    /// the ones that come for their files join them like any decode. The open moves its scan
+    /// even when no thread is idle: the busy ones go on ahead of the scan's new front when they
+    /// finish ([`continue_ahead`](Self::continue_ahead)).
     pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
-        if idle_workers == 0
-            || !self.decodes_ahead()
-            || !matches!(self.tree.entry(ino), Some(Entry::File(_)))
-        {
+        if !self.decodes_ahead() || !matches!(self.tree.entry(ino), Some(Entry::File(_))) {
             return Vec::new();
         }
         let Some(front) = self.scans.opened(ino) else {
             return Vec::new();
         };
+        if idle_workers == 0 {
+            return Vec::new();
+        }
         self.release_unreachable_pins();
         let mut jobs = Vec::new();
         while jobs.len() < idle_workers {
@@ -75,7 +77,8 @@ impl KpackFs {
     }
 
     /// The decode job of the first file within [`scan::AHEAD`] inodes past `front`, of at most
-    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding. Never with
+    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding nor given up
+    /// (see [`Scans::give_up`](scan::Scans::give_up)). Never with
     /// memory backing: its memory cannot be reclaimed, so nothing is decoded into it before it
     /// is asked for. Not a kernel page-cache mode decodes straight into a READ's reply: a
     /// backing file for it would cost more than its decode.
@@ -91,7 +94,11 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
-            if file.size == 0 || file.size > largest || self.decodes_into_reply(file) {
+            if file.size == 0
+                || file.size > largest
+                || self.decodes_into_reply(file)
+                || self.scans.given_up(ino)
+            {
                 continue;
             }
             let id = kernel_id(file);

@@ -64,10 +64,18 @@ impl KpackFs {
             log::error!("a decode job panicked");
             Err(Errno::EIO)
         });
-        match (&result, make) {
+        let kept = match (&result, make) {
             (Ok((body, true)), _) => self.hold(ino, id, body, make),
-            (_, Make::Ahead { reserved }) => self.store.cancel_pin(reserved),
-            _ => {}
+            (_, Make::Ahead { reserved }) => {
+                self.store.cancel_pin(reserved);
+                false
+            }
+            _ => false,
+        };
+        // A scan would find a kernel decoded ahead and not kept missing again, and take it up
+        // again at once, for as long as the scan lasts.
+        if !kept && matches!(make, Make::Ahead { .. }) {
+            self.scans.give_up(ino);
         }
         lock(&self.fills).remove(&id);
         match &result {
@@ -79,17 +87,19 @@ impl KpackFs {
 
     /// Keeps what a job made in the store: pinned for a decode ahead (its reservation becomes
     /// the pin). A file for READs by inode that the store cannot keep (larger than its bound)
-    /// is held aside, since no handle holds it for the READs that follow.
-    pub(super) fn hold(&self, ino: Ino, id: KernelId, body: &Body, make: Make) {
+    /// is held aside, since no handle holds it for the READs that follow. Returns whether the
+    /// store kept it.
+    pub(super) fn hold(&self, ino: Ino, id: KernelId, body: &Body, make: Make) -> bool {
         if let Make::Ahead { reserved } = make {
-            self.store.keep_pinned(id, body.clone(), ino, reserved);
-            return;
+            return self.store.keep_pinned(id, body.clone(), ino, reserved);
         }
-        if !self.store.keep(id, body.clone()) && matches!(make, Make::FileForRead) {
+        let kept = self.store.keep(id, body.clone());
+        if !kept && matches!(make, Make::FileForRead) {
             if let Body::File(f) = body {
                 self.store.hold_oversized(id, f.clone());
             }
         }
+        kept
     }
 
     /// Makes the backing file of a kernel: from the cache directory,

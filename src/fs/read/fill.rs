@@ -222,18 +222,24 @@ impl Fill {
     }
 
     /// The job failed: waiting opens get `e`, reads (now and later) EIO. A file whose every
-    /// byte was written stays complete.
-    pub fn fail(&self, e: Errno) {
-        let (opens, reads) = {
+    /// byte was written stays complete: the opens still waiting for it get it.
+    pub fn fail(self: &Arc<Self>, e: Errno) {
+        let (opens, reads, complete) = {
             let mut s = lock(&self.state);
-            if s.phase == Phase::Done {
-                return;
+            let complete = match (s.phase, &s.body) {
+                (Phase::Done, Some(Body::File(file))) => Some(file.clone()),
+                _ => None,
+            };
+            if s.phase != Phase::Done {
+                s.phase = Phase::Failed(e);
             }
-            s.phase = Phase::Failed(e);
-            (s.take_opens(), std::mem::take(&mut s.reads))
+            (s.take_opens(), std::mem::take(&mut s.reads), complete)
         };
         for done in opens {
-            done(Err(e));
+            done(match &complete {
+                Some(file) => Ok(self.opened(file.clone())),
+                None => Err(e),
+            });
         }
         for r in reads {
             (r.done)(Err(Errno::EIO));
@@ -418,6 +424,24 @@ mod tests {
             Ok(data[4990..].to_vec())
         );
         assert_eq!(open(&fill).try_recv().unwrap(), Ok(true));
+    }
+
+    #[test]
+    fn an_open_waiting_for_the_whole_file_is_answered_when_the_job_breaks_after_the_last_byte() {
+        let store = Store::new(&Placement::Memory, 1 << 20, 16).unwrap();
+        let data = vec![5u8; 3000];
+        let fill = Arc::new(Fill::for_kernel(data.len() as u64));
+        let mut pending = store.begin(&spec(data.len() as u64)).unwrap();
+        fill.streaming(pending.backing());
+        let waiting = open_as(&fill, true);
+        pending.write_at(0, &data).unwrap();
+        fill.progress(0, &data);
+        assert!(waiting.try_recv().is_err(), "answered when the job ends");
+        // The frame's end does not check out after its last byte: the file stays complete,
+        // as for the opens that come now, and the waiting open gets it.
+        fill.fail(Errno::EIO);
+        assert_eq!(waiting.try_recv().unwrap(), Ok(true));
+        assert_eq!(open_as(&fill, true).try_recv().unwrap(), Ok(true));
     }
 
     #[test]
