@@ -37,12 +37,23 @@ impl Decoders {
         &self.fs
     }
 
-    /// Runs a decode job on a decode thread.
+    /// Runs a decode job that a request waits for on a decode thread, before any decode ahead
+    /// still queued.
     pub fn decode(&self, job: FillJob) {
+        let run = self.job(job);
+        self.pool.run(run);
+    }
+
+    /// Runs a decode ahead on a decode thread once no decode a request waits for is queued.
+    fn decode_ahead(&self, job: FillJob) {
+        let run = self.job(job);
+        self.pool.run_background(run);
+    }
+
+    fn job(&self, job: FillJob) -> impl FnOnce() + Send + 'static {
         let fs = self.fs.clone();
         let queue = self.pool.queue();
-        self.pool
-            .run(move || fs.run_then_decode_ahead(job, || queue.has_waiting()));
+        move || fs.run_then_decode_ahead(job, || queue.has_waiting())
     }
 
     /// How many jobs handed in now would start at once.
@@ -113,7 +124,7 @@ pub fn read_ino(decoders: &Decoders, ino: Ino, offset: u64, size: u32, done: Rea
 /// If the request for `ino` continues a scan, decode threads left idle decode ahead of it.
 fn decode_ahead(decoders: &Decoders, ino: Ino) {
     for ahead in decoders.fs().decode_ahead(ino, decoders.idle_workers()) {
-        decoders.decode(ahead);
+        decoders.decode_ahead(ahead);
     }
 }
 

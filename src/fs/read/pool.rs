@@ -4,45 +4,79 @@
 //! Decoding a kernel can take a while; done on a request thread it would hold that thread, and
 //! with few threads (`-s`) every lookup, getattr and read of other files would wait behind it.
 //! Decode jobs are handed here instead (the replies travel with the job), so up to one decode per
-//! core runs at once whatever `--threads` says, and request threads stay free.
+//! core runs at once whatever `--threads` says, and request threads stay free. A job a request
+//! waits for (an open's or a READ's decode) is taken before queued decodes ahead.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
 use crate::sync::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// Jobs not taken by a worker yet: those a request waits for go before those decoding ahead,
+/// so a reader that jumps elsewhere waits for at most the decodes already running.
+#[derive(Default)]
+struct Queued {
+    waited_for: VecDeque<Job>,
+    background: VecDeque<Job>,
+    /// Set when the pool is dropped: workers finish what is queued, then exit.
+    closed: bool,
+}
+
+impl Queued {
+    fn next(&mut self) -> Option<Job> {
+        self.waited_for
+            .pop_front()
+            .or_else(|| self.background.pop_front())
+    }
+}
+
+struct Shared {
+    queued: Mutex<Queued>,
+    wake: Condvar,
+    /// Jobs handed in and not finished yet (queued or running).
+    pending: AtomicUsize,
+}
+
 /// The pool; dropping it lets the threads finish queued jobs and exit.
 pub struct Pool {
-    queue: Mutex<Option<Sender<Job>>>,
+    shared: Arc<Shared>,
     threads: usize,
-    /// Jobs handed in and not finished yet (queued or running).
-    pending: Arc<AtomicUsize>,
 }
 
 impl Pool {
     /// `threads` workers (at least one).
     pub fn new(threads: usize, name: &str) -> Pool {
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let pending = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Shared {
+            queued: Mutex::new(Queued::default()),
+            wake: Condvar::new(),
+            pending: AtomicUsize::new(0),
+        });
         let mut started = 0;
         for i in 0..threads.max(1) {
-            let (rx, pending) = (rx.clone(), pending.clone());
+            let shared = shared.clone();
             let spawned = thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     loop {
-                        // Hold the receiver only to take one job, not while running it.
-                        let job = match lock(&rx).recv() {
-                            Ok(job) => job,
-                            Err(_) => return,
+                        // Hold the queue only to take one job, not while running it.
+                        let job = {
+                            let mut q = lock(&shared.queued);
+                            loop {
+                                if let Some(job) = q.next() {
+                                    break job;
+                                }
+                                if q.closed {
+                                    return;
+                                }
+                                q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+                            }
                         };
                         job();
-                        pending.fetch_sub(1, Ordering::AcqRel);
+                        shared.pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
             match spawned {
@@ -51,44 +85,62 @@ impl Pool {
             }
         }
         Pool {
-            queue: Mutex::new(Some(tx)),
+            shared,
             threads: started,
-            pending,
         }
     }
 
-    /// Runs `job` on a worker; when no worker can take it (the pool is shutting down), runs it
+    /// Runs `job`, which a request waits for, on a worker, before any background job still
+    /// queued; when no worker can take it (none started, or the pool is shutting down), runs it
     /// on the calling thread so it is never lost.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
-        let job: Job = Box::new(job);
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        let rejected = match lock(&self.queue).as_ref() {
-            Some(tx) => tx.send(job).err().map(|e| e.0),
-            None => Some(job),
+        self.hand_in(Box::new(job), false);
+    }
+
+    /// Runs `job`, which nobody waits for yet, on a worker once no job a request waits for is
+    /// queued.
+    pub fn run_background(&self, job: impl FnOnce() + Send + 'static) {
+        self.hand_in(Box::new(job), true);
+    }
+
+    fn hand_in(&self, job: Job, background: bool) {
+        let rejected = {
+            let mut q = lock(&self.shared.queued);
+            if q.closed || self.threads == 0 {
+                Some(job)
+            } else {
+                self.shared.pending.fetch_add(1, Ordering::AcqRel);
+                if background {
+                    q.background.push_back(job);
+                } else {
+                    q.waited_for.push_back(job);
+                }
+                None
+            }
         };
-        if let Some(job) = rejected {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
-            job();
+        match rejected {
+            Some(job) => job(),
+            None => self.shared.wake.notify_one(),
         }
     }
 
     /// How many jobs handed in now workers would take at once (free workers, none queued).
     pub fn idle_workers(&self) -> usize {
         self.threads
-            .saturating_sub(self.pending.load(Ordering::Acquire))
+            .saturating_sub(self.shared.pending.load(Ordering::Acquire))
     }
 
     /// Whether no job is queued or running.
     #[cfg(test)]
     pub fn is_idle(&self) -> bool {
-        self.pending.load(Ordering::Acquire) == 0
+        self.shared.pending.load(Ordering::Acquire) == 0
     }
 
     /// A handle a job can use to see whether others wait for a worker.
     pub fn queue(&self) -> Queue {
         Queue {
             threads: self.threads,
-            pending: self.pending.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -96,14 +148,14 @@ impl Pool {
 /// See [`Pool::queue`].
 pub struct Queue {
     threads: usize,
-    pending: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
 impl Queue {
     /// Whether jobs wait for a worker: more are pending (queued or running) than there are
     /// workers. A running job counts itself, so this is true only if some job has no worker.
     pub fn has_waiting(&self) -> bool {
-        self.pending.load(Ordering::Acquire) > self.threads
+        self.shared.pending.load(Ordering::Acquire) > self.threads
     }
 }
 
@@ -114,7 +166,8 @@ pub fn cores() -> usize {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        lock(&self.queue).take();
+        lock(&self.shared.queued).closed = true;
+        self.shared.wake.notify_all();
     }
 }
 
@@ -171,5 +224,52 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "jobs never finished");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    #[test]
+    fn a_job_a_request_waits_for_goes_before_queued_background_jobs() {
+        let pool = Pool::new(1, "t");
+        let (release, hold) = mpsc::channel::<()>();
+        let (started, wait_started) = mpsc::channel();
+        pool.run(move || {
+            started.send(()).unwrap();
+            let _ = hold.recv_timeout(Duration::from_secs(10));
+        });
+        wait_started.recv_timeout(Duration::from_secs(10)).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for name in ["ahead 1", "ahead 2"] {
+            let order = order.clone();
+            pool.run_background(move || lock(&order).push(name));
+        }
+        let (done, wait_done) = mpsc::channel();
+        let waited = order.clone();
+        pool.run(move || {
+            lock(&waited).push("open");
+            done.send(()).unwrap();
+        });
+        release.send(()).unwrap();
+        wait_done.recv_timeout(Duration::from_secs(10)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !pool.is_idle() {
+            assert!(std::time::Instant::now() < deadline, "jobs never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*lock(&order), ["open", "ahead 1", "ahead 2"]);
+    }
+
+    #[test]
+    fn dropping_the_pool_finishes_queued_jobs() {
+        let (tx, rx) = mpsc::channel();
+        {
+            let pool = Pool::new(1, "t");
+            for i in 0..3 {
+                let tx = tx.clone();
+                pool.run_background(move || tx.send(i).unwrap());
+            }
+        }
+        let got: Vec<i32> = (0..3)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, [0, 1, 2]);
     }
 }
