@@ -28,10 +28,19 @@ pub enum Input {
     },
 }
 
+/// What `path` is, for `list` and `extract`, with the flags given refused where they do not
+/// apply (`root`: `--root`; `gpus`: whether `--gpu` was given).
+pub fn input_of(path: &Path, root: Option<&Path>, gpus: bool) -> CliResult<Input> {
+    let remote = crate::remote::is_remote(&path.to_string_lossy());
+    let input = detect(path, remote, root)?;
+    check_flags(path, &input, root.is_some(), gpus)?;
+    Ok(input)
+}
+
 /// Tells what `path` is: anything but a local ELF file is an archive (a remote one, or a file
 /// the archive reader then accepts or refuses with its own message). `root` names a fat
 /// binary's kernel name as `pack --from-fatbin --root` does.
-pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
+fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
     if remote || !import::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
         return Ok(Input::Archive);
     }
@@ -60,7 +69,7 @@ pub fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input
 
 /// Refuses flags that do nothing for this input: `--root` names a fat binary's code objects,
 /// `--gpu` picks among a HIPK binary's archives.
-pub fn check_flags(path: &Path, input: &Input, root: bool, gpus: bool) -> CliResult {
+fn check_flags(path: &Path, input: &Input, root: bool, gpus: bool) -> CliResult {
     let what = match input {
         Input::Archive => "an archive",
         Input::Fat { .. } => "a fat binary",

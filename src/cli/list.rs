@@ -33,14 +33,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let remote = crate::remote::is_remote(&args.archive.to_string_lossy());
-    let input = host_input::detect(&args.archive, remote, args.root.as_deref())?;
-    host_input::check_flags(
-        &args.archive,
-        &input,
-        args.root.is_some(),
-        !args.gpus.is_empty(),
-    )?;
+    let input = host_input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
     match input {
         Input::Archive => list_archive(args),
         Input::Fat { host, kernel_name } => {

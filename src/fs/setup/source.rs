@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
+use crate::host::fatbin;
 use crate::host::hipk::{self, HipkHost};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
-use crate::host::fatbin;
 
 use super::limits;
 use crate::fs::{Duplicate, FsOptions, KpackFs};

@@ -427,4 +427,3 @@ pub fn search_path(kernel_name: &str, prefix: &str, single: bool) -> String {
     );
     format!("{}{KPACK_DIR}/{file}", "../".repeat(depth))
 }
-
