@@ -54,10 +54,11 @@ def test_pool_writes_the_sequential_bytes(tmp_path, make, digests):
 def test_compression_releases_the_gil():
     """While one thread compresses a large input, another runs Python code at most of its
     normal pace. With the GIL held, it could run for at most one switch interval (5 ms)."""
-    # 4 MiB of 8-byte words from a small vocabulary: level 9 takes a good part of a second.
+    # 16 MiB of 8-byte words from a small vocabulary: level 9 takes about 0.4 s on this
+    # machine (4 MiB took 0.09 s, too close to the 0.1 s the check needs).
     rng = random.Random(5)
     words = [rng.getrandbits(64).to_bytes(8, "little") for _ in range(4096)]
-    data = b"".join(rng.choices(words, k=1 << 19))
+    data = b"".join(rng.choices(words, k=1 << 21))
     done = threading.Event()
     counter = [0]
 
