@@ -1,5 +1,5 @@
 //! The read-only filesystem over kpack archives. [`KpackFs`] answers every request with this
-//! module's own types ([`Attr`], [`Errno`], [`DirSink`], [`ReadSlice`]), so all of it is
+//! module's own types ([`Attr`], [`Errno`], [`DirSink`]), so all of it is
 //! unit-tested by direct calls; only `fuse/` knows `fuser`. Its parts, each importing only the
 //! ones before it (`tests/it/layers.rs` checks this):
 //!
@@ -9,11 +9,12 @@
 //!   pins for files decoded ahead), and where their files live: memfds, a per-mount directory,
 //!   or a persistent cache directory.
 //! * `read/`: requests for a kernel's bytes (opens, READs through a handle, READs by inode),
-//!   the one single flight of decode jobs (`KpackFs::fills`), decoding ahead of scans, and the
-//!   decode pool.
+//!   each kernel's decode life (`read/kernel_life.rs`: its states, the one single flight of
+//!   decodes, pins and reservations), decoding ahead of scans, and the decode pool.
 //! * `namespace.rs`: lookups, attributes, listings, extended attributes, `statfs`.
-//! * `policy/`: which read path each open gets (passthrough, daemon, page cache); plain
-//!   state and decisions.
+//! * `policy/`: the open mode (`policy/mode.rs`: page-cache mode or opens through the daemon,
+//!   and passthrough, decided once) and the open handles of each inode (`policy/mod.rs`);
+//!   plain state and decisions.
 //! * `setup/`: what a mount is made from (sources, local GPUs, the mount table, the open-file
 //!   limit).
 //! * `steps.rs`: the policy's decisions carried out for `init`, an open, its answer and a
@@ -27,30 +28,36 @@
 mod errno;
 pub mod fuse;
 mod namespace;
-pub mod policy;
-pub mod read;
+mod policy;
+mod read;
 pub mod setup;
-pub(crate) mod steps;
+mod steps;
 pub mod store;
-pub mod tree;
+mod tree;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::archive::Archive;
-use read::fill::{Fill, OpenedFile};
-use read::scan::Scans;
+use policy::Mode;
+use read::Scans;
+use read::kernel_life::Decodes;
 use store::KernelId;
 use store::Placement;
 use store::{CacheStats, Store};
-use tree::{FileNode, Ino, Tree, TreeBuilder, TreeError};
+use tree::{FileNode, Ino, Tree, TreeBuilder};
 
 pub use errno::Errno;
 pub use policy::{OpenMode, PAGE_CACHE_MEDIAN_MAX};
-pub use read::{FillJob, NewHandle};
-pub use tree::{Duplicate, NATIVE};
+// The request API for callers without a mount: requests start (`open_start`, `read_start`,
+// `read_ino_start`), a started decode is a job to run (`run_fill`), answers come through
+// callbacks.
+pub use read::NewHandle;
+pub use read::fill::{OpenDone, OpenedFile, ReadDone};
+pub use read::kernel_life::FillJob;
+pub use tree::{Duplicate, NATIVE, TreeError};
 
 /// How long the kernel may trust entries, attributes and negative lookups. The archives are
 /// immutable while mounted, so this is long: re-reads and repeated probes of missing arches
@@ -108,16 +115,6 @@ pub struct StatFs {
     pub frsize: u32,
 }
 
-/// Bytes read from a kernel file.
-#[derive(Debug, Clone)]
-pub struct ReadSlice(Vec<u8>);
-
-impl ReadSlice {
-    pub fn as_slice(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 /// What the mount was asked for, besides its archives.
 #[derive(Debug, Clone)]
 pub struct FsOptions {
@@ -149,13 +146,12 @@ pub struct KpackFs {
     opens: AtomicU64,
     /// Handles made while their kernel was still decoding (they read through the daemon).
     opens_while_decoding: AtomicU64,
-    /// Page-cache mode: Linux opens files by itself and reads them by inode, and no OPEN
-    /// reaches the daemon (see [`KpackFs::set_page_cache_mode`]).
-    page_cache: AtomicBool,
+    /// The open mode: page-cache mode or opens through the daemon, and passthrough.
+    mode: Mode,
     handles: Mutex<HashMap<u64, OpenedFile>>,
-    /// Decode jobs running now, one per kernel (see `read/fill.rs`): the one single flight of every
+    /// Every kernel's decode life (`read/kernel_life.rs`): the one single flight of every
     /// decode (opens, reads by inode, small kernels, decodes ahead).
-    fills: Mutex<HashMap<KernelId, Arc<Fill>>>,
+    decodes: Decodes,
     next_fh: AtomicU64,
     /// LOOKUP requests answered, and how many of them found nothing. Reported in
     /// `user.kpack.stats` so that the effect of the kernel's entry caching can be observed.
@@ -168,7 +164,7 @@ pub struct KpackFs {
     reads_while_decoding: AtomicU64,
     /// Kernels decoded from an archive (a backing file found valid in the cache directory is
     /// not a decode).
-    decodes: AtomicU64,
+    decoded: AtomicU64,
     /// Readers walking the files in order, and the decodes started ahead of them.
     scans: Scans,
     uid: u32,
@@ -178,23 +174,6 @@ pub struct KpackFs {
     /// More `name value` lines for `user.kpack.stats` from the program (remote sources' request
     /// counters): the library knows nothing of where the archives' bytes come from.
     extra_stats: Vec<StatsLines>,
-    /// Every decode, in order, with whether its kernel was held when it started, for the
-    /// model test.
-    #[cfg(test)]
-    decode_log: Mutex<Vec<(KernelId, bool)>>,
-    /// Faults the model test switches on to show it catches them.
-    #[cfg(test)]
-    fault: Mutex<Fault>,
-}
-
-/// A fault in the read path, for the model test (see `model_tests.rs`).
-#[cfg(test)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum Fault {
-    #[default]
-    None,
-    /// A request does not look in the store, so a kept kernel is decoded again.
-    IgnoreStore,
 }
 
 /// A producer of `name value` lines for `user.kpack.stats`.
@@ -241,24 +220,20 @@ impl KpackFs {
             store,
             opens: AtomicU64::new(0),
             opens_while_decoding: AtomicU64::new(0),
-            page_cache: AtomicBool::new(false),
+            mode: Mode::default(),
             handles: Mutex::new(HashMap::new()),
-            fills: Mutex::new(HashMap::new()),
+            decodes: Decodes::default(),
             next_fh: AtomicU64::new(1),
             lookups: AtomicU64::new(0),
             lookups_missing: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             reads_while_decoding: AtomicU64::new(0),
-            decodes: AtomicU64::new(0),
+            decoded: AtomicU64::new(0),
             scans: Scans::default(),
             uid: opts.uid,
             gid: opts.gid,
             dir_time,
             extra_stats: Vec::new(),
-            #[cfg(test)]
-            decode_log: Mutex::new(Vec::new()),
-            #[cfg(test)]
-            fault: Mutex::new(Fault::None),
         };
         Ok((fs, duplicates))
     }
@@ -268,15 +243,22 @@ impl KpackFs {
         self.extra_stats.push(lines);
     }
 
-    #[cfg(test)]
-    pub fn tree(&self) -> &Tree {
-        &self.tree
+    /// Plans the open mode: `open_mode` over this tree's kernels, with passthrough asked for or
+    /// not. Settled at `init` ([`steps::granted`]); until then, and without a plan, opens go
+    /// through the daemon.
+    pub fn plan_open_mode(&mut self, open_mode: OpenMode, passthrough: bool) {
+        self.mode = Mode::plan(open_mode, self.median_kernel_size(), passthrough);
+    }
+
+    /// The open mode: the one place every open and READ asks it.
+    pub(crate) fn mode(&self) -> &Mode {
+        &self.mode
     }
 
     /// The store's counters, with `decodes` counting kernels decoded from archives.
     pub fn cache_stats(&self) -> CacheStats {
         CacheStats {
-            decodes: self.decodes.load(Ordering::Relaxed),
+            decodes: self.decoded.load(Ordering::Relaxed),
             ..self.store.stats()
         }
     }
@@ -360,10 +342,9 @@ impl KpackFs {
     /// (`daemon_opens` and `daemon_reads` count the OPEN and READ requests the daemon
     /// answered, `reads_while_decoding` the READs of kernels still being decoded,
     /// `opens_while_decoding` the handles made before their file was complete), where backing
-    /// files live (`backing_in_memory`), the bytes of backing files open now, and the cache
-    /// directory's counters; then the adapter's and the program's (see
-    /// [`KpackFs::add_stats`]: the open policy's `passthrough` and `page_cache_mode`, remote
-    /// sources' request counters).
+    /// files live (`backing_in_memory`), the bytes of backing files open now, the cache
+    /// directory's counters, and the open mode (`passthrough`, `page_cache_mode`); then the
+    /// program's (see [`KpackFs::add_stats`]: remote sources' request counters).
     pub fn stats_text(&self) -> String {
         let d = self.store.dir_stats();
         let mut text = format!(
@@ -380,7 +361,7 @@ impl KpackFs {
             self.reads.load(Ordering::Relaxed),
             self.reads_while_decoding.load(Ordering::Relaxed),
             self.opens_while_decoding.load(Ordering::Relaxed),
-            self.scans.started.load(Ordering::Relaxed),
+            self.decodes.started_ahead(),
             u8::from(self.store.in_memory()),
             self.store.live_bytes(),
             d.hits,
@@ -388,6 +369,7 @@ impl KpackFs {
             d.rejected,
             d.evictions,
         );
+        text.push_str(&self.mode.stats_text());
         for lines in &self.extra_stats {
             text.push_str(&lines());
         }

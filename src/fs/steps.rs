@@ -8,10 +8,11 @@ use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
 use super::KpackFs;
-use super::policy::{Granted, Handle, OpenPolicy, OpenStart};
+use super::policy::{Granted, Handle, OpenPolicy};
+use super::read::NewHandle;
 use super::read::fill::{OpenDone, OpenedFile, ReadDone};
+use super::read::kernel_life::FillJob;
 use super::read::pool::Pool;
-use super::read::{FillJob, NewHandle};
 use super::store::BackingFile;
 use super::tree::Ino;
 use crate::sync::lock;
@@ -45,7 +46,7 @@ impl Decoders {
     }
 
     /// Runs a decode ahead on a decode thread once no decode a request waits for is queued.
-    fn decode_ahead(&self, job: FillJob) {
+    fn queue_ahead(&self, job: FillJob) {
         let run = self.job(job);
         self.pool.run_background(run);
     }
@@ -61,52 +62,28 @@ impl Decoders {
         self.pool.idle_workers()
     }
 
-    /// Waits until every job handed in (and every decode ahead it went on with) has ended.
-    #[cfg(test)]
-    pub fn wait_idle(&self) {
-        while !self.pool.is_idle() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
 }
 
-/// `init`: what the kernel granted. Returns whether the mount opens in page-cache mode, and
-/// whether backing ids are registered.
-pub fn granted<B: Clone>(
-    fs: &KpackFs,
-    policy: &Mutex<OpenPolicy<B>>,
-    granted: Granted,
-) -> (bool, bool) {
-    let (page_cache, passthrough) = {
-        let mut policy = lock(policy);
-        policy.granted(granted);
-        (policy.page_cache(), policy.passthrough())
-    };
-    fs.set_page_cache_mode(page_cache);
-    (page_cache, passthrough)
+/// `init`: what the kernel granted settles the mount's open mode. Returns whether the mount
+/// is in page-cache mode, and whether backing ids are registered.
+pub fn granted(fs: &KpackFs, granted: Granted) -> (bool, bool) {
+    fs.mode().settle(granted)
 }
 
 /// An OPEN of `ino`: refused at once in page-cache mode (ENOSYS: the kernel opens files by
-/// itself from now on), else started; either way `done` gets the answer. The open's own
-/// decode is handed to the decode threads before anything is decoded ahead of it.
-pub fn open<B: Clone>(
-    decoders: &Decoders,
-    policy: &Mutex<OpenPolicy<B>>,
-    ino: Ino,
-    flags: i32,
-    done: OpenDone,
-) {
+/// itself from now on), else started; either way `done` gets the answer. With passthrough on,
+/// the open waits for the complete file (see [`KpackFs::open_start`]). The open's own decode is
+/// handed to the decode threads before anything is decoded ahead of it.
+pub fn open(decoders: &Decoders, ino: Ino, flags: i32, done: OpenDone) {
     let fs = decoders.fs();
-    let start = lock(policy).open();
-    match start {
-        OpenStart::NoOpen => done(Err(fs.refuse_open(ino, flags))),
-        OpenStart::Open { passthrough } => {
-            if let Some(job) = fs.open_start(ino, flags, passthrough, done) {
-                decoders.decode(job);
-            }
-            decode_ahead(decoders, ino);
-        }
+    let mode = fs.mode();
+    if mode.page_cache() {
+        return done(Err(fs.refuse_open(ino, flags)));
     }
+    if let Some(job) = fs.open_start(ino, flags, mode.passthrough(), done) {
+        decoders.decode(job);
+    }
+    decode_ahead(decoders, ino);
 }
 
 /// A READ by inode (page-cache mode, where Linux opens files by itself): answered from the
@@ -123,8 +100,8 @@ pub fn read_ino(decoders: &Decoders, ino: Ino, offset: u64, size: u32, done: Rea
 
 /// If the request for `ino` continues a scan, decode threads left idle decode ahead of it.
 fn decode_ahead(decoders: &Decoders, ino: Ino) {
-    for ahead in decoders.fs().decode_ahead(ino, decoders.idle_workers()) {
-        decoders.decode_ahead(ahead);
+    for ahead in decoders.fs().jobs_ahead_of(ino, decoders.idle_workers()) {
+        decoders.queue_ahead(ahead);
     }
 }
 
@@ -142,7 +119,8 @@ pub fn answer<B: Clone, E: Display>(
 ) -> (NewHandle, Handle<B>) {
     let file: Arc<BackingFile> = opened.backing.clone();
     let new = fs.add_handle(opened);
-    let handle = lock(policy).opened(ino, new.fh, new.complete);
+    let passthrough = fs.mode().passthrough();
+    let handle = lock(policy).opened(ino, new.fh, new.complete, passthrough);
     if !matches!(handle, Handle::Register) {
         return (new, handle);
     }
@@ -153,8 +131,8 @@ pub fn answer<B: Clone, E: Display>(
             handle
         }
         Err(e) => {
-            let (handle, first) = lock(policy).refused(new.fh);
-            if first {
+            let handle = lock(policy).refused(new.fh);
+            if fs.mode().refuse_passthrough() {
                 log::warn!(
                     "the kernel refused a passthrough backing file ({e}); \
                      reads go through the daemon from now on"
@@ -172,4 +150,18 @@ pub fn release<B: Clone>(fs: &KpackFs, policy: &Mutex<OpenPolicy<B>>, fh: u64) {
     let closed = lock(policy).release(fh);
     drop(closed);
     fs.release(fh);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl Decoders {
+        /// Waits until every job handed in (and every decode ahead it went on with) has ended.
+        pub(crate) fn wait_idle(&self) {
+            while !self.pool.is_idle() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
 }

@@ -4,10 +4,70 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::policy::Granted;
 use super::tree::{Entry, ROOT};
 use super::*;
 use crate::archive::writer::{ArchiveWriter, Compression};
 use crate::fs::read::fill::ReadDone;
+
+/// The requests of the read path, each waiting for its answer: the mount itself only starts
+/// them (`read/mod.rs`) and answers through callbacks. A decode a request starts runs on the
+/// calling thread.
+pub(super) trait Blocking {
+    /// Opens a file for reading and waits for its file; returns the new handle.
+    fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno>;
+    /// Reads by inode (page-cache mode) and waits for the bytes.
+    fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno>;
+    /// Reads through handle `fh` and waits for the bytes; short only at end of file.
+    fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno>;
+}
+
+impl Blocking for KpackFs {
+    fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = Box::new(move |r| drop(tx.send(r)));
+        if let Some(job) = self.open_start(ino, flags, false, done) {
+            self.run_fill(job);
+        }
+        let opened = rx.recv().map_err(|_| Errno::EIO)??;
+        Ok(self.add_handle(opened).fh)
+    }
+
+    fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
+        if let Some(job) = self.read_ino_start(ino, offset, size, done) {
+            self.run_fill(job);
+        }
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
+    }
+
+    fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
+        self.read_start(fh, offset, size, done);
+        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
+    }
+}
+
+/// Bytes read from a kernel file by a [`Blocking`] request.
+#[derive(Debug, Clone)]
+pub(super) struct ReadSlice(pub(super) Vec<u8>);
+
+impl ReadSlice {
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Puts `fs` in page-cache mode, as `init` does when the kernel grants it.
+fn page_cache_mode(fs: &mut KpackFs) {
+    fs.plan_open_mode(OpenMode::PageCache, false);
+    fs.mode().settle(Granted {
+        no_open: true,
+        passthrough: false,
+    });
+}
 
 type Kernels = Vec<(&'static str, &'static str, Vec<u8>)>;
 
@@ -246,7 +306,7 @@ fn fallback_links_follow_the_loader_rules() {
     assert_eq!(a.ino, b.ino);
     assert_eq!(a.size, "gfx900.hsaco".len() as u64);
     assert_eq!(
-        fs.tree().entry(a.ino),
+        fs.tree.entry(a.ino),
         Some(Entry::Link(attr(&fs, "lib/liba.so#0/gfx900.hsaco").ino))
     );
 }
@@ -400,7 +460,7 @@ fn xattrs_describe_the_entry() {
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
         "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
          daemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\nopens_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
-         cache_dir_rejected 0\ncache_dir_evictions 0\n"
+         cache_dir_rejected 0\ncache_dir_evictions 0\npassthrough 0\npage_cache_mode 0\n"
     );
 }
 
@@ -646,8 +706,8 @@ fn median_kernel_size_takes_the_lower_middle() {
 
 #[test]
 fn page_cache_mode_refuses_opens_and_reads_by_inode() {
-    let (_d, fs) = sample_mount();
-    fs.set_page_cache_mode(true);
+    let (_d, mut fs) = sample_mount();
+    page_cache_mode(&mut fs);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let dir = attr(&fs, "bin/app#0").ino;
     assert_eq!(fs.refuse_open(f, libc::O_RDONLY), Errno::ENOSYS);
@@ -659,7 +719,7 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
     // Small kernels are decoded into the reply and kept in the store, in memory (no
     // backing file): the reads after the first decode nothing.
     assert_eq!(fs.read_ino(f, 2990, 100).unwrap().as_slice(), [0xee; 10]);
-    assert_eq!(fs.read_ino(f, 2990, 0).unwrap().as_slice(), []);
+    assert!(fs.read_ino(f, 2990, 0).unwrap().as_slice().is_empty());
     assert!(fs.read_ino(f, 3000, 100).unwrap().as_slice().is_empty());
     assert!(fs.read_ino(f, u64::MAX, 100).unwrap().as_slice().is_empty());
     assert_eq!(fs.read_ino(dir, 0, 1).unwrap_err(), Errno::EISDIR);
@@ -688,12 +748,12 @@ fn page_cache_mode_refuses_opens_and_reads_by_inode() {
 fn page_cache_reads_keep_kernels_larger_than_one_read() {
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let kernels: Kernels = vec![("k#0", "gfx900", big.clone())];
-    let (_d, fs) = mount_fs(
+    let (_d, mut fs) = mount_fs(
         &kernels,
         Compression::Zstd { level: 3 },
         &options(1 << 20, &[]),
     );
-    fs.set_page_cache_mode(true);
+    page_cache_mode(&mut fs);
     let ino = attr(&fs, "k#0/gfx900.hsaco").ino;
     let mut got = Vec::new();
     while (got.len() as u64) < big.len() as u64 {
@@ -714,8 +774,8 @@ fn page_cache_reads_keep_kernels_larger_than_one_read() {
 
 #[test]
 fn concurrent_reads_of_a_small_kernel_share_one_decode() {
-    let (_d, fs) = sample_mount();
-    fs.set_page_cache_mode(true);
+    let (_d, mut fs) = sample_mount();
+    page_cache_mode(&mut fs);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = |offset: u64| -> ReadDone {
@@ -739,8 +799,8 @@ fn concurrent_reads_of_a_small_kernel_share_one_decode() {
 #[test]
 fn many_concurrent_reads_of_a_small_kernel_decode_it_once_into_memory() {
     const N: usize = 8;
-    let (_d, fs) = sample_mount();
-    fs.set_page_cache_mode(true);
+    let (_d, mut fs) = sample_mount();
+    page_cache_mode(&mut fs);
     let f = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let start = std::sync::Barrier::new(N);
     // Each reader runs the decode itself when it is the one that starts it.
@@ -776,12 +836,12 @@ fn many_concurrent_reads_of_a_small_kernel_decode_it_once_into_memory() {
 
 #[test]
 fn small_kernels_in_memory_count_in_the_stores_one_bound() {
-    let (_d, fs) = mount_fs(
+    let (_d, mut fs) = mount_fs(
         &sample(),
         Compression::Zstd { level: 3 },
         &options(3200, &[]),
     );
-    fs.set_page_cache_mode(true);
+    page_cache_mode(&mut fs);
     let app = attr(&fs, "bin/app#0/gfx90a:xnack+.hsaco").ino;
     let b = attr(&fs, "lib/libb.so#1/gfx1100.hsaco").ino;
     assert_eq!(fs.read_ino(app, 0, 4).unwrap().as_slice(), [0xee; 4]);
@@ -815,11 +875,11 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
         ordinal: i,
     };
     assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
-    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
+    assert!(fs.jobs_ahead_of(ino(0), 4).is_empty(), "one open is no scan");
     assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
     // The second open continues a scan: files 2 and 3 are decoded ahead and pinned; their
     // pins take half the bound, so nothing more is decoded ahead.
-    let jobs = fs.decode_ahead(ino(1), 4);
+    let jobs = fs.jobs_ahead_of(ino(1), 4);
     assert_eq!(jobs.len(), 2);
     for job in jobs {
         fs.run_fill(job);
@@ -863,9 +923,9 @@ fn a_kernel_that_fails_to_decode_ahead_is_not_decoded_ahead_again() {
     let (fs, _) = KpackFs::new(vec![Arc::new(Archive::open(&path).unwrap())], &opts).unwrap();
     let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
     assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
-    assert!(fs.decode_ahead(ino(0), 4).is_empty());
+    assert!(fs.jobs_ahead_of(ino(0), 4).is_empty());
     assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
-    for job in fs.decode_ahead(ino(1), 4) {
+    for job in fs.jobs_ahead_of(ino(1), 4) {
         fs.run_fill(job);
     }
     assert_eq!(fs.cache_stats().decodes, 4, "k#2 failed, k#3 is pinned");
@@ -891,10 +951,10 @@ fn opens_while_every_decode_thread_is_busy_still_move_their_scan() {
     };
     let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
     let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
-    assert!(fs.decode_ahead(ino(0), 4).is_empty(), "one open is no scan");
+    assert!(fs.jobs_ahead_of(ino(0), 4).is_empty(), "one open is no scan");
     // The second open comes while every decode thread is busy: nothing starts now, but the
     // open continues the scan, so the thread that finishes next goes on ahead of it.
-    assert!(fs.decode_ahead(ino(1), 0).is_empty());
+    assert!(fs.jobs_ahead_of(ino(1), 0).is_empty());
     let job = fs.continue_ahead().expect("the scan goes on past file 1");
     fs.run_fill(job);
     assert_eq!(fs.cache_stats().decodes, 1);

@@ -93,14 +93,6 @@ impl DirNode {
         self.subdirs & HAS_FILES != 0
     }
 
-    /// Number of real children (without `.`, `..` and `native.hsaco`).
-    pub fn len(&self) -> usize {
-        self.count as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
 }
 
 /// What an inode number stands for.
@@ -253,11 +245,6 @@ impl Tree {
     /// Number of real nodes (directories and files); link inodes come after them.
     pub fn len(&self) -> u64 {
         self.recs.len() as u64
-    }
-
-    /// Never: the root directory always exists.
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     fn rec(&self, ino: Ino) -> Option<Rec> {
@@ -800,7 +787,7 @@ mod tests {
             Some(Entry::Dir(d)) => d.clone(),
             other => panic!("root is {other:?}"),
         };
-        assert_eq!(root.len(), 7);
+        assert_eq!(root.count, 7);
         assert_eq!(root.subdirs(), 7);
         assert_eq!(
             tree.children(&root).map(|c| c.0).collect::<Vec<_>>(),

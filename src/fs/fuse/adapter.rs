@@ -22,7 +22,7 @@ use crate::fs::read::pool::cores;
 use crate::fs::steps::{self, Decoders};
 use crate::fs::store::BackingFile;
 use crate::fs::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
-use crate::sync::lock;
+
 
 fn errno(e: Errno) -> FErrno {
     FErrno::from_i32(e.0)
@@ -77,8 +77,8 @@ fn negative_attr() -> FileAttr {
     }
 }
 
-/// The open policy, with the kernel's backing ids as its ids: shared with the stats lines.
-type Policy = Arc<Mutex<OpenPolicy<Arc<BackingId>>>>;
+/// The open handles, with the kernel's backing ids as their ids.
+type Policy = Mutex<OpenPolicy<Arc<BackingId>>>;
 
 /// What the adapter and the jobs it sends to the decode pool share.
 pub(super) struct Shared {
@@ -156,7 +156,7 @@ impl Filesystem for Adapter {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let wants = lock(&self.policy).wants();
+        let wants = self.fs.mode().wants();
         // Opening without the daemon needs a kernel that treats ENOSYS from OPEN as "no open
         // needed" (Linux 4.19+, which says so with FUSE_NO_OPEN_SUPPORT); on an older one every
         // open would fail, so the mount opens through the daemon instead.
@@ -194,7 +194,7 @@ impl Filesystem for Adapter {
             no_open,
             passthrough,
         };
-        let (page_cache, passthrough) = steps::granted(&self.fs, &self.policy, granted);
+        let (page_cache, passthrough) = steps::granted(&self.fs, granted);
         log::info!(
             "open mode: {}; read path: {}; backing files: {}",
             if page_cache { "page-cache" } else { "daemon" },
@@ -229,7 +229,7 @@ impl Filesystem for Adapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let shared = self.shared.clone();
         let done = Box::new(move |r| shared.opened(ino.0, r, reply));
-        steps::open(&self.decoders, &self.policy, ino.0, flags.0, done);
+        steps::open(&self.decoders, ino.0, flags.0, done);
     }
 
     fn read(
@@ -532,13 +532,10 @@ fn may_register_backing_files() -> bool {
         .is_none_or(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
 
-/// The adapter of `fs` for a mount configured by `cfg`; the open policy's state shows in
-/// `user.kpack.stats`.
+/// The adapter of `fs` for a mount configured by `cfg`, whose open mode it plans.
 pub(super) fn adapter(mut fs: KpackFs, cfg: &MountConfig) -> Adapter {
-    let start = cfg.open_mode.start(fs.median_kernel_size());
-    let policy: Policy = Arc::new(Mutex::new(OpenPolicy::new(start, cfg.passthrough)));
-    let shown = policy.clone();
-    fs.add_stats(Box::new(move || lock(&shown).stats_text()));
+    fs.plan_open_mode(cfg.open_mode, cfg.passthrough);
+    let policy = Mutex::new(OpenPolicy::default());
     let fs = Arc::new(fs);
     Adapter {
         decoders: Decoders::new(fs.clone(), cores()),

@@ -3,15 +3,10 @@
 //! `scan.rs` for when requests form a scan), and each decode thread that finishes a job goes on
 //! with the next file ahead while no other job waits for a thread.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-
-use super::fill::Fill;
+use super::kernel_life::{FillJob, Start};
 use super::scan;
-use super::{FillJob, Make};
 use crate::fs::tree::{Entry, Ino};
 use crate::fs::{KpackFs, kernel_id};
-use crate::sync::lock;
 
 impl KpackFs {
     /// After a first open (or first READ) of `ino`: when it continues a scan (see `scan.rs`),
@@ -20,7 +15,7 @@ impl KpackFs {
     /// the ones that come for their files join them like any decode. The open moves its scan
     /// even when no thread is idle: the busy ones go on ahead of the scan's new front when they
     /// finish ([`continue_ahead`](Self::continue_ahead)).
-    pub fn decode_ahead(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
+    pub(crate) fn jobs_ahead_of(&self, ino: Ino, idle_workers: usize) -> Vec<FillJob> {
         if !self.decodes_ahead() || !matches!(self.tree.entry(ino), Some(Entry::File(_))) {
             return Vec::new();
         }
@@ -44,7 +39,7 @@ impl KpackFs {
     /// Runs `job`, then, on the same thread, decodes ahead of the scans going on (the one that
     /// moved last first) for as long as there is a file to decode ahead and `others_wait`
     /// says no other job waits for a thread.
-    pub fn run_then_decode_ahead(&self, job: FillJob, others_wait: impl Fn() -> bool) {
+    pub(crate) fn run_then_decode_ahead(&self, job: FillJob, others_wait: impl Fn() -> bool) {
         let mut next = Some(job);
         while let Some(job) = next {
             self.run_fill(job);
@@ -57,7 +52,7 @@ impl KpackFs {
     }
 
     /// The next decode ahead of any scan going on, the one that moved last first.
-    pub fn continue_ahead(&self) -> Option<FillJob> {
+    pub(in crate::fs) fn continue_ahead(&self) -> Option<FillJob> {
         if !self.decodes_ahead() {
             return None;
         }
@@ -77,11 +72,10 @@ impl KpackFs {
     }
 
     /// The decode job of the first file within [`scan::AHEAD`] inodes past `front`, of at most
-    /// a [`scan::CACHE_SHARE`] of the cache, that is neither decoded nor decoding nor given up
-    /// (see [`Scans::give_up`](scan::Scans::give_up)). Never with
-    /// memory backing: its memory cannot be reclaimed, so nothing is decoded into it before it
-    /// is asked for. Not a kernel page-cache mode decodes straight into a READ's reply: a
-    /// backing file for it would cost more than its decode.
+    /// a [`scan::CACHE_SHARE`] of the cache, that is cold and not given up (see
+    /// `kernel_life.rs`). Never with memory backing: its memory cannot be reclaimed, so nothing
+    /// is decoded into it before it is asked for. Not a kernel page-cache mode decodes straight
+    /// into a READ's reply: a backing file for it would cost more than its decode.
     ///
     /// Its file is pinned in the store until its first open, and the pins count in the store's
     /// bound: when they (with the decodes ahead running) would take more than their share of it
@@ -94,36 +88,20 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(ino) else {
                 continue;
             };
-            if file.size == 0
-                || file.size > largest
-                || self.decodes_into_reply(file)
-                || self.scans.given_up(ino)
+            if file.size == 0 || file.size > largest || self.decodes_into_reply(file) {
+                continue;
+            }
+            match self
+                .decodes
+                .start_ahead(&self.store, ino, kernel_id(file), file.size)
             {
-                continue;
+                Start::Busy => continue,
+                Start::NoRoom => return None,
+                Start::Started(job) => {
+                    self.prefetch_after(ino, last);
+                    return Some(job);
+                }
             }
-            let id = kernel_id(file);
-            // The store is asked with the map of jobs locked: a job keeps its kernel before it
-            // leaves the map, so one of the two always has it.
-            let mut fills = lock(&self.fills);
-            if self.store.contains(id) || fills.contains_key(&id) {
-                continue;
-            }
-            if !self.store.reserve_pin(file.size) {
-                return None;
-            }
-            let fill = Arc::new(Fill::for_kernel(file.size));
-            fills.insert(id, fill.clone());
-            drop(fills);
-            self.scans.started.fetch_add(1, Ordering::Relaxed);
-            self.prefetch_after(ino, last);
-            return Some(FillJob {
-                ino,
-                id,
-                fill,
-                make: Make::Ahead {
-                    reserved: file.size,
-                },
-            });
         }
         None
     }
@@ -132,7 +110,7 @@ impl KpackFs {
     /// past `ino` (up to `last`) that are neither decoded nor decoding: the decode thread that
     /// takes one of them next finds its frame in the page cache instead of waiting on the disk
     /// (archives are read with random-access advice, so nothing else reads ahead of a scan).
-    pub(super) fn prefetch_after(&self, ino: Ino, last: Ino) {
+    fn prefetch_after(&self, ino: Ino, last: Ino) {
         let mut hinted = 0;
         for next in ino + 1..=last {
             if hinted == scan::PREFETCH {
@@ -141,11 +119,7 @@ impl KpackFs {
             let Some(Entry::File(file)) = self.tree.entry(next) else {
                 continue;
             };
-            let id = kernel_id(file);
-            if file.stored_size == 0
-                || self.store.contains(id)
-                || lock(&self.fills).contains_key(&id)
-            {
+            if file.stored_size == 0 || !self.decodes.is_cold(&self.store, kernel_id(file)) {
                 continue;
             }
             self.archive_of(file)

@@ -6,17 +6,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::fill::Fill;
-use super::{FillJob, Make, stream};
+use super::kernel_life::{FillJob, Make};
+use super::stream;
 use crate::archive::KernelRef;
 use crate::archive::codec::SharedKernel;
-#[cfg(test)]
-use crate::fs::Fault;
+use crate::fs::errno::Errno;
 use crate::fs::store::BackingFile;
 use crate::fs::store::Body;
-use crate::fs::store::{KernelId, KernelSpec};
-use crate::fs::tree::{Entry, FileNode, Ino};
-use crate::fs::{Errno, KpackFs, kernel_id};
-use crate::sync::lock;
+use crate::fs::store::KernelSpec;
+use crate::fs::tree::{Entry, FileNode};
+use crate::fs::{KpackFs, kernel_id};
 
 /// Where a kernel's backing file comes from, before any decode (see
 /// [`KpackFs::cached_or_located`]). Made once per decode and taken apart at once, so the size of
@@ -40,66 +39,23 @@ enum Plan {
 }
 
 impl KpackFs {
-    /// Runs a job to its end, answering everyone waiting on it: what it made is kept in the
-    /// store (pinned, for a decode ahead), then the job leaves the map of jobs, then its
-    /// waiters are answered. A later request finds the kernel in the store, or (after a
-    /// failure, or when the store could not keep it) starts a new job.
+    /// Runs a decode job to its end on this thread (a decode thread): makes the kernel's body
+    /// as the job asks, and hands it to the kernel's decode life, which keeps it, ends the job
+    /// and answers everyone waiting on it (`kernel_life.rs`).
     pub fn run_fill(&self, job: FillJob) {
-        let FillJob {
-            ino,
-            id,
-            fill,
-            make,
-        } = job;
-        let Some(Entry::File(file)) = self.tree.entry(ino) else {
-            unreachable!("a job is made for a file of the tree");
-        };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match make {
-            Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
-            Make::File | Make::FileForRead | Make::Ahead { .. } => self
-                .fill_kernel(file, &fill)
-                .map(|(b, keep)| (Body::File(b), keep)),
-        }))
-        .unwrap_or_else(|_| {
-            log::error!("a decode job panicked");
-            Err(Errno::EIO)
+        let ino = job.ino;
+        self.decodes.run(&self.store, job, |fill, make| {
+            let Some(Entry::File(file)) = self.tree.entry(ino) else {
+                log::error!("a decode job was made for inode {ino}, which is not a file");
+                return Err(Errno::EIO);
+            };
+            match make {
+                Make::Bytes => self.decode_small(file).map(|b| (Body::Bytes(b), true)),
+                Make::File | Make::FileForRead | Make::Ahead { .. } => self
+                    .fill_kernel(file, fill)
+                    .map(|(b, keep)| (Body::File(b), keep)),
+            }
         });
-        let kept = match (&result, make) {
-            (Ok((body, true)), _) => self.hold(ino, id, body, make),
-            (_, Make::Ahead { reserved }) => {
-                self.store.cancel_pin(reserved);
-                false
-            }
-            _ => false,
-        };
-        // A scan would find a kernel decoded ahead and not kept missing again, and take it up
-        // again at once, for as long as the scan lasts.
-        if !kept && matches!(make, Make::Ahead { .. }) {
-            self.scans.give_up(ino);
-        }
-        lock(&self.fills).remove(&id);
-        match &result {
-            Ok((body, _)) => fill.complete(body),
-            Err(e) => fill.fail(*e),
-        }
-        self.store.tidy();
-    }
-
-    /// Keeps what a job made in the store: pinned for a decode ahead (its reservation becomes
-    /// the pin). A file for READs by inode that the store cannot keep (larger than its bound)
-    /// is held aside, since no handle holds it for the READs that follow. Returns whether the
-    /// store kept it.
-    pub(super) fn hold(&self, ino: Ino, id: KernelId, body: &Body, make: Make) -> bool {
-        if let Make::Ahead { reserved } = make {
-            return self.store.keep_pinned(id, body.clone(), ino, reserved);
-        }
-        let kept = self.store.keep(id, body.clone());
-        if !kept && matches!(make, Make::FileForRead) {
-            if let Body::File(f) = body {
-                self.store.hold_oversized(id, f.clone());
-            }
-        }
-        kept
     }
 
     /// Makes the backing file of a kernel: from the cache directory,
@@ -147,7 +103,7 @@ impl KpackFs {
         if let Some(found) = self.store.find_in_dir(&spec) {
             return Ok(Source::Dir(found));
         }
-        self.count_decode(spec.id);
+        self.decoded.fetch_add(1, Ordering::Relaxed);
         Ok(Source::Located(self.checked(file, located)?, spec))
     }
 
@@ -177,7 +133,7 @@ impl KpackFs {
 
     /// Decodes a small kernel into memory (on a decode-pool thread).
     pub(super) fn decode_small(&self, file: &FileNode) -> Result<Arc<[u8]>, Errno> {
-        self.count_decode(kernel_id(file));
+        self.decoded.fetch_add(1, Ordering::Relaxed);
         let kref = self.locate_for_read(file)?;
         let buf = self.decode_with(file, &kref, |n| Some(SharedKernel::new(n)))?;
         // SAFETY: a decode returns its buffer only once every byte is written.
@@ -264,29 +220,5 @@ impl KpackFs {
         let buf = archive.read_with(kref, alloc).map_err(|e| fail(&e))?;
         archive.check_unchanged().map_err(|e| fail(&e))?;
         Ok(buf)
-    }
-
-    /// Counts a decode of kernel `id` from its archive.
-    pub(super) fn count_decode(&self, id: KernelId) {
-        self.decodes.fetch_add(1, Ordering::Relaxed);
-        #[cfg(test)]
-        {
-            let held = self.holds(id);
-            lock(&self.decode_log).push((id, held));
-        }
-        #[cfg(not(test))]
-        let _ = id;
-    }
-
-    #[cfg(test)]
-    pub(super) fn faulty(&self, fault: Fault) -> bool {
-        *lock(&self.fault) == fault
-    }
-
-    /// Whether kernel `id`'s decoded bytes are held: by the store, or by anyone through a
-    /// file the store made.
-    #[cfg(test)]
-    pub(super) fn holds(&self, id: KernelId) -> bool {
-        self.store.contains(id)
     }
 }

@@ -1,25 +1,25 @@
 //! The read side: requests for a kernel's bytes (opens, READs through a handle, READs by
 //! inode) and the one single flight of decode jobs they start or join.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub mod ahead;
-pub mod decode;
-pub mod fill;
-pub mod pool;
-pub mod scan;
+mod ahead;
+mod decode;
+pub(crate) mod fill;
+pub(crate) mod kernel_life;
+pub(crate) mod pool;
+mod scan;
 mod stream;
 
-#[cfg(test)]
-use super::Fault;
+use super::errno::Errno;
 use super::store::Body;
-use super::store::KernelId;
 use super::tree::{Entry, FileNode, Ino};
-use super::{Errno, KpackFs, ReadSlice, kernel_id};
+use super::{KpackFs, kernel_id};
 use crate::sync::lock;
-use fill::{Fill, OpenDone, OpenedFile, ReadDone};
+use fill::{OpenDone, OpenedFile, ReadDone};
+use kernel_life::{FillJob, Found, Make};
+
+pub(crate) use scan::Scans;
 
 /// In page-cache mode, kernels up to this size are decoded straight into the READ reply, with
 /// no backing file (the largest READ the kernel sends by default is 128 KiB).
@@ -31,38 +31,6 @@ pub struct NewHandle {
     pub fh: u64,
     /// Every byte of its file is decoded and checked.
     pub complete: bool,
-}
-
-/// Work to run off the request threads (on the decode pool) with [`KpackFs::run_fill`]: a
-/// kernel's one decode job.
-pub struct FillJob {
-    ino: Ino,
-    id: KernelId,
-    fill: Arc<Fill>,
-    make: Make,
-}
-
-/// What a decode job makes.
-#[derive(Debug, Clone, Copy)]
-enum Make {
-    /// A backing file, for opens.
-    File,
-    /// A backing file for READs by inode (page-cache mode), which no handle holds.
-    FileForRead,
-    /// The decoded bytes in memory: a small kernel decoded for READs by inode in page-cache
-    /// mode, where no open needs a file (see [`KpackFs::decodes_into_reply`]).
-    Bytes,
-    /// A backing file decoded ahead of a scan (see [`KpackFs::decode_ahead`]), pinned in the
-    /// store until its first open; `reserved` bytes of pins were reserved for it.
-    Ahead { reserved: u64 },
-}
-
-/// What a request found (see [`KpackFs::find_or_start`]).
-enum Found {
-    /// The kernel, held in the store.
-    Held(Body),
-    /// Its decode job, and the job to run when the request started it.
-    Job(Arc<Fill>, Option<FillJob>),
 }
 
 impl KpackFs {
@@ -88,20 +56,6 @@ impl KpackFs {
             Entry::Dir(_) => Err(Errno::EISDIR),
             Entry::Link(_) => Err(Errno::EINVAL),
         }
-    }
-
-    /// Opens a file for reading (any write access is EROFS) and waits for it: makes sure its
-    /// backing file exists, decoding the kernel on this thread if no other is, and returns the
-    /// new handle. A kernel that cannot be decoded fails here, with EIO. (The mount itself uses
-    /// [`open_start`](Self::open_start), which never waits.)
-    pub fn open(&self, ino: Ino, flags: i32) -> Result<u64, Errno> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let done = Box::new(move |r| drop(tx.send(r)));
-        if let Some(job) = self.open_start(ino, flags, false, done) {
-            self.run_fill(job);
-        }
-        let opened = rx.recv().map_err(|_| Errno::EIO)??;
-        Ok(self.add_handle(opened).fh)
     }
 
     /// Starts an open without waiting: `done` gets the file at once when it is stored, or the
@@ -154,10 +108,9 @@ impl KpackFs {
                 Ok(o)
             }))
         });
-        let found = {
-            let fills = lock(&self.fills);
-            self.find_or_start(fills, ino, file, Make::File)
-        };
+        let found =
+            self.decodes
+                .find_or_start(&self.store, ino, kernel_id(file), file.size, Make::File);
         match found {
             Found::Held(Body::File(b)) => {
                 done(Ok(OpenedFile::complete(b)));
@@ -176,17 +129,6 @@ impl KpackFs {
                 job
             }
         }
-    }
-
-    /// Reads by inode and waits for the bytes (see [`read_ino_start`](Self::read_ino_start)),
-    /// running the kernel's decode on this thread when no other thread runs it.
-    pub fn read_ino(&self, ino: Ino, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
-        if let Some(job) = self.read_ino_start(ino, offset, size, done) {
-            self.run_fill(job);
-        }
-        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
     /// Reads by inode, for files the kernel opened without the daemon (page-cache mode): from
@@ -224,10 +166,9 @@ impl KpackFs {
         } else {
             Make::FileForRead
         };
-        let found = {
-            let fills = lock(&self.fills);
-            self.find_or_start(fills, ino, file, make)
-        };
+        let found = self
+            .decodes
+            .find_or_start(&self.store, ino, kernel_id(file), file.size, make);
         match found {
             Found::Held(body) => {
                 let end = offset.saturating_add(u64::from(size));
@@ -253,49 +194,6 @@ impl KpackFs {
         }
     }
 
-    /// With the map of jobs locked (so that a job cannot finish in between): the kernel's body
-    /// held in the store, else its job, joined or (returned with it) started to make `make`.
-    /// Counts the request: a hit when it finds the kernel complete, else a miss.
-    fn find_or_start(
-        &self,
-        mut fills: std::sync::MutexGuard<'_, HashMap<KernelId, Arc<Fill>>>,
-        ino: Ino,
-        file: &FileNode,
-        make: Make,
-    ) -> Found {
-        let id = kernel_id(file);
-        #[cfg(test)]
-        let held = self
-            .store
-            .take(id)
-            .filter(|_| !self.faulty(Fault::IgnoreStore));
-        #[cfg(not(test))]
-        let held = self.store.take(id);
-        if let Some(body) = held {
-            self.store.count(true);
-            // Marking a cache directory's file as used may write its inode: not under the lock.
-            drop(fills);
-            if let Body::File(b) = &body {
-                self.store.touch(b);
-            }
-            return Found::Held(body);
-        }
-        if let Some(f) = fills.get(&id) {
-            self.store.count(f.is_done());
-            return Found::Job(f.clone(), None);
-        }
-        self.store.count(false);
-        let fill = Arc::new(Fill::for_kernel(file.size));
-        fills.insert(id, fill.clone());
-        let job = FillJob {
-            ino,
-            id,
-            fill: fill.clone(),
-            make,
-        };
-        Found::Job(fill, Some(job))
-    }
-
     /// Registers an opened file as a new handle.
     pub fn add_handle(&self, opened: OpenedFile) -> NewHandle {
         let complete = opened.is_complete();
@@ -315,18 +213,6 @@ impl KpackFs {
         // Closed after the lock is released: the last handle of a large unlinked file frees it.
         let removed = lock(&self.handles).remove(&fh);
         drop(removed);
-    }
-
-    /// Reads up to `size` bytes at `offset` and waits for them; short only at end of file.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<ReadSlice, Errno> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.read_start(
-            fh,
-            offset,
-            size,
-            Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec)))),
-        );
-        rx.recv().map_err(|_| Errno::EIO)?.map(ReadSlice)
     }
 
     /// Reads up to `size` bytes at `offset` from the handle's backing file (the daemon read
@@ -357,12 +243,7 @@ impl KpackFs {
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
         f.size <= DIRECT_READ_MAX
             && !self.store.is_cache_dir()
-            && self.page_cache.load(Ordering::Relaxed)
-    }
-
-    /// Whether the mount is in page-cache mode, decided once at `init` (see `steps::granted`).
-    pub fn set_page_cache_mode(&self, on: bool) {
-        self.page_cache.store(on, Ordering::Relaxed);
+            && self.mode.page_cache()
     }
 
     /// Number of open file handles.

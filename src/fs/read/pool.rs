@@ -8,6 +8,7 @@
 //! waits for (an open's or a READ's decode) is taken before queued decodes ahead.
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -58,6 +59,7 @@ impl Pool {
         let mut started = 0;
         for i in 0..threads.max(1) {
             let shared = shared.clone();
+            let kind = name.to_owned();
             let spawned = thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
@@ -75,7 +77,7 @@ impl Pool {
                                 q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
                             }
                         };
-                        job();
+                        run_guarded(job, &kind);
                         shared.pending.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
@@ -119,7 +121,7 @@ impl Pool {
             }
         };
         match rejected {
-            Some(job) => job(),
+            Some(job) => run_guarded(job, "rejected"),
             None => self.shared.wake.notify_one(),
         }
     }
@@ -128,12 +130,6 @@ impl Pool {
     pub fn idle_workers(&self) -> usize {
         self.threads
             .saturating_sub(self.shared.pending.load(Ordering::Acquire))
-    }
-
-    /// Whether no job is queued or running.
-    #[cfg(test)]
-    pub fn is_idle(&self) -> bool {
-        self.shared.pending.load(Ordering::Acquire) == 0
     }
 
     /// A handle a job can use to see whether others wait for a worker.
@@ -159,6 +155,14 @@ impl Queue {
     }
 }
 
+/// Runs `job`, catching a panic: a job that panics ends itself (a decode answers its waiters
+/// on the way out, see `kernel_life.rs`), and the thread lives on for the next one.
+fn run_guarded(job: Job, name: &str) {
+    if catch_unwind(AssertUnwindSafe(job)).is_err() {
+        log::error!("a {name} job panicked; its thread goes on");
+    }
+}
+
 /// The cores this process may run on (at least one).
 pub fn cores() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
@@ -172,8 +176,15 @@ impl Drop for Pool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    impl Pool {
+        /// Whether no job is queued or running.
+        pub(crate) fn is_idle(&self) -> bool {
+            self.shared.pending.load(Ordering::Acquire) == 0
+        }
+    }
     use std::sync::Barrier;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -255,6 +266,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(*lock(&order), ["open", "ahead 1", "ahead 2"]);
+    }
+
+    /// A job that panics neither kills its worker nor stays counted: the jobs after it run,
+    /// on the one worker there is, and the pool is idle again.
+    #[test]
+    fn a_job_that_panics_leaves_its_worker_serving() {
+        let pool = Pool::new(1, "t");
+        pool.run(|| panic!("a job's bug"));
+        pool.run_background(|| panic!("another"));
+        let (tx, rx) = mpsc::channel();
+        for i in 0..3 {
+            let tx = tx.clone();
+            pool.run(move || tx.send(i).unwrap());
+        }
+        let got: Vec<i32> = (0..3)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, [0, 1, 2]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !pool.is_idle() {
+            assert!(std::time::Instant::now() < deadline, "a panicked job stays pending");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(pool.idle_workers(), 1);
     }
 
     #[test]

@@ -16,9 +16,8 @@
 //! loader reads what it needs), so without the hint a cold scan's decode threads each wait on
 //! the disk for their frame.
 
-use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::fs::tree::Ino;
 use crate::sync::lock;
@@ -67,11 +66,6 @@ pub struct Scans {
     /// Whether decoding ahead is on (`--no-decode-ahead` turns it off).
     enabled: AtomicBool,
     tracks: Mutex<Tracks>,
-    /// Decodes started ahead of a scan.
-    pub started: AtomicU64,
-    /// Files whose decode ahead failed or could not be kept: never decoded ahead again (an
-    /// open still decodes them). At most one entry per file of the tree.
-    given_up: Mutex<HashSet<Ino>>,
 }
 
 impl Default for Scans {
@@ -79,8 +73,6 @@ impl Default for Scans {
         Scans {
             enabled: AtomicBool::new(true),
             tracks: Mutex::new(Tracks::default()),
-            started: AtomicU64::new(0),
-            given_up: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -129,16 +121,6 @@ impl Scans {
             *oldest = new;
         }
         None
-    }
-
-    /// File `ino` is not to be decoded ahead again.
-    pub fn give_up(&self, ino: Ino) {
-        lock(&self.given_up).insert(ino);
-    }
-
-    /// Whether file `ino` was given up (see [`give_up`](Self::give_up)).
-    pub fn given_up(&self, ino: Ino) -> bool {
-        lock(&self.given_up).contains(&ino)
     }
 
     /// The fronts of the scans going on, the one that moved last first.

@@ -403,22 +403,6 @@ impl Pending {
         &self.backing
     }
 
-    /// A file of `len` bytes to write, over `file` as it is (tests: a file whose writes fail).
-    #[cfg(test)]
-    pub fn over(file: File, len: u64) -> Pending {
-        Pending {
-            backing: Arc::new(BackingFile {
-                file,
-                len,
-                live: Arc::new(AtomicU64::new(len)),
-                touched: AtomicU64::new(0),
-            }),
-            piece: WRITE_PIECE,
-            tmp: None,
-            hasher: None,
-        }
-    }
-
     /// Writes `bytes` at `offset` (bytes not yet written read as zeros). Writes must come in
     /// order, back to back, when the file is hashed for a cache directory.
     pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
@@ -457,8 +441,26 @@ fn reserve(file: &File, len: u64) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    impl Pending {
+        /// A file of `len` bytes to write, over `file` as it is (tests: a file whose writes fail).
+        pub(crate) fn over(file: File, len: u64) -> Pending {
+            Pending {
+                backing: Arc::new(BackingFile {
+                    file,
+                    len,
+                    live: Arc::new(AtomicU64::new(len)),
+                    touched: AtomicU64::new(0),
+                }),
+                piece: WRITE_PIECE,
+                tmp: None,
+                hasher: None,
+            }
+        }
+    }
+
     use std::os::unix::fs::MetadataExt;
 
     fn spec(len: u64, key: u8) -> KernelSpec {

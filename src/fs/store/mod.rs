@@ -422,13 +422,6 @@ impl Store {
         }
     }
 
-    /// Bytes of pinned entries and of reservations for pins.
-    #[cfg(test)]
-    pub fn pinned_bytes(&self) -> u64 {
-        let h = lock(&self.held);
-        h.pinned + h.reserved
-    }
-
     // Where files live: see `backing.rs`.
 
     /// A valid file of `spec` in the cache directory (none without one); the caller keeps it.
@@ -486,6 +479,14 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Store {
+        /// Bytes of pinned entries and of reservations for pins.
+        pub(crate) fn pinned_bytes(&self) -> u64 {
+            let h = lock(&self.held);
+            h.pinned + h.reserved
+        }
+    }
 
     fn id(ordinal: u32) -> KernelId {
         KernelId {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rocm_kpack::Archive;
-use rocm_kpack::fs::{Errno, FsOptions, KpackFs, Lookup};
+use rocm_kpack::fs::{Errno, FsOptions, KpackFs, Lookup, ReadDone};
 
 use crate::support::craft::{V, archive_bytes, m, s, sample_kernel, zstd_parts};
 
@@ -49,9 +49,28 @@ fn file(fs: &KpackFs, arch: &str) -> (u64, u64) {
     (f.ino, f.size)
 }
 
+/// Opens `ino` and waits for its file, running its decode on this thread; returns the handle.
+fn open(fs: &KpackFs, ino: u64) -> Result<u64, Errno> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let done = Box::new(move |r| drop(tx.send(r)));
+    if let Some(job) = fs.open_start(ino, libc::O_RDONLY, false, done) {
+        fs.run_fill(job);
+    }
+    let opened = rx.recv().map_err(|_| Errno::EIO)??;
+    Ok(fs.add_handle(opened).fh)
+}
+
+/// Reads up to `size` bytes at `offset` through handle `fh`.
+fn read_at(fs: &KpackFs, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let done: ReadDone = Box::new(move |r| drop(tx.send(r.map(<[u8]>::to_vec))));
+    fs.read_start(fh, offset, size, done);
+    rx.recv().map_err(|_| Errno::EIO)?
+}
+
 fn read(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
-    let fh = fs.open(ino, libc::O_RDONLY)?;
-    let r = fs.read(fh, 0, u32::MAX).map(|s| s.as_slice().to_vec());
+    let fh = open(fs, ino)?;
+    let r = read_at(fs, fh, 0, u32::MAX);
     fs.release(fh);
     r
 }
@@ -135,12 +154,12 @@ fn hostile_original_size_is_eio_without_reserving_it() {
 
 /// Reads a file whole through READs of at most 1 MiB, as the kernel would send them.
 fn read_in_requests(fs: &KpackFs, ino: u64) -> Result<Vec<u8>, Errno> {
-    let fh = fs.open(ino, libc::O_RDONLY)?;
+    let fh = open(fs, ino)?;
     let mut out = Vec::new();
     let r = loop {
-        match fs.read(fh, out.len() as u64, 1 << 20) {
-            Ok(s) if s.as_slice().is_empty() => break Ok(out),
-            Ok(s) => out.extend_from_slice(s.as_slice()),
+        match read_at(fs, fh, out.len() as u64, 1 << 20) {
+            Ok(s) if s.is_empty() => break Ok(out),
+            Ok(s) => out.extend_from_slice(&s),
             Err(e) => break Err(e),
         }
     };
@@ -211,8 +230,8 @@ fn an_empty_entry_sharing_a_kept_kernels_ordinal_is_eio() {
     let (good, _) = file(&fs, "gfx900");
     let (empty, size) = file(&fs, "gfx906");
     assert_eq!(size, 0);
-    assert_eq!(fs.open(empty, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert_eq!(open(&fs, empty).unwrap_err(), Errno::EIO);
     assert!(read_in_requests(&fs, good).unwrap() == data);
     assert!(fs.store().live_bytes() > 0, "gfx900 is kept");
-    assert_eq!(fs.open(empty, libc::O_RDONLY).unwrap_err(), Errno::EIO);
+    assert_eq!(open(&fs, empty).unwrap_err(), Errno::EIO);
 }
