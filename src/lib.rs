@@ -1,14 +1,15 @@
 //! kpack-fuse: read, write, load and mount ROCm `.kpack` kernel archives.
 //!
-//! The layers, each importing only those above it in this list:
+//! The layers, from the bottom; each imports only the layers below it (docs/architecture.md
+//! draws the same stack, and `tests/it/layers.rs` checks it):
 //! - [`error`], [`names`], [`bytes`]: the error type, the naming rules for keys and arches, and
 //!   bounded little-endian field readers, shared by everything;
 //! - [`archive`]: the archive format (layout, TOC, codec, reader, writer);
-//! - [`host`]: host binaries (ELF, offload bundles, HIPK, target IDs);
-//! - [`tools`]: what writes archives (pack pipeline, import, split);
+//! - [`host`]: host binaries (ELF, offload bundles, fat binaries, HIPK, target IDs);
 //! - [`loader`]: the loader algorithm of `kpack_load_code_object`;
-//! - [`fs`]: the FUSE file system (the only place that knows fuser);
-//! - [`ffi`]: the C ABI (the only place that exports symbols).
+//! - three layers that never import each other: [`tools`] (what writes archives: pack
+//!   pipeline, import, split), [`fs`] (the FUSE file system; only `fs/fuse/` knows fuser) and
+//!   [`ffi`] (the C ABI, the only place that exports symbols).
 //!
 //! The `kpack-fuse` program adds the command line and remote sources on top (`src/main.rs`).
 

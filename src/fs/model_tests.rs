@@ -219,6 +219,9 @@ struct Mount {
     source: Arc<FaultySource>,
 }
 
+/// Each kernel's frame: its byte range in the archive.
+type Frames = Vec<(std::ops::Range<u64>, KernelId)>;
+
 /// A [`FaultySource`] shared with the test that made it.
 #[derive(Debug)]
 struct Shared(Arc<FaultySource>);
@@ -279,7 +282,7 @@ impl Mount {
         };
         // Filled once the archive is open and the file system made: the frames to watch, and
         // the file system to ask whether a kernel is held when its frame is read.
-        let frames: Arc<OnceLock<Vec<(std::ops::Range<u64>, KernelId)>>> = Arc::default();
+        let frames: Arc<OnceLock<Frames>> = Arc::default();
         let mounted: Arc<OnceLock<Weak<KpackFs>>> = Arc::default();
         let decode_log: Arc<Mutex<Vec<(KernelId, bool)>>> = Arc::default();
         let (watched, held_by, log) = (frames.clone(), mounted.clone(), decode_log.clone());

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::tree::{self, Entry, FileNode, Ino, NATIVE, ROOT};
-use super::{Attr, BLKSIZE, DirSink, Errno, Kind, KpackFs, Lookup, StatFs};
+use super::errno::Errno;
+use super::{Attr, BLKSIZE, DirSink, Kind, KpackFs, Lookup, StatFs};
 
 impl KpackFs {
     pub(in crate::fs) fn file_time(&self, f: &FileNode) -> SystemTime {

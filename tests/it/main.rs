@@ -28,6 +28,7 @@ mod mount;
 mod path_safety;
 mod pins;
 mod progress;
+mod source_faults;
 mod readme;
 mod remote;
 mod split;

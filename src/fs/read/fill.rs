@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::fs::Errno;
+use crate::fs::errno::Errno;
 use crate::fs::store::BackingFile;
 use crate::fs::store::Body;
 use crate::sync::lock;
@@ -32,8 +32,8 @@ use crate::sync::lock;
 /// being filled by `fill` (reads go through the daemon and may wait).
 #[derive(Clone)]
 pub struct OpenedFile {
-    pub backing: Arc<BackingFile>,
-    pub fill: Option<Arc<Fill>>,
+    pub(crate) backing: Arc<BackingFile>,
+    pub(crate) fill: Option<Arc<Fill>>,
 }
 
 impl OpenedFile {

@@ -47,22 +47,23 @@ use backing::Files;
 use cache_dir::DirStats;
 
 // The store's interface: what its users name of the files it makes and where they live.
-pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Pending, Placement, descriptor_budget};
-pub use kernel::{KernelId, KernelSpec};
+pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Placement, descriptor_budget};
+pub(crate) use backing::Pending;
+pub(crate) use kernel::{KernelId, KernelSpec};
 
 /// With files on disk, at most this many bytes of entries are held in memory.
-pub const MEMORY_MAX: u64 = 4 << 20;
+pub(crate) const MEMORY_MAX: u64 = 4 << 20;
 
 /// Pins, with the decodes ahead that will become pins, take at most `1 / PIN_SHARE` of the
 /// bound, so that what opens and reads keep always has room.
-pub const PIN_SHARE: u64 = 2;
+pub(crate) const PIN_SHARE: u64 = 2;
 
 /// Files larger than the whole store held aside in page-cache mode (see the module's text).
-pub const OVERSIZED_HELD: usize = 2;
+pub(crate) const OVERSIZED_HELD: usize = 2;
 
 /// A decoded kernel: a backing file, or bytes in memory.
 #[derive(Debug, Clone)]
-pub enum Body {
+pub(crate) enum Body {
     File(Arc<BackingFile>),
     Bytes(Arc<[u8]>),
 }
@@ -73,10 +74,6 @@ impl Body {
             Body::File(f) => f.len(),
             Body::Bytes(b) => b.len() as u64,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Hands `answer` the bytes of `[offset, end)`, clipped to the kernel (a file's are read
@@ -255,7 +252,7 @@ impl Store {
     /// The held body of `id` (now the most recently used), not counted (see
     /// [`count`](Self::count)) nor marked as used in a cache directory. An open or read
     /// takes it: a pin on it is released, its purpose served.
-    pub fn take(&self, id: KernelId) -> Option<Body> {
+    pub(crate) fn take(&self, id: KernelId) -> Option<Body> {
         let mut h = lock(&self.held);
         if let Some(e) = h.lru.get(&id) {
             let body = e.body.clone();
@@ -283,7 +280,7 @@ impl Store {
 
     /// Counts one request as a hit (it found a complete kernel, in the store or just finished
     /// by its decode job) or a miss.
-    pub fn count(&self, hit: bool) {
+    pub(crate) fn count(&self, hit: bool) {
         let counter = if hit { &self.hits } else { &self.misses };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -291,13 +288,13 @@ impl Store {
     /// Keeps `body` as the entry of `id` (replacing any), evicting least recently used entries
     /// until every limit holds. Returns whether it was kept: not when it cannot fit beside the
     /// pins.
-    pub fn keep(&self, id: KernelId, body: Body) -> bool {
+    pub(crate) fn keep(&self, id: KernelId, body: Body) -> bool {
         self.insert(id, body, None, 0)
     }
 
     /// Reserves `len` bytes for a decode ahead that will be pinned; false when pins and
     /// reservations would take more than [`PIN_SHARE`] of the bound.
-    pub fn reserve_pin(&self, len: u64) -> bool {
+    pub(crate) fn reserve_pin(&self, len: u64) -> bool {
         let mut h = lock(&self.held);
         if h.pinned + h.reserved + len > self.capacity / PIN_SHARE {
             return false;
@@ -308,19 +305,19 @@ impl Store {
 
     /// Gives back a reservation whose decode kept nothing (it failed, or its file may not be
     /// kept).
-    pub fn cancel_pin(&self, reserved: u64) {
+    pub(crate) fn cancel_pin(&self, reserved: u64) {
         let mut h = lock(&self.held);
         h.reserved -= reserved.min(h.reserved);
     }
 
     /// Keeps `body` pinned (tagged `tag`), turning the reservation of `reserved` bytes into
     /// the pin. Returns whether it was kept.
-    pub fn keep_pinned(&self, id: KernelId, body: Body, tag: u64, reserved: u64) -> bool {
+    pub(crate) fn keep_pinned(&self, id: KernelId, body: Body, tag: u64, reserved: u64) -> bool {
         self.insert(id, body, Some(tag), reserved)
     }
 
     /// Releases every pin whose tag `keep` refuses; the entries stay as ordinary ones.
-    pub fn unpin_unless(&self, keep: impl Fn(u64) -> bool) {
+    pub(crate) fn unpin_unless(&self, keep: impl Fn(u64) -> bool) {
         let mut h = lock(&self.held);
         let gone: Vec<KernelId> = h
             .pins
@@ -335,7 +332,7 @@ impl Store {
 
     /// Holds aside a file larger than the whole store (page-cache mode; see the module's
     /// text), letting go of the oldest one held when there are more than [`OVERSIZED_HELD`].
-    pub fn hold_oversized(&self, id: KernelId, file: Arc<BackingFile>) {
+    pub(crate) fn hold_oversized(&self, id: KernelId, file: Arc<BackingFile>) {
         let dropped = {
             let mut h = lock(&self.held);
             h.oversized.retain(|(k, _)| *k != id);
@@ -425,31 +422,31 @@ impl Store {
     // Where files live: see `backing.rs`.
 
     /// A valid file of `spec` in the cache directory (none without one); the caller keeps it.
-    pub fn find_in_dir(&self, spec: &KernelSpec) -> Option<Arc<BackingFile>> {
+    pub(crate) fn find_in_dir(&self, spec: &KernelSpec) -> Option<Arc<BackingFile>> {
         let file = self.files.find_in_dir(spec)?;
         self.made(spec.id, &file);
         Some(file)
     }
 
     /// See [`Files::begin`].
-    pub fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
+    pub(crate) fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
         self.files.begin(spec)
     }
 
     /// See [`Files::finish`]: the file, and whether it may be kept.
-    pub fn finish(&self, spec: &KernelSpec, pending: Pending) -> (Arc<BackingFile>, bool) {
+    pub(crate) fn finish(&self, spec: &KernelSpec, pending: Pending) -> (Arc<BackingFile>, bool) {
         let (file, keep) = self.files.finish(spec, pending);
         self.made(spec.id, &file);
         (file, keep)
     }
 
     /// See [`Files::touch`].
-    pub fn touch(&self, b: &BackingFile) {
+    pub(crate) fn touch(&self, b: &BackingFile) {
         self.files.touch(b)
     }
 
     /// See [`Files::tidy`].
-    pub fn tidy(&self) {
+    pub(crate) fn tidy(&self) {
         self.files.tidy()
     }
 
