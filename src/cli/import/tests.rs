@@ -227,7 +227,7 @@ fn verify_names_each_mismatch() {
         .iter()
         .map(|i| {
             let bytes = std::fs::read(&lib).unwrap();
-            let co = &import::host_code_objects("libsynth.so", &bytes).unwrap()[*i + 1];
+            let co = &fatbin::host_code_objects("libsynth.so", &bytes).unwrap()[*i + 1];
             check_one(
                 &[Archive::open(&path).unwrap()],
                 &lib,
