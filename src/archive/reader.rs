@@ -214,14 +214,6 @@ impl Archive {
         entry.blake3_at.map(|at| self.digest_at(at)).transpose()
     }
 
-    /// The `frame_blake3` digest of an entry of this archive's TOC, when it has one.
-    pub fn entry_frame_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
-        entry
-            .frame_blake3_at
-            .map(|at| self.digest_at(at))
-            .transpose()
-    }
-
     /// The 32 digest bytes at TOC position `at`: kept, or read from the file.
     fn digest_at(&self, at: u32) -> Result<[u8; 32]> {
         if let Some(kept) = &self.digests {
