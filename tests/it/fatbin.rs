@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
+use crate::support::bundles::{build_ccob, build_uncompressed};
 use rocm_kpack::host::elf::{ElfFile, HIP_FATBIN_SECTION};
 use rocm_kpack::host::fatbin::{self, CodeObject, FatbinError};
 use rocm_kpack::tools::import::{ArchiveSet, Tag};

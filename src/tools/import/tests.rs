@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 use crate::archive::writer::Compression;
-use crate::host::bundle::{build_ccob, build_uncompressed};
+use crate::host::bundle::fixtures::{build_ccob, build_uncompressed};
 use crate::host::fatbin::{
     FatbinError, HostFile, StreamError, archive_file_name, code_objects, default_prefix,
     host_code_objects, kernel_name_from_relative, search_path, validate_prefix,
