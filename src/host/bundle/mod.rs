@@ -8,7 +8,7 @@
 //!
 //! Everything here is a pure function over bytes: no I/O, no panics on any input. Every length is
 //! checked against the bytes present before it is used, and decompression output is bounded by
-//! the size the header declares (itself capped by [`MAX_DECOMPRESSED`]) and grows only as real
+//! the size the header declares (itself capped by `MAX_DECOMPRESSED`) and grows only as real
 //! output is produced, so a hostile header cannot make us allocate what it merely claims.
 
 use std::borrow::Cow;
@@ -16,9 +16,9 @@ use std::fmt;
 use std::io::Read;
 
 mod walk;
+pub(crate) use walk::walk_fatbin;
 pub use walk::{
     BundleHead, Event, FileRange, Located, Source, WalkError, decode_ccob_bundle, index_fatbin,
-    walk_fatbin,
 };
 
 /// The first bytes of an uncompressed bundle.
@@ -33,9 +33,9 @@ pub const CCOB_V2_HEADER: usize = 24;
 pub const CCOB_V3_HEADER: usize = 32;
 /// The largest decompressed bundle we accept. Real per-TU bundles are tens of megabytes; this cap
 /// only exists so that a corrupt size field cannot ask for more.
-pub const MAX_DECOMPRESSED: u64 = 4 << 30;
+pub(crate) const MAX_DECOMPRESSED: u64 = 4 << 30;
 /// Triples are short (`hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`); a longer one is corrupt.
-pub const MAX_TRIPLE_LEN: u64 = 1024;
+const MAX_TRIPLE_LEN: u64 = 1024;
 
 /// Bytes of an uncompressed bundle header: magic plus entry count.
 const BUNDLE_HEADER: usize = 24 + 8;
@@ -130,7 +130,7 @@ pub fn arch_of_triple(triple: &str) -> Option<&str> {
 /// Scanning starts at byte 0; after each bundle it resumes right after the bundle's last byte
 /// and looks for the next magic of either kind (what lies between is padding). A section with no
 /// magic at all (for example one zeroed by a kpack split) has no bundles. This is
-/// [`walk_fatbin`] over bytes in memory, collecting what it visits.
+/// `walk_fatbin` over bytes in memory, collecting what it visits.
 pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
     let mut bundles = Vec::new();
     let mut entries = Vec::new();
@@ -223,7 +223,7 @@ pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), Bundle
 
 /// One device entry of an uncompressed bundle's table: where its code object lies.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableEntry {
+pub(crate) struct TableEntry {
     pub triple: String,
     pub arch: String,
     /// From the start of the bundle.
@@ -233,7 +233,7 @@ pub struct TableEntry {
 
 /// Why an entry table could not be read from the bytes given.
 #[derive(Debug)]
-pub enum TableError {
+pub(crate) enum TableError {
     Bundle(BundleError),
     /// The table goes on past the bytes given, but not past the bytes available: read more.
     NeedMore,
@@ -244,7 +244,7 @@ pub enum TableError {
 /// was read. Returns the device entries and the bundle's length (the end of the furthest
 /// entry or of the table). Errors describe the `avail` bytes, so they do not depend on how
 /// much was read.
-pub fn parse_table(data: &[u8], avail: u64) -> Result<(Vec<TableEntry>, u64), TableError> {
+pub(crate) fn parse_table(data: &[u8], avail: u64) -> Result<(Vec<TableEntry>, u64), TableError> {
     let bad = |at: usize, why: String| TableError::Bundle(BundleError::new(at, why));
     // A field past `data` but inside `avail` means the caller should read more.
     let field = |at: usize| -> Result<u64, TableError> {
@@ -352,7 +352,7 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
 
 /// The fields of a CCOB header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CcobHeader {
+pub(crate) struct CcobHeader {
     pub version: u16,
     pub header_len: usize,
     /// Bytes the compressed bundle occupies, header included.
@@ -371,7 +371,7 @@ impl CcobHeader {
 /// Reads and checks the CCOB header at the start of `data` (at least the first
 /// [`CCOB_V3_HEADER`] bytes of the bundle, or all of them if fewer), where `avail` bytes of
 /// section are present from the bundle's start.
-pub fn ccob_header(data: &[u8], avail: u64) -> Result<CcobHeader, BundleError> {
+pub(crate) fn ccob_header(data: &[u8], avail: u64) -> Result<CcobHeader, BundleError> {
     if !data.starts_with(CCOB_MAGIC) {
         return Err(BundleError::new(0, "missing CCOB magic"));
     }

@@ -48,7 +48,7 @@ pub fn code_objects(kernel_name: &str, fatbin: &[u8]) -> Result<Vec<CodeObject>,
 /// Visits the code objects of a `.hip_fatbin` section in order, keyed as [`code_objects`] keys
 /// them, holding one code object (or one decompressed CCOB bundle) at a time. `progress`
 /// receives the section bytes of each bundle once its code objects were visited.
-pub fn visit_code_objects<S, E>(
+fn visit_code_objects<S, E>(
     kernel_name: &str,
     fatbin: &S,
     mut visit: impl FnMut(CodeObject) -> Result<(), E>,
@@ -112,7 +112,7 @@ impl Counters {
     }
 }
 
-/// One code object of a fat binary, keyed as [`visit_code_objects`] keys it, with where it
+/// One code object of a fat binary, keyed as `visit_code_objects` keys it, with where it
 /// lies instead of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedCodeObject {
@@ -128,7 +128,7 @@ pub struct IndexedCodeObject {
 
 /// The code objects of a `.hip_fatbin` section, keyed as [`visit_code_objects`] keys them,
 /// found without reading them (see [`bundle::index_fatbin`]).
-pub fn index_code_objects<S>(
+fn index_code_objects<S>(
     kernel_name: &str,
     fatbin: &S,
 ) -> Result<Vec<IndexedCodeObject>, StreamError<std::convert::Infallible>>
@@ -160,7 +160,7 @@ where
         .collect()
 }
 
-/// [`index_code_objects`] of a host binary opened with [`HostFile`] (only its headers need
+/// `index_code_objects` of a host binary opened with [`HostFile`] (only its headers need
 /// be read: [`HostFile::open_headers`]). Binaries already split are refused, as by
 /// [`host_code_objects`].
 pub fn index_host_code_objects(
@@ -176,7 +176,7 @@ pub fn index_host_code_objects(
 
 /// Visits the code objects of a host binary opened with [`HostFile`], reading its device code
 /// through positioned reads. Binaries already split are refused, as by [`host_code_objects`].
-/// `progress` receives section bytes as bundles are read (see [`visit_code_objects`]).
+/// `progress` receives section bytes as bundles are read (see `visit_code_objects`).
 pub fn visit_host_code_objects<E>(
     kernel_name: &str,
     host: &HostFile,

@@ -14,14 +14,14 @@ mod kind;
 mod naming;
 
 pub use code_objects::{
-    CodeObject, IndexedCodeObject, code_objects, host_code_objects, index_code_objects,
-    index_host_code_objects, visit_code_objects, visit_host_code_objects,
+    CodeObject, IndexedCodeObject, code_objects, host_code_objects, index_host_code_objects,
+    visit_host_code_objects,
 };
 pub use error::{FatbinError, StreamError};
 pub use fat_archive::open_fat_archive;
 pub use host_file::{HostFile, is_elf_file};
 pub use kind::{HostKind, host_kind};
+pub(crate) use naming::{KPACK_DIR, archive_file_name, kernel_name_below};
 pub use naming::{
-    KPACK_DIR, METADATA_SUFFIX, archive_file_name, default_prefix, kernel_name_below,
-    kernel_name_from_relative, search_path, validate_prefix,
+    METADATA_SUFFIX, default_prefix, kernel_name_from_relative, search_path, validate_prefix,
 };

@@ -14,7 +14,7 @@ use crate::host::hipk;
 use crate::names;
 
 /// Directory, at the install root, that holds the archives.
-pub const KPACK_DIR: &str = ".kpack";
+pub(crate) const KPACK_DIR: &str = ".kpack";
 /// Suffix of the metadata files `--emit-metadata` writes.
 pub const METADATA_SUFFIX: &str = ".hipk.msgpack";
 
@@ -44,7 +44,7 @@ pub fn kernel_name_from_relative(relative: &Path) -> Result<String, String> {
 /// The `kernel_name` of `host` below the install root `root`. Reads the file system: the
 /// directories of both are resolved through symlinks; the binary's own name is kept as given
 /// (a symlinked library keeps the name it was asked for).
-pub fn kernel_name_below(host: &Path, root: &Path) -> Result<String, String> {
+pub(crate) fn kernel_name_below(host: &Path, root: &Path) -> Result<String, String> {
     let root_abs = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
     let parent = host
         .parent()
@@ -91,7 +91,7 @@ pub fn validate_prefix(prefix: &str) -> Result<(), String> {
 }
 
 /// The archive file name: `<prefix>_<arch>.kpack`, or `<prefix>.kpack` for a multi-arch archive.
-pub fn archive_file_name(prefix: &str, arch: Option<&str>) -> String {
+pub(crate) fn archive_file_name(prefix: &str, arch: Option<&str>) -> String {
     match arch {
         Some(a) => format!("{prefix}_{a}.kpack"),
         None => format!("{prefix}.kpack"),
