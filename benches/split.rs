@@ -21,6 +21,9 @@
 //! 24 MB smoke run: figures only, no verdicts). Scratch space: `$KPACK_BENCH_TMP` or the
 //! system's temp dir (the full run needs about 8 GB free).
 
+#[path = "../tests/it/support/bundles.rs"]
+#[allow(dead_code)] // fat_host only builds uncompressed bundles.
+mod bundles;
 #[path = "common/mod.rs"]
 mod common;
 #[path = "../tests/it/support/fat_host.rs"]

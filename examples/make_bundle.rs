@@ -5,9 +5,13 @@
 //! Usage: make_bundle OUTPUT ARCH=CODE_OBJECT...
 //! Run by `samples/make-hipk-sample.sh`.
 
+#[path = "../tests/it/support/bundles.rs"]
+#[allow(dead_code)] // Only uncompressed bundles are made here.
+mod bundles;
+
 use std::process::ExitCode;
 
-use rocm_kpack::host::bundle::build_uncompressed;
+use bundles::build_uncompressed;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

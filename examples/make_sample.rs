@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use rocm_kpack::Compression;
-use rocm_kpack::tools::import::{self, ArchiveSet, Tag};
+use rocm_kpack::host::fatbin;
+use rocm_kpack::tools::import::{ArchiveSet, Tag};
 use rocm_kpack::tools::pack_pipeline::{self, Options};
 
 fn main() -> ExitCode {
@@ -38,10 +39,10 @@ fn make(
     let rel = Path::new(binary)
         .strip_prefix(root)
         .map_err(|_| format!("{binary} is not below {root}"))?;
-    let kernel_name = import::kernel_name_from_relative(rel)?;
+    let kernel_name = fatbin::kernel_name_from_relative(rel)?;
     let bytes = std::fs::read(binary).map_err(|e| format!("{binary}: {e}"))?;
     let all =
-        import::host_code_objects(&kernel_name, &bytes).map_err(|e| format!("{binary}: {e}"))?;
+        fatbin::host_code_objects(&kernel_name, &bytes).map_err(|e| format!("{binary}: {e}"))?;
     // Keys are computed over all arches first, so a subset keeps the keys the full import gives.
     let mut code_objects = Vec::new();
     for arch in arches {

@@ -42,7 +42,7 @@ pub trait ByteSource: Send + Sync + std::fmt::Debug {
 
 /// Fills `buf` from `offset`, retrying short reads and interruptions; returns how many bytes were
 /// read (fewer than `buf.len()` only at the end of the source).
-pub fn read_full_at(src: &dyn ByteSource, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn read_full_at(src: &dyn ByteSource, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     crate::bytes::read_full_with(|b, at| src.read_at(b, at), buf, offset)
 }
 

@@ -71,7 +71,7 @@ unsafe impl KernelBuf for &mut [u8] {
 
 /// A kernel decoded straight into the shared buffer that will hold it (`Arc<[u8]>`, as caches
 /// keep kernels): neither cleared before decoding nor copied after.
-pub struct SharedKernel(std::sync::Arc<[std::mem::MaybeUninit<u8>]>);
+pub(crate) struct SharedKernel(std::sync::Arc<[std::mem::MaybeUninit<u8>]>);
 
 impl SharedKernel {
     pub fn new(len: usize) -> SharedKernel {
@@ -82,7 +82,7 @@ impl SharedKernel {
     ///
     /// # Safety
     /// Every byte has been written (a read that returned this buffer as a success wrote them).
-    pub unsafe fn into_filled(self) -> std::sync::Arc<[u8]> {
+    pub(crate) unsafe fn into_filled(self) -> std::sync::Arc<[u8]> {
         // SAFETY: all bytes initialised (the caller's promise).
         unsafe { self.0.assume_init() }
     }
@@ -180,7 +180,7 @@ pub fn decode_frame_into<B: KernelBuf + ?Sized>(frame: &[u8], dst: &mut B) -> Re
 /// of the reader's buffer), so one that began a little before the piece can still be answered
 /// from memory. Nothing of the frames may be left over; an error of `buffer` or `sink` stops the
 /// decode and is returned as it is.
-pub fn decode_frame_steps(
+pub(crate) fn decode_frame_steps(
     frame: &[u8],
     expected: u64,
     step: usize,
@@ -267,7 +267,7 @@ pub fn decode_frame_steps(
 }
 
 /// The most output one compressed byte can yield: a 4-byte RLE block expands to at most 128 KiB.
-pub const MAX_EXPANSION: u64 = 128 * 1024 / 4;
+const MAX_EXPANSION: u64 = 128 * 1024 / 4;
 
 /// Checks, before anything is allocated, that `frame` can decode to exactly `expected` bytes:
 /// when the frames record their content size it must match; either way `expected` cannot exceed

@@ -11,7 +11,7 @@ use std::fmt;
 
 /// Deepest nesting accepted. The TOC is five levels deep; this leaves room while keeping the
 /// recursion far from the stack limit.
-pub const MAX_DEPTH: usize = 128;
+const MAX_DEPTH: usize = 128;
 
 /// A decoded msgpack value, borrowing strings and binaries from the input.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,13 +153,13 @@ impl<'a> Reader<'a> {
 
     /// When the next value is a map, consumes its header and returns its (checked) length;
     /// otherwise consumes nothing and returns `None`.
-    pub fn map_header(&mut self) -> Result<Option<usize>, DecodeError> {
+    pub(crate) fn map_header(&mut self) -> Result<Option<usize>, DecodeError> {
         self.with(|p| p.map_header())
     }
 
     /// When the next value is an array, consumes its header and returns its (checked) length;
     /// otherwise consumes nothing and returns `None`.
-    pub fn array_header(&mut self) -> Result<Option<usize>, DecodeError> {
+    pub(crate) fn array_header(&mut self) -> Result<Option<usize>, DecodeError> {
         self.with(|p| p.array_header())
     }
 

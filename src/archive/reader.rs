@@ -214,14 +214,6 @@ impl Archive {
         entry.blake3_at.map(|at| self.digest_at(at)).transpose()
     }
 
-    /// The `frame_blake3` digest of an entry of this archive's TOC, when it has one.
-    pub fn entry_frame_digest(&self, entry: &TocEntry<'_>) -> Result<Option<[u8; 32]>> {
-        entry
-            .frame_blake3_at
-            .map(|at| self.digest_at(at))
-            .transpose()
-    }
-
     /// The 32 digest bytes at TOC position `at`: kept, or read from the file.
     fn digest_at(&self, at: u32) -> Result<[u8; 32]> {
         if let Some(kept) = &self.digests {
@@ -304,7 +296,7 @@ impl Archive {
     }
 
     /// The key of the binary at index `i` of [`binaries`](Self::binaries).
-    pub fn binary_key(&self, i: usize) -> Option<&str> {
+    pub(crate) fn binary_key(&self, i: usize) -> Option<&str> {
         (i < self.toc.kernels.len()).then(|| self.toc.kernels.key(i))
     }
 
@@ -314,7 +306,7 @@ impl Archive {
     }
 
     /// The entry `binaries()[binary].arches()[entry]`.
-    pub fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
+    pub(crate) fn entry_at(&self, binary: usize, entry: usize) -> Option<TocEntry<'_>> {
         self.toc.kernels.binary(binary)?.arch(entry)
     }
 
@@ -384,7 +376,7 @@ impl Archive {
     /// What a read of the entry at these indices would return and store: its size and its
     /// stored bytes, checked as [`Archive::locate_at`] checks them, without reading anything
     /// (the mount lists a million entries with this).
-    pub fn sizes_at(&self, binary: usize, entry: usize) -> Result<(u64, Span)> {
+    pub(crate) fn sizes_at(&self, binary: usize, entry: usize) -> Result<(u64, Span)> {
         self.locate_stored(binary, entry)
             .map(|kref| (kref.size, kref.stored))
     }
@@ -393,7 +385,7 @@ impl Archive {
     /// its stored bytes (with a zstd frame's size word) into the page cache, so the read that
     /// follows finds them there instead of waiting on the disk. Nothing for an entry that does
     /// not locate, or a source that takes no hints.
-    pub fn will_need_at(&self, binary: usize, entry: usize) {
+    pub(crate) fn will_need_at(&self, binary: usize, entry: usize) {
         if let Ok(kref) = self.locate_stored(binary, entry) {
             let word = kref.frame_word() as u64;
             let start = kref.stored.offset.saturating_sub(word);
@@ -615,7 +607,7 @@ impl Archive {
     /// nothing. `frame` and `piece` are the caller's buffers, reused from call to call (nothing
     /// is zeroed or faulted in per kernel); a `sink` error stops the read and comes back as a
     /// decompression failure naming the kernel.
-    pub fn read_in_steps(
+    pub(crate) fn read_in_steps(
         &self,
         kref: &KernelRef<'_>,
         step: usize,

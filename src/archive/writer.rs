@@ -356,7 +356,7 @@ impl ArchiveWriter {
 /// in the reference layout; otherwise `blake3` of every kernel, and for zstd archives also the
 /// frame's position (`frame`) and `frame_blake3`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Digests {
+pub(crate) struct Digests {
     /// `blake3`: the decoded kernel's digest.
     pub kernel: bool,
     /// `frame` and `frame_blake3`: the zstd frame's position and digest.
@@ -374,7 +374,7 @@ impl Digests {
     }
 
     /// The `blake3` value for a kernel's decoded bytes, when one is written.
-    pub fn of_kernel(self, data: &[u8]) -> Option<[u8; 32]> {
+    pub(crate) fn of_kernel(self, data: &[u8]) -> Option<[u8; 32]> {
         self.kernel.then(|| *blake3::hash(data).as_bytes())
     }
 
@@ -385,7 +385,7 @@ impl Digests {
 }
 
 /// The archive-wide fields of a TOC.
-pub struct TocHead<'a> {
+pub(crate) struct TocHead<'a> {
     pub group_name: &'a str,
     pub gfx_arch_family: &'a str,
     pub gfx_arches: &'a [String],
@@ -410,7 +410,7 @@ pub struct TocEntry<'a> {
 /// per ordinal, the kernel's absolute (offset, size) for `none`, or its frame's size word
 /// position and the size it holds for zstd; `blob_len` is the zstd blob's length. Shared by
 /// [`ArchiveWriter`] and the streaming writer of `split` and `pack --from-fatbin`.
-pub fn encode_toc(
+pub(crate) fn encode_toc(
     head: &TocHead<'_>,
     entries: &[TocEntry<'_>],
     spans: &[(u64, u64)],

@@ -8,8 +8,8 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use rocm_kpack::host::fatbin::{self, CodeObject};
 use rocm_kpack::names;
-use rocm_kpack::tools::import::{self, CodeObject};
 
 use super::host_input::{self, Input};
 use super::{CliError, CliResult, Exit};
@@ -46,7 +46,7 @@ pub fn run(args: Args) -> CliResult {
             let plan = cos.iter().map(|c| (c.key.as_str(), c.arch.as_str()));
             let mut out = Output::plan(&args, plan, cos.iter().map(|c| c.size).sum())?;
             // The same walk `pack --from-fatbin` reads its code objects with.
-            import::visit_host_code_objects(
+            fatbin::visit_host_code_objects(
                 &kernel_name,
                 &host,
                 |co: CodeObject| out.write(&co.key, &co.arch, &co.data),

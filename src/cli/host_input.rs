@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocm_kpack::Archive;
+use rocm_kpack::host::fatbin::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
 use rocm_kpack::host::hipk::{self, HipkHost};
 use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
-use rocm_kpack::tools::import::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
 
 use super::{CliError, CliResult, Exit};
 
@@ -41,11 +41,11 @@ pub fn input_of(path: &Path, root: Option<&Path>, gpus: bool) -> CliResult<Input
 /// the archive reader then accepts or refuses with its own message). `root` names a fat
 /// binary's kernel name as `pack --from-fatbin --root` does.
 fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
-    if remote || !import::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
+    if remote || !fatbin::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
         return Ok(Input::Archive);
     }
     let host = HostFile::open_tables(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
-    let kind = import::host_kind(host.image())
+    let kind = fatbin::host_kind(host.image())
         .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))?;
     match kind {
         HostKind::Fat => Ok(Input::Fat {
@@ -95,13 +95,13 @@ pub fn fat_index(
     host: &HostFile,
     kernel_name: &str,
 ) -> CliResult<Vec<IndexedCodeObject>> {
-    import::index_host_code_objects(kernel_name, host).map_err(|e| import_error(path, e))
+    fatbin::index_host_code_objects(kernel_name, host).map_err(|e| import_error(path, e))
 }
 
 /// A failure reading a fat binary's device code, as `pack --from-fatbin` reports it.
 pub fn import_error<E: Into<CliError>>(path: &Path, e: StreamError<E>) -> CliError {
     match e {
-        StreamError::Import(e) => {
+        StreamError::Fatbin(e) => {
             CliError::new(Exit::BadFormat, format!("{}: {e}", path.display()))
         }
         StreamError::Read(e) => CliError::io(Exit::Unreadable, path, &e),

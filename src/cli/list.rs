@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::host::bundle::Layout;
-use rocm_kpack::tools::import::IndexedCodeObject;
+use rocm_kpack::host::fatbin::IndexedCodeObject;
 
 use super::CliResult;
 use super::host_input::{self, HipkRow, Input};

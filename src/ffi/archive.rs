@@ -70,22 +70,25 @@ pub unsafe extern "C" fn kpack_close(archive: kpack_archive_t) {
 /// Which of the handle's string lists a getter reads.
 type List = fn(&kpack_archive) -> &[std::ffi::CString];
 
-/// The body of both count getters.
+/// What both count getters do inside their guard.
 ///
 /// # Safety
 /// As for the exported getters: `archive` NULL or live, `count` NULL or writable.
-unsafe fn list_count(archive: kpack_archive_t, count: *mut usize, list: List) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(count)?;
-        // SAFETY: checked non-null.
-        unsafe { *out = list(h).len() };
-        Ok(())
-    })
+unsafe fn list_count(
+    archive: kpack_archive_t,
+    count: *mut usize,
+    list: List,
+) -> Result<(), kpack_error_t> {
+    // SAFETY: argument contract above.
+    let h = unsafe { handle(archive)? };
+    let out = non_null_mut(count)?;
+    // SAFETY: checked non-null.
+    unsafe { *out = list(h).len() };
+    Ok(())
 }
 
-/// The body of both indexed getters: an index past the end is an invalid argument.
+/// What both indexed getters do inside their guard: an index past the end is an invalid
+/// argument.
 ///
 /// # Safety
 /// As for the exported getters: `archive` NULL or live, `item` NULL or writable.
@@ -94,16 +97,14 @@ unsafe fn list_item(
     index: usize,
     item: *mut *const c_char,
     list: List,
-) -> kpack_error_t {
-    guard(|| {
-        // SAFETY: argument contract above.
-        let h = unsafe { handle(archive)? };
-        let out = non_null_mut(item)?;
-        let s = list(h).get(index).ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
-        // SAFETY: checked non-null; the string lives in the handle until kpack_close.
-        unsafe { *out = s.as_ptr() };
-        Ok(())
-    })
+) -> Result<(), kpack_error_t> {
+    // SAFETY: argument contract above.
+    let h = unsafe { handle(archive)? };
+    let out = non_null_mut(item)?;
+    let s = list(h).get(index).ok_or(KPACK_ERROR_INVALID_ARGUMENT)?;
+    // SAFETY: checked non-null; the string lives in the handle until kpack_close.
+    unsafe { *out = s.as_ptr() };
+    Ok(())
 }
 
 /// # Safety
@@ -114,7 +115,7 @@ pub unsafe extern "C" fn kpack_get_architecture_count(
     count: *mut usize,
 ) -> kpack_error_t {
     // SAFETY: same contract.
-    unsafe { list_count(archive, count, |h| &h.architectures) }
+    guard(|| unsafe { list_count(archive, count, |h| &h.architectures) })
 }
 
 /// # Safety
@@ -126,7 +127,7 @@ pub unsafe extern "C" fn kpack_get_architecture(
     arch: *mut *const c_char,
 ) -> kpack_error_t {
     // SAFETY: same contract.
-    unsafe { list_item(archive, index, arch, |h| &h.architectures) }
+    guard(|| unsafe { list_item(archive, index, arch, |h| &h.architectures) })
 }
 
 /// # Safety
@@ -137,7 +138,7 @@ pub unsafe extern "C" fn kpack_get_binary_count(
     count: *mut usize,
 ) -> kpack_error_t {
     // SAFETY: same contract.
-    unsafe { list_count(archive, count, |h| &h.binaries) }
+    guard(|| unsafe { list_count(archive, count, |h| &h.binaries) })
 }
 
 /// # Safety
@@ -149,7 +150,7 @@ pub unsafe extern "C" fn kpack_get_binary(
     binary: *mut *const c_char,
 ) -> kpack_error_t {
     // SAFETY: same contract.
-    unsafe { list_item(archive, index, binary, |h| &h.binaries) }
+    guard(|| unsafe { list_item(archive, index, binary, |h| &h.binaries) })
 }
 
 /// # Safety

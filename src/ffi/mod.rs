@@ -2,10 +2,11 @@
 //! `#[unsafe(no_mangle)]` items, and the only one that knows C types.
 //!
 //! Every exported function does the same three things in order: catch panics (none may unwind
-//! into C), check every pointer, then call the safe Rust core. Errors become `kpack_error_t` codes
-//! through `Error::kind().code()`. Output parameters are written only on success. Buffers the
-//! caller frees come from `malloc`; strings an archive hands out live in the archive handle until
-//! `kpack_close`.
+//! into C: its whole body is one call of `guard.rs`'s `guard` or `guard_void`, which
+//! `tests/it/ffi_exports.rs` checks), check every pointer, then call the safe Rust core. Errors
+//! become `kpack_error_t` codes through `Error::kind().code()`. Output parameters are written
+//! only on success. Buffers the caller frees come from `malloc`; strings an archive hands out
+//! live in the archive handle until `kpack_close`.
 
 mod alloc;
 mod archive;

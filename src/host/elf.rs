@@ -12,7 +12,7 @@ pub const FATBIN_SEGMENT_SECTION: &str = ".hipFatBinSegment";
 pub const HIP_FATBIN_SECTION: &str = ".hip_fatbin";
 
 /// ELF files start with these bytes.
-pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+pub(crate) const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 
 /// One section: its bytes in the file (empty for `SHT_NOBITS`), load address and file offset.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 //! whether two target names match.
 
 /// The triple prefix the HIP runtime puts in front of ISA names.
-pub const TRIPLE_PREFIX: &str = "amdgcn-amd-amdhsa--";
+const TRIPLE_PREFIX: &str = "amdgcn-amd-amdhsa--";
 
 /// A parsed target ID such as `gfx942:sramecc+:xnack-`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +107,7 @@ const GENERIC_TABLE: &[(&str, &[&str])] = &[
 ];
 
 /// The generic processor a concrete processor belongs to, if any (`gfx1101` -> `gfx11-generic`).
-pub fn generic_processor(processor: &str) -> Option<&'static str> {
+fn generic_processor(processor: &str) -> Option<&'static str> {
     GENERIC_TABLE
         .iter()
         .find(|(_, members)| members.contains(&processor))
@@ -149,7 +149,7 @@ pub fn device_arch_list(isa: &str) -> Vec<String> {
 /// The first `(arch_list entry, candidate)` whose candidate satisfies `available`, walking the
 /// list in order and each entry's candidates most specific first. This is the order the loader
 /// tries archives in, reused by the mount's fallback links.
-pub fn resolve_in<'a, F>(arch_list: &[String], mut available: F) -> Option<String>
+pub(crate) fn resolve_in<'a, F>(arch_list: &[String], mut available: F) -> Option<String>
 where
     F: FnMut(&str) -> bool + 'a,
 {

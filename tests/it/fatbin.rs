@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
+use crate::support::bundles::{build_ccob, build_uncompressed};
 use rocm_kpack::host::elf::{ElfFile, HIP_FATBIN_SECTION};
-use rocm_kpack::tools::import::{self, ArchiveSet, CodeObject, ImportError, Tag};
+use rocm_kpack::host::fatbin::{self, CodeObject, FatbinError};
+use rocm_kpack::tools::import::{ArchiveSet, Tag};
 use rocm_kpack::tools::pack_pipeline::{self, Options};
 use rocm_kpack::{Archive, Compression};
 
@@ -198,7 +199,7 @@ fn fatbin_synthetic_keys_and_bytes() {
         section.as_slice()
     );
 
-    let cos = import::host_code_objects("lib/libsynth.so", &bytes).unwrap();
+    let cos = fatbin::host_code_objects("lib/libsynth.so", &bytes).unwrap();
     let got: Vec<(String, String, Vec<u8>)> = cos
         .iter()
         .map(|c| (c.key.clone(), c.arch.clone(), c.data.clone()))
@@ -228,7 +229,7 @@ fn fatbin_per_arch_archives_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let (section, expected) = synthetic_section();
     let lib = gcc_fat_binary(dir.path(), "lib/libsynth.so", &section, true);
-    let cos = import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap();
+    let cos = fatbin::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap();
     let kpack = dir.path().join(".kpack");
     std::fs::create_dir_all(&kpack).unwrap();
     let names = write_archives(
@@ -266,7 +267,7 @@ fn fatbin_per_arch_archives_round_trip() {
 
     // The metadata the binary will carry: one level up from lib/ to the .kpack folder.
     let meta = rocm_kpack::host::hipk::metadata::encode(
-        &[import::search_path("lib/libsynth.so", "synth", false)],
+        &[fatbin::search_path("lib/libsynth.so", "synth", false)],
         "lib/libsynth.so",
     );
     let mut want = vec![0x82, 0xb2];
@@ -299,11 +300,11 @@ fn fatbin_single_archive_from_library_and_executable() {
     let hosts = vec![
         (
             "lib/libsynth.so",
-            import::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap(),
+            fatbin::host_code_objects("lib/libsynth.so", &std::fs::read(&lib).unwrap()).unwrap(),
         ),
         (
             "bin/app",
-            import::host_code_objects("bin/app", &std::fs::read(&app).unwrap()).unwrap(),
+            fatbin::host_code_objects("bin/app", &std::fs::read(&app).unwrap()).unwrap(),
         ),
     ];
     let names = write_archives(dir.path(), hosts, "synth", true, Compression::None);
@@ -328,7 +329,7 @@ fn fatbin_single_archive_from_library_and_executable() {
         assert_eq!(a.get_kernel(&key, &arch).unwrap(), data, "{key} [{arch}]");
     }
     assert_eq!(
-        import::search_path("bin/app", "synth", true),
+        fatbin::search_path("bin/app", "synth", true),
         "../.kpack/synth.kpack"
     );
 }
@@ -349,8 +350,8 @@ fn fatbin_refuses_non_fat_and_split_binaries() {
             .success()
     );
     assert_eq!(
-        import::host_code_objects("plain.so", &std::fs::read(&plain).unwrap()),
-        Err(ImportError::NoDeviceCode)
+        fatbin::host_code_objects("plain.so", &std::fs::read(&plain).unwrap()),
+        Err(FatbinError::NoDeviceCode)
     );
 
     let split = dir.path().join("split.so");
@@ -370,16 +371,16 @@ fn fatbin_refuses_non_fat_and_split_binaries() {
             .success()
     );
     assert_eq!(
-        import::host_code_objects("split.so", &std::fs::read(&split).unwrap()),
-        Err(ImportError::AlreadySplit)
+        fatbin::host_code_objects("split.so", &std::fs::read(&split).unwrap()),
+        Err(FatbinError::AlreadySplit)
     );
 
     // A corrupt bundle inside a real ELF file is reported, not skipped.
     let mut bad = build_uncompressed(&[(triple("gfx900").as_str(), b"code")], 64);
     bad[24] = 9; // nine entries claimed, one present
     let lib = gcc_fat_binary(dir.path(), "libbad.so", &bad, true);
-    match import::host_code_objects("libbad.so", &std::fs::read(&lib).unwrap()) {
-        Err(ImportError::Bundle(e)) => {
+    match fatbin::host_code_objects("libbad.so", &std::fs::read(&lib).unwrap()) {
+        Err(FatbinError::Bundle(e)) => {
             assert_eq!(e.offset, 24);
             assert!(
                 e.reason
@@ -456,7 +457,7 @@ fn fatbin_real_rocrand_import_and_verify() {
     let Some(so) = rocrand() else { return };
     let bytes = std::fs::read(&so).unwrap();
     let section = objcopy_section(&so, HIP_FATBIN_SECTION);
-    let cos = import::host_code_objects("lib/librocrand.so.1.1", &bytes).unwrap();
+    let cos = fatbin::host_code_objects("lib/librocrand.so.1.1", &bytes).unwrap();
     let got: Vec<(&str, &str, usize)> = cos
         .iter()
         .map(|c| (c.key.as_str(), c.arch.as_str(), c.data.len()))
@@ -539,7 +540,7 @@ fn fatbin_committed_sample_archive() {
     }
     // Byte-identical to Debian's library, when it can be fetched.
     let Some(so) = rocrand() else { return };
-    let cos = import::host_code_objects(
+    let cos = fatbin::host_code_objects(
         "lib/x86_64-linux-gnu/librocrand.so.1.1",
         &std::fs::read(so).unwrap(),
     )

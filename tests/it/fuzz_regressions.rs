@@ -198,8 +198,8 @@ fn archive_inputs_give_their_expected_outcomes() {
 /// instead each must still reach the path it is there for.
 #[test]
 fn host_seeds_reach_the_deep_paths() {
+    use rocm_kpack::host::fatbin;
     use rocm_kpack::host::hipk::HipkHost;
-    use rocm_kpack::tools::import;
     use rocm_kpack::tools::split::{self, SplitError};
 
     if std::env::var_os("KPACK_BLESS_FUZZ_SEEDS").is_some() {
@@ -228,7 +228,7 @@ fn host_seeds_reach_the_deep_paths() {
             "crash-dynsym-links-a-non-string-section" => {
                 assert!(got.is_ok());
                 match split::split_binary(&bytes, "k", "p") {
-                    Err(SplitError::Import(import::ImportError::NotElf(why))) => {
+                    Err(SplitError::Fatbin(fatbin::FatbinError::NotElf(why))) => {
                         assert!(why.contains("Invalid ELF string section type"), "{why}")
                     }
                     other => panic!("{:?}", other.map(|b| b.result.bytes.len())),
@@ -263,13 +263,13 @@ fn host_seeds_reach_the_deep_paths() {
         checked += 1;
     }
     for (name, bytes) in committed("host_walk") {
-        let got = import::host_code_objects("k", &bytes);
+        let got = fatbin::host_code_objects("k", &bytes);
         if name.starts_with("debug-") {
             // A separated debug file: the section is there, its device code is not.
             assert_eq!(got, Ok(Vec::new()), "{name}");
             assert_eq!(
-                import::host_kind(&bytes),
-                Ok(import::HostKind::SeparatedDebug),
+                fatbin::host_kind(&bytes),
+                Ok(fatbin::HostKind::SeparatedDebug),
                 "{name}"
             );
         } else if name.starts_with("fat-") || name.starts_with("stray-") || name.starts_with("bad-")

@@ -17,7 +17,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
 
 const LAYERS: &[&str] = &["archive", "host", "loader", "tools", "fs", "ffi"];
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+/// Every `.rs` file below `dir`.
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let p = entry.unwrap().path();
         if p.is_dir() {

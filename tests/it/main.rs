@@ -15,6 +15,7 @@ mod cli_loader;
 mod cli_wording;
 mod deploy;
 mod digests;
+mod ffi_exports;
 mod fatbin;
 mod frame_digest;
 mod fuzz_regressions;

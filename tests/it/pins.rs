@@ -422,7 +422,7 @@ fn split_pins_its_archives_and_no_pins_writes_the_reference_marker() {
 #[test]
 fn metadata_of_a_large_split_stays_small() {
     use crate::split::{HIPF, Kind, build};
-    use rocm_kpack::host::bundle::build_uncompressed;
+    use crate::support::bundles::build_uncompressed;
     let arches = [
         "gfx900",
         "gfx906",

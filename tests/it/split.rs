@@ -6,7 +6,7 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::host::bundle::build_uncompressed;
+use crate::support::bundles::build_uncompressed;
 use rocm_kpack::host::hipk::HIPK_MAGIC;
 use rocm_kpack::tools::split::{self, SplitError};
 

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use rocm_kpack::Compression;
-use rocm_kpack::tools::import::{self, CodeObject};
+use rocm_kpack::host::fatbin::{self, CodeObject};
 use rocm_kpack::tools::split::{Outcome, SplitRequest, split_tree, verify_split};
 
 use crate::split::{HIPF, Kind, build, tu_blobs};
@@ -99,7 +99,7 @@ fn split_c_dlopened_library_loads_original_code_objects() {
     let out_root = dir.join("out");
     split_one(&lib, &dir.join("in"), &out_root, "splt");
     let originals =
-        import::host_code_objects("lib/libsplit.so", &std::fs::read(&lib).unwrap()).unwrap();
+        fatbin::host_code_objects("lib/libsplit.so", &std::fs::read(&lib).unwrap()).unwrap();
     assert_eq!(originals.len(), 6);
     let expect = dir.join("expect");
     let arches = write_expected(&expect, &originals);
@@ -151,7 +151,7 @@ fn split_c_rocrand_marker_loads_original_code_objects() {
         "the input was modified"
     );
     let kernel_name = "lib/x86_64-linux-gnu/librocrand.so.1.1";
-    let originals = import::host_code_objects(kernel_name, &before.0).unwrap();
+    let originals = fatbin::host_code_objects(kernel_name, &before.0).unwrap();
     let expect = dir.join("expect");
     let arches = write_expected(&expect, &originals);
     assert_eq!(arches.len(), 7);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rocm_kpack::Compression;
-use rocm_kpack::tools::import::{self, CodeObject};
+use rocm_kpack::host::fatbin::{self, CodeObject};
 use rocm_kpack::tools::split::{Outcome, SplitRequest, split_tree};
 
 use crate::split::{HIPF, Kind, assert_readelf_clean, build, tu_blobs};
@@ -76,7 +76,7 @@ fn fixture(kind: Kind, kernel_name: &'static str) -> Fixture {
     let shoff = relayout_like_reference(&binary);
     assert_readelf_clean(&binary);
     let originals =
-        import::host_code_objects(kernel_name, &std::fs::read(&input).unwrap()).unwrap();
+        fatbin::host_code_objects(kernel_name, &std::fs::read(&input).unwrap()).unwrap();
     assert_eq!(originals.len(), 6);
     eprintln!("{}: e_shoff {shoff}", binary.display());
     Fixture {

@@ -11,9 +11,9 @@ use rocm_kpack::ErrorKind;
 use rocm_kpack::host::elf::{
     ElfFile, FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION,
 };
+use rocm_kpack::host::fatbin::HostFile;
 use rocm_kpack::host::hipk::wrapper::parse_wrappers;
 use rocm_kpack::host::hipk::{HipkHost, HipkMetadata};
-use rocm_kpack::tools::import::HostFile;
 use rocm_kpack::tools::split;
 
 use super::archive::memfd_with;

@@ -14,8 +14,8 @@
 
 use std::cell::Cell;
 
+use rocm_kpack::host::fatbin::{self, CodeObject, FatbinError, HostFile, HostKind, StreamError};
 use rocm_kpack::names;
-use rocm_kpack::tools::import::{self, CodeObject, HostFile, HostKind, ImportError, StreamError};
 
 use super::archive::memfd_with;
 use super::split_elf::fd_path;
@@ -23,13 +23,13 @@ use super::split_elf::fd_path;
 const KERNEL_NAME: &str = "bin/fuzzapp";
 
 pub fn run(data: &[u8]) {
-    let whole = import::host_code_objects(KERNEL_NAME, data);
+    let whole = fatbin::host_code_objects(KERNEL_NAME, data);
 
     let file = memfd_with(data);
     let host = HostFile::open(fd_path(&file).as_ref()).expect("a memfd reads");
     let mut walked = Vec::new();
     let progressed = Cell::new(0u64);
-    let streamed = import::visit_host_code_objects(
+    let streamed = fatbin::visit_host_code_objects(
         KERNEL_NAME,
         &host,
         |co| {
@@ -38,19 +38,19 @@ pub fn run(data: &[u8]) {
         },
         &|n| progressed.set(progressed.get() + n),
     );
-    let streamed: Result<Vec<CodeObject>, ImportError> = match streamed {
+    let streamed: Result<Vec<CodeObject>, FatbinError> = match streamed {
         Ok(()) => Ok(walked),
-        Err(StreamError::Import(e)) => Err(e),
+        Err(StreamError::Fatbin(e)) => Err(e),
         Err(StreamError::Read(e)) => panic!("reading the memfd failed: {e}"),
         Err(StreamError::Visit(never)) => match never {},
     };
     let section = host.fatbin().map_or(0, |r| r.len);
     assert!(progressed.get() <= section);
     let tables = HostFile::open_tables(fd_path(&file).as_ref()).expect("a memfd reads");
-    let kind = import::host_kind(tables.image());
-    let index = import::index_host_code_objects(KERNEL_NAME, &tables);
+    let kind = fatbin::host_kind(tables.image());
+    let index = fatbin::index_host_code_objects(KERNEL_NAME, &tables);
     // Whatever the bytes, opening them as the mount would is an answer, not a panic.
-    let _ = import::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
+    let _ = fatbin::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
     match (&whole, &streamed) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b);
@@ -62,7 +62,7 @@ pub fn run(data: &[u8]) {
             let index = index.expect("the index of a binary the walk read");
             assert_eq!(index.len(), a.len());
             // Mounted, the binary reads as an archive holding the same code objects.
-            let archive = import::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
+            let archive = fatbin::open_fat_archive(fd_path(&file).as_ref(), KERNEL_NAME);
             if matches!(kind, Ok(HostKind::Fat)) {
                 let archive = archive.expect("a fat binary the walk read opens as an archive");
                 for co in a {

@@ -17,8 +17,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
 use rocm_kpack::host::elf::{ElfFile, KPACK_REF_SECTION};
+use rocm_kpack::host::fatbin::{self, FatbinError, HostFile};
 use rocm_kpack::host::hipk::{HipkHost, HipkMetadata};
-use rocm_kpack::tools::import::{self, HostFile, ImportError};
 use rocm_kpack::tools::split::{self, SplitError, SplitResult};
 
 use super::archive::memfd_with;
@@ -98,7 +98,7 @@ fn check_output(data: &[u8], marker: &[u8], r: &SplitResult) {
     let indices: Vec<u32> = (0..r.wrappers as u32).collect();
     assert_eq!(host.hipk_code_objects(), indices);
     assert_eq!(
-        import::host_code_objects(KERNEL_NAME, out),
-        Err(ImportError::AlreadySplit)
+        fatbin::host_code_objects(KERNEL_NAME, out),
+        Err(FatbinError::AlreadySplit)
     );
 }

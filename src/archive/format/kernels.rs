@@ -186,7 +186,7 @@ impl Kernels {
 
     /// The digest values kept while parsing (every entry's, sorted by TOC position), or `None`
     /// when there were more than the parse was asked to keep; leaves `None` behind.
-    pub fn take_digests(&mut self) -> Option<Vec<(u32, [u8; 32])>> {
+    pub(crate) fn take_digests(&mut self) -> Option<Vec<(u32, [u8; 32])>> {
         self.digests.take()
     }
 
@@ -283,7 +283,7 @@ impl KernelsBuilder {
     }
 
     /// Drops every binary and entry added since `mark` (arch names stay interned).
-    pub fn rewind(&mut self, mark: Mark) {
+    pub(crate) fn rewind(&mut self, mark: Mark) {
         self.keys.truncate(mark.keys);
         self.bins.truncate(mark.bins);
         self.entries.truncate(mark.entries);
@@ -294,7 +294,7 @@ impl KernelsBuilder {
     }
 
     /// Starts the binary `key`; its entries follow.
-    pub fn open_binary(&mut self, key: &str) -> Result<(), TocError> {
+    pub(crate) fn open_binary(&mut self, key: &str) -> Result<(), TocError> {
         let at = u32::try_from(self.keys.len()).map_err(|_| too_big("keys"))?;
         let key_len = u32::try_from(key.len()).map_err(|_| too_big("keys"))?;
         self.keys.extend_from_slice(key.as_bytes());
@@ -326,7 +326,7 @@ impl KernelsBuilder {
     }
 
     /// Adds an entry to the open binary; a repeated arch is ignored (the first one counts).
-    pub fn add_entry(&mut self, arch: &str, e: NewEntry) -> Result<(), TocError> {
+    pub(crate) fn add_entry(&mut self, arch: &str, e: NewEntry) -> Result<(), TocError> {
         let id = self.arch_id(arch)?;
         let bin = *self.bins.last().expect("an open binary");
         let mine = &self.entries[bin.first as usize..];

@@ -10,8 +10,9 @@ use std::collections::HashSet;
 
 pub use kernels::{Kernels, TocBinary, TocEntry};
 use kernels::{KernelsBuilder, NewEntry};
+pub(crate) use window::ReadAt;
 use window::Window;
-pub use window::{CHUNK as TOC_WINDOW, ReadAt, TocReadError};
+pub use window::{CHUNK as TOC_WINDOW, TocReadError};
 
 use crate::archive::msgpack::{self, Value};
 
@@ -21,7 +22,7 @@ pub const HEADER_SIZE: usize = 16;
 /// Blobs start at this offset; the bytes between the header and it are zero.
 pub const BLOB_ALIGNMENT: u64 = 64;
 /// Largest zstd blob the reference accepts.
-pub const MAX_ZSTD_BLOB: u64 = 4 << 30;
+pub(crate) const MAX_ZSTD_BLOB: u64 = 4 << 30;
 /// Largest frame count the reference accepts in a zstd blob.
 pub const MAX_ZSTD_FRAMES: u32 = 1 << 20;
 
@@ -171,7 +172,7 @@ fn req_u64(map: &Value<'_>, field: &str, ctx: &dyn Fn() -> String) -> Result<u64
 /// entries is never held whole, and its entries cost no allocation each.
 /// Also returns the BLAKE3 of the TOC object's bytes (`Toc::byte_len` of them).
 /// Up to `keep_digests` digest values are copied out as they pass (`Kernels::take_digests`).
-pub fn read_toc(
+pub(crate) fn read_toc(
     len: u64,
     read: ReadAt<'_>,
     keep_digests: usize,
@@ -179,7 +180,7 @@ pub fn read_toc(
     read_toc_windowed(len, read, keep_digests, TOC_WINDOW)
 }
 
-/// [`read_toc`] through a window of `window` bytes instead of [`TOC_WINDOW`]. The result (TOC,
+/// `read_toc` through a window of `window` bytes instead of [`TOC_WINDOW`]. The result (TOC,
 /// digest, error and its offset) does not depend on `window`; tests and the fuzzer use tiny
 /// windows to run the grow-and-retry path on small TOCs.
 #[doc(hidden)]
@@ -297,7 +298,7 @@ pub fn read_toc_windowed(
     Ok((toc, digest))
 }
 
-/// [`read_toc`] over bytes in memory.
+/// `read_toc` over bytes in memory.
 pub fn parse_toc(bytes: &[u8]) -> Result<Toc, TocError> {
     let mut read = |at: u64, buf: &mut [u8]| -> std::io::Result<usize> {
         let at = (at as usize).min(bytes.len());

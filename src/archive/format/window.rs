@@ -40,7 +40,7 @@ impl From<TocError> for TocReadError {
 }
 
 /// Fills a buffer from a TOC-relative offset; returns how many bytes it got (0 at the end).
-pub type ReadAt<'r> = &'r mut dyn FnMut(u64, &mut [u8]) -> io::Result<usize>;
+pub(crate) type ReadAt<'r> = &'r mut dyn FnMut(u64, &mut [u8]) -> io::Result<usize>;
 
 pub(super) struct Window<'r> {
     read: ReadAt<'r>,
@@ -73,7 +73,7 @@ impl<'r> Window<'r> {
     }
 
     /// Bytes of the TOC from `at` to its end, as far as the source has shown so far.
-    pub fn remaining(&self, at: u64) -> u64 {
+    pub(crate) fn remaining(&self, at: u64) -> u64 {
         self.len.saturating_sub(at)
     }
 

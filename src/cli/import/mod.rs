@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rocm_kpack::tools::import::{self, ArchiveSet, CodeObject, HostFile, StreamError, Tag};
+use rocm_kpack::host::fatbin::{self, CodeObject, HostFile, StreamError};
+use rocm_kpack::tools::import::{self, ArchiveSet, Tag};
 use rocm_kpack::tools::pack_pipeline::{self, Feed, Options};
 use rocm_kpack::tools::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
@@ -45,9 +46,9 @@ pub fn run(req: ImportRequest) -> CliResult {
     }
     let prefix = match &req.prefix {
         Some(p) => p.clone(),
-        None => import::default_prefix(&file_name(&req.hosts[0])?),
+        None => fatbin::default_prefix(&file_name(&req.hosts[0])?),
     };
-    import::validate_prefix(&prefix).map_err(|e| CliError::new(Exit::Usage, e))?;
+    fatbin::validate_prefix(&prefix).map_err(|e| CliError::new(Exit::Usage, e))?;
     let hosts = name_hosts(&req)?;
     let metadata_names = if req.emit_metadata {
         metadata_file_names(&hosts)?
@@ -126,7 +127,7 @@ pub fn run(req: ImportRequest) -> CliResult {
                     .map(|(digest, _)| *digest)
                     .collect()
             });
-            let search = vec![import::search_path(&h.kernel_name, &prefix, req.single)];
+            let search = vec![fatbin::search_path(&h.kernel_name, &prefix, req.single)];
             let bytes = rocm_kpack::host::hipk::metadata::encode_pinned(
                 &search,
                 &h.kernel_name,
@@ -183,7 +184,7 @@ fn name_hosts(req: &ImportRequest) -> CliResult<Vec<Host<'_>>> {
 fn metadata_file_names(hosts: &[Host<'_>]) -> CliResult<Vec<String>> {
     let mut names: Vec<String> = Vec::new();
     for h in hosts {
-        let name = format!("{}{}", file_name(h.path)?, import::METADATA_SUFFIX);
+        let name = format!("{}{}", file_name(h.path)?, fatbin::METADATA_SUFFIX);
         if names.contains(&name) {
             return Err(CliError::new(
                 Exit::Usage,
@@ -207,7 +208,7 @@ fn stream_host(h: &Host<'_>, feed: &Feed<'_, Tag>, tick: &dyn Fn(u64)) -> CliRes
     let count = import::submit_host_code_objects(&h.kernel_name, &host, feed, tick).map_err(
         |e| match e {
             // Every import failure means the input is not the fat binary it was given as.
-            StreamError::Import(e) => {
+            StreamError::Fatbin(e) => {
                 CliError::new(Exit::BadFormat, format!("{}: {e}", h.path.display()))
             }
             StreamError::Read(e) => unreadable(e),
@@ -320,7 +321,7 @@ fn check_host(
     )
     .map_err(|e| match e {
         // Every import failure means the input is not the fat binary it was given as.
-        StreamError::Import(e) => {
+        StreamError::Fatbin(e) => {
             CliError::new(Exit::BadFormat, format!("{}: {e}", host.display()))
         }
         StreamError::Read(e) => read_error(host, &e),
@@ -425,7 +426,7 @@ pub(super) fn kernel_name_for(host: &Path, root: Option<&Path>) -> CliResult<Str
             format!("{} is not below --root {}", host.display(), root.display()),
         )
     })?;
-    import::kernel_name_from_relative(rel).map_err(|e| CliError::new(Exit::Usage, e))
+    fatbin::kernel_name_from_relative(rel).map_err(|e| CliError::new(Exit::Usage, e))
 }
 
 fn file_name(path: &Path) -> CliResult<String> {

@@ -4,10 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
 use rocm_kpack::{Archive, ArchiveWriter};
 
 use super::*;
+
+#[path = "../../../tests/it/support/bundles.rs"]
+mod bundles;
+use bundles::{build_ccob, build_uncompressed};
 
 const GFX900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
 const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+";
@@ -227,7 +230,7 @@ fn verify_names_each_mismatch() {
         .iter()
         .map(|i| {
             let bytes = std::fs::read(&lib).unwrap();
-            let co = &import::host_code_objects("libsynth.so", &bytes).unwrap()[*i + 1];
+            let co = &fatbin::host_code_objects("libsynth.so", &bytes).unwrap()[*i + 1];
             check_one(
                 &[Archive::open(&path).unwrap()],
                 &lib,

@@ -8,20 +8,17 @@
 //!
 //! Everything here is a pure function over bytes: no I/O, no panics on any input. Every length is
 //! checked against the bytes present before it is used, and decompression output is bounded by
-//! the size the header declares (itself capped by [`MAX_DECOMPRESSED`]) and grows only as real
+//! the size the header declares (itself capped by `MAX_DECOMPRESSED`) and grows only as real
 //! output is produced, so a hostile header cannot make us allocate what it merely claims.
-//!
-//! The module also builds uncompressed and CCOB bundles, so tests and benchmarks can generate
-//! fat binaries in the real format.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::io::Read;
 
 mod walk;
+pub(crate) use walk::walk_fatbin;
 pub use walk::{
     BundleHead, Event, FileRange, Located, Source, WalkError, decode_ccob_bundle, index_fatbin,
-    walk_fatbin,
 };
 
 /// The first bytes of an uncompressed bundle.
@@ -36,9 +33,9 @@ pub const CCOB_V2_HEADER: usize = 24;
 pub const CCOB_V3_HEADER: usize = 32;
 /// The largest decompressed bundle we accept. Real per-TU bundles are tens of megabytes; this cap
 /// only exists so that a corrupt size field cannot ask for more.
-pub const MAX_DECOMPRESSED: u64 = 4 << 30;
+pub(crate) const MAX_DECOMPRESSED: u64 = 4 << 30;
 /// Triples are short (`hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`); a longer one is corrupt.
-pub const MAX_TRIPLE_LEN: u64 = 1024;
+const MAX_TRIPLE_LEN: u64 = 1024;
 
 /// Bytes of an uncompressed bundle header: magic plus entry count.
 const BUNDLE_HEADER: usize = 24 + 8;
@@ -133,7 +130,7 @@ pub fn arch_of_triple(triple: &str) -> Option<&str> {
 /// Scanning starts at byte 0; after each bundle it resumes right after the bundle's last byte
 /// and looks for the next magic of either kind (what lies between is padding). A section with no
 /// magic at all (for example one zeroed by a kpack split) has no bundles. This is
-/// [`walk_fatbin`] over bytes in memory, collecting what it visits.
+/// `walk_fatbin` over bytes in memory, collecting what it visits.
 pub fn parse_fatbin(section: &[u8]) -> Result<Vec<Bundle<'_>>, BundleError> {
     let mut bundles = Vec::new();
     let mut entries = Vec::new();
@@ -226,7 +223,7 @@ pub fn parse_uncompressed(data: &[u8]) -> Result<(Vec<Entry<'_>>, usize), Bundle
 
 /// One device entry of an uncompressed bundle's table: where its code object lies.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableEntry {
+pub(crate) struct TableEntry {
     pub triple: String,
     pub arch: String,
     /// From the start of the bundle.
@@ -236,7 +233,7 @@ pub struct TableEntry {
 
 /// Why an entry table could not be read from the bytes given.
 #[derive(Debug)]
-pub enum TableError {
+pub(crate) enum TableError {
     Bundle(BundleError),
     /// The table goes on past the bytes given, but not past the bytes available: read more.
     NeedMore,
@@ -247,7 +244,7 @@ pub enum TableError {
 /// was read. Returns the device entries and the bundle's length (the end of the furthest
 /// entry or of the table). Errors describe the `avail` bytes, so they do not depend on how
 /// much was read.
-pub fn parse_table(data: &[u8], avail: u64) -> Result<(Vec<TableEntry>, u64), TableError> {
+pub(crate) fn parse_table(data: &[u8], avail: u64) -> Result<(Vec<TableEntry>, u64), TableError> {
     let bad = |at: usize, why: String| TableError::Bundle(BundleError::new(at, why));
     // A field past `data` but inside `avail` means the caller should read more.
     let field = |at: usize| -> Result<u64, TableError> {
@@ -355,7 +352,7 @@ pub fn decompress_ccob(data: &[u8]) -> Result<Decompressed, BundleError> {
 
 /// The fields of a CCOB header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CcobHeader {
+pub(crate) struct CcobHeader {
     pub version: u16,
     pub header_len: usize,
     /// Bytes the compressed bundle occupies, header included.
@@ -374,7 +371,7 @@ impl CcobHeader {
 /// Reads and checks the CCOB header at the start of `data` (at least the first
 /// [`CCOB_V3_HEADER`] bytes of the bundle, or all of them if fewer), where `avail` bytes of
 /// section are present from the bundle's start.
-pub fn ccob_header(data: &[u8], avail: u64) -> Result<CcobHeader, BundleError> {
+pub(crate) fn ccob_header(data: &[u8], avail: u64) -> Result<CcobHeader, BundleError> {
     if !data.starts_with(CCOB_MAGIC) {
         return Err(BundleError::new(0, "missing CCOB magic"));
     }
@@ -453,66 +450,10 @@ fn decode_bounded(payload: &[u8], expected: u64) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Builds an uncompressed bundle from `(triple, code object)` entries, in the given order. Code
-/// objects start at multiples of `align` (clang uses 4096); an entry with no bytes (the host
-/// entry) gets the next aligned offset and size 0, as clang writes it.
-pub fn build_uncompressed(entries: &[(&str, &[u8])], align: usize) -> Vec<u8> {
-    let align = align.max(1);
-    let up = |n: usize| n.div_ceil(align) * align;
-    let table: usize = BUNDLE_HEADER + entries.iter().map(|(t, _)| 24 + t.len()).sum::<usize>();
-    let mut offsets = Vec::with_capacity(entries.len());
-    let mut next = up(table);
-    for (_, data) in entries {
-        offsets.push(next);
-        next = up(next + data.len());
-    }
-    let total = offsets
-        .last()
-        .zip(entries.last())
-        .map(|(o, (_, d))| o + d.len())
-        .unwrap_or(table);
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(BUNDLE_MAGIC);
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for ((triple, data), off) in entries.iter().zip(&offsets) {
-        out.extend_from_slice(&(*off as u64).to_le_bytes());
-        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(triple.len() as u64).to_le_bytes());
-        out.extend_from_slice(triple.as_bytes());
-    }
-    for ((_, data), off) in entries.iter().zip(&offsets) {
-        out.resize(*off, 0);
-        out.extend_from_slice(data);
-    }
-    out
-}
-
-/// Wraps an uncompressed bundle in a CCOB bundle of `version` 2 or 3 (zstd at `level`). The hash
-/// field, which clang fills for its own caching and readers do not check, is written as zero.
-pub fn build_ccob(version: u16, bundle: &[u8], level: i32) -> Result<Vec<u8>, String> {
-    let payload = zstd::bulk::compress(bundle, level).map_err(|e| format!("zstd: {e}"))?;
-    let mut out = Vec::with_capacity(CCOB_V3_HEADER + payload.len());
-    out.extend_from_slice(CCOB_MAGIC);
-    out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&CCOB_METHOD_ZSTD.to_le_bytes());
-    match version {
-        2 => {
-            let total = u32::try_from(CCOB_V2_HEADER + payload.len())
-                .map_err(|_| "bundle too large for CCOB v2")?;
-            let size = u32::try_from(bundle.len()).map_err(|_| "bundle too large for CCOB v2")?;
-            out.extend_from_slice(&total.to_le_bytes());
-            out.extend_from_slice(&size.to_le_bytes());
-        }
-        3 => {
-            out.extend_from_slice(&((CCOB_V3_HEADER + payload.len()) as u64).to_le_bytes());
-            out.extend_from_slice(&(bundle.len() as u64).to_le_bytes());
-        }
-        v => return Err(format!("CCOB version {v} cannot be written (2 or 3)")),
-    }
-    out.extend_from_slice(&0u64.to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
-}
+/// The test builders of bundles (one file shared with the integration tests).
+#[cfg(test)]
+#[path = "../../../tests/it/support/bundles.rs"]
+pub(crate) mod fixtures;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Unit tests for bundle parsing. Fixtures are written out from the byte layouts by hand (not only
 //! through the builders), so a builder bug cannot hide a parser bug.
 
+use super::fixtures::{build_ccob, build_uncompressed};
 use super::*;
 
 fn le64(n: u64) -> [u8; 8] {

@@ -143,7 +143,7 @@ const INDEX_READS: Reads = Reads {
 
 /// Visits every device code object of the section, in order, then each bundle's end. Memory
 /// held at once: one code object (uncompressed bundles) or one decompressed bundle (CCOB).
-pub fn walk_fatbin<'a, S, E>(
+pub(crate) fn walk_fatbin<'a, S, E>(
     src: &'a S,
     mut visit: impl FnMut(Event<'a>) -> Result<(), E>,
 ) -> Result<(), WalkError<E>>
@@ -341,7 +341,7 @@ pub struct Located {
     pub offset: u64,
 }
 
-/// Every device code object of the section and where it lies, in the order [`walk_fatbin`]
+/// Every device code object of the section and where it lies, in the order `walk_fatbin`
 /// visits them. Only what locates them is read: bundle headers and entry tables of
 /// uncompressed bundles (never their code objects), and each CCOB bundle's payload, decoded
 /// only as far as its entry table.

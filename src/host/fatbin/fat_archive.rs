@@ -52,7 +52,7 @@ impl FatSource {
             .and_then(|n| n.to_str())
             .ok_or_else(|| bad("not a UTF-8 file name".into()))?;
         let cos = index_host_code_objects(kernel_name, &host).map_err(|e| match e {
-            super::StreamError::Import(e) => bad(e.to_string()),
+            super::StreamError::Fatbin(e) => bad(e.to_string()),
             super::StreamError::Read(e) => Error::io(path, "cannot read", e),
             super::StreamError::Visit(never) => match never {},
         })?;

@@ -6,7 +6,7 @@
 //! must hold at least one `str` entry after non-`str` entries are skipped. Only the first msgpack
 //! object is read; bytes after it are ignored.
 //!
-//! The C entry point receives the metadata as a bare pointer with no length. [`PointerInput`]
+//! The C entry point receives the metadata as a bare pointer with no length. `PointerInput`
 //! lets the bounded decoder pull bytes from such a pointer: it only hands out bytes the decoder
 //! asks for while walking the first object, and never any at or past [`MAX_METADATA_BYTES`].
 
@@ -18,14 +18,14 @@ use crate::archive::msgpack::{self, Input, Value};
 use crate::error::{Error, Result};
 
 /// Key of the binary's name in the archives' TOC (a msgpack `str`).
-pub const KEY_KERNEL_NAME: &str = "kernel_name";
+const KEY_KERNEL_NAME: &str = "kernel_name";
 /// Key of the array of archive paths or `@GFXARCH@` patterns.
-pub const KEY_SEARCH_PATHS: &str = "kpack_search_paths";
+const KEY_SEARCH_PATHS: &str = "kpack_search_paths";
 
 /// Key of the pins: an array of 32-byte msgpack `bin`s, each the BLAKE3 digest of one archive's
 /// TOC (`Archive::toc_digest`). Written by `split` and `pack --from-fatbin --emit-metadata`
 /// unless told not to; a binary with pins only takes code objects from those archives.
-pub const KEY_PINS: &str = "kpack_toc_pins";
+const KEY_PINS: &str = "kpack_toc_pins";
 
 /// A TOC digest.
 pub type Pin = [u8; 32];
@@ -69,7 +69,7 @@ impl HipkMetadata {
     }
 
     /// Checks the decoded value's shape and copies out what the loader needs.
-    pub fn from_value(value: &Value<'_>) -> Result<HipkMetadata> {
+    fn from_value(value: &Value<'_>) -> Result<HipkMetadata> {
         if !matches!(value, Value::Map(_)) {
             return Err(Error::InvalidMetadata(format!(
                 "expected a map, found {}",
@@ -212,7 +212,7 @@ fn write_str(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// Bytes behind a raw pointer, served on demand and capped at `cap`.
-pub struct PointerInput<'a> {
+struct PointerInput<'a> {
     base: *const u8,
     cap: usize,
     _borrow: PhantomData<&'a [u8]>,

@@ -13,11 +13,12 @@ pub mod wrapper;
 
 pub use host::HipkHost;
 pub use metadata::HipkMetadata;
-pub use wrapper::{HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE, Wrapper};
+pub(crate) use wrapper::HIPF_MAGIC;
+pub use wrapper::{HIPK_MAGIC, Wrapper};
 
 /// The placeholder, in an embedded search path, that the loader replaces by each candidate
 /// target ID (only its first occurrence).
-pub const GFXARCH_TOKEN: &str = "@GFXARCH@";
+pub(crate) const GFXARCH_TOKEN: &str = "@GFXARCH@";
 
 /// The TOC key the loader looks up for code object `co_index`: always suffixed, decimal, no
 /// padding (`lib/libfoo.so#0`).
@@ -40,7 +41,7 @@ pub fn split_lookup_key(key: &str) -> Option<(&str, u32)> {
 }
 
 /// Whether `key` is one of `kernel_name`'s code objects, as the loader would name it.
-pub fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
+pub(crate) fn is_code_object_key(kernel_name: &str, key: &str) -> bool {
     split_lookup_key(key).is_some_and(|(name, _)| name == kernel_name)
 }
 

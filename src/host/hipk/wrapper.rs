@@ -8,11 +8,11 @@
 use crate::bytes;
 
 /// Magic of a wrapper whose device code is still embedded (`HIPF` as a little-endian u32).
-pub const HIPF_MAGIC: u32 = 0x4849_5046;
+pub(crate) const HIPF_MAGIC: u32 = 0x4849_5046;
 /// Magic of a wrapper whose device code lives in kpack archives (`HIPK` as a little-endian u32).
 pub const HIPK_MAGIC: u32 = 0x4B50_4948;
 /// Bytes per wrapper.
-pub const WRAPPER_SIZE: usize = 24;
+pub(crate) const WRAPPER_SIZE: usize = 24;
 
 /// One wrapper of `.hipFatBinSegment`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -76,7 +76,11 @@ pub fn parse_wrappers(data: &[u8], little_endian: bool) -> Vec<Wrapper> {
 /// Turns one little-endian wrapper record into a HIPK wrapper for code object `co_index` whose
 /// `binary` points at `marker_address`; its version and the high half of `reserved1` are kept.
 /// Returns the magic it had.
-pub fn make_hipk(record: &mut [u8; WRAPPER_SIZE], marker_address: u64, co_index: u32) -> u32 {
+pub(crate) fn make_hipk(
+    record: &mut [u8; WRAPPER_SIZE],
+    marker_address: u64,
+    co_index: u32,
+) -> u32 {
     let old_magic = bytes::le_u32(record, 0).expect("24-byte record");
     let reserved = bytes::le_u64(record, 16).expect("24-byte record");
     record[0..4].copy_from_slice(&HIPK_MAGIC.to_le_bytes());

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel, sync_channel};
 
-use super::{CodeObject, HostFile, StreamError, visit_host_code_objects};
+use crate::host::fatbin::{CodeObject, HostFile, StreamError, visit_host_code_objects};
 use crate::tools::pack_pipeline::Budget;
 
 /// Bytes of code objects read ahead of the workers: a few real code objects (up to 15 MB

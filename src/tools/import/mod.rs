@@ -1,6 +1,6 @@
 //! Import: turns the device code of ROCm fat host binaries into kpack archive contents, and
 //! computes the HIPK metadata those binaries will carry once split. Reading the binaries, and the
-//! naming rules, are `host::fatbin`'s (re-exported here); this module groups code objects into
+//! naming rules, are `host::fatbin`'s; this module groups code objects into
 //! archives ([`ArchiveSet`]), submits them to the pack pipeline and checks what was written.
 //! Callers read the binaries and write the archives (see `cli::import`); `split` reuses the same
 //! functions.
@@ -8,7 +8,6 @@
 mod archives;
 mod check;
 mod submit;
-pub use crate::host::fatbin::*;
 pub use archives::{ArchiveSet, FinishedArchive};
 pub use check::check_host_code_objects;
 pub use submit::{Tag, submit_host_code_objects};

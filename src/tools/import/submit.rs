@@ -2,10 +2,8 @@
 //! visited [`CodeObject`] into what travels through the [pack pipeline](crate::tools::pack_pipeline) to its
 //! archive, shared by
 //! `pack --from-fatbin` and `split`.
-//!
-//! [`CodeObject`]: super::CodeObject
 
-use super::{CodeObject, HostFile, StreamError, visit_host_code_objects};
+use crate::host::fatbin::{CodeObject, HostFile, StreamError, visit_host_code_objects};
 use crate::tools::pack_pipeline::Feed;
 
 /// What a code object carries through the pipeline to its archive: its key, arch and bundler

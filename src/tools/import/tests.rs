@@ -4,7 +4,11 @@ use std::path::Path;
 
 use super::*;
 use crate::archive::writer::Compression;
-use crate::host::bundle::{build_ccob, build_uncompressed};
+use crate::host::bundle::fixtures::{build_ccob, build_uncompressed};
+use crate::host::fatbin::{
+    FatbinError, HostFile, StreamError, archive_file_name, code_objects, default_prefix,
+    host_code_objects, kernel_name_from_relative, search_path, validate_prefix,
+};
 
 const GFX900: &str = "hipv4-amdgcn-amd-amdhsa--gfx900";
 const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-";
@@ -58,7 +62,7 @@ fn unusable_arch_strings_are_refused() {
     ] {
         let s = build_uncompressed(&[(bad, b"x")], 8);
         assert!(
-            matches!(code_objects("a", &s), Err(ImportError::BadArch { triple, .. }) if triple == bad),
+            matches!(code_objects("a", &s), Err(FatbinError::BadArch { triple, .. }) if triple == bad),
             "{bad}"
         );
     }
@@ -99,11 +103,11 @@ fn every_arch_pack_accepts_is_imported() {
 fn host_binaries_are_checked() {
     assert!(matches!(
         host_code_objects("x", b"KPAK"),
-        Err(ImportError::NotElf(_))
+        Err(FatbinError::NotElf(_))
     ));
     // This test binary is an ELF file without device code.
     let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-    assert_eq!(host_code_objects("x", &me), Err(ImportError::NoDeviceCode));
+    assert_eq!(host_code_objects("x", &me), Err(FatbinError::NoDeviceCode));
 }
 
 #[test]
@@ -323,7 +327,7 @@ fn checks_come_back_in_code_object_order_whatever_the_threads() {
     let host = HostFile::open(&fat_library(sub.path(), &broken)).unwrap();
     let r = check_host_code_objects("x", &host, 2, |co, _| co.index, &|_| {});
     assert!(
-        matches!(r, Err(StreamError::Import(ImportError::Bundle(_)))),
+        matches!(r, Err(StreamError::Fatbin(FatbinError::Bundle(_)))),
         "{r:?}"
     );
 }

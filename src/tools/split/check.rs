@@ -19,9 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::host::elf::{ELF_MAGIC, ElfFile, FATBIN_SEGMENT_SECTION, KPACK_REF_SECTION};
+use crate::host::fatbin::{self, HostFile, KPACK_DIR, StreamError};
 use crate::host::hipk::wrapper::{HIPK_MAGIC, Wrapper, parse_wrappers};
 use crate::loader::{HipkMetadata, LoadRequest, Loader, LoaderConfig, Silent};
-use crate::tools::import::{self, HostFile, KPACK_DIR, StreamError};
+use crate::tools::import;
 
 /// What `verify_split` found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -227,7 +228,7 @@ impl Binary<'_> {
                     progress,
                 )
                 .map_err(|e| match e {
-                    StreamError::Import(e) => e.to_string(),
+                    StreamError::Fatbin(e) => e.to_string(),
                     StreamError::Read(e) => crate::error::describe_io(&e),
                     StreamError::Visit(never) => match never {},
                 })
@@ -254,7 +255,7 @@ impl Binary<'_> {
         &self,
         metadata: &HipkMetadata,
         wrappers: &[Wrapper],
-        co: &import::CodeObject,
+        co: &fatbin::CodeObject,
         scratch: &mut Vec<u8>,
     ) -> Checked {
         let mut checked = Checked {

@@ -24,8 +24,8 @@ pub use tree::{
     split_tree, split_tree_with_progress,
 };
 
+use crate::host::fatbin::{self, CodeObject, FatbinError};
 use crate::host::hipk::{self, HIPF_MAGIC, HIPK_MAGIC};
-use crate::tools::import::{self, CodeObject, ImportError};
 
 /// Why a binary cannot be split.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub enum SplitError {
     /// A relocation other than a wrapper pointer targets the device code being removed.
     DanglingReloc { at: u64, target: u64 },
     /// The device code itself could not be read.
-    Import(ImportError),
+    Fatbin(FatbinError),
 }
 
 impl fmt::Display for SplitError {
@@ -75,7 +75,7 @@ impl fmt::Display for SplitError {
                 "the relocation at {at:#x} points into .hip_fatbin ({target:#x}) but is not a wrapper's pointer; \
                  removing the device code would break it"
             ),
-            SplitError::Import(e) => write!(f, "{e}"),
+            SplitError::Fatbin(e) => write!(f, "{e}"),
         }
     }
 }
@@ -110,7 +110,7 @@ pub struct SplitBinary {
 /// the TOC digests `pins` when given (without, byte-identical to the reference tooling's).
 pub fn marker(kernel_name: &str, prefix: &str, pins: Option<&[hipk::metadata::Pin]>) -> Vec<u8> {
     hipk::metadata::encode_pinned(
-        &[import::search_path(kernel_name, prefix, false)],
+        &[fatbin::search_path(kernel_name, prefix, false)],
         kernel_name,
         pins,
     )
@@ -118,11 +118,11 @@ pub fn marker(kernel_name: &str, prefix: &str, pins: Option<&[hipk::metadata::Pi
 
 impl SplitError {
     /// A failure to read the device code, as a reason not to split.
-    pub fn from_import(e: ImportError) -> SplitError {
+    pub fn from_fatbin(e: FatbinError) -> SplitError {
         match e {
-            ImportError::NoDeviceCode => SplitError::NoDeviceCode,
-            ImportError::AlreadySplit => SplitError::AlreadySplit,
-            other => SplitError::Import(other),
+            FatbinError::NoDeviceCode => SplitError::NoDeviceCode,
+            FatbinError::AlreadySplit => SplitError::AlreadySplit,
+            other => SplitError::Fatbin(other),
         }
     }
 }
@@ -139,7 +139,7 @@ pub fn split_binary(
         return Err(SplitError::AlreadySplit);
     }
     let code_objects =
-        import::host_code_objects(kernel_name, bytes).map_err(SplitError::from_import)?;
+        fatbin::host_code_objects(kernel_name, bytes).map_err(SplitError::from_fatbin)?;
     let metadata = marker(kernel_name, prefix, None);
     let result = split_elf(bytes, &metadata)?;
     Ok(SplitBinary {

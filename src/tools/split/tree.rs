@@ -28,9 +28,10 @@ use std::path::{Path, PathBuf};
 use super::stage::{StageError, Staging};
 use super::{Prepared, SplitError, prepare};
 use crate::archive::writer::Compression;
+use crate::host::fatbin::{self, HostFile, HostKind, KPACK_DIR, StreamError};
 use crate::host::hipk::metadata::Pin;
 use crate::loader::search::weakly_canonical;
-use crate::tools::import::{self, ArchiveSet, HostFile, HostKind, KPACK_DIR, StreamError, Tag};
+use crate::tools::import::{self, ArchiveSet, Tag};
 use crate::tools::pack_pipeline::{self, Feed, Options};
 
 /// What `split` was asked to do.
@@ -40,7 +41,7 @@ pub struct SplitRequest {
     pub root: PathBuf,
     pub out_root: PathBuf,
     /// Archive prefix; by default derived from the first binary's name (see
-    /// [`import::default_prefix`]).
+    /// [`fatbin::default_prefix`]).
     pub prefix: Option<String>,
     pub compression: Compression,
     /// Write the archives in the reference writer's exact layout (no frame positions, no
@@ -241,7 +242,7 @@ fn check_request(req: &SplitRequest, hosts: &[Host]) -> Result<String, TreeError
     let first_fat = hosts.iter().find(|h| h.class == Class::Fat);
     let prefix = match (&req.prefix, first_fat) {
         (Some(p), _) => p.clone(),
-        (None, Some(h)) => import::default_prefix(
+        (None, Some(h)) => fatbin::default_prefix(
             &h.path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -250,7 +251,7 @@ fn check_request(req: &SplitRequest, hosts: &[Host]) -> Result<String, TreeError
         // No archive will be written: the prefix names nothing.
         (None, None) => return Ok(String::new()),
     };
-    import::validate_prefix(&prefix).map_err(TreeError::Usage)?;
+    fatbin::validate_prefix(&prefix).map_err(TreeError::Usage)?;
     Ok(prefix)
 }
 
@@ -332,7 +333,7 @@ fn name_hosts(req: &SplitRequest, inputs: &[Input]) -> Result<Vec<Host>, TreeErr
     let mut hosts: Vec<Host> = Vec::with_capacity(inputs.len());
     for input in inputs {
         let path = &input.path;
-        let kernel_name = import::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
+        let kernel_name = fatbin::kernel_name_below(path, &req.root).map_err(TreeError::Usage)?;
         if hosts.iter().any(|h| h.kernel_name == kernel_name) {
             return Err(TreeError::Usage(format!(
                 "{} is given twice",
@@ -363,13 +364,13 @@ fn classify(path: &Path) -> Result<Class, TreeError> {
         path: path.to_path_buf(),
         source,
     };
-    if !import::is_elf_file(path).map_err(read_error)? {
+    if !fatbin::is_elf_file(path).map_err(read_error)? {
         return Ok(Class::Kept(Kept::NotElf));
     }
     let host = HostFile::open_tables(path).map_err(read_error)?;
-    let kind = import::host_kind(host.image()).map_err(|e| TreeError::Refused {
+    let kind = fatbin::host_kind(host.image()).map_err(|e| TreeError::Refused {
         path: path.to_path_buf(),
-        error: SplitError::from_import(e),
+        error: SplitError::from_fatbin(e),
     })?;
     Ok(match kind {
         HostKind::Fat => Class::Fat,
@@ -485,7 +486,7 @@ fn plan_binary(
     let code_objects =
         import::submit_host_code_objects(&h.kernel_name, &host, feed, &|n| progress(n)).map_err(
             |e| match e {
-                StreamError::Import(e) => refused(SplitError::from_import(e)),
+                StreamError::Fatbin(e) => refused(SplitError::from_fatbin(e)),
                 StreamError::Read(e) => read_error(e),
                 StreamError::Visit(e) => TreeError::Archive(e),
             },

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
+use crate::support::bundles::{build_ccob, build_uncompressed};
 use rocm_kpack::host::hipk::metadata::Pin;
 use rocm_kpack::tools::split;
 

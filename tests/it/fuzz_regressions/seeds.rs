@@ -522,7 +522,7 @@ pub fn hipk_metadata_seeds() -> Vec<(String, Vec<u8>)> {
 /// Offload-bundle seeds: plain and CCOB (v2, v3) bundles built by the project's own builders,
 /// two bundles with padding between them, and truncations.
 pub fn bundle_seeds() -> Vec<(String, Vec<u8>)> {
-    use rocm_kpack::host::bundle::{build_ccob, build_uncompressed};
+    use crate::support::bundles::{build_ccob, build_uncompressed};
     let plain = build_uncompressed(
         &[
             ("host-x86_64-unknown-linux-gnu-", &[]),

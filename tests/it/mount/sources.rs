@@ -669,7 +669,7 @@ fn fat_binary_with_a_corrupt_bundle_serves_the_rest() {
     }
     let d = tmp();
     let (section, lib, want) = synthetic_fat(d.path());
-    let host = rocm_kpack::tools::import::HostFile::open_tables(&lib).unwrap();
+    let host = rocm_kpack::host::fatbin::HostFile::open_tables(&lib).unwrap();
     let at = host.fatbin().unwrap().offset;
     let v3 = parse_fatbin(&section)
         .unwrap()

@@ -3,7 +3,7 @@
 //! wrapper per bundle in `.hipFatBinSegment` set by a dynamic relocation, built by gcc, with
 //! code objects from 20 KB to 15 MB whose bytes compress about 6:1 at zstd level 3, like the
 //! code objects of ROCm libraries. Used by the memory-bound test of `split` and by
-//! `benches/split.rs` (included there by path).
+//! `benches/split.rs` (included there by path, beside `bundles.rs`, as `super::bundles`).
 //!
 //! The device code is generated one bundle at a time and handed to the assembler as files, so
 //! building a 1.2 GB library needs disk, not memory, on our side.
@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocm_kpack::host::bundle::build_uncompressed;
+use super::bundles::build_uncompressed;
 
 /// Arches of each bundle, as in real multi-arch ROCm builds.
 pub const ARCHES: [&str; 5] = ["gfx90a:xnack-", "gfx942", "gfx1030", "gfx1100", "gfx1201"];

@@ -1,5 +1,6 @@
 //! Shared fixtures for the integration tests.
 
+pub mod bundles;
 pub mod fat_host;
 pub mod mount;
 pub mod mount_env;
