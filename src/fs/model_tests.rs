@@ -216,33 +216,11 @@ struct Mount {
     /// Every read of a kernel's frame (a decode), with whether the kernel was held then.
     decode_log: Arc<Mutex<Vec<(KernelId, bool)>>>,
     /// The archive's source, whose faults [`Mount::heal`] switches off.
-    source: Arc<FaultySource>,
+    source: FaultySource,
 }
 
 /// Each kernel's frame: its byte range in the archive.
 type Frames = Vec<(std::ops::Range<u64>, KernelId)>;
-
-/// A [`FaultySource`] shared with the test that made it.
-#[derive(Debug)]
-struct Shared(Arc<FaultySource>);
-
-impl crate::ByteSource for Shared {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-    fn display_name(&self) -> String {
-        self.0.display_name()
-    }
-    fn identity(&self) -> String {
-        self.0.identity()
-    }
-    fn check_unchanged(&self) -> crate::Result<()> {
-        self.0.check_unchanged()
-    }
-}
 
 impl Mount {
     fn new(s: &Setup) -> Mount {
@@ -299,11 +277,8 @@ impl Mount {
                 }
             }
         };
-        let source = Arc::new(
-            FaultySource::new(Box::new(LocalFile::open(&path).unwrap()))
-                .observed(Box::new(observe)),
-        );
-        let archive = Arc::new(Archive::open_source(Box::new(Shared(source.clone()))).unwrap());
+        let source = FaultySource::new(LocalFile::open(&path).unwrap()).observed(Arc::new(observe));
+        let archive = Arc::new(Archive::open_source(Box::new(source.clone())).unwrap());
         let (mut fs, _) = KpackFs::new(vec![archive.clone()], &opts).unwrap();
         let mut spans = Vec::new();
         let files = (1..=fs.tree.len())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rocm_kpack::{Archive, ArchiveWriter, ByteSource, Compression, LocalFile};
+use rocm_kpack::{Archive, ArchiveWriter, Compression, LocalFile};
 
 use rocm_kpack as kpack;
 #[path = "support/faulty_source.rs"]
@@ -49,40 +49,14 @@ fn write(dir: &std::path::Path, reference: bool) -> std::path::PathBuf {
     path
 }
 
-/// A [`FaultySource`] the test keeps a handle on.
-#[derive(Debug)]
-struct Shared(Arc<FaultySource>);
-
-impl ByteSource for Shared {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn len(&self) -> u64 {
-        self.0.len()
-    }
-    fn display_name(&self) -> String {
-        self.0.display_name()
-    }
-    fn identity(&self) -> String {
-        self.0.identity()
-    }
-    fn check_unchanged(&self) -> rocm_kpack::Result<()> {
-        self.0.check_unchanged()
-    }
-}
-
 /// The archive at `path` over a faulty source, with a count of the reads that reach it.
-fn open(path: &std::path::Path) -> (Archive, Arc<FaultySource>, Arc<AtomicUsize>) {
+fn open(path: &std::path::Path) -> (Archive, FaultySource, Arc<AtomicUsize>) {
     let reads = Arc::new(AtomicUsize::new(0));
     let counted = reads.clone();
-    let source = Arc::new(
-        FaultySource::new(Box::new(LocalFile::open(path).unwrap())).observed(Box::new(
-            move |_, _| {
-                counted.fetch_add(1, Ordering::Relaxed);
-            },
-        )),
-    );
-    let archive = Archive::open_source(Box::new(Shared(source.clone()))).unwrap();
+    let source = FaultySource::new(LocalFile::open(path).unwrap()).observed(Arc::new(move |_, _| {
+        counted.fetch_add(1, Ordering::Relaxed);
+    }));
+    let archive = Archive::open_source(Box::new(source.clone())).unwrap();
     (archive, source, reads)
 }
 
@@ -137,7 +111,7 @@ fn a_faulted_toc_fails_the_open_cleanly() {
         };
         for kind in KINDS {
             for range in [0..16, toc..toc + 8, len - 8..len] {
-                let source = FaultySource::new(Box::new(LocalFile::open(&path).unwrap()));
+                let source = FaultySource::new(LocalFile::open(&path).unwrap());
                 source.add(Fault {
                     range: range.clone(),
                     kind,

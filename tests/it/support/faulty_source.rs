@@ -1,13 +1,14 @@
 //! A [`ByteSource`] that injects faults at the archive's own boundary: reads of chosen byte
 //! ranges fail, come back short, come back late or come back with flipped bits, and every read
-//! can be observed. The model test of the mount's read path (`src/fs/model_tests.rs`) and the
+//! can be observed. Clones share everything, so a test keeps one clone to switch faults while
+//! the archive reads through another. The model test of the mount's read path (`src/fs/model_tests.rs`) and the
 //! integration tests include this one file (`#[path]`), each with `kpack` naming the library
 //! in its parent module (`use crate as kpack;` or `use rocm_kpack as kpack;`), so that the
 //! library itself carries no fault switches.
 
 use std::io;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::kpack::{ByteSource, Result as KpackResult};
@@ -33,12 +34,13 @@ pub struct Fault {
 }
 
 /// Called with the offset and length of every read, before it is served.
-pub type Observer = Box<dyn Fn(u64, usize) + Send + Sync>;
+pub type Observer = Arc<dyn Fn(u64, usize) + Send + Sync>;
 
 /// A source that reads `inner` with the faults switched on now.
+#[derive(Clone)]
 pub struct FaultySource {
-    inner: Box<dyn ByteSource>,
-    faults: Mutex<Vec<Fault>>,
+    inner: Arc<dyn ByteSource>,
+    faults: Arc<Mutex<Vec<Fault>>>,
     observer: Option<Observer>,
 }
 
@@ -53,10 +55,10 @@ impl std::fmt::Debug for FaultySource {
 
 impl FaultySource {
     /// `inner` with no fault yet.
-    pub fn new(inner: Box<dyn ByteSource>) -> FaultySource {
+    pub fn new(inner: impl ByteSource + 'static) -> FaultySource {
         FaultySource {
-            inner,
-            faults: Mutex::new(Vec::new()),
+            inner: Arc::new(inner),
+            faults: Arc::default(),
             observer: None,
         }
     }
