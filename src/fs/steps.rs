@@ -1,8 +1,8 @@
 //! The steps the mount takes for `init`, an OPEN, the answer to an open, a READ by inode and a
-//! RELEASE: the open policy's decisions carried out on [`KpackFs`], with the decode threads
-//! ([`Decoders`]) that run the decodes and keep decoding ahead of scans. No FUSE types, so the
-//! model test (`model_tests.rs`) runs the very steps and decode threads the adapter runs; the
-//! adapter adds only the replies.
+//! RELEASE: the open mode's and the open policy's decisions carried out on [`KpackFs`], with
+//! the decode threads ([`Decoders`]) that run the decodes and keep decoding ahead of scans. No
+//! FUSE types, so the model test (`model_tests.rs`) runs the very steps and decode threads the
+//! adapter runs; the adapter adds only the replies.
 
 use std::fmt::Display;
 use std::sync::{Arc, Mutex};

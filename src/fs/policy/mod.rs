@@ -1,7 +1,8 @@
-//! The open policy: which read path each open of a kernel file gets. Plain state and decisions,
-//! with no FUSE types and no lock of its own: the adapter keeps it behind one mutex, feeds it
-//! the events (what `init` granted, an open starting, an open's file ready, a backing id
-//! registered or refused, a release) and carries out what it returns (`fs/steps.rs`).
+//! The open policy: which read path each open of a kernel file gets ([`OpenPolicy::opened`]:
+//! passthrough or the daemon), given the mount's open mode (`mode.rs`). Plain state and
+//! decisions, with no FUSE types and no lock of its own: the adapter keeps it behind one mutex,
+//! feeds it the events (an open's file ready, a backing id registered or refused, a release)
+//! and carries out what it returns (`fs/steps.rs`).
 //!
 //! The read paths:
 //! * **passthrough**: the kernel reads the decoded file itself through a backing id. Linux

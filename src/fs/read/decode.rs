@@ -1,6 +1,7 @@
-//! A decode job from start to end: where a kernel's bytes come from (the cache directory, the
-//! archive decoded in steps or whole, or its bytes already in memory), keeping the result in
-//! the store, and answering everyone who joined the job.
+//! What a decode job does: where a kernel's bytes come from (the cache directory, or the
+//! archive decoded in steps into a backing file, decoded whole, or decoded into memory), with
+//! every failure logged by archive, key and arch. Keeping the result, ending the job and
+//! answering its waiters are the kernel's decode life's (`kernel_life.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

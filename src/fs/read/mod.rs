@@ -1,5 +1,6 @@
 //! The read side: requests for a kernel's bytes (opens, READs through a handle, READs by
-//! inode) and the one single flight of decode jobs they start or join.
+//! inode), each answered from the store or by the kernel's decode, which it starts or joins
+//! through the kernel's decode life (`kernel_life.rs`); and the open handles.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
