@@ -11,7 +11,7 @@ use rocm_kpack::host::hipk::{self, HipkHost};
 use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
 use rocm_kpack::tools::import::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 /// An input of `list` or `extract`.
 pub enum Input {
@@ -50,11 +50,11 @@ fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
     match kind {
         HostKind::Fat => Ok(Input::Fat {
             host,
-            kernel_name: super::import::kernel_name_for(path, root)?,
+            kernel_name: crate::cli::import::kernel_name_for(path, root)?,
         }),
         HostKind::Hipk => Ok(Input::Hipk {
-            host: super::resolve::read_host(path)?,
-            binary: super::resolve::runtime_path(path),
+            host: crate::cli::loader::resolve::read_host(path)?,
+            binary: crate::cli::loader::resolve::runtime_path(path),
         }),
         other => Err(CliError::new(
             Exit::BadFormat,
@@ -131,7 +131,7 @@ pub struct Found {
 pub fn hipk_rows(host: &HipkHost, binary: &Path, gpus: &[String]) -> CliResult<Vec<HipkRow>> {
     let meta = &host.metadata;
     let loader = Loader::new(LoaderConfig::from_env());
-    let arches = super::resolve::arch_list(gpus);
+    let arches = crate::cli::loader::resolve::arch_list(gpus);
     let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
     let expansion = if gpus.is_empty() {
         Expansion::Existing

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use rocm_kpack::host::bundle::Layout;
 use rocm_kpack::tools::import::IndexedCodeObject;
 
-use super::CliResult;
-use super::host_input::{self, HipkRow, Input};
+use super::input::{self, HipkRow, Input};
+use crate::cli::exit::CliResult;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -29,20 +29,20 @@ pub struct Args {
     #[arg(long = "gpu", value_name = "ISA")]
     pub gpus: Vec<String>,
     #[command(flatten)]
-    pub remote: super::remote_args::RemoteArgs,
+    pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let input = host_input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
+    let input = input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
     match input {
         Input::Archive => list_archive(args),
         Input::Fat { host, kernel_name } => {
-            let cos = host_input::fat_index(&args.archive, &host, &kernel_name)?;
+            let cos = input::fat_index(&args.archive, &host, &kernel_name)?;
             list_fat(&args.archive, &kernel_name, &cos, args.json);
             Ok(())
         }
         Input::Hipk { host, binary } => {
-            let rows = host_input::hipk_rows(&host, &binary, &args.gpus)?;
+            let rows = input::hipk_rows(&host, &binary, &args.gpus)?;
             list_hipk(
                 &args.archive,
                 &host.metadata.kernel_name,
@@ -157,7 +157,7 @@ fn list_hipk(path: &Path, kernel_name: &str, rows: &[HipkRow], gpus: &[String], 
 }
 
 fn list_archive(args: Args) -> CliResult {
-    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
+    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
     let mut rows = Vec::new();
     for ((b, e), key, entry) in archive.indexed_entries() {
         let row = match archive.locate_at(b, e) {
