@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use rocm_kpack::Archive;
 use rocm_kpack::host::hipk::{self, HipkHost};
+use rocm_kpack::host::input_kind::{InputKind, input_kind};
 use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
-use rocm_kpack::tools::import::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
+use rocm_kpack::tools::import::{self, HostFile, IndexedCodeObject, StreamError};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
 
@@ -37,32 +38,36 @@ pub fn input_of(path: &Path, root: Option<&Path>, gpus: bool) -> CliResult<Input
     Ok(input)
 }
 
-/// Tells what `path` is: anything but a local ELF file is an archive (a remote one, or a file
-/// the archive reader then accepts or refuses with its own message). `root` names a fat
-/// binary's kernel name as `pack --from-fatbin --root` does.
+/// Tells what `path` is, by the rules every input follows ([`input_kind`]): anything but a
+/// local ELF file is an archive (a remote one, or a file the archive reader then accepts or
+/// refuses with its own message). `root` names a fat binary's kernel name as
+/// `pack --from-fatbin --root` does.
 fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
-    if remote || !import::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
+    if remote {
         return Ok(Input::Archive);
     }
-    let host = HostFile::open_tables(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
-    let kind = import::host_kind(host.image())
-        .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))?;
+    let kind = input_kind(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
     match kind {
-        HostKind::Fat => Ok(Input::Fat {
+        InputKind::Directory | InputKind::Archive | InputKind::Other => Ok(Input::Archive),
+        InputKind::FatBinary(host) => Ok(Input::Fat {
             host,
             kernel_name: crate::cli::import::kernel_name_for(path, root)?,
         }),
-        HostKind::Hipk => Ok(Input::Hipk {
+        InputKind::HipkBinary(_) => Ok(Input::Hipk {
             host: crate::cli::loader::resolve::read_host(path)?,
             binary: crate::cli::loader::resolve::runtime_path(path),
         }),
-        other => Err(CliError::new(
+        InputKind::OtherElf(Ok(kind)) => Err(CliError::new(
             Exit::BadFormat,
             format!(
                 "{}: {}; neither a kpack archive nor a host binary with device code",
                 path.display(),
-                other.describe()
+                kind.describe()
             ),
+        )),
+        InputKind::OtherElf(Err(e)) => Err(CliError::new(
+            Exit::BadFormat,
+            format!("{}: {e}", path.display()),
         )),
     }
 }
