@@ -11,35 +11,23 @@ use std::path::{Path, PathBuf};
 use rocm_kpack::names;
 use rocm_kpack::tools::import::{self, CodeObject};
 
-use super::input::{self, Input};
+use super::input::{self, Input, InputArgs};
 use crate::cli::exit::{CliError, CliResult, Exit};
 
+pub type Args = InputArgs<ExtractArgs>;
+
+/// What `extract` takes besides its input.
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The archive, or a host binary (a fat binary, or a HIPK binary whose archives the loader
-    /// finds).
-    #[arg(value_name = "FILE")]
-    pub archive: PathBuf,
+pub struct ExtractArgs {
     /// Destination directory (created when missing).
     pub dest: PathBuf,
     /// Overwrite files that already exist.
     #[arg(long)]
     pub force: bool,
-    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
-    /// (default: its file name).
-    #[arg(long)]
-    pub root: Option<PathBuf>,
-    /// HIPK binary: extract only the code objects the loader picks for this device ISA (one
-    /// --gpu is [ISA, its generic ISA]; repeat to pass an exact list).
-    #[arg(long = "gpu", value_name = "ISA")]
-    pub gpus: Vec<String>,
-    #[command(flatten)]
-    pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let input = input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
-    match input {
+    match args.input()? {
         Input::Archive => extract_archive(&args),
         Input::Fat { host, kernel_name } => {
             let cos = input::fat_index(&args.archive, &host, &kernel_name)?;
@@ -116,10 +104,10 @@ impl<'a> Output<'a> {
             names::key_components(key).map_err(refuse)?;
             names::check_arch(arch).map_err(refuse)?;
         }
-        fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
+        fs::create_dir_all(&args.command.dest).map_err(|e| out_err(&args.command.dest, e))?;
         Ok(Output {
-            dest: &args.dest,
-            force: args.force,
+            dest: &args.command.dest,
+            force: args.command.force,
             count: 0,
             bytes: 0,
             bar: crate::cli::progress::bar(total),

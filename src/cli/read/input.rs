@@ -1,7 +1,8 @@
-//! What `list` and `extract` were given: an archive, or a host binary whose code objects they
-//! show. A fat binary's code objects are found in its `.hip_fatbin` (keyed as
-//! `pack --from-fatbin` keys them); a HIPK binary's are what the loader finds through its
-//! marker. Any other ELF file is refused with one line saying what it is.
+//! What `list` and `extract` were given: their shared arguments ([`InputArgs`]), and an
+//! archive or a host binary whose code objects they show, told apart by the rules every input
+//! follows (`rocm_kpack::host::input_kind`). A fat binary's code objects are found in its
+//! `.hip_fatbin` (keyed as `pack --from-fatbin` keys them); a HIPK binary's are what the loader
+//! finds through its marker. Any other ELF file is refused with one line saying what it is.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,6 +14,40 @@ use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
 use rocm_kpack::tools::import::{self, HostFile, IndexedCodeObject, StreamError};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::remote_args::RemoteArgs;
+
+/// The arguments of `list` and `extract`: the file, then the command's own arguments (`T`),
+/// then how a host binary is read and the network flags of a remote archive.
+#[derive(Debug, clap::Args)]
+pub struct InputArgs<T: clap::Args> {
+    /// The archive, or a host binary: a fat binary (the code objects of its offload bundles)
+    /// or a HIPK binary (what the loader finds for each code-object index).
+    #[arg(value_name = "FILE")]
+    pub archive: PathBuf,
+    #[command(flatten)]
+    pub command: T,
+    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
+    /// (default: its file name).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// HIPK binary: only the code objects the loader picks for this device ISA (one --gpu is
+    /// [ISA, its generic ISA]; repeat to pass an exact list).
+    #[arg(long = "gpu", value_name = "ISA")]
+    pub gpus: Vec<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+impl<T: clap::Args> InputArgs<T> {
+    /// What the file is, with `--root` and `--gpu` refused where they do not apply.
+    pub fn input(&self) -> CliResult<Input> {
+        let path = &self.archive;
+        let remote = crate::remote::is_remote(&path.to_string_lossy());
+        let input = detect(path, remote, self.root.as_deref())?;
+        check_flags(path, &input, self.root.is_some(), !self.gpus.is_empty())?;
+        Ok(input)
+    }
+}
 
 /// An input of `list` or `extract`.
 pub enum Input {
@@ -27,15 +62,6 @@ pub enum Input {
         host: HipkHost,
         binary: PathBuf,
     },
-}
-
-/// What `path` is, for `list` and `extract`, with the flags given refused where they do not
-/// apply (`root`: `--root`; `gpus`: whether `--gpu` was given).
-pub fn input_of(path: &Path, root: Option<&Path>, gpus: bool) -> CliResult<Input> {
-    let remote = crate::remote::is_remote(&path.to_string_lossy());
-    let input = detect(path, remote, root)?;
-    check_flags(path, &input, root.is_some(), gpus)?;
-    Ok(input)
 }
 
 /// Tells what `path` is, by the rules every input follows ([`input_kind`]): anything but a

@@ -2,43 +2,31 @@
 //! ratio), or per code object of a host binary (a fat binary's bundles, or what the loader finds
 //! for a HIPK binary), or JSON.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rocm_kpack::host::bundle::Layout;
 use rocm_kpack::tools::import::IndexedCodeObject;
 
-use super::input::{self, HipkRow, Input};
+use super::input::{self, HipkRow, Input, InputArgs};
 use crate::cli::exit::CliResult;
 
+pub type Args = InputArgs<ListArgs>;
+
+/// What `list` takes besides its input.
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The archive, or a host binary: a fat binary (the code objects of its offload bundles)
-    /// or a HIPK binary (what the loader finds for each code-object index).
-    #[arg(value_name = "FILE")]
-    pub archive: PathBuf,
+pub struct ListArgs {
     /// Print JSON (one object with the archive's fields and a "kernels" array, each kernel with
     /// its recorded BLAKE3 digest in hex, or null) for scripts.
     #[arg(long)]
     pub json: bool,
-    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
-    /// (default: its file name).
-    #[arg(long)]
-    pub root: Option<PathBuf>,
-    /// HIPK binary: show only the code object the loader picks for this device ISA (one
-    /// --gpu is [ISA, its generic ISA]; repeat to pass an exact list).
-    #[arg(long = "gpu", value_name = "ISA")]
-    pub gpus: Vec<String>,
-    #[command(flatten)]
-    pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let input = input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
-    match input {
+    match args.input()? {
         Input::Archive => list_archive(args),
         Input::Fat { host, kernel_name } => {
             let cos = input::fat_index(&args.archive, &host, &kernel_name)?;
-            list_fat(&args.archive, &kernel_name, &cos, args.json);
+            list_fat(&args.archive, &kernel_name, &cos, args.command.json);
             Ok(())
         }
         Input::Hipk { host, binary } => {
@@ -48,7 +36,7 @@ pub fn run(args: Args) -> CliResult {
                 &host.metadata.kernel_name,
                 &rows,
                 &args.gpus,
-                args.json,
+                args.command.json,
             );
             Ok(())
         }
@@ -182,7 +170,7 @@ fn list_archive(args: Args) -> CliResult {
         };
         rows.push(row);
     }
-    if args.json {
+    if args.command.json {
         let kernels: Vec<_> = rows
             .iter()
             .map(|r| {
