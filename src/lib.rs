@@ -14,6 +14,7 @@
 //! The `kpack-fuse` program adds the command line and remote sources on top (`src/main.rs`).
 
 pub mod archive;
+pub mod atomic_file;
 pub mod bytes;
 pub mod error;
 pub mod ffi;

@@ -17,6 +17,7 @@ use rocm_kpack::error::Error;
 /// The core modules this crate uses, named in one place.
 mod kpack_core {
     pub use rocm_kpack::archive::{codec, format, msgpack};
+    pub use rocm_kpack::atomic_file;
 }
 
 use crate::kpack_core::format;

@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::kpack_core::atomic_file::{self, AtomicFile};
 use crate::kpack_core::format::{self, Header};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -101,43 +102,26 @@ impl Spool {
 }
 
 /// Writes the archive to `path` through a temporary file in the same directory, renamed into
-/// place when complete (parent directories are created): the 16-byte header, zero padding to
-/// byte 64, the blob (`prefix` then the spool's contents), then `toc`.
+/// place when complete (parent directories are created; the file is not flushed to disk
+/// first): the 16-byte header, zero padding to byte 64, the blob
+/// (`prefix` then the spool's contents), then `toc`.
 fn write_file(path: &Path, prefix: &[u8], spool: Option<&Spool>, toc: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+    let opts = atomic_file::Options {
+        create_parents: true,
+        sync: false,
     };
-    std::fs::create_dir_all(&dir)?;
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: not a file path", path.display()),
-        )
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let blob_len = prefix.len() as u64 + spool.map_or(0, Spool::byte_len);
-        let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-        out.write_all(&Header::encode(format::BLOB_ALIGNMENT + blob_len))?;
-        out.write_all(&[0u8; format::BLOB_ALIGNMENT as usize - format::HEADER_SIZE])?;
-        out.write_all(prefix)?;
-        let mut file = out.into_inner().map_err(|e| e.into_error())?;
-        if let Some(s) = spool {
-            s.copy_to(&mut file)?;
-        }
-        file.write_all(toc)?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let (tmp, file) = AtomicFile::create(path, opts)?;
+    let blob_len = prefix.len() as u64 + spool.map_or(0, Spool::byte_len);
+    let mut out = io::BufWriter::with_capacity(1 << 20, file);
+    out.write_all(&Header::encode(format::BLOB_ALIGNMENT + blob_len))?;
+    out.write_all(&[0u8; format::BLOB_ALIGNMENT as usize - format::HEADER_SIZE])?;
+    out.write_all(prefix)?;
+    let mut file = out.into_inner().map_err(|e| e.into_error())?;
+    if let Some(s) = spool {
+        s.copy_to(&mut file)?;
     }
-    result
+    file.write_all(toc)?;
+    Ok(tmp.commit(file)?)
 }
 
 /// `write_archive(path, prefix, spool, toc)`: see [`write_file`]. The GIL is released while

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::archive::codec::{self, FrameEncoder};
 use crate::archive::format::{self, Header, Scheme};
+use crate::atomic_file::{self, AtomicFile};
 use crate::error::{Error, Result};
 
 /// How the writer stores kernels.
@@ -137,41 +138,20 @@ impl ArchiveWriter {
     }
 
     /// Writes the archive to `path` through a temporary file in the same directory, renamed into
-    /// place once complete, so a failed write never leaves a half-written archive behind.
+    /// place once complete (flushed to disk first), so a failed write never leaves a
+    /// half-written archive behind.
     pub fn write(&self, path: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
-        let dir = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path.file_name().ok_or_else(|| {
-            Error::InvalidArgument(format!("{}: not a file path", path.display()))
-        })?;
-        let tmp = dir.join(format!(
-            ".{}.tmp{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let (tmp, file) = AtomicFile::create(path, atomic_file::Options::DURABLE)?;
         // Errors name the output the user asked for: the temporary file is our detail.
-        let result = (|| {
-            let file =
-                std::fs::File::create(&tmp).map_err(|e| Error::io(path, "cannot create", e))?;
-            let mut out = io::BufWriter::new(file);
-            let n = self
-                .write_to(&mut out, progress)
-                .map_err(|e| relabel(e, path))?;
-            let file = out
-                .into_inner()
-                .map_err(|e| Error::io(path, "cannot write", e.into_error()))?;
-            file.sync_all()
-                .map_err(|e| Error::io(path, "cannot sync", e))?;
-            std::fs::rename(&tmp, path)
-                .map_err(|e| Error::io(path, "cannot rename into place", e))?;
-            Ok(n)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        let mut out = io::BufWriter::new(file);
+        let n = self
+            .write_to(&mut out, progress)
+            .map_err(|e| relabel(e, path))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| Error::io(path, "cannot write", e.into_error()))?;
+        tmp.commit(file)?;
+        Ok(n)
     }
 
     /// Writes the archive to a stream; returns its size. `progress` receives the input bytes of

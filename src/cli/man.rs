@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,7 +21,7 @@ pub struct Args {
 
 /// The pages, as (file name, roff text): one for the program, one per visible subcommand.
 pub fn pages() -> Vec<(String, Vec<u8>)> {
-    let top = super::Cli::command();
+    let top = super::commands::Cli::command();
     let version = env!("CARGO_PKG_VERSION");
     let mut out = vec![("kpack-fuse.1".to_owned(), render(top.clone()))];
     for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {

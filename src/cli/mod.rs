@@ -1,86 +1,34 @@
-//! The command line: one subcommand per job, each in its own file exposing `Args` and `run`.
-//! Only this module and its children know clap.
+//! The command line: `main` parses it and dispatches to the commands. The definition is in
+//! `commands.rs`; each command is a file (or, for a family of commands, a folder) exposing its
+//! clap `Args` and `run`: `mount/` (mount and unmount, and the daemon), `read/` (list, cat,
+//! extract), `pack/`, `loader/` (resolve and load), `split.rs`, `verify.rs`, `stats.rs`, `man.rs`;
+//! `import/` is what `pack --from-fatbin` and `verify --against` share. Only this module and its
+//! children know clap.
 
+mod commands;
 mod exit;
 
-mod cat;
-mod daemon_lock;
-mod extract;
-mod host_input;
 mod import;
 mod invocation;
-mod list;
-mod load;
+mod loader;
 mod man;
-mod mem_limit;
 mod mount;
-mod mount_bounds;
-mod mount_daemon;
-mod mount_log;
-mod mount_options;
-mod mount_plan;
-mod mount_serve;
-mod mount_settings;
 mod pack;
-mod pack_manifest;
 mod plural;
 mod progress;
+mod read;
 mod remote_args;
-mod resolve;
 mod split;
 mod stats;
 mod suggest;
-mod umount;
-mod unmount;
 mod verify;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
-pub use exit::{CliError, CliResult, Exit};
-
-/// kpack-fuse: pack, inspect, load and mount ROCm .kpack kernel archives.
-///
-/// Also started as a mount helper: `kpack-fuse SOURCE MOUNTPOINT -o OPTIONS` (how mount.fuse3
-/// runs type fuse.kpack-fuse) and `mount.kpack-fuse SOURCE MOUNTPOINT [-sfnv] [-o OPTIONS]` (the
-/// native helper for type kpack-fuse) both mean `kpack-fuse mount`.
-#[derive(Debug, Parser)]
-#[command(name = "kpack-fuse", version, about, long_about = None)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Pack a tree laid out as <binary key>/<arch>.hsaco into one archive.
-    Pack(pack::Args),
-    /// List the kernels of an archive, or the code objects of a fat or HIPK host binary.
-    List(list::Args),
-    /// Write one kernel to standard output.
-    Cat(cat::Args),
-    /// Write every kernel of an archive or host binary into a directory tree.
-    Extract(extract::Args),
-    /// Decode every kernel and check its size; exit non-zero naming each bad entry.
-    Verify(verify::Args),
-    /// Mount an archive, a directory of archives, a HIPK binary's archives or a fat binary's
-    /// code objects as a read-only tree.
-    Mount(mount::MountArgs),
-    /// Unmount a kpack-fuse mount point.
-    Unmount(unmount::UnmountArgs),
-    /// Show a mount's counters (cache, decodes, read path) as a table or as JSON.
-    Stats(stats::Args),
-    /// Show which paths, archives and targets the loader tries for a HIPK host binary.
-    Resolve(resolve::Args),
-    /// Load one code object the way kpack_load_code_object does, and write it to a file.
-    Load(load::Args),
-    /// Turn fat ROCm host binaries into HIPK host binaries plus per-arch kernel archives.
-    Split(split::Args),
-    /// Write the manual pages (generated from this command line) into a directory.
-    #[command(hide = true)]
-    Man(man::Args),
-}
+use commands::{Cli, Command};
+use exit::Exit;
 
 /// Parses the command line, runs the command, and maps failures to exit codes.
 pub fn main() -> ExitCode {
@@ -111,15 +59,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Pack(a) => pack::run(a),
-        Command::List(a) => list::run(a),
-        Command::Cat(a) => cat::run(a),
-        Command::Extract(a) => extract::run(a),
+        Command::List(a) => read::list::run(a),
+        Command::Cat(a) => read::cat::run(a),
+        Command::Extract(a) => read::extract::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Mount(a) => mount::run_mount(a),
-        Command::Unmount(a) => unmount::run_unmount(a),
+        Command::Unmount(a) => mount::unmount::run_unmount(a),
         Command::Stats(a) => stats::run(a),
-        Command::Resolve(a) => resolve::run(a),
-        Command::Load(a) => load::run(a),
+        Command::Resolve(a) => loader::resolve::run(a),
+        Command::Load(a) => loader::load::run(a),
         Command::Split(a) => split::run(a),
         Command::Man(a) => man::run(a),
     };
@@ -138,7 +86,7 @@ mod tests {
 
     #[test]
     fn cli_definition_is_consistent() {
-        super::Cli::command().debug_assert();
+        super::commands::Cli::command().debug_assert();
     }
 
     /// The synopsis lines of `kpack-fuse NAME` in a document's code blocks: each line that
@@ -188,7 +136,7 @@ mod tests {
         for flag in &remote {
             assert!(cli_md.contains(flag), "docs/cli.md never names {flag}");
         }
-        let top = super::Cli::command();
+        let top = super::commands::Cli::command();
         let mut missing = Vec::new();
         for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
             let name = sub.get_name();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rocm_kpack::Archive;
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 use crate::remote::settings::Settings;
 use crate::remote::{self, RemoteUrl, is_remote};
 

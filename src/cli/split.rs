@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use rocm_kpack::tools::split::{self, Kept, Outcome, SplitRequest, TreeError};
 
 use super::pack::CompressionArgs;
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

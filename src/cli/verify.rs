@@ -11,7 +11,7 @@ use rocm_kpack::archive::format::TocEntry;
 use rocm_kpack::{Archive, Scheme, names};
 
 use super::import;
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -230,7 +230,7 @@ fn check_entry(
 mod tests {
     use clap::Parser;
 
-    use crate::cli::{Cli, Command};
+    use crate::cli::commands::{Cli, Command};
 
     fn parse(args: &[&str]) -> super::Args {
         let mut argv = vec!["kpack-fuse", "verify"];

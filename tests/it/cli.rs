@@ -325,3 +325,41 @@ fn extract_refuses_names_that_escape() {
         assert!(!dir.path().join("escape#0").exists());
     }
 }
+
+/// A FIFO given as the input is told at once to be no archive, instead of waiting for a writer
+/// (the kind of an input is read without blocking).
+#[test]
+fn list_and_extract_of_a_fifo_do_not_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.kpack");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string and mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let dest = dir.path().join("dest");
+    for args in [
+        vec![&"list" as &dyn AsRef<std::ffi::OsStr>, &fifo],
+        vec![&"extract", &fifo, &dest],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kpack-fuse"))
+            .args(args.iter().map(|a| a.as_ref()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{:?} on a FIFO blocked", args[0].as_ref());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(code(&o), 3, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("fifo.kpack: file is empty"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 /// Each layer and the layers of the library it may import (besides itself and the shared
-/// modules `error`, `names`, `bytes` and `sync`).
+/// modules `error`, `names`, `bytes`, `sync` and `atomic_file`).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("archive", &[]),
     ("host", &["archive"]),

@@ -10,7 +10,8 @@ use rocm_kpack::tools::pack_pipeline::{self, Feed, Options};
 use rocm_kpack::tools::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
 
-use super::{CliError, CliResult, Exit, progress};
+use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::progress;
 
 /// What `pack --from-fatbin` was asked to do.
 #[derive(Debug)]
@@ -267,8 +268,8 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
     if problems.is_empty() {
         println!(
             "{} from {} match the archives byte for byte",
-            super::plural::count_of(checked, "code object", "code objects"),
-            super::plural::count_of(hosts.len(), "binary", "binaries")
+            crate::cli::plural::count_of(checked, "code object", "code objects"),
+            crate::cli::plural::count_of(hosts.len(), "binary", "binaries")
         );
         return Ok(());
     }
@@ -280,7 +281,7 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
         format!(
             "{} of {} missing or differ",
             problems.len(),
-            super::plural::count_of(checked, "code object is", "code objects are")
+            crate::cli::plural::count_of(checked, "code object is", "code objects are")
         ),
     ))
 }

@@ -21,7 +21,8 @@ use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::cores;
 use crate::fs::steps::{self, Decoders};
 use crate::fs::store::BackingFile;
-use crate::fs::{Attr, DirSink, Errno, Kind, KpackFs, Lookup, TTL};
+use crate::fs::errno::Errno;
+use crate::fs::{Attr, DirSink, Kind, KpackFs, Lookup, TTL};
 
 
 fn errno(e: Errno) -> FErrno {

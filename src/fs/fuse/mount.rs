@@ -11,7 +11,8 @@ use std::time::Duration;
 use fuser::{Config, MountOption, Session, SessionACL};
 
 use super::adapter::{Adapter, adapter};
-use crate::fs::{KpackFs, OpenMode};
+use crate::fs::KpackFs;
+use crate::fs::policy::OpenMode;
 
 /// The filesystem subtype: the mount shows as `fuse.kpack-fuse`.
 pub const SUBTYPE: &str = "kpack-fuse";

@@ -1,7 +1,7 @@
 //! What a mount shows: one archive, a directory of archives, the archives of a HIPK host
 //! binary, or the code objects of a fat host binary (read as an archive, see
-//! `host::fatbin::open_fat_archive`). The kind is read from the source itself (a directory, the
-//! magic `KPAK`, or an ELF header and its sections), and everything is opened and checked here,
+//! `host::fatbin::open_fat_archive`). The kind is read from the source itself, by the rules
+//! every input follows (`host::input_kind`), and everything is opened and checked here,
 //! before anything is mounted, so that a bad source is refused with a precise message instead of
 //! leaving a half-working mount.
 //!
@@ -24,11 +24,13 @@ use crate::archive::Archive;
 use crate::error::{Error, ErrorKind};
 use crate::host::fatbin;
 use crate::host::hipk::{self, HipkHost};
+use crate::host::input_kind::{InputKind, input_kind};
 use crate::host::target_id;
 use crate::loader::{Event, Expansion, Loader, LoaderConfig, Silent, Trace};
 
 use super::limits;
-use crate::fs::{Duplicate, FsOptions, KpackFs};
+use crate::fs::tree::Duplicate;
+use crate::fs::{FsOptions, KpackFs};
 
 /// The kind of source, detected from the file system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,25 +136,22 @@ pub struct Source {
     pub warnings: Vec<String>,
 }
 
-/// Reads the first bytes of a file to tell its kind.
+/// Tells the kind of a source by the rules every input follows ([`input_kind`]). A fat binary is
+/// mounted from its own device code; any other ELF file is taken as a HIPK binary (which refuses
+/// it with its reason).
 pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
-    let unreadable = |e: std::io::Error| {
+    let kind = input_kind(path).map_err(|e| {
         SourceError::new(
             SourceErrorKind::Unreadable,
             crate::error::io_message(path, &e),
         )
-    };
-    let meta = std::fs::metadata(path).map_err(unreadable)?;
-    if meta.is_dir() {
-        return Ok(SourceKind::Directory);
-    }
-    let mut magic = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(unreadable)?;
-    let got = crate::bytes::read_full(&mut f, &mut magic).map_err(unreadable)?;
-    match &magic[..got] {
-        b"KPAK" => Ok(SourceKind::Archive),
-        b"\x7fELF" => elf_kind(path),
-        _ => Err(SourceError::new(
+    })?;
+    match kind {
+        InputKind::Directory => Ok(SourceKind::Directory),
+        InputKind::Archive => Ok(SourceKind::Archive),
+        InputKind::FatBinary(_) => Ok(SourceKind::FatBinary),
+        InputKind::HipkBinary(_) | InputKind::OtherElf(_) => Ok(SourceKind::HipkBinary),
+        InputKind::Other => Err(SourceError::new(
             SourceErrorKind::BadFormat,
             format!(
                 "{}: not a kpack archive (magic KPAK), an ELF host binary or a directory",
@@ -160,21 +159,6 @@ pub fn detect(path: &Path) -> Result<SourceKind, SourceError> {
             ),
         )),
     }
-}
-
-/// A fat binary is mounted from its own device code; any other ELF file is taken as a HIPK
-/// binary (which refuses it with its reason).
-fn elf_kind(path: &Path) -> Result<SourceKind, SourceError> {
-    let host = fatbin::HostFile::open_tables(path).map_err(|e| {
-        SourceError::new(
-            SourceErrorKind::Unreadable,
-            crate::error::io_message(path, &e),
-        )
-    })?;
-    Ok(match fatbin::host_kind(host.image()) {
-        Ok(fatbin::HostKind::Fat) => SourceKind::FatBinary,
-        _ => SourceKind::HipkBinary,
-    })
 }
 
 /// Detects and opens a source. A source of many archives needs a descriptor for each: raise
@@ -294,9 +278,7 @@ fn directory_members(dir: &Path) -> Result<Vec<Member>, SourceError> {
 
 /// Whether `path` is a fat host binary; a file that cannot be read or parsed is not one.
 fn is_fat_binary(path: &Path) -> bool {
-    fatbin::is_elf_file(path).unwrap_or(false)
-        && fatbin::HostFile::open_tables(path)
-            .is_ok_and(|h| fatbin::host_kind(h.image()) == Ok(fatbin::HostKind::Fat))
+    matches!(input_kind(path), Ok(InputKind::FatBinary(_)))
 }
 
 /// Refuses a source that needs more open files than the limit allows: one per archive, beside

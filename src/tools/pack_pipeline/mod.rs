@@ -19,6 +19,7 @@ use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
 use crate::archive::codec::FrameEncoder;
 use crate::archive::writer::Compression;
+use crate::atomic_file::{self, AtomicFile};
 use crate::error::Error;
 
 mod archive_file;
@@ -381,8 +382,8 @@ impl<E> From<Error> for PackFilesError<E> {
 /// Writes the archive of `kernels` (key, arch, file, in ordinal order) at `path`: the workers
 /// read each file with `read` (best into a buffer from the [`Spares`] it is given; `size_of`
 /// tells its size beforehand, for the budget), hash and compress it, and this thread appends
-/// in order to a temporary file in the same directory, renamed into place once complete (and
-/// removed on failure). `progress` receives each kernel's size once it is stored. Returns the
+/// in order to a temporary file in the same directory, flushed to disk and renamed into place
+/// once complete (and removed on failure: [`AtomicFile`]). `progress` receives each kernel's size once it is stored. Returns the
 /// archive's size.
 pub fn pack_files<P, E>(
     path: &std::path::Path,
@@ -397,26 +398,15 @@ where
     P: Sync,
     E: Send,
 {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::InvalidArgument(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let file = std::fs::File::create(&tmp).map_err(|e| Error::io(path, "cannot create", e))?;
+    let (tmp, file) =
+        AtomicFile::create(path, atomic_file::Options::DURABLE).map_err(Error::from)?;
     let mut opts = Options::new(head.compression);
     opts.hash = !head.reference_layout;
     if let Some(t) = threads {
         opts.threads = t.max(1);
     }
     let mut archive = ArchiveFile::new(file, path, head.compression, head.reference_layout);
-    let result = run_loaded(
+    run_loaded(
         opts,
         kernels.len(),
         |i| size_of(&kernels[i].2),
@@ -431,16 +421,9 @@ where
     )
     .and_then(|()| {
         let done = archive.finish(&head.group_name, &head.gfx_arch_family, &head.gfx_arches)?;
-        let (file, size) = (done.file, done.size);
-        file.sync_all()
-            .map_err(|e| Error::io(path, "cannot sync", e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "cannot rename into place", e))?;
-        Ok(size)
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+        tmp.commit(done.file).map_err(Error::from)?;
+        Ok(done.size)
+    })
 }
 
 #[cfg(test)]

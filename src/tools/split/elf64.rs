@@ -2,7 +2,7 @@
 //! section headers, RELA relocations and symbols. Reading is bounds-checked against the input
 //! and never panics; writing produces the exact on-disk encoding.
 
-use super::SplitError;
+use super::error::SplitError;
 use crate::bytes;
 
 pub const EHDR_SIZE: usize = 64;

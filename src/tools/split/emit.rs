@@ -10,7 +10,21 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-use super::SplitResult;
+/// The rewritten binary and what was done to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitResult {
+    pub bytes: Vec<u8>,
+    /// Wrappers rewritten to HIPK (wrapper `i` carries index `i`).
+    pub wrappers: usize,
+    /// Dynamic relocations that set a wrapper pointer and now point at the marker.
+    pub relocations_rewritten: usize,
+    /// File bytes removed (whole pages of device code).
+    pub removed: u64,
+    /// Size of the original `.hip_fatbin` section.
+    pub device_code: u64,
+    /// Where the marker is loaded (before relocation by the load bias).
+    pub marker_vaddr: u64,
+}
 
 /// How the rewritten binary is made from the input. Offsets are output offsets unless named
 /// otherwise.

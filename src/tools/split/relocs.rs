@@ -3,8 +3,8 @@
 //! wrapper's `binary` pointer and refuses a binary in which anything else points into the
 //! device code it is about to remove.
 
-use super::SplitError;
 use super::elf64::*;
+use super::error::SplitError;
 
 /// One RELA entry and where it sits in the file.
 #[derive(Debug, Clone, Copy)]

@@ -23,8 +23,9 @@
 //!    the marker, and the section-name table is rewritten at the end with its name added.
 
 use super::elf64::*;
-use super::emit::Rewrite;
-use super::{SplitError, SplitResult, relocs};
+use super::emit::{Rewrite, SplitResult};
+use super::error::SplitError;
+use super::relocs;
 use crate::host::elf::{FATBIN_SEGMENT_SECTION, HIP_FATBIN_SECTION, KPACK_REF_SECTION};
 use crate::host::hipk::wrapper::{self, HIPF_MAGIC, HIPK_MAGIC, WRAPPER_SIZE};
 

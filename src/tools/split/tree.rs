@@ -25,8 +25,9 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::error::SplitError;
+use super::rewrite::{Prepared, prepare};
 use super::stage::{StageError, Staging};
-use super::{Prepared, SplitError, prepare};
 use crate::archive::writer::Compression;
 use crate::host::fatbin::{self, HostFile, HostKind, KPACK_DIR, StreamError};
 use crate::host::hipk::metadata::Pin;
@@ -551,7 +552,7 @@ fn write_binaries(
                 size_before,
             } => {
                 let pins = pins(&h.kernel_name);
-                let marker = super::marker(&h.kernel_name, prefix, pins.as_deref());
+                let marker = super::binary::marker(&h.kernel_name, prefix, pins.as_deref());
                 let rewrite = prepared.finish(&marker);
                 rewrite.write_file(&input, &out).map_err(write_error)?;
                 progress(size_before - rewrite.device_code);

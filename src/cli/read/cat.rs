@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -14,11 +14,11 @@ pub struct Args {
     /// The arch, e.g. gfx90a:xnack-.
     pub arch: String,
     #[command(flatten)]
-    pub remote: super::remote_args::RemoteArgs,
+    pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
+    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
     let data = archive.get_kernel(&args.key, &args.arch)?;
     let mut out = std::io::stdout().lock();
     out.write_all(&data)

@@ -1,6 +1,9 @@
 //! `kpack-fuse pack`: a tree laid out as `<binary key>/<arch>.hsaco` (the layout the mount
 //! shows), or the kernels a `--manifest` lists in order, becomes one archive; with
-//! `--from-fatbin`, ROCm host binaries become per-arch archives.
+//! `--from-fatbin`, ROCm host binaries become per-arch archives. `manifest.rs` reads
+//! `--manifest`; `--from-fatbin` is `cli/import/`.
+
+mod manifest;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -9,9 +12,8 @@ use rocm_kpack::archive::codec;
 use rocm_kpack::tools::pack_pipeline::{self, ArchiveHead, PackFilesError};
 use rocm_kpack::{ArchiveWriter, Compression, names};
 
-use super::import::{self, ImportRequest};
-use super::pack_manifest;
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::import::{self, ImportRequest};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CompressionArg {
@@ -115,7 +117,7 @@ pub fn run(args: Args) -> CliResult {
     let (source, listed, present): (PathBuf, Vec<(String, String, PathBuf)>, Vec<String>) =
         match &args.manifest {
             Some(manifest) => {
-                let lines = pack_manifest::read(manifest)?;
+                let lines = manifest::read(manifest)?;
                 let mut present: Vec<String> = Vec::new();
                 for l in &lines {
                     if !present.contains(&l.arch) {
@@ -210,7 +212,7 @@ pub fn run(args: Args) -> CliResult {
         reference_layout: args.compression.reference_layout,
     };
     // Reading, compressing, hashing and writing overlap (rocm_kpack::tools::pack_pipeline).
-    let bar = super::progress::bar(total);
+    let bar = crate::cli::progress::bar(total);
     let written = pack_pipeline::pack_files(
         &args.output,
         &head,
@@ -237,11 +239,11 @@ pub fn run(args: Args) -> CliResult {
     let written = written?;
     println!(
         "packed {} ({}) from {} into {} ({})",
-        super::plural::count_of(sized.len(), "kernel", "kernels"),
-        super::plural::count(total, "byte", "bytes"),
+        crate::cli::plural::count_of(sized.len(), "kernel", "kernels"),
+        crate::cli::plural::count(total, "byte", "bytes"),
         source.display(),
         args.output.display(),
-        super::plural::count(written, "byte", "bytes")
+        crate::cli::plural::count(written, "byte", "bytes")
     );
     Ok(())
 }

@@ -8,9 +8,9 @@ use rocm_kpack::fs::fuse;
 use rocm_kpack::fs::setup::mountinfo;
 
 use super::daemon_lock;
-use super::mount_log::{self, Verbosity};
+use super::logging::{self, Verbosity};
 use super::umount::umount2;
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct UnmountArgs {
@@ -53,7 +53,7 @@ fn fusermount_unmount(path: &Path, lazy: bool) -> io::Result<()> {
 const DAEMON_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn run_unmount(args: UnmountArgs) -> CliResult {
-    mount_log::init(Verbosity::default());
+    logging::init(Verbosity::default());
     let bad = |why: &str| {
         CliError::new(
             Exit::MountPoint,

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use rocm_kpack::fs::KpackFs;
 use rocm_kpack::fs::fuse::{self, MountConfig};
 
+use super::daemon::Ready;
 use super::daemon_lock;
-use super::mount_daemon::Ready;
 use super::unmount::unmount_path;
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 /// Where the mount goes.
 pub enum Target {

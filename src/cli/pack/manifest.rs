@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rocm_kpack::names;
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 /// One manifest line.
 #[derive(Debug, Clone, PartialEq, Eq)]

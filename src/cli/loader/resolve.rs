@@ -1,6 +1,8 @@
 //! `kpack-fuse resolve`: shows, step by step, which paths, archives and targets the loader tries
 //! for a HIPK host binary, and which code object it picks. The steps are the loader's own trace
 //! events (the same ones `ROCM_KPACK_DEBUG` logs), so what is shown is what the library does.
+//! Also what `load` (and, for HIPK binaries, `list` and `extract`) take from here: the host
+//! binary and ISA arguments, reading a HIPK binary, and the arch list of `--gpu`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +10,7 @@ use rocm_kpack::host::hipk::HipkHost;
 use rocm_kpack::host::target_id;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 /// The arguments `resolve` and `load` share: the host binary and the device's ISA list.
 #[derive(Debug, clap::Args)]
@@ -226,12 +228,12 @@ fn describe(event: &Event) -> Option<String> {
         Event::Disabled => "ROCM_KPACK_DISABLE is set: loading is disabled".into(),
         Event::MetadataInvalid { reason } => format!("bad metadata: {reason}"),
         Event::UsingOverride { paths } => {
-            let paths = super::plural::count_of(*paths, "path is", "paths are");
+            let paths = crate::cli::plural::count_of(*paths, "path is", "paths are");
             format!("ROCM_KPACK_PATH is set: only its {paths} tried")
         }
         Event::PrependingPrefix { paths } => format!(
             "ROCM_KPACK_PATH_PREFIX: {} first",
-            super::plural::count_of(*paths, "path", "paths")
+            crate::cli::plural::count_of(*paths, "path", "paths")
         ),
         Event::ExpandedPattern { pattern, path } => format!("path    {path}   (from {pattern})"),
         Event::UnsafeTarget { pattern, target } => {

@@ -1,14 +1,28 @@
-//! `kpack-fuse mount`: its arguments, and the command from them to a served mount.
+//! `kpack-fuse mount`: its arguments, and the command from them to a served mount; and, in
+//! this folder, everything else of a mount's life, down to `kpack-fuse unmount` (`unmount.rs`).
 //!
 //! `mount` checks everything it can before touching the kernel (options, mount point, source,
-//! names in the tree), then, unless `-f`, forks into a daemon (`mount_daemon`) that mounts and
+//! names in the tree), then, unless `-f`, forks into a daemon (`daemon.rs`) that mounts and
 //! tells the waiting command when the mount is live. The daemon serves until the filesystem is
-//! unmounted (`mount_serve`), then exits 0.
+//! unmounted (`serve.rs`), then exits 0.
 //!
-//! The settings are plain data (`mount_settings`), filled from the flags here and from option
-//! lists (`-o`) in `mount_options`; `mount_bounds` says where decoded kernels live, and
-//! `mount_plan` turns the settings into the file system's options. Logging is set up in
-//! `mount_log`; `kpack-fuse unmount` is `unmount`.
+//! The settings are plain data (`settings.rs`), filled from the flags here and from option
+//! lists (`-o`) in `options.rs`; `bounds.rs` says where decoded kernels live (with the cgroup's
+//! memory limit from `mem_limit.rs`), and `plan.rs` turns the settings into the file system's
+//! options. Logging is set up in `logging.rs`. `umount.rs` is the `umount2` call, and
+//! `daemon_lock.rs` how `unmount` knows that a daemon has let go of its mount.
+
+mod bounds;
+mod daemon;
+mod daemon_lock;
+mod logging;
+mod mem_limit;
+mod options;
+mod plan;
+mod serve;
+mod settings;
+mod umount;
+pub mod unmount;
 
 use std::io;
 use std::os::fd::RawFd;
@@ -21,22 +35,20 @@ use rocm_kpack::fs::setup::{gpus, mountinfo};
 use rocm_kpack::fs::store::{Placement, descriptor_budget};
 use rocm_kpack::loader::LoaderConfig;
 
-use super::mount_bounds::{self, DEFAULT_MEMORY_CACHE};
-use super::mount_daemon;
-use super::mount_log::{self, Verbosity};
-use super::mount_options;
-use super::mount_plan::{self, Host};
-use super::mount_serve::{self, Target, fusermount_available};
-use super::mount_settings::{self, Bound, OPEN_MODES, OpenModeSetting, Settings};
-use super::remote_args::RemoteArgs;
-use super::{CliError, CliResult, Exit};
+use self::bounds::DEFAULT_MEMORY_CACHE;
+use self::logging::Verbosity;
+use self::plan::Host;
+use self::serve::{Target, fusermount_available};
+use self::settings::{Bound, OPEN_MODES, OpenModeSetting, Settings};
+use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::remote_args::RemoteArgs;
 use crate::remote;
 
 /// `--memory-cache-size` when none is given: [`DEFAULT_MEMORY_CACHE`], or a quarter of the
 /// memory limit of the mount's cgroup when that is smaller (memfds cannot be reclaimed, and
 /// decodes in flight and the daemon itself need the rest).
 fn default_memory_cache() -> u64 {
-    match super::mem_limit::cgroup_memory_limit() {
+    match mem_limit::cgroup_memory_limit() {
         Some(limit) if limit / 4 < DEFAULT_MEMORY_CACHE => {
             log::info!(
                 "--memory-cache-size defaults to {} bytes: a quarter of the cgroup's memory limit of {limit}",
@@ -74,12 +86,12 @@ pub struct MountArgs {
     /// With --backing memory: bytes of decoded kernels kept in memory once no file has them
     /// open (suffixes K, M, G: powers of 1024) [default: 256M, or a quarter of the memory limit
     /// of the mount's cgroup when that is less]. Refused with disk backing.
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = options::parse_size)]
     pub memory_cache_size: Option<u64>,
     /// With disk backing: bytes of decoded kernels kept on disk (in the per-mount directory or
     /// --cache-dir); least recently used files go first [default: 10G]. Refused with
     /// --backing memory.
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = options::parse_size)]
     pub disk_cache_size: Option<u64>,
     /// Where the per-mount directory of disk backing is made [default: /var/tmp].
     #[arg(long, value_name = "DIR")]
@@ -90,11 +102,11 @@ pub struct MountArgs {
     pub cache_dir: Option<PathBuf>,
     /// Deprecated spelling of --memory-cache-size (with disk backing it does nothing, with a
     /// warning).
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size,
+    #[arg(long, value_name = "SIZE", value_parser = options::parse_size,
           hide = true, conflicts_with = "memory_cache_size")]
     pub cache_size: Option<u64>,
     /// Deprecated spelling of --disk-cache-size.
-    #[arg(long, value_name = "SIZE", value_parser = mount_options::parse_size,
+    #[arg(long, value_name = "SIZE", value_parser = options::parse_size,
           hide = true, conflicts_with = "disk_cache_size")]
     pub cache_dir_size: Option<u64>,
     /// Serve every read from the daemon, even where the kernel could read backing files itself
@@ -267,7 +279,7 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
         remote: args.remote.clone(),
     };
     for list in &args.options {
-        mount_options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
+        options::apply(list, &mut s).map_err(|e| CliError::new(Exit::Usage, e))?;
     }
     if s.allow_other && s.allow_root {
         return Err(CliError::new(
@@ -333,16 +345,16 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         verbose: args.verbose,
         quiet: args.quiet,
     };
-    mount_log::init(verbosity);
+    logging::init(verbosity);
     let s = settings(&args)?;
-    let bounds = mount_bounds::resolve(&s, default_memory_cache)
-        .map_err(|e| CliError::new(Exit::Usage, e))?;
+    let bounds =
+        bounds::resolve(&s, default_memory_cache).map_err(|e| CliError::new(Exit::Usage, e))?;
     let remote_source = args.source.to_str().filter(|s| remote::is_remote(s));
     let unused_remote = match remote_source {
         Some(_) => Vec::new(),
         None => s.remote.unused_with_local_source(),
     };
-    let renamed = mount_settings::renamed(&s);
+    let renamed = settings::renamed(&s);
     // Before anything else can fail and before the fork, so that they reach the terminal.
     for w in renamed.iter().chain(&bounds.warnings).chain(&unused_remote) {
         log::warn!("{w}");
@@ -382,7 +394,7 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         None => None,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = mount_plan::threads(&s, cores);
+    let threads = plan::threads(&s, cores);
 
     // Process-wide, once, before any archive opens: a directory source holds each of its
     // archives open, and the store's budget of open backing files is half of this limit.
@@ -424,9 +436,9 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         },
         uid,
         gid,
-        exit_delay: mount_serve::test_exit_delay(),
+        exit_delay: serve::test_exit_delay(),
     };
-    let plan = mount_plan::plan(&s, bounds, &host, source_path.display().to_string());
+    let plan = plan::plan(&s, bounds, &host, source_path.display().to_string());
     let (mut fs, _warnings) = source::build_fs(src, &plan.fs, s.strict)?;
     fs.set_decode_ahead(plan.decode_ahead);
     if let Some(session) = &remote_session {
@@ -447,16 +459,16 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             Target::Dir(p) => Some(p.as_path()),
             Target::Fd(_) => None,
         };
-        ready = Some(mount_daemon::daemonize(mp)?);
+        ready = Some(daemon::daemonize(mp)?);
         match log_file {
-            Some(f) => mount_log::to_file(verbosity, f),
-            None => mount_log::to_syslog(verbosity),
+            Some(f) => logging::to_file(verbosity, f),
+            None => logging::to_syslog(verbosity),
         }
-        mount_daemon::detach_stderr();
+        daemon::detach_stderr();
     } else if let Some(f) = log_file {
-        mount_log::to_file(verbosity, f);
+        logging::to_file(verbosity, f);
     }
-    let result = mount_serve::serve(
+    let result = serve::serve(
         fs,
         target,
         &cfg,

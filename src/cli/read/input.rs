@@ -1,17 +1,53 @@
-//! What `list` and `extract` were given: an archive, or a host binary whose code objects they
-//! show. A fat binary's code objects are found in its `.hip_fatbin` (keyed as
-//! `pack --from-fatbin` keys them); a HIPK binary's are what the loader finds through its
-//! marker. Any other ELF file is refused with one line saying what it is.
+//! What `list` and `extract` were given: their shared arguments ([`InputArgs`]), and an
+//! archive or a host binary whose code objects they show, told apart by the rules every input
+//! follows (`rocm_kpack::host::input_kind`). A fat binary's code objects are found in its
+//! `.hip_fatbin` (keyed as `pack --from-fatbin` keys them); a HIPK binary's are what the loader
+//! finds through its marker. Any other ELF file is refused with one line saying what it is.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocm_kpack::Archive;
-use rocm_kpack::host::fatbin::{self, HostFile, HostKind, IndexedCodeObject, StreamError};
+use rocm_kpack::host::fatbin::{self, HostFile, IndexedCodeObject, StreamError};
 use rocm_kpack::host::hipk::{self, HipkHost};
+use rocm_kpack::host::input_kind::{InputKind, input_kind};
 use rocm_kpack::loader::{Expansion, LoadRequest, Loader, LoaderConfig, Silent};
 
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::remote_args::RemoteArgs;
+
+/// The arguments of `list` and `extract`: the file, then the command's own arguments (`T`),
+/// then how a host binary is read and the network flags of a remote archive.
+#[derive(Debug, clap::Args)]
+pub struct InputArgs<T: clap::Args> {
+    /// The archive, or a host binary: a fat binary (the code objects of its offload bundles)
+    /// or a HIPK binary (what the loader finds for each code-object index).
+    #[arg(value_name = "FILE")]
+    pub archive: PathBuf,
+    #[command(flatten)]
+    pub command: T,
+    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
+    /// (default: its file name).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// HIPK binary: only the code objects the loader picks for this device ISA (one --gpu is
+    /// [ISA, its generic ISA]; repeat to pass an exact list).
+    #[arg(long = "gpu", value_name = "ISA")]
+    pub gpus: Vec<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+impl<T: clap::Args> InputArgs<T> {
+    /// What the file is, with `--root` and `--gpu` refused where they do not apply.
+    pub fn input(&self) -> CliResult<Input> {
+        let path = &self.archive;
+        let remote = crate::remote::is_remote(&path.to_string_lossy());
+        let input = detect(path, remote, self.root.as_deref())?;
+        check_flags(path, &input, self.root.is_some(), !self.gpus.is_empty())?;
+        Ok(input)
+    }
+}
 
 /// An input of `list` or `extract`.
 pub enum Input {
@@ -28,41 +64,36 @@ pub enum Input {
     },
 }
 
-/// What `path` is, for `list` and `extract`, with the flags given refused where they do not
-/// apply (`root`: `--root`; `gpus`: whether `--gpu` was given).
-pub fn input_of(path: &Path, root: Option<&Path>, gpus: bool) -> CliResult<Input> {
-    let remote = crate::remote::is_remote(&path.to_string_lossy());
-    let input = detect(path, remote, root)?;
-    check_flags(path, &input, root.is_some(), gpus)?;
-    Ok(input)
-}
-
-/// Tells what `path` is: anything but a local ELF file is an archive (a remote one, or a file
-/// the archive reader then accepts or refuses with its own message). `root` names a fat
-/// binary's kernel name as `pack --from-fatbin --root` does.
+/// Tells what `path` is, by the rules every input follows ([`input_kind`]): anything but a
+/// local ELF file is an archive (a remote one, or a file the archive reader then accepts or
+/// refuses with its own message). `root` names a fat binary's kernel name as
+/// `pack --from-fatbin --root` does.
 fn detect(path: &Path, remote: bool, root: Option<&Path>) -> CliResult<Input> {
-    if remote || !fatbin::is_elf_file(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))? {
+    if remote {
         return Ok(Input::Archive);
     }
-    let host = HostFile::open_tables(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
-    let kind = fatbin::host_kind(host.image())
-        .map_err(|e| CliError::new(Exit::BadFormat, format!("{}: {e}", path.display())))?;
+    let kind = input_kind(path).map_err(|e| CliError::io(Exit::Unreadable, path, &e))?;
     match kind {
-        HostKind::Fat => Ok(Input::Fat {
+        InputKind::Directory | InputKind::Archive | InputKind::Other => Ok(Input::Archive),
+        InputKind::FatBinary(host) => Ok(Input::Fat {
             host,
-            kernel_name: super::import::kernel_name_for(path, root)?,
+            kernel_name: crate::cli::import::kernel_name_for(path, root)?,
         }),
-        HostKind::Hipk => Ok(Input::Hipk {
-            host: super::resolve::read_host(path)?,
-            binary: super::resolve::runtime_path(path),
+        InputKind::HipkBinary(_) => Ok(Input::Hipk {
+            host: crate::cli::loader::resolve::read_host(path)?,
+            binary: crate::cli::loader::resolve::runtime_path(path),
         }),
-        other => Err(CliError::new(
+        InputKind::OtherElf(Ok(kind)) => Err(CliError::new(
             Exit::BadFormat,
             format!(
                 "{}: {}; neither a kpack archive nor a host binary with device code",
                 path.display(),
-                other.describe()
+                kind.describe()
             ),
+        )),
+        InputKind::OtherElf(Err(e)) => Err(CliError::new(
+            Exit::BadFormat,
+            format!("{}: {e}", path.display()),
         )),
     }
 }
@@ -131,7 +162,7 @@ pub struct Found {
 pub fn hipk_rows(host: &HipkHost, binary: &Path, gpus: &[String]) -> CliResult<Vec<HipkRow>> {
     let meta = &host.metadata;
     let loader = Loader::new(LoaderConfig::from_env());
-    let arches = super::resolve::arch_list(gpus);
+    let arches = crate::cli::loader::resolve::arch_list(gpus);
     let arch_refs: Vec<Option<&str>> = arches.iter().map(|a| Some(a.as_str())).collect();
     let expansion = if gpus.is_empty() {
         Expansion::Existing

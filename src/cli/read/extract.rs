@@ -11,38 +11,26 @@ use std::path::{Path, PathBuf};
 use rocm_kpack::host::fatbin::{self, CodeObject};
 use rocm_kpack::names;
 
-use super::host_input::{self, Input};
-use super::{CliError, CliResult, Exit};
+use super::input::{self, Input, InputArgs};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
+pub type Args = InputArgs<ExtractArgs>;
+
+/// What `extract` takes besides its input.
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The archive, or a host binary (a fat binary, or a HIPK binary whose archives the loader
-    /// finds).
-    #[arg(value_name = "FILE")]
-    pub archive: PathBuf,
+pub struct ExtractArgs {
     /// Destination directory (created when missing).
     pub dest: PathBuf,
     /// Overwrite files that already exist.
     #[arg(long)]
     pub force: bool,
-    /// Fat binary: its kernel name is its path below ROOT, as with `pack --from-fatbin --root`
-    /// (default: its file name).
-    #[arg(long)]
-    pub root: Option<PathBuf>,
-    /// HIPK binary: extract only the code objects the loader picks for this device ISA (one
-    /// --gpu is [ISA, its generic ISA]; repeat to pass an exact list).
-    #[arg(long = "gpu", value_name = "ISA")]
-    pub gpus: Vec<String>,
-    #[command(flatten)]
-    pub remote: super::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let input = host_input::input_of(&args.archive, args.root.as_deref(), !args.gpus.is_empty())?;
-    match input {
+    match args.input()? {
         Input::Archive => extract_archive(&args),
         Input::Fat { host, kernel_name } => {
-            let cos = host_input::fat_index(&args.archive, &host, &kernel_name)?;
+            let cos = input::fat_index(&args.archive, &host, &kernel_name)?;
             let plan = cos.iter().map(|c| (c.key.as_str(), c.arch.as_str()));
             let mut out = Output::plan(&args, plan, cos.iter().map(|c| c.size).sum())?;
             // The same walk `pack --from-fatbin` reads its code objects with.
@@ -52,14 +40,14 @@ pub fn run(args: Args) -> CliResult {
                 |co: CodeObject| out.write(&co.key, &co.arch, &co.data),
                 &|_| {},
             )
-            .map_err(|e| host_input::import_error(&args.archive, e))?;
+            .map_err(|e| input::import_error(&args.archive, e))?;
             out.finish();
             Ok(())
         }
         Input::Hipk { host, binary } => {
-            let rows = host_input::hipk_rows(&host, &binary, &args.gpus)?;
+            let rows = input::hipk_rows(&host, &binary, &args.gpus)?;
             // The first archive on the search path that holds a (key, arch) is the one shown.
-            let mut found: Vec<(&str, &str, &host_input::Found)> = Vec::new();
+            let mut found: Vec<(&str, &str, &input::Found)> = Vec::new();
             for r in &rows {
                 if let (Some(arch), Ok(f)) = (&r.arch, &r.found) {
                     if !found.iter().any(|(k, a, _)| *k == r.key && a == arch) {
@@ -79,7 +67,7 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn extract_archive(args: &Args) -> CliResult {
-    let archive = super::remote_args::open_archive(&args.archive, &args.remote)?;
+    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
     let total = archive.entries().map(|(_, e)| e.original_size).sum();
     let mut out = Output::plan(args, archive.entries().map(|(k, e)| (k, e.arch)), total)?;
     for (key, entry) in archive.entries() {
@@ -116,13 +104,13 @@ impl<'a> Output<'a> {
             names::key_components(key).map_err(refuse)?;
             names::check_arch(arch).map_err(refuse)?;
         }
-        fs::create_dir_all(&args.dest).map_err(|e| out_err(&args.dest, e))?;
+        fs::create_dir_all(&args.command.dest).map_err(|e| out_err(&args.command.dest, e))?;
         Ok(Output {
-            dest: &args.dest,
-            force: args.force,
+            dest: &args.command.dest,
+            force: args.command.force,
             count: 0,
             bytes: 0,
-            bar: super::progress::bar(total),
+            bar: crate::cli::progress::bar(total),
         })
     }
 
@@ -188,8 +176,8 @@ impl<'a> Output<'a> {
         }
         println!(
             "extracted {} ({}) into {}",
-            super::plural::count(self.count, "kernel", "kernels"),
-            super::plural::count(self.bytes, "byte", "bytes"),
+            crate::cli::plural::count(self.count, "kernel", "kernels"),
+            crate::cli::plural::count(self.bytes, "byte", "bytes"),
             self.dest.display()
         );
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use rocm_kpack::loader::{LoadRequest, Loader, LoaderConfig, Silent, StderrLog, Trace};
 
 use super::resolve::{HostArgs, alloc};
-use super::{CliError, CliResult, Exit};
+use crate::cli::exit::{CliError, CliResult, Exit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -1,5 +1,5 @@
 //! The `umount2(2)` call, for the `unmount` command, the signal handler's lazy detach and the
-//! daemon's clean-up after a failed start. Its own module so that `mount` and `mount_daemon`
+//! daemon's clean-up after a failed start. Its own module so that `mount` and `daemon.rs`
 //! both use it without depending on each other in a circle.
 
 use std::io;

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use rocm_kpack::fs::store::{DEFAULT_SCRATCH_BASE, Placement};
 
-use super::mount_settings::{Bound, Settings};
+use super::settings::{Bound, Settings};
 
-/// Default `--memory-cache-size`: 256 MiB (less in a small cgroup: see `mount.rs`).
+/// Default `--memory-cache-size`: 256 MiB (less in a small cgroup: see `mod.rs`).
 pub const DEFAULT_MEMORY_CACHE: u64 = 256 << 20;
 
 /// Default `--disk-cache-size`: 10 GiB.

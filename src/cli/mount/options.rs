@@ -1,6 +1,6 @@
 //! `-o` option lists of `kpack-fuse mount`, as `mount(8)`, fstab and `mount.fuse` pass them.
 //!
-//! Pure: a list is split and applied to [`Settings`] (`mount_settings`) with no I/O, so the whole table of
+//! Pure: a list is split and applied to [`Settings`] (`settings.rs`) with no I/O, so the whole table of
 //! accepted, ignored and refused options is unit-tested below.
 //!
 //! * Items are separated by commas; `\,` is a literal comma and `\\` a backslash (so a
@@ -14,7 +14,7 @@
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
 //!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
 //!   for `_` in their names (`disk-cache-size=1G`). The deprecated spellings `cache_size=` and
-//!   `cache_dir_size=` set the same bounds, marked as old (`mount_bounds` says what they mean).
+//!   `cache_dir_size=` set the same bounds, marked as old (`bounds.rs` says what they mean).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
 //!   `default_permissions` (changes nothing: the daemon answers `access` from fixed modes),
 //!   `nodev`, `nosuid` (always), `dev`, `suid` (appended by `mount.fuse` unless
@@ -26,7 +26,7 @@
 
 use std::path::PathBuf;
 
-use super::mount_settings::{Bound, OpenModeSetting, Settings};
+use super::settings::{Bound, OpenModeSetting, Settings};
 
 /// Splits an option list on unescaped commas, undoing `\,` and `\\`.
 pub fn split(list: &str) -> Result<Vec<String>, String> {
@@ -216,7 +216,7 @@ const NAMES: &[&str] = &[
 
 /// An unknown item, with the known name it is most like when there is one.
 fn unknown(raw_name: &str, name: &str) -> String {
-    match super::suggest::similar(name, NAMES) {
+    match crate::cli::suggest::similar(name, NAMES) {
         Some(near) => {
             format!("unknown mount option {raw_name:?}; a similar option exists: {near:?}")
         }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use rocm_kpack::fs::FsOptions;
 use rocm_kpack::fs::fuse::{Access, MountConfig};
 
-use super::mount_bounds::Resolved;
-use super::mount_settings::Settings;
+use super::bounds::Resolved;
+use super::settings::Settings;
 
 /// What the program learned from the machine.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ pub fn plan(s: &Settings, bounds: Resolved, host: &Host, source: String) -> Plan
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::mount_settings::OpenModeSetting;
+    use crate::cli::mount::settings::OpenModeSetting;
     use rocm_kpack::fs::OpenMode;
     use rocm_kpack::fs::store::Placement;
 

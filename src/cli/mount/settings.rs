@@ -1,6 +1,6 @@
 //! The settings of `kpack-fuse mount` as given (flags, then `-o` lists): plain data that
-//! `mount_options` fills from `-o`, `mount_bounds` resolves into where decoded kernels live and
-//! `mount_plan` turns into the file system's options. The spellings of `--open-mode`, the old
+//! `options.rs` fills from `-o`, `bounds.rs` resolves into where decoded kernels live and
+//! `plan.rs` turns into the file system's options. The spellings of `--open-mode`, the old
 //! one included, are read here.
 
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ pub struct Settings {
     pub no_decode_ahead: bool,
     pub open_mode: OpenModeSetting,
     /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
-    pub remote: super::remote_args::RemoteArgs,
+    pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 /// A byte bound as given, and whether by its deprecated name (`--cache-size` for the memory
@@ -91,7 +91,7 @@ pub const OPEN_MODE_RENAMED: &str = "--open-mode passthrough (-o open_mode=passt
      in a later release";
 
 /// Warnings about the settings' spellings that are not about the bounds (those are
-/// `mount_bounds`'), to show before the mount goes to the background.
+/// `bounds.rs`), to show before the mount goes to the background.
 pub fn renamed(s: &Settings) -> Vec<String> {
     let mut warnings = Vec::new();
     if s.open_mode.old_name {
