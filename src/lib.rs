@@ -2,8 +2,9 @@
 //!
 //! The layers, from the bottom; each imports only the layers below it (docs/architecture.md
 //! draws the same stack, and `tests/it/layers.rs` checks it):
-//! - [`error`], [`names`], [`bytes`]: the error type, the naming rules for keys and arches, and
-//!   bounded little-endian field readers, shared by everything;
+//! - [`error`], [`names`], [`bytes`], [`atomic_file`]: the error type, the naming rules for keys
+//!   and arches, bounded little-endian field readers, and writing a file by renaming a finished
+//!   temporary one into place, shared by everything;
 //! - [`archive`]: the archive format (layout, TOC, codec, reader, writer);
 //! - [`host`]: host binaries (ELF, offload bundles, fat binaries, HIPK, target IDs);
 //! - [`loader`]: the loader algorithm of `kpack_load_code_object`;
