@@ -2,10 +2,9 @@
 //! and listings, with our own retry loop (so retries can be counted and logged), a bound on
 //! requests in flight, and counters for `user.kpack.stats`.
 //!
-//! The client library (`object_store`) runs on a tokio runtime. A runtime owns threads, and the
-//! mount forks into the background only while single-threaded, so the runtime is built lazily on
-//! the first request and can be dropped with [`Client::suspend`] (joining its threads) before the
-//! fork; the daemon builds a fresh one on its first read.
+//! The client library (`object_store`) runs on a tokio runtime, built lazily on the first
+//! request. A runtime owns threads: the mount forks into the background before it opens a
+//! remote source, so they only ever start in the daemon.
 
 use std::fmt;
 use std::ops::Range;
@@ -195,17 +194,6 @@ impl Client {
             settings,
             live: Mutex::new(None),
             stats,
-        }
-    }
-
-    /// Drops the runtime and its threads (before a fork). The next request builds a new one.
-    pub fn suspend(&self) {
-        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(live) = live {
-            match Arc::try_unwrap(live) {
-                Ok(l) => l.rt.shutdown_timeout(Duration::from_secs(5)),
-                Err(shared) => drop(shared),
-            }
         }
     }
 
