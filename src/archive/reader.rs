@@ -1002,8 +1002,9 @@ fn zstd_frame_count(
         )));
     }
     let mut word = [0u8; 4];
+    // A read that fails is the source's failure (a network timeout, say), not a bad archive.
     let got = read_full_at(source, &mut word, blob.offset)
-        .map_err(|e| bad(format!("read failed at blob byte 0: {e}")))?;
+        .map_err(|e| Error::io(path, "cannot read the zstd blob's frame count", e))?;
     if got < 4 {
         return Err(bad("blob ends inside the frame count".into()));
     }
@@ -1020,13 +1021,22 @@ fn zstd_frame_count(
 /// Walks the frame chain of a blob already checked by [`zstd_frame_count`], reading only the
 /// size words.
 fn index_zstd(path: &Path, source: &dyn ByteSource, blob: Span) -> Result<Vec<Span>> {
+    // The first read that failed: then the walk failed for the source, not for the archive.
+    let mut failed_read = None;
     let frames = format::index_zstd_frames(blob.size, blob.offset, |at, buf| {
-        source.read_at(buf, blob.offset + at)
+        source.read_at(buf, blob.offset + at).inspect_err(|e| {
+            if e.kind() != io::ErrorKind::Interrupted {
+                failed_read.get_or_insert_with(|| io::Error::new(e.kind(), e.to_string()));
+            }
+        })
     })
-    .map_err(|reason| Error::ZstdIndex {
-        path: path.to_path_buf(),
-        offset: blob.offset,
-        reason,
+    .map_err(|reason| match failed_read.take() {
+        Some(e) => Error::io(path, "cannot read the zstd blob's frame sizes", e),
+        None => Error::ZstdIndex {
+            path: path.to_path_buf(),
+            offset: blob.offset,
+            reason,
+        },
     })?;
     Ok(frames
         .into_iter()

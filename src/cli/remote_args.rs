@@ -19,7 +19,8 @@ pub struct RemoteArgs {
     /// else AWS]. A plain http:// endpoint also needs AWS_ALLOW_HTTP=true.
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
-    /// Seconds one remote request may take before it is retried [default: 30].
+    /// Seconds one remote request may take before it is retried [default: 30]; one that
+    /// times out is asked for again in smaller pieces, down to 64 KiB.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub remote_timeout: Option<u64>,
     /// Seconds to establish a connection before the attempt is retried [default: 5].

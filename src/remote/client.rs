@@ -2,10 +2,9 @@
 //! and listings, with our own retry loop (so retries can be counted and logged), a bound on
 //! requests in flight, and counters for `user.kpack.stats`.
 //!
-//! The client library (`object_store`) runs on a tokio runtime. A runtime owns threads, and the
-//! mount forks into the background only while single-threaded, so the runtime is built lazily on
-//! the first request and can be dropped with [`Client::suspend`] (joining its threads) before the
-//! fork; the daemon builds a fresh one on its first read.
+//! The client library (`object_store`) runs on a tokio runtime, built lazily on the first
+//! request. A runtime owns threads: the mount forks into the background before it opens a
+//! remote source, so they only ever start in the daemon.
 
 use std::fmt;
 use std::ops::Range;
@@ -62,8 +61,11 @@ pub enum FetchError {
     Denied(String),
     /// 412, or a response whose version differs: the object changed.
     Changed(String),
-    /// Still failing after the retries (timeouts, connection errors, 5xx, 429), or a
-    /// non-retryable answer.
+    /// No answer within the request timeout, after the retries (or at once for a request the
+    /// caller can shrink: see [`Client::get`]).
+    TimedOut(String),
+    /// Still failing after the retries (connection errors, 5xx, 429), or a non-retryable
+    /// answer.
     Failed(String),
     /// The client could not be set up (bad endpoint, no credentials).
     Config(String),
@@ -75,6 +77,7 @@ impl fmt::Display for FetchError {
             FetchError::NotFound(m)
             | FetchError::Denied(m)
             | FetchError::Changed(m)
+            | FetchError::TimedOut(m)
             | FetchError::Failed(m)
             | FetchError::Config(m) => f.write_str(m),
         }
@@ -178,6 +181,9 @@ impl fmt::Debug for Client {
 /// How an attempt's failure is handled.
 enum Class {
     Retry,
+    /// No (complete) answer within the timeout: retried like [`Class::Retry`], unless the
+    /// caller can ask for less instead.
+    Timeout,
     NotFound,
     Denied,
     Changed,
@@ -195,17 +201,6 @@ impl Client {
             settings,
             live: Mutex::new(None),
             stats,
-        }
-    }
-
-    /// Drops the runtime and its threads (before a fork). The next request builds a new one.
-    pub fn suspend(&self) {
-        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(live) = live {
-            match Arc::try_unwrap(live) {
-                Ok(l) => l.rt.shutdown_timeout(Duration::from_secs(5)),
-                Err(shared) => drop(shared),
-            }
         }
     }
 
@@ -305,10 +300,13 @@ impl Client {
     }
 
     /// Runs `attempt` with the retry policy: retried after timeouts, connection errors, 5xx and
-    /// 429, with exponential backoff; `what` names the request in log lines and messages.
+    /// 429, with exponential backoff; `what` names the request in log lines and messages. With
+    /// `shrinkable`, a timeout is returned at once ([`FetchError::TimedOut`]): the caller asks
+    /// for fewer bytes rather than for the same ones again.
     fn with_retries<T>(
         &self,
         what: &str,
+        shrinkable: bool,
         attempt: impl Fn(&Live) -> Result<T, object_store::Error>,
     ) -> Result<T, FetchError> {
         let live = self.live()?;
@@ -324,9 +322,20 @@ impl Client {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let why = reason(&e);
-            match classify(&e) {
-                Class::Retry if tries < self.settings.retries => {
+            let class = classify(&e);
+            let why = match class {
+                Class::Timeout => format!(
+                    "timed out: no complete answer within {} s",
+                    self.settings.timeout.as_secs_f64()
+                ),
+                _ => reason(&e),
+            };
+            match class {
+                Class::Timeout if shrinkable => {
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    return Err(FetchError::TimedOut(format!("{what}: {why}")));
+                }
+                Class::Retry | Class::Timeout if tries < self.settings.retries => {
                     tries += 1;
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
                     log::warn!(
@@ -349,6 +358,7 @@ impl Client {
                         Class::NotFound => FetchError::NotFound(msg),
                         Class::Denied => FetchError::Denied(msg),
                         Class::Changed => FetchError::Changed(msg),
+                        Class::Timeout => FetchError::TimedOut(msg),
                         Class::Retry | Class::Fatal => FetchError::Failed(msg),
                     });
                 }
@@ -356,16 +366,18 @@ impl Client {
         }
     }
 
-    /// GETs `range` of `path` (all of it when `None`); with `expect`, only that version
-    /// (`If-Match`, and the answer's version is compared too, for servers that ignore it).
+    /// GETs `range` of `path`; with `expect`, only that version (`If-Match`, and the answer's
+    /// version is compared too, for servers that ignore it). With `shrinkable`, a timeout
+    /// returns [`FetchError::TimedOut`] at once, for the caller to ask for a smaller range.
     pub fn get(
         &self,
         what: &str,
         path: &ObjectPath,
         range: Range<u64>,
         expect: Option<&Version>,
+        shrinkable: bool,
     ) -> Result<Fetched, FetchError> {
-        let fetched = self.with_retries(what, |live| {
+        let fetched = self.with_retries(what, shrinkable, |live| {
             let opts = GetOptions {
                 range: Some(GetRange::Bounded(range.clone())),
                 if_match: expect.and_then(|v| v.etag.clone()),
@@ -407,7 +419,7 @@ impl Client {
                     .map_err(|e| FetchError::Failed(format!("{what}: not a usable prefix: {e}")))?,
             )
         };
-        self.with_retries(what, |live| {
+        self.with_retries(what, false, |live| {
             live.rt
                 .block_on(live.store.list_with_delimiter(p.as_ref()))
                 .map(|l| l.objects)
@@ -437,7 +449,11 @@ fn classify(e: &object_store::Error) -> Class {
         if certificate_refused(e) {
             return Class::Fatal;
         }
-        return if r.is_timeout() || r.is_connect() || r.is_request() || r.is_body() {
+        // A slow answer, not a host that cannot be reached: asking for less may get through.
+        if r.is_timeout() && !r.is_connect() {
+            return Class::Timeout;
+        }
+        return if r.is_connect() || r.is_request() || r.is_body() || r.is_timeout() {
             Class::Retry
         } else {
             Class::Fatal

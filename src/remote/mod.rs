@@ -75,22 +75,13 @@ impl std::fmt::Display for RemoteError {
     }
 }
 
-/// The clients of one opened remote source, kept for their counters and so that their network
-/// threads can be stopped before the mount forks.
+/// What an opened remote source shares among its objects: their request counters.
 #[derive(Debug, Clone)]
 pub struct Session {
-    clients: Vec<Arc<Client>>,
     stats: Arc<Stats>,
 }
 
 impl Session {
-    /// Stops the network threads (they restart on the next request).
-    pub fn suspend(&self) {
-        for c in &self.clients {
-            c.suspend();
-        }
-    }
-
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
     }
@@ -209,15 +200,12 @@ pub fn open(
         is_prefix,
         archives,
         warnings,
-        session: Session {
-            clients: vec![client],
-            stats,
-        },
+        session: Session { stats },
     })
 }
 
 /// A remote mount source, opened as the mount's [`Source`](rocm_kpack::fs::setup::source::Source)
-/// (shown by its URL), and its session (counters; threads to stop before the fork).
+/// (shown by its URL), and its session (counters).
 pub fn mount_source(
     url: &str,
     settings: &Settings,

@@ -8,6 +8,11 @@
 //! forward, so the blob region of an archive without frame positions comes in a few large
 //! ranges instead of one request per frame.
 //!
+//! On a slow link a request may not finish within the timeout: one that times out is asked for
+//! again in halves, and every later request of the object is at most that size (down to
+//! [`PIECE_MIN`]), so a link of any speed gets the bytes through rather than timing out on the
+//! same request again and again.
+//!
 //! Every request after the first asks for the version seen at open (`If-Match`, and the answer's
 //! version is compared): an object replaced while mounted fails the read (EIO in the mount) with
 //! one log line, and no byte of the new object is ever returned.
@@ -15,7 +20,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use object_store::path::Path as ObjectPath;
 use rocm_kpack::archive::byte_source::ByteSource;
@@ -30,6 +35,8 @@ pub const DIRECT_MIN: usize = 64 << 10;
 const WINDOW_MIN: u64 = 64 << 10;
 /// Largest window.
 const WINDOW_MAX: u64 = 16 << 20;
+/// The smallest request a timeout shrinks requests to; one of this size that times out fails.
+pub const PIECE_MIN: u64 = 64 << 10;
 
 #[derive(Debug)]
 struct Readahead {
@@ -47,6 +54,8 @@ pub struct RemoteObject {
     changed: AtomicBool,
     fetched: FetchedRanges,
     readahead: Mutex<Readahead>,
+    /// The largest request: unbounded until one times out.
+    piece_max: AtomicU64,
 }
 
 impl RemoteObject {
@@ -63,7 +72,7 @@ impl RemoteObject {
                 spill_dir.display()
             ))
         })?;
-        let first = client.get(&url, &path, 0..WINDOW_MIN, None)?;
+        let first = client.get(&url, &path, 0..WINDOW_MIN, None, false)?;
         fetched
             .insert(&first.bytes, 0)
             .map_err(|e| FetchError::Config(format!("{url}: cannot keep fetched bytes: {e}")))?;
@@ -80,26 +89,65 @@ impl RemoteObject {
                 last_miss: 0,
                 window: WINDOW_MIN,
             }),
+            piece_max: AtomicU64::new(u64::MAX),
         })
     }
 
+    /// Fetches `[offset, offset + len)` (clipped to the object) in requests of at most
+    /// `piece_max` bytes, halving it for good when one times out.
     fn fetch(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         let end = (offset + len).min(self.version.size);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut at = offset;
+        while at < end {
+            let piece = self.piece_max.load(Ordering::Relaxed).min(end - at);
+            match self.fetch_piece(at, piece) {
+                Ok(bytes) if bytes.is_empty() => break,
+                Ok(bytes) => {
+                    at += bytes.len() as u64;
+                    out.extend_from_slice(&bytes);
+                }
+                Err(FetchError::TimedOut(m)) if piece > PIECE_MIN => {
+                    let smaller = (piece / 2).max(PIECE_MIN);
+                    self.piece_max.fetch_min(smaller, Ordering::Relaxed);
+                    log::warn!("{m}; asking for at most {smaller} bytes at a time from now on");
+                }
+                Err(e) => return Err(self.failed(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn fetch_piece(&self, offset: u64, len: u64) -> std::result::Result<Vec<u8>, FetchError> {
+        let end = offset + len;
         let what = format!("{} bytes {offset}..{end}", self.url);
-        match self
-            .client
-            .get(&what, &self.path, offset..end, Some(&self.version))
-        {
-            Ok(f) => Ok(f.bytes),
-            Err(FetchError::Changed(m)) => {
+        self.client
+            .get(
+                &what,
+                &self.path,
+                offset..end,
+                Some(&self.version),
+                len > PIECE_MIN,
+            )
+            .map(|f| f.bytes)
+    }
+
+    /// The error a failed fetch gives a reader, logged once here: a timeout keeps its kind.
+    fn failed(&self, e: FetchError) -> io::Error {
+        match e {
+            FetchError::Changed(m) => {
                 if !self.changed.swap(true, Ordering::SeqCst) {
                     log::error!("{m}; its reads fail with EIO from now on (remount to see it)");
                 }
-                Err(io::Error::other(m))
+                io::Error::other(m)
             }
-            Err(e) => {
+            FetchError::TimedOut(m) => {
+                log::error!("{m}");
+                io::Error::new(io::ErrorKind::TimedOut, m)
+            }
+            e => {
                 log::error!("{e}");
-                Err(io::Error::other(e.to_string()))
+                io::Error::other(e.to_string())
             }
         }
     }
@@ -144,7 +192,7 @@ impl ByteSource for RemoteObject {
                 WINDOW_MIN
             };
             ra.last_miss = offset;
-            ra.window
+            ra.window.min(self.piece_max.load(Ordering::Relaxed))
         };
         let bytes = self.fetch(offset, window.max(n as u64))?;
         self.fetched.insert(&bytes, offset)?;

@@ -138,3 +138,23 @@ fn a_faulted_toc_fails_the_open_cleanly() {
         }
     }
 }
+
+/// A read that fails while the open walks a reference-layout archive's frame chain is the
+/// source's failure (an I/O error, exit 3 from the commands), not a malformed archive.
+#[test]
+fn a_failed_read_in_the_frame_chain_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), true);
+    let bytes = std::fs::read(&path).unwrap();
+    // The blob starts at 64 with the frame count; the first frame's size word follows.
+    let first = u64::from(u32::from_le_bytes(bytes[68..72].try_into().unwrap()));
+    let second_word = 72 + first;
+    let source = FaultySource::new(LocalFile::open(&path).unwrap());
+    source.add(Fault {
+        range: second_word..second_word + 4,
+        kind: FaultKind::Fail,
+    });
+    let e = Archive::open_source(Box::new(source)).unwrap_err();
+    assert_eq!(e.kind(), rocm_kpack::ErrorKind::IoError, "{e}");
+    assert!(e.to_string().contains("injected fault"), "{e}");
+}

@@ -7,9 +7,10 @@
 //! timeout, the parent kills it, detaches any mount it left, and fails with exit 9.
 //!
 //! Forking a process that has other threads leaves only the forking thread in the child, with
-//! whatever locks the others held; fuser starts its threads only when serving, so everything
-//! before that (checking the sources and the mount point) runs single-threaded, and
-//! [`daemonize`] refuses to fork if that ever stops being true.
+//! whatever locks the others held. So the command forks before anything that may start a
+//! thread: before it opens the source (a remote source's network runtime) and long before fuser
+//! serves; [`daemonize`] refuses to fork if that ever stops being true. The parent's wait is the
+//! one limit on the whole start: opening and checking the source, building the tree, mounting.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -156,7 +157,8 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
             reap(pid);
             cleanup(mountpoint);
             eprintln!(
-                "kpack-fuse: the daemon did not report a live mount within {} s; stopped it",
+                "kpack-fuse: the mount did not start within {} s (opening and checking the \
+                 source, then mounting); stopped it ({READY_TIMEOUT_ENV}=SECONDS allows longer)",
                 timeout.as_secs()
             );
             return Exit::MountFailed as i32;

@@ -1,10 +1,12 @@
 //! `kpack-fuse mount`: its arguments, and the command from them to a served mount; and, in
 //! this folder, everything else of a mount's life, down to `kpack-fuse unmount` (`unmount.rs`).
 //!
-//! `mount` checks everything it can before touching the kernel (options, mount point, source,
-//! names in the tree), then, unless `-f`, forks into a daemon (`daemon.rs`) that mounts and
-//! tells the waiting command when the mount is live. The daemon serves until the filesystem is
-//! unmounted (`serve.rs`), then exits 0.
+//! `mount` checks its options and claims the mount point (`claim.rs`: one mount at a mount
+//! point), then, unless `-f`, forks into a daemon (`daemon.rs`) while it still has one thread.
+//! The daemon opens the source, checks it (names in the tree), mounts, and tells the waiting
+//! command when the mount is live, or why it failed; the command waits at most one limit for
+//! the whole start. The daemon serves until the filesystem is unmounted (`serve.rs`), then
+//! exits 0.
 //!
 //! The settings are plain data (`settings.rs`), filled from the flags here and from option
 //! lists (`-o`) in `options.rs`; `bounds.rs` says where decoded kernels live (with the cgroup's
@@ -13,6 +15,7 @@
 //! `daemon_lock.rs` how `unmount` knows that a daemon has let go of its mount.
 
 mod bounds;
+mod claim;
 mod daemon;
 mod daemon_lock;
 mod logging;
@@ -36,6 +39,7 @@ use rocm_kpack::fs::store::{Placement, descriptor_budget};
 use rocm_kpack::loader::LoaderConfig;
 
 use self::bounds::DEFAULT_MEMORY_CACHE;
+use self::claim::Claim;
 use self::logging::Verbosity;
 use self::plan::Host;
 use self::serve::{Target, fusermount_available};
@@ -174,8 +178,9 @@ pub struct MountArgs {
     pub remote: RemoteArgs,
 }
 
-/// The mount point must exist, be a directory, and not already have a mount on it.
-fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
+/// The mount point must exist, be a directory, and not already have a mount on it; it is
+/// claimed for this mount (`claim.rs`), so that no other mount starts there meanwhile.
+fn check_mountpoint(path: &Path) -> CliResult<(PathBuf, Claim)> {
     let bad = |why: String| CliError::new(Exit::MountPoint, format!("{}: {why}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => bad("mount point does not exist".into()),
@@ -196,14 +201,23 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
     let canonical = path
         .canonicalize()
         .map_err(|e| bad(format!("cannot resolve: {e}")))?;
-    if let Ok(Some(m)) = mountinfo::mount_at(&canonical) {
-        return Err(bad(format!(
-            "something is already mounted there ({}); unmount it first with `{}`, or choose \
-             another mount point",
-            m.fs_type,
-            unmount_command(&canonical, &m.fs_type, false)
-        )));
-    }
+    let mounted_at = |p: &Path| mountinfo::mount_at(p).ok().flatten().map(|m| m.fs_type);
+    let claim = claim::claim(&canonical, claim::WAIT, mounted_at).map_err(|refused| match refused {
+        claim::Refused::Mounted(fs_type) => bad(format!(
+            "something is already mounted there ({fs_type}); unmount it first with `{}`, or \
+             choose another mount point",
+            unmount_command(&canonical, &fs_type, false)
+        )),
+        claim::Refused::Held => bad(format!(
+            "another kpack-fuse mount has held this mount point for {} s without mounting; \
+             wait for it, or choose another mount point",
+            claim::WAIT.as_secs()
+        )),
+        claim::Refused::Io(e) => bad(format!(
+            "cannot use as mount point: {}",
+            rocm_kpack::error::describe_io(&e)
+        )),
+    })?;
     // Allowed (as by mount(8)), but what is there is hidden until the unmount.
     if let Ok(mut entries) = std::fs::read_dir(&canonical) {
         if entries.next().is_some() {
@@ -213,7 +227,7 @@ fn check_mountpoint(path: &Path) -> CliResult<PathBuf> {
             );
         }
     }
-    Ok(canonical)
+    Ok((canonical, claim))
 }
 
 /// The command that clears a dead mount at `path`: ours for a kpack-fuse mount, the FUSE
@@ -359,9 +373,14 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     for w in renamed.iter().chain(&bounds.warnings).chain(&unused_remote) {
         log::warn!("{w}");
     }
-    let target = match fuse_fd(&args.mountpoint)? {
-        Some(fd) => Target::Fd(fd),
-        None => Target::Dir(check_mountpoint(&args.mountpoint)?),
+    // The claim on the mount point is held from here until the daemon exits (the forked daemon
+    // inherits it).
+    let (target, _claim) = match fuse_fd(&args.mountpoint)? {
+        Some(fd) => (Target::Fd(fd), None),
+        None => {
+            let (dir, claim) = check_mountpoint(&args.mountpoint)?;
+            (Target::Dir(dir), Some(claim))
+        }
     };
     if s.auto_unmount {
         if matches!(target, Target::Fd(_)) {
@@ -393,66 +412,17 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         ),
         None => None,
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = plan::threads(&s, cores);
-
     // Process-wide, once, before any archive opens: a directory source holds each of its
     // archives open, and the store's budget of open backing files is half of this limit.
     let files_max = descriptor_budget(raise_open_file_limit());
-    let (src, remote_session) = match remote_source {
-        Some(url) => {
-            let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
-            (src, Some(session))
-        }
-        None => (
-            source::open(
-                &args.source,
-                &SourceOptions {
-                    strict: s.strict,
-                    no_pins: s.no_pins,
-                    gpus: s.gpus.clone(),
-                    loader: LoaderConfig::from_env(),
-                    extra_fds: threads as u64 + 16,
-                },
-            )?,
-            None,
-        ),
-    };
-    let (kind, source_path) = (src.kind, src.path.clone());
-    match &bounds.placement {
-        Placement::CacheDir(dir) => check_dir(dir, true)?,
-        Placement::Scratch(base) => check_dir(base, false)?,
-        Placement::Memory => {}
-    }
-    // SAFETY: plain libc calls without arguments; they cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let host = Host {
-        cores,
-        files_max,
-        local_gpus: if s.gpus.is_empty() {
-            gpus::local_gpus(Path::new(gpus::KFD_NODES))
-        } else {
-            Vec::new()
-        },
-        uid,
-        gid,
-        exit_delay: serve::test_exit_delay(),
-    };
-    let plan = plan::plan(&s, bounds, &host, source_path.display().to_string());
-    let (mut fs, _warnings) = source::build_fs(src, &plan.fs, s.strict)?;
-    fs.set_decode_ahead(plan.decode_ahead);
-    if let Some(session) = &remote_session {
-        let stats = session.stats();
-        fs.add_stats(Box::new(move || stats.to_text()));
-        // Its network threads stop here, so that the fork below happens single-threaded; the
-        // daemon starts new ones on its first read.
-        session.suspend();
-    }
 
-    let cfg = plan.mount;
     // In the foreground without --log-file the log is standard error, where the command
     // prints a failure itself: logging it too would show it twice.
     let log_failures = !args.foreground || log_file.is_some();
+    // The fork comes before the source is opened: opening a remote source starts network
+    // threads, and a process forks safely only while it has one thread. Everything after this
+    // runs in the daemon, which reports its outcome to the waiting command, within the one
+    // limit on the whole start (`daemon.rs`).
     let mut ready = None;
     if !args.foreground {
         let mp = match &target {
@@ -460,24 +430,22 @@ pub fn run_mount(args: MountArgs) -> CliResult {
             Target::Fd(_) => None,
         };
         ready = Some(daemon::daemonize(mp)?);
-        match log_file {
-            Some(f) => logging::to_file(verbosity, f),
-            None => logging::to_syslog(verbosity),
-        }
-        daemon::detach_stderr();
-    } else if let Some(f) = log_file {
-        logging::to_file(verbosity, f);
     }
-    let result = serve::serve(
-        fs,
-        target,
-        &cfg,
-        ready.as_mut(),
-        &format!("{kind} {}", source_path.display()),
-    );
+    let started = Started {
+        args: &args,
+        settings: &s,
+        verbosity,
+        files_max,
+        ready: ready.as_mut(),
+    };
+    let mut logged = false;
+    let result = started.open_and_serve(bounds, remote_source, target, log_file, &mut logged);
     if let (Some(r), Err(e)) = (ready.as_mut(), &result) {
-        // Still waiting: the parent prints the message and exits with its code.
-        log::error!("{e}");
+        // Still waiting: the parent prints the message and exits with its code. Logged too
+        // once the log has left the terminal.
+        if logged {
+            log::error!("{e}");
+        }
         r.fail(e);
         std::process::exit(e.exit as i32);
     }
@@ -485,6 +453,96 @@ pub fn run_mount(args: MountArgs) -> CliResult {
         log::error!("{e}");
     }
     result
+}
+
+/// What the mount goes on with once it is in the process that serves it.
+struct Started<'a> {
+    args: &'a MountArgs,
+    settings: &'a Settings,
+    verbosity: Verbosity,
+    files_max: usize,
+    /// The waiting command's pipe, in the background.
+    ready: Option<&'a mut daemon::Ready>,
+}
+
+impl Started<'_> {
+    /// Opens the source, builds the file system, moves the log where the daemon keeps it, and
+    /// serves until unmounted. `logged` is set once the log has left standard error.
+    fn open_and_serve(
+        self,
+        bounds: bounds::Resolved,
+        remote_source: Option<&str>,
+        target: Target,
+        log_file: Option<std::fs::File>,
+        logged: &mut bool,
+    ) -> CliResult {
+        let (args, s) = (self.args, self.settings);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = plan::threads(s, cores);
+        let (src, remote_session) = match remote_source {
+            Some(url) => {
+                let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
+                (src, Some(session))
+            }
+            None => (
+                source::open(
+                    &args.source,
+                    &SourceOptions {
+                        strict: s.strict,
+                        no_pins: s.no_pins,
+                        gpus: s.gpus.clone(),
+                        loader: LoaderConfig::from_env(),
+                        extra_fds: threads as u64 + 16,
+                    },
+                )?,
+                None,
+            ),
+        };
+        let (kind, source_path) = (src.kind, src.path.clone());
+        match &bounds.placement {
+            Placement::CacheDir(dir) => check_dir(dir, true)?,
+            Placement::Scratch(base) => check_dir(base, false)?,
+            Placement::Memory => {}
+        }
+        // SAFETY: plain libc calls without arguments; they cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let host = Host {
+            cores,
+            files_max: self.files_max,
+            local_gpus: if s.gpus.is_empty() {
+                gpus::local_gpus(Path::new(gpus::KFD_NODES))
+            } else {
+                Vec::new()
+            },
+            uid,
+            gid,
+            exit_delay: serve::test_exit_delay(),
+        };
+        let plan = plan::plan(s, bounds, &host, source_path.display().to_string());
+        let (mut fs, _warnings) = source::build_fs(src, &plan.fs, s.strict)?;
+        fs.set_decode_ahead(plan.decode_ahead);
+        if let Some(session) = &remote_session {
+            let stats = session.stats();
+            fs.add_stats(Box::new(move || stats.to_text()));
+        }
+        if self.ready.is_some() {
+            match log_file {
+                Some(f) => logging::to_file(self.verbosity, f),
+                None => logging::to_syslog(self.verbosity),
+            }
+            *logged = true;
+            daemon::detach_stderr();
+        } else if let Some(f) = log_file {
+            logging::to_file(self.verbosity, f);
+        }
+        serve::serve(
+            fs,
+            target,
+            &plan.mount,
+            self.ready,
+            &format!("{kind} {}", source_path.display()),
+        )
+    }
 }
 
 /// Decoded kernels are large (up to tens of MiB) and short-lived outside the cache. glibc raises

@@ -12,6 +12,7 @@ mod faults;
 mod lifecycle;
 mod memory_limit;
 mod open_mode;
+mod races;
 mod read_path;
 mod scenarios;
 pub(crate) mod sources;

@@ -182,7 +182,7 @@ fn http_list_verify_and_extract_take_the_url() {
 }
 
 #[test]
-fn http_background_mount_forks_after_the_network_threads_stop() {
+fn http_background_mount_opens_the_source_in_the_daemon() {
     if !fuse_available() {
         return;
     }
@@ -195,8 +195,8 @@ fn http_background_mount_forks_after_the_network_threads_stop() {
     let want = tempfile::tempdir().unwrap();
     expected_dir(&[archive.as_path()], want.path());
     let nginx = Nginx::start(www.path());
-    // The source was opened (requests made) before the fork; `daemonize` refuses to fork a
-    // process with other threads, so this mounting at all shows the runtime was stopped.
+    // The command forks before it opens the source (`daemonize` refuses to fork a process with
+    // other threads); the daemon's requests fetch the tree it serves.
     let m = crate::support::mount::Mount::start_background(Path::new(&nginx.url("bg.kpack")), &[]);
     m.check("tree", want.path().to_str().unwrap());
     m.stop();

@@ -8,6 +8,7 @@ mod faults;
 mod http;
 mod link;
 mod s3;
+mod starts;
 pub mod scenarios;
 pub(crate) mod servers;
 

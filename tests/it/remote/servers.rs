@@ -59,6 +59,15 @@ impl Nginx {
     /// With `etag` false, nginx sends no ETag: versions are told by Last-Modified and length.
     /// With `tls` (a directory holding `cert.pem` and `key.pem`), it serves HTTPS.
     pub fn start_with(root: &Path, etag: bool, tls: Option<&Path>) -> Nginx {
+        Nginx::start_conf(root, etag, tls, "")
+    }
+
+    /// Sends every answer at most `bytes_per_second` (nginx's `limit_rate`): a slow link.
+    pub fn start_rate_limited(root: &Path, bytes_per_second: u64) -> Nginx {
+        Nginx::start_conf(root, true, None, &format!("limit_rate {bytes_per_second};"))
+    }
+
+    fn start_conf(root: &Path, etag: bool, tls: Option<&Path>, extra: &str) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let d = dir.path().display();
@@ -69,7 +78,7 @@ impl Nginx {
                access_log {d}/access.log ranges;\n  client_body_temp_path {d}/body;\n\
                proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
                uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               etag {};\n  server {{ listen 127.0.0.1:{port}{}; root {}; {} }}\n}}\n",
+               etag {};\n  server {{ listen 127.0.0.1:{port}{}; root {}; {} {extra} }}\n}}\n",
             if etag { "on" } else { "off" },
             if tls.is_some() { " ssl" } else { "" },
             root.display(),
