@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::errln;
 
 /// How long the parent waits for the daemon to report, by default.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -155,7 +156,7 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid);
             cleanup(mountpoint);
-            eprintln!(
+            errln!(
                 "kpack-fuse: the daemon did not report a live mount within {} s; stopped it",
                 timeout.as_secs()
             );
@@ -180,13 +181,13 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
         Some((&code, text)) => {
             reap(pid);
             cleanup(mountpoint);
-            eprintln!("kpack-fuse: {}", String::from_utf8_lossy(text));
+            errln!("kpack-fuse: {}", String::from_utf8_lossy(text));
             code as i32
         }
         None => {
             let status = reap(pid);
             cleanup(mountpoint);
-            eprintln!("kpack-fuse: the daemon exited before the mount was live ({status})");
+            errln!("kpack-fuse: the daemon exited before the mount was live ({status})");
             Exit::MountFailed as i32
         }
     }
