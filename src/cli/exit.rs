@@ -33,6 +33,9 @@ pub enum Exit {
     MountPoint = 8,
     /// The kernel refused the mount, or the daemon failed before the mount was live.
     MountFailed = 9,
+    /// Standard output was closed by its reader (`kpack-fuse list | head`): the command stopped
+    /// there without a word. 128 + SIGPIPE, what a shell reports for `cat` in the same place.
+    BrokenPipe = 141,
 }
 
 /// A failed command: the exit status and a message naming the file and the problem.
@@ -50,6 +53,11 @@ impl CliError {
             exit,
             message: message.into(),
         }
+    }
+
+    /// Standard output was closed by its reader: said by the exit status alone.
+    pub fn broken_pipe() -> CliError {
+        CliError::new(Exit::BrokenPipe, "")
     }
 
     /// An I/O error on `path`, worded as everywhere else (`PATH: no such file`).

@@ -3,10 +3,15 @@
 //! clap `Args` and `run`: `mount/` (mount and unmount, and the daemon), `read/` (list, cat,
 //! extract), `pack/`, `loader/` (resolve and load), `split.rs`, `verify.rs`, `stats.rs`, `man.rs`;
 //! `import/` is what `pack --from-fatbin` and `verify --against` share. Only this module and its
-//! children know clap.
+//! children know clap. Everything they print goes through `out.rs`, which turns a closed pipe
+//! into a quiet exit instead of a panic.
+
+// Print through `out.rs`: these macros panic when the reader of a stream has gone.
+#![deny(clippy::print_stdout, clippy::print_stderr, clippy::explicit_write)]
 
 mod commands;
 mod exit;
+mod out;
 
 mod import;
 mod invocation;
@@ -29,6 +34,7 @@ use clap::Parser;
 
 use commands::{Cli, Command};
 use exit::Exit;
+use out::errln;
 
 /// Parses the command line, runs the command, and maps failures to exit codes.
 pub fn main() -> ExitCode {
@@ -46,13 +52,13 @@ pub fn main() -> ExitCode {
     let args = match invocation::translate(std::env::args_os().collect(), &names, &mistyped) {
         Ok(invocation::Invocation::Run { args, verbose }) => {
             if verbose {
-                eprintln!("mount.kpack-fuse: {}", invocation::shell_words(&args));
+                errln!("mount.kpack-fuse: {}", invocation::shell_words(&args));
             }
             args
         }
         Ok(invocation::Invocation::Fake) => return ExitCode::SUCCESS,
         Err(invocation::HelperUsage(message)) => {
-            eprintln!("mount.kpack-fuse: {message}");
+            errln!("mount.kpack-fuse: {message}");
             return ExitCode::from(Exit::Usage as u8);
         }
     };
@@ -73,8 +79,10 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader has what it wanted: no message, the status says it (docs/cli.md).
+        Err(e) if e.exit == Exit::BrokenPipe => e.code(),
         Err(e) => {
-            eprintln!("kpack-fuse: {e}");
+            errln!("kpack-fuse: {e}");
             e.code()
         }
     }

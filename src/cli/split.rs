@@ -11,6 +11,7 @@ use rocm_kpack::tools::split::{self, Kept, Outcome, SplitRequest, TreeError};
 
 use super::pack::CompressionArgs;
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::{errln, outln};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -43,7 +44,7 @@ pub fn run(args: Args) -> CliResult {
         Some(o) => o,
         None => {
             let o = split::default_out_root(&args.root).map_err(cli_error)?;
-            println!("writing to {}", o.display());
+            outln!("writing to {}", o.display())?;
             o
         }
     };
@@ -80,27 +81,26 @@ pub fn run(args: Args) -> CliResult {
                 code_objects,
                 size_before,
                 size_after,
-            } => println!(
+            } => outln!(
                 "{}: {} now HIPK, {} moved out, {size_before} -> {size_after} bytes",
                 b.output.display(),
                 super::plural::count_of(*wrappers, "wrapper", "wrappers"),
                 super::plural::count_of(*code_objects, "code object", "code objects")
-            ),
+            )?,
             Outcome::Copied(_) | Outcome::Linked => {}
         }
     }
     for (path, n) in &report.archives {
-        println!(
+        outln!(
             "{}: {}",
             path.display(),
             super::plural::count_of(*n, "code object", "code objects")
-        );
+        )?;
     }
     for (path, why) in &report.skipped {
-        println!("skipped {}: {why}", path.display());
+        outln!("skipped {}: {why}", path.display())?;
     }
-    println!("{}", summary(&report));
-    Ok(())
+    outln!("{}", summary(&report))
 }
 
 /// The one line that ends a run: what was split, copied as it is (by reason), and skipped.
@@ -171,7 +171,7 @@ pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
         ));
     }
     for p in &check.problems {
-        eprintln!("BAD {p}");
+        errln!("BAD {p}");
     }
     if !check.problems.is_empty() {
         return Err(CliError::new(
@@ -183,11 +183,11 @@ pub fn verify_tree(out_root: &Path, original_root: &Path) -> CliResult {
             ),
         ));
     }
-    println!(
+    outln!(
         "{} split binaries: {} code objects loaded through their markers, byte-identical to the originals",
-        check.binaries, check.code_objects
-    );
-    Ok(())
+        check.binaries,
+        check.code_objects
+    )
 }
 
 fn cli_error(e: TreeError) -> CliError {

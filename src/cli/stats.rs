@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::out;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,15 +32,14 @@ pub fn run(args: Args) -> CliResult {
             ),
         )
     })?;
-    print!(
+    out!(
         "{}",
         if args.json {
             json(&counters)
         } else {
             table(&counters)
         }
-    );
-    Ok(())
+    )
 }
 
 /// The attribute's text, or an error saying why the path is not a mount we can ask.

@@ -12,6 +12,7 @@ use rocm_kpack::{Archive, Scheme, names};
 
 use super::import;
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::{errln, outln};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -59,7 +60,7 @@ pub fn run(args: Args) -> CliResult {
         }
     }
     for p in &problems {
-        eprintln!("BAD {p}");
+        errln!("BAD {p}");
     }
     if !problems.is_empty() {
         return Err(CliError::new(
@@ -72,18 +73,18 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
     for path in undigested {
-        println!(
+        outln!(
             "{}: has no BLAKE3 digests (written by the reference tooling or with \
              --reference-layout); checked by sizes only",
             path.display()
-        );
+        )?;
     }
     let how = digested.say(total);
-    println!(
+    outln!(
         "ok: {} in {}, {how}",
         super::plural::count_of(total, "kernel", "kernels"),
         super::plural::count_of(opened, "archive", "archives")
-    );
+    )?;
     if !args.against.is_empty() {
         import::verify_against(&args.archives, &args.against)?;
     }

@@ -9,6 +9,7 @@ mod roundtrip;
 
 mod abi;
 mod alloc_bounds;
+mod broken_pipe;
 mod c_api;
 mod c_valgrind;
 mod cli_loader;

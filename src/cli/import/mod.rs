@@ -11,6 +11,7 @@ use rocm_kpack::tools::split::{StageError, Staging};
 use rocm_kpack::{Archive, Compression};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::{errln, outln};
 use crate::cli::progress;
 
 /// What `pack --from-fatbin` was asked to do.
@@ -155,7 +156,7 @@ pub fn run(req: ImportRequest) -> CliResult {
     }
     staging.commit().map_err(staging_error)?;
     for line in lines {
-        println!("{line}");
+        outln!("{line}")?;
     }
     Ok(())
 }
@@ -266,15 +267,14 @@ pub fn verify_against(archives: &[PathBuf], hosts: &[PathBuf]) -> CliResult {
         b.finish_and_clear();
     }
     if problems.is_empty() {
-        println!(
+        return outln!(
             "{} from {} match the archives byte for byte",
             crate::cli::plural::count_of(checked, "code object", "code objects"),
             crate::cli::plural::count_of(hosts.len(), "binary", "binaries")
         );
-        return Ok(());
     }
     for p in &problems {
-        eprintln!("{p}");
+        errln!("{p}");
     }
     Err(CliError::new(
         Exit::Corrupt,

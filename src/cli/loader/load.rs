@@ -42,12 +42,11 @@ pub fn run(args: Args) -> CliResult {
         loader.load_code_object(|| Ok(opened.host.metadata.clone()), &request, alloc, trace)?;
     std::fs::write(&args.output, &loaded.data)
         .map_err(|e| CliError::io(Exit::Output, &args.output, &e))?;
-    println!(
+    crate::cli::out::outln!(
         "{}: {} bytes ({} from {})",
         args.output.display(),
         loaded.data.len(),
         loaded.target,
         loaded.archive.display()
-    );
-    Ok(())
+    )
 }

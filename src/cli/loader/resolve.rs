@@ -11,6 +11,7 @@ use rocm_kpack::host::target_id;
 use rocm_kpack::loader::{Event, LoadRequest, Loader, LoaderConfig, Recorder};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::outln;
 
 /// The arguments `resolve` and `load` share: the host binary and the device's ISA list.
 #[derive(Debug, clap::Args)]
@@ -142,53 +143,53 @@ pub fn run(args: Args) -> CliResult {
             "wrappers": host.wrappers,
             "code_objects": code_objects,
         });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&doc).expect("JSON values always serialise")
-        );
+        )?;
     } else {
-        println!("binary:       {}", binary.display());
-        println!("kernel_name:  {}", host.metadata.kernel_name);
+        outln!("binary:       {}", binary.display())?;
+        outln!("kernel_name:  {}", host.metadata.kernel_name)?;
         for p in &host.metadata.search_paths {
-            println!("search path:  {}", p.to_string_lossy());
+            outln!("search path:  {}", p.to_string_lossy())?;
         }
         match pins_hex(host) {
-            None => println!("pins:         none (any archive on the search path is used)"),
+            None => outln!("pins:         none (any archive on the search path is used)")?,
             Some(pins) => {
                 for p in pins {
-                    println!("pin:          toc blake3 {p}");
+                    outln!("pin:          toc blake3 {p}")?;
                 }
             }
         }
         if host.wrappers.is_empty() {
-            println!(
+            outln!(
                 "wrappers:     none ({} not found)",
                 rocm_kpack::host::elf::FATBIN_SEGMENT_SECTION
-            );
+            )?;
         }
         for w in &host.wrappers {
-            println!(
+            outln!(
                 "wrapper {}:    {} version {} co {}",
                 w.index,
                 w.magic_name(),
                 w.version,
                 w.co_index
-            );
+            )?;
         }
-        println!("arch list:    {}", arches.join(", "));
+        outln!("arch list:    {}", arches.join(", "))?;
         for (co, events, outcome) in &results {
-            println!();
-            println!("code object {co} (key {}):", host.metadata.lookup_key(*co));
+            outln!()?;
+            outln!("code object {co} (key {}):", host.metadata.lookup_key(*co))?;
             for e in events {
                 if let Some(line) = describe(e) {
-                    println!("  {line}");
+                    outln!("  {line}")?;
                 }
             }
             match outcome {
                 Ok((size, archive, target)) => {
-                    println!("  => {target} from {} ({size} bytes)", archive.display())
+                    outln!("  => {target} from {} ({size} bytes)", archive.display())?
                 }
-                Err(e) => println!("  => {} ({}): {e}", e.kind().name(), e.kind().code()),
+                Err(e) => outln!("  => {} ({}): {e}", e.kind().name(), e.kind().code())?,
             }
         }
     }

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::errln;
 
 /// How long the parent waits for the daemon to report, by default.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -156,7 +157,7 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid);
             cleanup(mountpoint);
-            eprintln!(
+            errln!(
                 "kpack-fuse: the mount did not start within {} s (opening and checking the \
                  source, then mounting); stopped it ({READY_TIMEOUT_ENV}=SECONDS allows longer)",
                 timeout.as_secs()
@@ -182,13 +183,13 @@ fn parent_wait(pid: libc::pid_t, read: OwnedFd, mountpoint: Option<&Path>) -> i3
         Some((&code, text)) => {
             reap(pid);
             cleanup(mountpoint);
-            eprintln!("kpack-fuse: {}", String::from_utf8_lossy(text));
+            errln!("kpack-fuse: {}", String::from_utf8_lossy(text));
             code as i32
         }
         None => {
             let status = reap(pid);
             cleanup(mountpoint);
-            eprintln!("kpack-fuse: the daemon exited before the mount was live ({status})");
+            errln!("kpack-fuse: the daemon exited before the mount was live ({status})");
             Exit::MountFailed as i32
         }
     }

@@ -11,6 +11,7 @@ use super::daemon_lock;
 use super::logging::{self, Verbosity};
 use super::umount::umount2;
 use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::out::errln;
 
 #[derive(Debug, clap::Args)]
 pub struct UnmountArgs {
@@ -106,7 +107,7 @@ pub fn run_unmount(args: UnmountArgs) -> CliResult {
     }
     // A lazy detach leaves the daemon serving the files still open: nothing to wait for.
     if !args.lazy && !daemon_lock::wait_released(&daemons, DAEMON_EXIT_WAIT) {
-        eprintln!(
+        errln!(
             "kpack-fuse: {}: unmounted, but its daemon has not exited after {} s",
             canonical.display(),
             DAEMON_EXIT_WAIT.as_secs()

@@ -237,15 +237,14 @@ pub fn run(args: Args) -> CliResult {
         b.finish_and_clear();
     }
     let written = written?;
-    println!(
+    crate::cli::out::outln!(
         "packed {} ({}) from {} into {} ({})",
         crate::cli::plural::count_of(sized.len(), "kernel", "kernels"),
         crate::cli::plural::count(total, "byte", "bytes"),
         source.display(),
         args.output.display(),
         crate::cli::plural::count(written, "byte", "bytes")
-    );
-    Ok(())
+    )
 }
 
 /// Reads a whole file, `size` bytes when it was listed, into a spent pipeline buffer (no page

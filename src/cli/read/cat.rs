@@ -1,9 +1,8 @@
 //! `kpack-fuse cat`: one kernel to standard output.
 
-use std::io::Write;
 use std::path::PathBuf;
 
-use crate::cli::exit::{CliError, CliResult, Exit};
+use crate::cli::exit::CliResult;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,8 +19,5 @@ pub struct Args {
 pub fn run(args: Args) -> CliResult {
     let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
     let data = archive.get_kernel(&args.key, &args.arch)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(&data)
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError::new(Exit::Output, format!("standard output: {e}")))
+    crate::cli::out::bytes(&data)
 }

@@ -41,8 +41,7 @@ pub fn run(args: Args) -> CliResult {
                 &|_| {},
             )
             .map_err(|e| input::import_error(&args.archive, e))?;
-            out.finish();
-            Ok(())
+            out.finish()
         }
         Input::Hipk { host, binary } => {
             let rows = input::hipk_rows(&host, &binary, &args.gpus)?;
@@ -60,8 +59,7 @@ pub fn run(args: Args) -> CliResult {
             for (key, arch, f) in found {
                 out.write(key, arch, &f.archive.get_kernel(key, arch)?)?;
             }
-            out.finish();
-            Ok(())
+            out.finish()
         }
     }
 }
@@ -74,8 +72,7 @@ fn extract_archive(args: &Args) -> CliResult {
         let data = archive.get_kernel(key, entry.arch)?;
         out.write(key, entry.arch, &data)?;
     }
-    out.finish();
-    Ok(())
+    out.finish()
 }
 
 /// The destination tree being written.
@@ -170,16 +167,16 @@ impl<'a> Output<'a> {
         Ok(())
     }
 
-    fn finish(self) {
+    fn finish(self) -> CliResult {
         if let Some(b) = self.bar {
             b.finish_and_clear();
         }
-        println!(
+        crate::cli::out::outln!(
             "extracted {} ({}) into {}",
             crate::cli::plural::count(self.count, "kernel", "kernels"),
             crate::cli::plural::count(self.bytes, "byte", "bytes"),
             self.dest.display()
-        );
+        )
     }
 }
 

@@ -7,6 +7,7 @@ use rocm_kpack::host::fatbin::IndexedCodeObject;
 
 use super::input::{self, HipkRow, Input, InputArgs};
 use crate::cli::exit::CliResult;
+use crate::cli::out::outln;
 
 pub type Args = InputArgs<ListArgs>;
 
@@ -31,8 +32,7 @@ pub fn run(args: Args) -> CliResult {
                 "kernel_name": kernel_name,
             });
             let columns = [("SIZE", 12), ("BUNDLE", 0)];
-            print(args.command.json, doc, &columns, &cos);
-            Ok(())
+            print(args.command.json, doc, &columns, &cos)
         }
         Input::Hipk { host, binary } => {
             let gpus = &args.gpus;
@@ -44,8 +44,7 @@ pub fn run(args: Args) -> CliResult {
                 "gpus": gpus,
             });
             let columns = [("SIZE", 12), ("ARCHIVE", 0)];
-            print(args.command.json, doc, &columns, &rows);
-            Ok(())
+            print(args.command.json, doc, &columns, &rows)
         }
     }
 }
@@ -84,8 +83,7 @@ fn list_archive(args: &Args) -> CliResult {
         "gfx_arches": archive.architectures(),
     });
     let columns = [("SIZE", 12), ("STORED", 12), ("RATIO", 6)];
-    print(args.command.json, doc, &columns, &rows);
-    Ok(())
+    print(args.command.json, doc, &columns, &rows)
 }
 
 /// One line of a listing: a kernel of an archive, or a code object of a host binary.
@@ -102,14 +100,18 @@ trait Listed {
 /// Prints a listing: as JSON, `doc` with the rows as its "kernels"; else as a table, KEY and
 /// ARCH as wide as their longest value, then `columns` (each header and cell right-aligned to
 /// its width; a width of 0, for the last, leaves it as it is), or `error: ...` after ARCH.
-fn print<T: Listed>(json: bool, mut doc: serde_json::Value, columns: &[(&str, usize)], rows: &[T]) {
+fn print<T: Listed>(
+    json: bool,
+    mut doc: serde_json::Value,
+    columns: &[(&str, usize)],
+    rows: &[T],
+) -> CliResult {
     if json {
         doc["kernels"] = rows.iter().map(Listed::json).collect();
-        println!(
+        return outln!(
             "{}",
             serde_json::to_string_pretty(&doc).expect("JSON of plain values")
         );
-        return;
     }
     let width = rows.iter().map(|r| r.key().len()).max().unwrap_or(3).max(3);
     let awidth = rows
@@ -126,13 +128,14 @@ fn print<T: Listed>(json: bool, mut doc: serde_json::Value, columns: &[(&str, us
         line
     };
     let headers: Vec<String> = columns.iter().map(|(h, _)| h.to_string()).collect();
-    println!("{}", line("KEY", "ARCH", &headers));
+    outln!("{}", line("KEY", "ARCH", &headers))?;
     for r in rows {
         match r.cells() {
-            Ok(cells) => println!("{}", line(r.key(), r.arch(), &cells)),
-            Err(e) => println!("{:<width$}  {:<awidth$}  error: {e}", r.key(), r.arch()),
+            Ok(cells) => outln!("{}", line(r.key(), r.arch(), &cells))?,
+            Err(e) => outln!("{:<width$}  {:<awidth$}  error: {e}", r.key(), r.arch())?,
         }
     }
+    Ok(())
 }
 
 /// The bundle a code object is in: `plain@OFFSET` or `ccob-vN@OFFSET`, its section offset.
