@@ -14,7 +14,16 @@
 # The daemon runs in the foreground as a child of this script, so its life is tied to the
 # container: SIGTERM and SIGINT to the script reach the command as SIGTERM; when the command has exited
 # the daemon is stopped (it unmounts, lazily if something still holds a file) and the script exits
-# with the command's status. Failures of the script itself: 2 usage, 3 the mount did not come up.
+# with the command's status. Failures of the script itself: 2 usage, 3 the mount did not come up,
+# 4 the daemon exited while the command ran.
+#
+# The container heals when restarted (a restart policy, or Kubernetes):
+# * A mount whose daemon is gone (the container or its pod was killed, so nothing unmounted)
+#   stays where it was, on the host too when the mount point is shared with it, and every access
+#   to it fails with ENOTCONN ("Transport endpoint is not connected"). Such a mount on the mount
+#   point is detached before mounting.
+# * When the daemon dies while the command runs, the command is stopped, the dead mount detached,
+#   and the script exits 4, so that the runtime restarts the container.
 set -u
 
 say() { echo "kpack-entrypoint: $*" >&2; }
@@ -28,6 +37,32 @@ kpack_fuse="${KPACK_FUSE:-kpack-fuse}"
 [ -n "$source_path" ] || { say "KPACK_SOURCE is not set"; exit 2; }
 [ $# -gt 0 ] || { say "no command given"; exit 2; }
 case "$timeout" in ''|*[!0-9]*) say "KPACK_READY_TIMEOUT must be whole seconds"; exit 2 ;; esac
+
+# Whether $1 is a mount whose daemon is gone: a statfs of it, which the kernel always passes to
+# the daemon (a stat may be answered from the attribute cache), fails with ENOTCONN. One that
+# does not answer within 10 s is not taken for dead.
+is_dead_mount() {
+  case "$(LC_ALL=C timeout -s KILL 10 stat -f -c %t -- "$1" 2>&1 >/dev/null)" in
+    *'Transport endpoint is not connected'*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# A mount left by a daemon that was killed is detached (with kpack-fuse unmount, which refuses
+# mounts of other file systems), then any below it.
+cleared=0
+while is_dead_mount "$mountpoint"; do
+  if [ "$cleared" -ge 8 ]; then
+    say "$mountpoint: still a dead mount after detaching $cleared"
+    exit 3
+  fi
+  say "$mountpoint: its daemon is gone (Transport endpoint is not connected); detaching the dead mount"
+  # Resolved through the parent, since the dead mount itself cannot be entered.
+  parent="$(cd -- "$(dirname -- "$mountpoint")" && pwd -P)" || exit 3
+  "$kpack_fuse" unmount --lazy -- "${parent%/}/$(basename -- "$mountpoint")" \
+    || { say "cannot detach the dead mount on $mountpoint"; exit 3; }
+  cleared=$((cleared + 1))
+done
 mkdir -p -- "$mountpoint" || exit 2
 mountpoint="$(cd -- "$mountpoint" && pwd -P)" || exit 2
 
@@ -91,12 +126,29 @@ done
 say "mounted $source_path on $mountpoint"
 
 status=143
+daemon_gone=""
 if [ -z "$stop" ]; then
   "$@" &
   child=$!
   # A background command ignores SIGINT in a non-interactive shell: pass Ctrl-C on as SIGTERM.
   trap 'kill -TERM "$child" 2>/dev/null' TERM INT
   [ -z "$stop" ] || kill -TERM "$child" 2>/dev/null
+  # Wait for the command to exit, and look at the daemon every second meanwhile: sh's wait waits
+  # for one given child, not for whichever ends first. wait returns early when a trapped signal
+  # arrives, SIGCHLD included where the shell does so (dash), which makes the exits show at once.
+  trap : CHLD
+  while kill -0 "$child" 2>/dev/null; do
+    if ! kill -0 "$daemon" 2>/dev/null; then
+      wait "$daemon"
+      say "kpack-fuse exited with status $? while the command ran; stopping the command"
+      daemon_gone=1
+      kill -TERM "$child" 2>/dev/null
+      break
+    fi
+    sleep 1 &
+    wait $!
+  done
+  trap - CHLD
   # wait returns early when a trapped signal arrives; wait again until the command has exited.
   while :; do
     wait "$child"
@@ -106,10 +158,16 @@ if [ -z "$stop" ]; then
 fi
 trap - TERM INT
 
-kill -TERM "$daemon" 2>/dev/null
-wait "$daemon"
+if [ -z "$daemon_gone" ]; then
+  kill -TERM "$daemon" 2>/dev/null
+  wait "$daemon"
+fi
 if is_mounted; then
   say "$mountpoint still mounted after kpack-fuse exited; detaching"
-  umount -l -- "$mountpoint" 2>/dev/null || "$kpack_fuse" unmount --lazy "$mountpoint"
+  umount -l -- "$mountpoint" 2>/dev/null || "$kpack_fuse" unmount --lazy -- "$mountpoint"
+fi
+if [ -n "$daemon_gone" ]; then
+  say "exiting with status 4, so that the container is restarted"
+  exit 4
 fi
 exit "$status"

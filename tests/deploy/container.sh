@@ -2,9 +2,12 @@
 # The container image, built and run with podman as docs/deploy.md shows: the Dockerfile built
 # from a local Debian base and the host's release build; a container mounting a pack with its
 # entrypoint and reading every kernel; and the shared-mount pattern, one container mounting under
-# a host directory with rshared propagation and another reading through it. Each read is checked
-# against the kernels kpack-fuse extract writes on the host, byte for byte (SHA-256 of each file).
-# Containers and mounts are removed on every exit.
+# a host directory with rshared propagation and another reading through it; and recovery, the
+# mounting container's daemon killed (the container must exit and its restart policy bring it back
+# serving) and then the whole container killed (the dead mount it leaves on the host must be
+# detached by the next start). Each read is checked against the kernels kpack-fuse extract writes
+# on the host, byte for byte (SHA-256 of each file). Containers and mounts are removed on every
+# exit.
 #
 # Needs root, /dev/fuse, podman, runc, debootstrap (scripts/setup-deps.sh installs them).
 set -euo pipefail
@@ -66,4 +69,29 @@ run_doc shared-stop 60 >/dev/null
 # Stopping the mounting container unmounts, on the host too.
 if findmnt -n "$SHARE/kpack" >/dev/null; then fail "$SHARE/kpack still mounted after podman stop"; fi
 podman container exists kpack-mount && fail "kpack-mount was not removed (--rm)"
-say "ok: image built; kernels read byte for byte in one container and through a shared mount"
+
+# Recovery. The mounting container again, with a restart policy.
+run_doc heal-mount 60 >/dev/null
+wait_serving "$SHARE/kpack" "$want" 30 "the container with a restart policy"
+# Its daemon killed: the entrypoint must detach the dead mount and exit non-zero (4), and the
+# restart policy bring the container back, serving.
+kill -KILL "$(host_pid kpack-mount kpack-fuse)"
+wait_restarted kpack-mount 1 30 "after its daemon was killed"
+logged kpack-mount "kpack-entrypoint: kpack-fuse exited with status 137 while the command ran; stopping the command" \
+  "after its daemon was killed"
+logged kpack-mount "kpack-entrypoint: exiting with status 4, so that the container is restarted" \
+  "after its daemon was killed"
+wait_serving "$SHARE/kpack" "$want" 30 "restarted after its daemon was killed"
+# The whole container killed: nothing unmounts, the mount stays on the host, dead.
+podman kill -s KILL kpack-mount >/dev/null
+podman wait kpack-mount >/dev/null
+is_dead_mount "$SHARE/kpack" || fail "no dead mount at $SHARE/kpack after podman kill"
+# The next start detaches it and mounts again.
+run_doc heal-start 60 >/dev/null
+wait_serving "$SHARE/kpack" "$want" 30 "started after podman kill"
+logged kpack-mount "kpack-entrypoint: /shared/kpack: its daemon is gone (Transport endpoint is not connected); detaching the dead mount" \
+  "started after podman kill"
+run_doc heal-stop 60 >/dev/null
+if findmnt -n "$SHARE/kpack" >/dev/null; then fail "$SHARE/kpack still mounted after podman stop"; fi
+say "ok: image built; kernels read byte for byte in one container and through a shared mount," \
+  "and again after the daemon was killed and after the whole container was killed"

@@ -71,7 +71,9 @@ need_root_tools() {
 # The containers' resource limits are the ones this process has: podman asks for more than the
 # machine's hard limits by default, which a process without CAP_SYS_RESOURCE cannot grant. runc
 # rather than crun, because crun refuses hosts whose cgroup v2 hierarchy has controllers next to
-# v1 ones ("hybrid mode"). Neither changes what the commands do.
+# v1 ones ("hybrid mode"). The machines have no systemd, which podman runs healthchecks with on a
+# timer: DISABLE_HC_SYSTEMD keeps it from trying (and logging an error for each container); the
+# tests run the checks themselves. None of this changes what the commands do.
 use_test_podman_config() {
   local nproc
   nproc="$(ulimit -Hu)"
@@ -84,6 +86,7 @@ default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=$nproc:$nproc"]
 runtime = "runc"
 CONF
   export CONTAINERS_CONF="$1/containers.conf"
+  export DISABLE_HC_SYSTEMD=true
 }
 
 # kernel_sums ARCHIVE DIR: what the documented commands print for ARCHIVE, made on the host by
@@ -92,6 +95,68 @@ kernel_sums() {
   "$root/target/release/kpack-fuse" extract "$1" "$2" >/dev/null \
     || fail "kpack-fuse extract $1 failed"
   (cd "$2" && find . -type f -name '*.hsaco' -exec sha256sum {} + | LC_ALL=C sort -k2)
+}
+
+# kernels_at DIR: the same listing as kernel_sums, read through DIR; fails where DIR cannot be read.
+kernels_at() {
+  (cd "$1" && find . -type f -name '*.hsaco' -exec sha256sum {} + | LC_ALL=C sort -k2)
+}
+
+# wait_serving DIR EXPECTED SECONDS WHAT: waits until DIR is one kpack-fuse mount (no dead one
+# left beneath it) through which the kernels read as EXPECTED (kernel_sums).
+wait_serving() {
+  local i got=""
+  for i in $(seq $(($3 * 5))); do
+    if [ "$(findmnt -n -o FSTYPE "$1" 2>/dev/null)" = fuse.kpack-fuse ] \
+        && got="$(kernels_at "$1" 2>/dev/null)" && [ "$got" = "$2" ]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  findmnt "$1" >&2 || true
+  fail "$4: $1 did not serve the kernels within $3 s"
+}
+
+# is_dead_mount DIR: whether DIR is a mount whose daemon is gone: listed in the mount table, and
+# asking it fails with ENOTCONN.
+is_dead_mount() {
+  local err
+  findmnt -n "$1" >/dev/null 2>&1 || return 1
+  err="$(LC_ALL=C stat -f -- "$1" 2>&1 >/dev/null)" && return 1
+  case "$err" in *'Transport endpoint is not connected'*) return 0 ;; *) return 1 ;; esac
+}
+
+# host_pid CONTAINER COMMAND: the host PID of the process named COMMAND in CONTAINER.
+host_pid() {
+  local pid
+  pid="$(podman top "$1" hpid comm | awk -v c="$2" '$2 == c && !found { print $1; found = 1 }')"
+  [ -n "$pid" ] || fail "no $2 process in $1"
+  printf '%s\n' "$pid"
+}
+
+# wait_restarted CONTAINER COUNT SECONDS WHAT: waits until podman has restarted CONTAINER COUNT
+# times and it runs.
+wait_restarted() {
+  local i state=""
+  for i in $(seq $(($3 * 5))); do
+    state="$(podman inspect -f '{{.RestartCount}} {{.State.Status}}' "$1" 2>/dev/null)" || state=""
+    [ "$state" = "$2 running" ] && return 0
+    sleep 0.2
+  done
+  podman logs "$1" >&2 || true
+  fail "$4: $1 was not restarted within $3 s (restarts, state: $state)"
+}
+
+# logged CONTAINER TEXT WHAT: waits up to 10 s for the line TEXT in the container's log.
+logged() {
+  local i out=""
+  for i in $(seq 50); do
+    out="$(podman logs "$1" 2>&1)" || true
+    grep -qxF -- "$2" <<<"$out" && return 0
+    sleep 0.2
+  done
+  printf '%s\n' "$out" >&2
+  fail "$3: $1 did not log: $2"
 }
 
 # same_text WHAT EXPECTED ACTUAL: fails with a diff unless the two texts are equal.
