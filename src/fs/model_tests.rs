@@ -551,7 +551,14 @@ fn the_model_catches_wrong_bytes() {
     let ino = mount.files[1].0;
     mount.files[1].2[0] ^= 1;
     let e = mount
-        .run(&[Op::Open(1), Op::Read { handle: 0, at: 0, len: 10 }])
+        .run(&[
+            Op::Open(1),
+            Op::Read {
+                handle: 0,
+                at: 0,
+                len: 10,
+            },
+        ])
         .unwrap_err();
     assert!(e.contains(&format!("read of inode {ino} at 0")), "{e}");
 }
@@ -580,7 +587,15 @@ fn faults_at_the_source_give_eio_and_leave_nothing_behind() {
             };
             let mount = Mount::new(&s);
             mount
-                .run(&[Op::Scan, Op::Open(3), Op::Read { handle: 0, at: 1, len: 99_999 }])
+                .run(&[
+                    Op::Scan,
+                    Op::Open(3),
+                    Op::Read {
+                        handle: 0,
+                        at: 1,
+                        len: 99_999,
+                    },
+                ])
                 .unwrap_or_else(|e| panic!("{kind:?}, {mode:?}: {e}"));
         }
     }

@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use super::tree::{self, Entry, FileNode, Ino, NATIVE, ROOT};
 use super::errno::Errno;
+use super::tree::{self, Entry, FileNode, Ino, NATIVE, ROOT};
 use super::{Attr, BLKSIZE, DirSink, Kind, KpackFs, Lookup, StatFs};
 
 impl KpackFs {

@@ -61,7 +61,6 @@ impl Decoders {
     pub fn idle_workers(&self) -> usize {
         self.pool.idle_workers()
     }
-
 }
 
 /// `init`: what the kernel granted settles the mount's open mode. Returns whether the mount

@@ -875,7 +875,10 @@ fn files_decoded_ahead_are_pinned_within_the_bound_until_opened() {
         ordinal: i,
     };
     assert_eq!(read_all(&fs, ino(0), 4096), vec![0; 1000]);
-    assert!(fs.jobs_ahead_of(ino(0), 4).is_empty(), "one open is no scan");
+    assert!(
+        fs.jobs_ahead_of(ino(0), 4).is_empty(),
+        "one open is no scan"
+    );
     assert_eq!(read_all(&fs, ino(1), 4096), vec![1; 1000]);
     // The second open continues a scan: files 2 and 3 are decoded ahead and pinned; their
     // pins take half the bound, so nothing more is decoded ahead.
@@ -951,7 +954,10 @@ fn opens_while_every_decode_thread_is_busy_still_move_their_scan() {
     };
     let (_d, fs) = mount_fs(&kernels, Compression::Zstd { level: 3 }, &opts);
     let ino = |i: usize| attr(&fs, &format!("{}/gfx900.hsaco", KEYS[i])).ino;
-    assert!(fs.jobs_ahead_of(ino(0), 4).is_empty(), "one open is no scan");
+    assert!(
+        fs.jobs_ahead_of(ino(0), 4).is_empty(),
+        "one open is no scan"
+    );
     // The second open comes while every decode thread is busy: nothing starts now, but the
     // open continues the scan, so the thread that finishes next goes on ahead of it.
     assert!(fs.jobs_ahead_of(ino(1), 0).is_empty());

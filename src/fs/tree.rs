@@ -92,7 +92,6 @@ impl DirNode {
     pub fn has_files(&self) -> bool {
         self.subdirs & HAS_FILES != 0
     }
-
 }
 
 /// What an inode number stands for.

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use crate::archive::format::MAGIC;
 use crate::host::elf::ELF_MAGIC;
-use crate::host::fatbin::{HostFile, HostKind, FatbinError, host_kind};
+use crate::host::fatbin::{FatbinError, HostFile, HostKind, host_kind};
 
 /// The kind of an input. The ELF kinds carry the file opened with its headers read.
 pub enum InputKind {

@@ -53,9 +53,10 @@ fn write(dir: &std::path::Path, reference: bool) -> std::path::PathBuf {
 fn open(path: &std::path::Path) -> (Archive, FaultySource, Arc<AtomicUsize>) {
     let reads = Arc::new(AtomicUsize::new(0));
     let counted = reads.clone();
-    let source = FaultySource::new(LocalFile::open(path).unwrap()).observed(Arc::new(move |_, _| {
-        counted.fetch_add(1, Ordering::Relaxed);
-    }));
+    let source =
+        FaultySource::new(LocalFile::open(path).unwrap()).observed(Arc::new(move |_, _| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }));
     let archive = Archive::open_source(Box::new(source.clone())).unwrap();
     (archive, source, reads)
 }
@@ -89,8 +90,15 @@ fn a_faulted_frame_is_an_error_or_its_exact_bytes_and_heals() {
             // Nothing a fault left behind is served: each kernel is read from the source again.
             for (key, data) in kernels() {
                 let before = reads.load(Ordering::Relaxed);
-                assert_eq!(archive.get_kernel(&key, "gfx942").unwrap(), data, "{kind:?}");
-                assert!(reads.load(Ordering::Relaxed) > before, "{kind:?}: {key} not read");
+                assert_eq!(
+                    archive.get_kernel(&key, "gfx942").unwrap(),
+                    data,
+                    "{kind:?}"
+                );
+                assert!(
+                    reads.load(Ordering::Relaxed) > before,
+                    "{kind:?}: {key} not read"
+                );
             }
         }
     }

@@ -16,14 +16,13 @@ use fuser::{
 };
 
 use super::MountConfig;
+use crate::fs::errno::Errno;
 use crate::fs::policy::{Granted, Handle, OpenPolicy};
 use crate::fs::read::fill::OpenedFile;
 use crate::fs::read::pool::cores;
 use crate::fs::steps::{self, Decoders};
 use crate::fs::store::BackingFile;
-use crate::fs::errno::Errno;
 use crate::fs::{Attr, DirSink, Kind, KpackFs, Lookup, TTL};
-
 
 fn errno(e: Errno) -> FErrno {
     FErrno::from_i32(e.0)

@@ -203,11 +203,13 @@ impl Decodes {
             reserved: true,
             left: false,
         };
-        let result = catch_unwind(AssertUnwindSafe(|| decode(&ending.job.fill, ending.job.make)))
-            .unwrap_or_else(|_| {
-                log::error!("a decode job panicked");
-                Err(Errno::EIO)
-            });
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            decode(&ending.job.fill, ending.job.make)
+        }))
+        .unwrap_or_else(|_| {
+            log::error!("a decode job panicked");
+            Err(Errno::EIO)
+        });
         let kept = match &result {
             Ok((body, true)) => ending.keep(body),
             _ => false,

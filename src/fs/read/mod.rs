@@ -242,9 +242,7 @@ impl KpackFs {
     /// are kept in the store, in memory. A cache directory still gets its file. Only there: an
     /// open needs a file, and no open reaches a mount in page-cache mode.
     fn decodes_into_reply(&self, f: &FileNode) -> bool {
-        f.size <= DIRECT_READ_MAX
-            && !self.store.is_cache_dir()
-            && self.mode.page_cache()
+        f.size <= DIRECT_READ_MAX && !self.store.is_cache_dir() && self.mode.page_cache()
     }
 
     /// Number of open file handles.

@@ -286,7 +286,10 @@ pub(crate) mod tests {
         assert_eq!(got, [0, 1, 2]);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !pool.is_idle() {
-            assert!(std::time::Instant::now() < deadline, "a panicked job stays pending");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a panicked job stays pending"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(pool.idle_workers(), 1);

@@ -8,8 +8,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::Tag;
-use crate::host::fatbin::archive_file_name;
 use crate::archive::writer::Compression;
+use crate::host::fatbin::archive_file_name;
 use crate::tools::pack_pipeline::{ArchiveFile, Encoded, Finished};
 
 /// An archive being written.

@@ -5,8 +5,8 @@
 use super::emit::SplitResult;
 use super::error::SplitError;
 use super::rewrite::{is_split, split_elf};
-use crate::host::hipk;
 use crate::host::fatbin::{self, CodeObject};
+use crate::host::hipk;
 
 /// A split binary: the new host binary and the code objects for its archives.
 #[derive(Debug, Clone)]

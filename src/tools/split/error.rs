@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::host::hipk::{HIPF_MAGIC, HIPK_MAGIC};
 use crate::host::fatbin::FatbinError;
+use crate::host::hipk::{HIPF_MAGIC, HIPK_MAGIC};
 
 /// Why a binary cannot be split.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -104,7 +104,11 @@ fn one_limit_bounds_the_whole_start_of_a_remote_mount() {
         "{err}"
     );
     assert!(took < Duration::from_secs(20), "took {took:?}");
-    assert_eq!(mountinfo::mount_at(&mp).unwrap(), None, "nothing left mounted");
+    assert_eq!(
+        mountinfo::mount_at(&mp).unwrap(),
+        None,
+        "nothing left mounted"
+    );
 }
 
 /// Windows of the frame chain grow past what the link carries within the timeout; the requests
