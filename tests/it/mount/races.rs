@@ -5,23 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use rocm_kpack::fs::setup::mountinfo;
 
-use crate::support::mount::fuse_available;
-
-/// Unmounts whatever is left at a path when a test ends, passed or failed.
-struct Cleanup<'a>(&'a Path);
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        for _ in 0..8 {
-            if !matches!(mountinfo::mount_at(self.0), Ok(Some(_))) {
-                return;
-            }
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-}
+use crate::support::mount::{UnmountOnDrop, fuse_available};
 
 /// Mounts at `mp` on the table now.
 fn mounts_at(mp: &Path) -> usize {
@@ -68,7 +53,7 @@ fn races(n: usize, rounds: usize) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/rocrand-sample.kpack");
     let dir = tempfile::tempdir().unwrap();
     let mp = dir.path().canonicalize().unwrap();
-    let _cleanup = Cleanup(&mp);
+    let _cleanup = UnmountOnDrop(&mp);
     for round in 0..rounds {
         let outcomes = race(n, &source, &mp);
         let won = outcomes.iter().filter(|(c, _)| *c == Some(0)).count();

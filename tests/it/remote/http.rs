@@ -7,7 +7,7 @@ use std::path::Path;
 use rocm_kpack::Compression;
 
 use super::servers::{Nginx, tls_files};
-use super::{expected_dir, mount, refused_mount, run, stats};
+use super::{expected_dir, mount, reference_archive, refused_mount, run, stats};
 use crate::mount::{pattern, rich_archive, write_archive};
 use crate::support::craft::incompressible;
 use crate::support::mount::fuse_available;
@@ -294,23 +294,7 @@ fn http_reference_layout_blob_comes_in_a_few_large_ranges() {
     // No frame positions: opening walks the chain of 64 frame size words.
     let www = tempfile::tempdir().unwrap();
     let path = www.path().join("ref.kpack");
-    let mut w = rocm_kpack::ArchiveWriter::new(
-        "ref",
-        "gfx9",
-        vec!["gfx942".into()],
-        Compression::Zstd { level: 1 },
-    )
-    .unwrap();
-    w.set_reference_layout(true);
-    for i in 0..64u64 {
-        w.add_kernel(
-            &format!("lib/r.so#{i}"),
-            "gfx942",
-            incompressible(40 + i, 100_000),
-        )
-        .unwrap();
-    }
-    w.write(&path, &|_| {}).unwrap();
+    reference_archive(&path, 64, 100_000);
     let len = std::fs::metadata(&path).unwrap().len();
     let want = tempfile::tempdir().unwrap();
     expected_dir(&[path.as_path()], want.path());

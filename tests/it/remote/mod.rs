@@ -76,6 +76,28 @@ pub fn mount(url: &str, extra: &[&str], env: &[(String, String)]) -> Mount {
     Mount::start_env(Path::new(url), extra, &pairs)
 }
 
+/// Writes a reference-layout archive (no frame positions: its open walks the frame chain) of
+/// `frames` incompressible kernels of `size` bytes, keyed `lib/r.so#I`.
+pub fn reference_archive(path: &Path, frames: u64, size: usize) {
+    let mut w = rocm_kpack::ArchiveWriter::new(
+        "ref",
+        "gfx9",
+        vec!["gfx942".into()],
+        rocm_kpack::Compression::Zstd { level: 1 },
+    )
+    .unwrap();
+    w.set_reference_layout(true);
+    for i in 0..frames {
+        w.add_kernel(
+            &format!("lib/r.so#{i}"),
+            "gfx942",
+            crate::support::craft::incompressible(40 + i, size),
+        )
+        .unwrap();
+    }
+    w.write(path, &|_| {}).unwrap();
+}
+
 /// The numeric lines of the mount's `user.kpack.stats`.
 pub fn stats(m: &Mount) -> BTreeMap<String, u64> {
     let out = m.child("remote_stats", "");

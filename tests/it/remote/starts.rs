@@ -4,52 +4,13 @@
 //! saying so.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rocm_kpack::Compression;
 use rocm_kpack::fs::setup::mountinfo;
 
-use super::run;
+use super::{reference_archive, run};
 use super::servers::Nginx;
-use crate::support::craft::incompressible;
-use crate::support::mount::fuse_available;
-
-/// Unmounts whatever is left at a path when a test ends, passed or failed.
-struct Cleanup<'a>(&'a Path);
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        for _ in 0..8 {
-            if !matches!(mountinfo::mount_at(self.0), Ok(Some(_))) {
-                return;
-            }
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-}
-
-/// A reference-layout archive (no frame positions: its open walks the frame chain) of
-/// `frames` incompressible kernels of `size` bytes.
-fn reference_archive(path: &Path, frames: u64, size: usize) {
-    let mut w = rocm_kpack::ArchiveWriter::new(
-        "ref",
-        "gfx9",
-        vec!["gfx942".into()],
-        Compression::Zstd { level: 1 },
-    )
-    .unwrap();
-    w.set_reference_layout(true);
-    for i in 0..frames {
-        w.add_kernel(
-            &format!("lib/r.so#{i}"),
-            "gfx942",
-            incompressible(7 + i, size),
-        )
-        .unwrap();
-    }
-    w.write(path, &|_| {}).unwrap();
-}
+use crate::support::mount::{UnmountOnDrop, fuse_available};
 
 #[test]
 fn background_mounts_of_a_remote_source_start_every_time() {
@@ -66,7 +27,7 @@ fn background_mounts_of_a_remote_source_start_every_time() {
     let url = nginx.url("sample.kpack");
     let dir = tempfile::tempdir().unwrap();
     let mp = dir.path().canonicalize().unwrap();
-    let _cleanup = Cleanup(&mp);
+    let _cleanup = UnmountOnDrop(&mp);
     let mp_arg = mp.to_str().unwrap();
     for start in 0..200 {
         let (code, _, err) = run(&["mount", &url, mp_arg], &[]);
@@ -90,7 +51,7 @@ fn one_limit_bounds_the_whole_start_of_a_remote_mount() {
     let nginx = Nginx::start_rate_limited(www.path(), 20_000);
     let dir = tempfile::tempdir().unwrap();
     let mp = dir.path().canonicalize().unwrap();
-    let _cleanup = Cleanup(&mp);
+    let _cleanup = UnmountOnDrop(&mp);
     let started = Instant::now();
     let (code, _, err) = run(
         &["mount", &nginx.url("ref.kpack"), mp.to_str().unwrap()],
@@ -111,6 +72,14 @@ fn one_limit_bounds_the_whole_start_of_a_remote_mount() {
     );
 }
 
+/// `list URL` with a 1 s request timeout and no retries.
+fn list_with_short_timeout(url: &str) -> (Option<i32>, String, String) {
+    run(
+        &["list", url, "--remote-timeout", "1", "--remote-retries", "0"],
+        &[],
+    )
+}
+
 /// Windows of the frame chain grow past what the link carries within the timeout; the requests
 /// that time out are asked for again in halves, and the archive opens.
 #[test]
@@ -118,17 +87,7 @@ fn a_slow_link_gets_smaller_requests_instead_of_timeouts() {
     let www = tempfile::tempdir().unwrap();
     reference_archive(&www.path().join("ref.kpack"), 16, 100_000);
     let nginx = Nginx::start_rate_limited(www.path(), 300_000);
-    let (code, out, err) = run(
-        &[
-            "list",
-            &nginx.url("ref.kpack"),
-            "--remote-timeout",
-            "1",
-            "--remote-retries",
-            "0",
-        ],
-        &[],
-    );
+    let (code, out, err) = list_with_short_timeout(&nginx.url("ref.kpack"));
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.matches("lib/r.so#").count(), 16, "{out}");
 }
@@ -139,17 +98,7 @@ fn a_network_timeout_exits_3_saying_so() {
     let www = tempfile::tempdir().unwrap();
     reference_archive(&www.path().join("ref.kpack"), 4, 100_000);
     let nginx = Nginx::start_rate_limited(www.path(), 8_000);
-    let (code, _, err) = run(
-        &[
-            "list",
-            &nginx.url("ref.kpack"),
-            "--remote-timeout",
-            "1",
-            "--remote-retries",
-            "0",
-        ],
-        &[],
-    );
+    let (code, _, err) = list_with_short_timeout(&nginx.url("ref.kpack"));
     assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("timed out"), "{err}");
     assert!(!err.contains("bad zstd blob"), "{err}");

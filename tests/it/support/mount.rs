@@ -104,6 +104,22 @@ fn read_file(p: &Path) -> String {
 
 /// What an I/O child did.
 #[derive(Debug)]
+/// Unmounts (lazily) whatever is mounted at a path when dropped, so that a test that mounts by
+/// running the command itself leaves nothing behind, passed or failed.
+pub struct UnmountOnDrop<'a>(pub &'a Path);
+
+impl Drop for UnmountOnDrop<'_> {
+    fn drop(&mut self) {
+        // Stacked mounts come off one at a time.
+        for _ in 0..8 {
+            if !matches!(mountinfo::mount_at(self.0), Ok(Some(_))) {
+                return;
+            }
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+}
+
 pub struct ChildOutput {
     pub success: bool,
     pub output: String,
