@@ -9,7 +9,7 @@
 //! ranges instead of one request per frame.
 //!
 //! On a slow link a request may not finish within the timeout: one that times out is asked for
-//! again in halves, and every later request of the object is at most that size (down to
+//! again in eighths, and every later request of the object is at most that size (down to
 //! [`PIECE_MIN`]), so a link of any speed gets the bytes through rather than timing out on the
 //! same request again and again.
 //!
@@ -35,8 +35,13 @@ pub const DIRECT_MIN: usize = 64 << 10;
 const WINDOW_MIN: u64 = 64 << 10;
 /// Largest window.
 const WINDOW_MAX: u64 = 16 << 20;
-/// The smallest request a timeout shrinks requests to; one of this size that times out fails.
+/// The smallest request a timeout shrinks requests to; one of this size that times out is
+/// retried, then fails.
 pub const PIECE_MIN: u64 = 64 << 10;
+/// How much smaller a request that timed out is asked for again: a few steps take any window
+/// down to [`PIECE_MIN`], so a server that answers nothing at all fails a read after a few
+/// timeouts more than the retries, not after one per halving.
+const SHRINK: u64 = 8;
 
 #[derive(Debug)]
 struct Readahead {
@@ -108,7 +113,7 @@ impl RemoteObject {
                     out.extend_from_slice(&bytes);
                 }
                 Err(FetchError::TimedOut(m)) if piece > PIECE_MIN => {
-                    let smaller = (piece / 2).max(PIECE_MIN);
+                    let smaller = (piece / SHRINK).max(PIECE_MIN);
                     self.piece_max.fetch_min(smaller, Ordering::Relaxed);
                     log::warn!("{m}; asking for at most {smaller} bytes at a time from now on");
                 }

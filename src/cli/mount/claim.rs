@@ -48,11 +48,12 @@ pub fn claim(
     wait: Duration,
     mounted_at: impl Fn(&Path) -> Option<String>,
 ) -> Result<Claim, Refused> {
+    // A dead FUSE mount there fails the open (ENOTCONN): the table says what it is.
     let file = File::options()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(dir)
-        .map_err(Refused::Io)?;
+        .map_err(|e| mounted_at(dir).map_or(Refused::Io(e), Refused::Mounted))?;
     let deadline = Instant::now() + wait;
     loop {
         // SAFETY: a valid open descriptor.

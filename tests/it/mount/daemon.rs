@@ -124,7 +124,8 @@ fn failing_mount(source: &Path, extra: &[&str], env: &[(&str, &str)]) -> (Option
 #[test]
 fn background_failures_exit_non_zero_with_the_message_and_nothing_mounted() {
     let d = tmp();
-    // Refused before forking: a corrupt source (4), a bad option (2), an unwritable log (7).
+    // A corrupt source (4, found by the daemon after the fork and reported through the pipe),
+    // and, refused before forking, a bad option (2) and an unwritable log (7).
     let bad = d.path().join("bad.kpack");
     std::fs::write(&bad, b"KPAK\x01\0\0\0xx").unwrap();
     let (code, err) = failing_mount(&bad, &[], &[]);
@@ -175,7 +176,7 @@ fn background_failures_exit_non_zero_with_the_message_and_nothing_mounted() {
     );
     assert_eq!(code, Some(9), "{err}");
     assert!(
-        err.contains("did not report a live mount within 2 s"),
+        err.contains("the mount did not start within 2 s"),
         "{err}"
     );
     assert!(

@@ -224,7 +224,7 @@ fn s3_stopped_server_fails_reads_after_retries_and_the_mount_recovers() {
     let started = Instant::now();
     m.check("remote_eio", "lib/liba.so#0/gfx942.hsaco");
     let took = started.elapsed();
-    // Three attempts of 1 s each, 0.2 + 0.4 s of backoff.
+    // Three attempts of 1 s each, 0.2 + 0.4 s of backoff, after the smaller pieces' timeouts.
     assert!(took >= Duration::from_millis(3000), "{took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     moto.signal(libc::SIGCONT);
@@ -236,9 +236,10 @@ fn s3_stopped_server_fails_reads_after_retries_and_the_mount_recovers() {
         ),
     );
     let s = stats(&m);
-    // Each failed request was retried twice (the kernel may have asked for the file twice).
+    // Each failed request was retried twice (the kernel may have asked for the file twice),
+    // after being asked for in smaller pieces first (a timed-out request larger than 64 KiB).
     assert!(s["remote_failures"] >= 1, "{s:?}");
-    assert_eq!(s["remote_retries"], 2 * s["remote_failures"], "{s:?}");
+    assert!(s["remote_retries"] >= 2 * s["remote_failures"], "{s:?}");
     let log = m.daemon_log();
     assert!(log.contains("timed out"), "{log}");
     assert!(log.contains("retry 2 of 2"), "{log}");
