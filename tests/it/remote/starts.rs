@@ -81,7 +81,7 @@ fn list_with_short_timeout(url: &str) -> (Option<i32>, String, String) {
 }
 
 /// Windows of the frame chain grow past what the link carries within the timeout; the requests
-/// that time out are asked for again in halves, and the archive opens.
+/// that time out are asked for again in smaller pieces, and the archive opens.
 #[test]
 fn a_slow_link_gets_smaller_requests_instead_of_timeouts() {
     let www = tempfile::tempdir().unwrap();
