@@ -52,9 +52,9 @@ impl Code {
                         j += 1;
                     }
                 }
-                for k in i..j {
-                    if text[k] != b'\n' {
-                        text[k] = b' ';
+                for c in &mut text[i..j] {
+                    if *c != b'\n' {
+                        *c = b' ';
                     }
                 }
                 plain[i..j].fill(false);
