@@ -1,5 +1,6 @@
 //! `kpack-fuse stats MOUNTPOINT`: the mount's counters (the root's `user.kpack.stats`
-//! attribute), as an aligned table or as one JSON object.
+//! attribute), as an aligned table or as one JSON object, and where its backing files take
+//! disk (`user.kpack.backing_dir`, last, as `backing_dir`).
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,8 @@ use crate::cli::out::out;
 pub struct Args {
     /// The kpack-fuse mount point.
     pub mountpoint: PathBuf,
-    /// Print one JSON object (`{"name": number, ...}`, in the mount's order) instead of text.
+    /// Print one JSON object (`{"name": number, ..., "backing_dir": "PATH"}`, in the mount's
+    /// order) instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -18,11 +20,24 @@ pub struct Args {
 /// The attribute the mount's root answers with its counters.
 const STATS_ATTR: &str = "user.kpack.stats";
 
+/// The attribute the mount's root answers with the directory of its backing files (none with
+/// memory backing).
+const DIR_ATTR: &str = "user.kpack.backing_dir";
+
 /// Counters whose value is a number of bytes; the table adds a readable size beside them.
 const BYTE_COUNTERS: &[&str] = &["bytes_cached", "capacity", "backing_bytes"];
 
 pub fn run(args: Args) -> CliResult {
-    let text = read_attr(&args.mountpoint)?;
+    let text =
+        read_attr(&args.mountpoint, STATS_ATTR)?.ok_or_else(|| not_ours(&args.mountpoint))?;
+    let text = String::from_utf8(text).map_err(|_| {
+        CliError::new(
+            Exit::BadFormat,
+            format!("{}: {STATS_ATTR} is not UTF-8", args.mountpoint.display()),
+        )
+    })?;
+    let dir =
+        read_attr(&args.mountpoint, DIR_ATTR)?.map(|d| String::from_utf8_lossy(&d).into_owned());
     let counters = parse(&text).map_err(|line| {
         CliError::new(
             Exit::BadFormat,
@@ -35,19 +50,27 @@ pub fn run(args: Args) -> CliResult {
     out!(
         "{}",
         if args.json {
-            json(&counters)
+            json(&counters, dir.as_deref())
         } else {
-            table(&counters)
+            table(&counters, dir.as_deref())
         }
     )
 }
 
-/// The attribute's text, or an error saying why the path is not a mount we can ask.
-fn read_attr(path: &Path) -> CliResult<String> {
+fn not_ours(path: &Path) -> CliError {
+    CliError::new(
+        Exit::MountPoint,
+        format!("{}: not the root of a kpack-fuse mount", path.display()),
+    )
+}
+
+/// The attribute `name` of `path` (none when it has none), or an error saying why the path is
+/// not a mount we can ask.
+fn read_attr(path: &Path, name: &str) -> CliResult<Option<Vec<u8>>> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| CliError::new(Exit::Usage, "the mount point contains a NUL byte"))?;
-    let name = std::ffi::CString::new(STATS_ATTR).expect("no NUL in a constant");
+    let name = std::ffi::CString::new(name).expect("no NUL in a constant");
     let mut buf = vec![0u8; 64 << 10];
     // SAFETY: both strings are NUL-terminated and live across the call; `buf` is writable for
     // its length.
@@ -61,21 +84,13 @@ fn read_attr(path: &Path) -> CliResult<String> {
     };
     if n < 0 {
         let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENODATA) | Some(libc::ENOTSUP) => CliError::new(
-                Exit::MountPoint,
-                format!("{}: not the root of a kpack-fuse mount", path.display()),
-            ),
-            _ => CliError::io(Exit::Unreadable, path, &e),
-        });
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(None),
+            _ => Err(CliError::io(Exit::Unreadable, path, &e)),
+        };
     }
     buf.truncate(n as usize);
-    String::from_utf8(buf).map_err(|_| {
-        CliError::new(
-            Exit::BadFormat,
-            format!("{}: {STATS_ATTR} is not UTF-8", path.display()),
-        )
-    })
+    Ok(Some(buf))
 }
 
 /// `name value` lines into pairs, in order; the first line that is not one is the error.
@@ -89,8 +104,16 @@ fn parse(text: &str) -> Result<Vec<(&str, u64)>, &str> {
         .collect()
 }
 
-fn table(counters: &[(&str, u64)]) -> String {
-    let width = counters.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+/// The name of the backing directory's row.
+const DIR_ROW: &str = "backing_dir";
+
+fn table(counters: &[(&str, u64)], dir: Option<&str>) -> String {
+    let width = counters
+        .iter()
+        .map(|(n, _)| n.len())
+        .chain(dir.map(|_| DIR_ROW.len()))
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
     for (name, value) in counters {
         out.push_str(&format!("{name:<width$}  {value}"));
@@ -99,14 +122,18 @@ fn table(counters: &[(&str, u64)]) -> String {
         }
         out.push('\n');
     }
+    if let Some(dir) = dir {
+        out.push_str(&format!("{DIR_ROW:<width$}  {dir}\n"));
+    }
     out
 }
 
 /// Written by hand rather than through `serde_json::Map`, which would sort the names.
-fn json(counters: &[(&str, u64)]) -> String {
+fn json(counters: &[(&str, u64)], dir: Option<&str>) -> String {
     let fields: Vec<String> = counters
         .iter()
         .map(|(name, value)| format!("{}:{value}", serde_json::Value::from(*name)))
+        .chain(dir.map(|d| format!("\"{DIR_ROW}\":{}", serde_json::Value::from(d))))
         .collect();
     format!("{{{}}}\n", fields.join(","))
 }
@@ -141,12 +168,21 @@ mod tests {
             ]
         );
         assert_eq!(
-            table(&c),
+            table(&c, None),
             "hits           12\ncapacity       10737418240 (10.0 GiB)\nbacking_bytes  512\n"
         );
         assert_eq!(
-            json(&c),
+            json(&c, None),
             "{\"hits\":12,\"capacity\":10737418240,\"backing_bytes\":512}\n"
+        );
+        let dir = Some("/var/tmp/kpack-fuse.7-1f \"x\"");
+        assert_eq!(
+            table(&c[..1], dir),
+            "hits         12\nbacking_dir  /var/tmp/kpack-fuse.7-1f \"x\"\n"
+        );
+        assert_eq!(
+            json(&c[..1], dir),
+            "{\"hits\":12,\"backing_dir\":\"/var/tmp/kpack-fuse.7-1f \\\"x\\\"\"}\n"
         );
     }
 

@@ -129,7 +129,13 @@ impl KpackFs {
     pub(in crate::fs) fn xattrs(&self, ino: Ino) -> Vec<(&'static str, Vec<u8>)> {
         match self.tree.entry(ino) {
             Some(Entry::Dir(_)) if ino == ROOT => {
-                vec![("user.kpack.stats", self.stats_text().into_bytes())]
+                let mut attrs = vec![("user.kpack.stats", self.stats_text().into_bytes())];
+                // Where the mount's decoded kernels take disk (none with memory backing).
+                if let Some(dir) = self.store.backing_dir() {
+                    let path = dir.as_os_str().as_encoded_bytes().to_vec();
+                    attrs.push(("user.kpack.backing_dir", path));
+                }
+                attrs
             }
             Some(Entry::File(f)) => {
                 let archive = self.archive_of(f);

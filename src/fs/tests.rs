@@ -458,7 +458,7 @@ fn xattrs_describe_the_entry() {
     read_all(&fs, f, 4096);
     assert_eq!(
         String::from_utf8(fs.getxattr(ROOT, b"user.kpack.stats").unwrap()).unwrap(),
-        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nlookups 3\nlookups_missing 0\n\
+        "hits 1\nmisses 1\ndecodes 1\nbytes_cached 180\nevictions 0\ncapacity 1048576\nspace_evictions 0\nspace_refusals 0\nlookups 3\nlookups_missing 0\n\
          daemon_opens 2\nopen_handles 0\ndaemon_reads 4\nreads_while_decoding 0\nopens_while_decoding 0\ndecodes_ahead 0\nbacking_in_memory 1\nbacking_bytes 180\ncache_dir_hits 0\ncache_dir_misses 0\n\
          cache_dir_rejected 0\ncache_dir_evictions 0\npassthrough 0\npage_cache_mode 0\n"
     );

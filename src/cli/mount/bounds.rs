@@ -16,8 +16,18 @@ use super::settings::{Bound, Settings};
 /// Default `--memory-cache-size`: 256 MiB (less in a small cgroup: see `mod.rs`).
 pub const DEFAULT_MEMORY_CACHE: u64 = 256 << 20;
 
-/// Default `--disk-cache-size`: 10 GiB.
-pub const DEFAULT_DISK_CACHE: u64 = 10 << 30;
+/// The least default `--disk-cache-size` (see [`default_disk_cache`]).
+pub const DISK_CACHE_FLOOR: u64 = 64 << 20;
+
+/// Default `--disk-cache-size` on a file system of `size` bytes with `free` bytes free (for an
+/// unprivileged user; a cache directory's own files count as free, since its bound removes
+/// them): a quarter of the file system, at most half of what is free, and at least
+/// [`DISK_CACHE_FLOOR`] or a quarter of the file system, whichever is less. The floor keeps a
+/// few kernels on a nearly full disk, where the store evicts when the file system is full.
+pub fn default_disk_cache(size: u64, free: u64) -> u64 {
+    let quarter = size / 4;
+    quarter.min(free / 2).max(DISK_CACHE_FLOOR.min(quarter))
+}
 
 /// What the mount keeps: where, the bound in force (the store's capacity, shown as `capacity`
 /// in the stats), and the warnings to show before the mount goes to the background.
@@ -36,8 +46,13 @@ const CACHE_DIR_SIZE_RENAMED: &str = "--cache-dir-size (-o cache_dir_size) is re
      --disk-cache-size (-o disk_cache_size); the old name will be refused in a later release";
 
 /// Resolves the settings; `default_memory` gives the memory bound when none is given (it is
-/// only asked with memory backing). An error is a usage error (exit 2), one line.
-pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Resolved, String> {
+/// only asked with memory backing), `default_disk` the disk bound for the place files go to
+/// (only asked with disk backing). An error is a usage error (exit 2), one line.
+pub fn resolve(
+    s: &Settings,
+    default_memory: impl FnOnce() -> u64,
+    default_disk: impl FnOnce(&Placement) -> u64,
+) -> Result<Resolved, String> {
     let mut warnings = Vec::new();
     if s.memory_backing {
         if s.cache_dir.is_some() {
@@ -107,7 +122,6 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
     if s.disk_cache_size.is_some_and(|b| b.old_name) {
         warnings.push(CACHE_DIR_SIZE_RENAMED.into());
     }
-    let bound = s.disk_cache_size.map_or(DEFAULT_DISK_CACHE, |b| b.bytes);
     let placement = match &s.cache_dir {
         Some(dir) => {
             if s.scratch_dir.is_some() {
@@ -124,6 +138,10 @@ pub fn resolve(s: &Settings, default_memory: impl FnOnce() -> u64) -> Result<Res
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_SCRATCH_BASE)),
         ),
     };
+    let bound = match s.disk_cache_size {
+        Some(b) => b.bytes,
+        None => default_disk(&placement),
+    };
     Ok(Resolved {
         placement,
         bound,
@@ -138,11 +156,13 @@ mod tests {
 
     /// The default memory bound the tests pass: not a size anyone gives, so a mix-up shows.
     const DEFAULT_MEM: u64 = 12_345;
+    /// The same for the disk bound.
+    const DEFAULT_DISK_CACHE: u64 = 67_890;
 
     fn resolved(f: impl FnOnce(&mut Settings)) -> Result<Resolved, String> {
         let mut s = Settings::default();
         f(&mut s);
-        resolve(&s, || DEFAULT_MEM)
+        resolve(&s, || DEFAULT_MEM, |_| DEFAULT_DISK_CACHE)
     }
 
     fn ok(placement: Placement, bound: u64, warnings: &[&str]) -> Result<Resolved, String> {
@@ -327,12 +347,54 @@ mod tests {
     }
 
     #[test]
-    fn the_default_memory_bound_is_asked_only_when_it_is_used() {
+    fn each_default_bound_is_asked_only_when_it_is_used() {
         let mut s = Settings::default();
-        assert!(resolve(&s, || panic!("asked with disk backing")).is_ok());
-        s.memory_backing = true;
-        s.memory_cache_size = Some(Bound::new(1));
-        assert!(resolve(&s, || panic!("asked with a bound given")).is_ok());
+        let asked = std::cell::RefCell::new(Vec::new());
+        let disk = |p: &Placement| {
+            asked.borrow_mut().push(p.clone());
+            1
+        };
+        assert!(resolve(&s, || panic!("asked with disk backing"), disk).is_ok());
+        s.cache_dir = Some("/var/cache/k".into());
+        assert!(resolve(&s, || panic!("asked with disk backing"), disk).is_ok());
+        s.disk_cache_size = Some(Bound::new(1));
+        assert!(resolve(&s, || panic!("asked with disk backing"), disk).is_ok());
+        assert_eq!(
+            *asked.borrow(),
+            [
+                scratch("/var/tmp"),
+                Placement::CacheDir("/var/cache/k".into())
+            ],
+            "the place the files go to, once per mount without a bound"
+        );
+        let s = Settings {
+            memory_backing: true,
+            memory_cache_size: Some(Bound::new(1)),
+            ..Settings::default()
+        };
+        let never = |_: &Placement| panic!("asked with memory backing");
+        assert!(resolve(&s, || panic!("asked with a bound given"), never).is_ok());
+    }
+
+    /// A quarter of the file system, at most half of its free space, at least 64 MiB or a
+    /// quarter of it.
+    #[test]
+    fn the_default_disk_bound_follows_the_file_system() {
+        const G: u64 = 1 << 30;
+        const M: u64 = 1 << 20;
+        // Plenty free: a quarter of the size.
+        assert_eq!(default_disk_cache(400 * G, 300 * G), 100 * G);
+        // Less free: half of it.
+        assert_eq!(default_disk_cache(400 * G, 50 * G), 25 * G);
+        // Nearly full: the floor.
+        assert_eq!(default_disk_cache(400 * G, 10 * M), DISK_CACHE_FLOOR);
+        assert_eq!(default_disk_cache(400 * G, 0), 64 * M);
+        // A small file system: a quarter of it, whatever is free.
+        assert_eq!(default_disk_cache(40 * M, 40 * M), 10 * M);
+        assert_eq!(default_disk_cache(40 * M, 0), 10 * M);
+        assert_eq!(default_disk_cache(200 * M, 100 * M), 50 * M);
+        assert_eq!(default_disk_cache(G, 100 * M), DISK_CACHE_FLOOR);
+        assert_eq!(default_disk_cache(0, 0), 0);
     }
 
     #[test]

@@ -35,10 +35,10 @@ use rocm_kpack::fs::fuse;
 use rocm_kpack::fs::setup::limits::raise_open_file_limit;
 use rocm_kpack::fs::setup::source::{self, SourceOptions};
 use rocm_kpack::fs::setup::{gpus, mountinfo};
-use rocm_kpack::fs::store::{Placement, descriptor_budget};
+use rocm_kpack::fs::store::{Placement, cache_dir_bytes, descriptor_budget, fs_space};
 use rocm_kpack::loader::LoaderConfig;
 
-use self::bounds::DEFAULT_MEMORY_CACHE;
+use self::bounds::{DEFAULT_MEMORY_CACHE, DISK_CACHE_FLOOR};
 use self::claim::Claim;
 use self::logging::Verbosity;
 use self::plan::Host;
@@ -62,6 +62,36 @@ fn default_memory_cache() -> u64 {
         }
         _ => DEFAULT_MEMORY_CACHE,
     }
+}
+
+/// `--disk-cache-size` when none is given: [`bounds::default_disk_cache`] of the file system
+/// the files go to (the scratch directory's base, or the cache directory, or the nearest
+/// directory above it that exists yet), counting a cache directory's own files as free.
+fn default_disk_cache(placement: &Placement) -> u64 {
+    let dir = match placement {
+        Placement::Scratch(base) => base,
+        Placement::CacheDir(dir) => dir,
+        Placement::Memory => return DISK_CACHE_FLOOR,
+    };
+    let Some((size, free)) = dir.ancestors().find_map(fs_space) else {
+        log::warn!(
+            "cannot read the size of the file system of {}; --disk-cache-size defaults to {DISK_CACHE_FLOOR} bytes",
+            dir.display()
+        );
+        return DISK_CACHE_FLOOR;
+    };
+    let own = match placement {
+        Placement::CacheDir(dir) => cache_dir_bytes(dir),
+        _ => 0,
+    };
+    let bound = bounds::default_disk_cache(size, free.saturating_add(own));
+    log::info!(
+        "--disk-cache-size defaults to {bound} bytes: a quarter of the {size}-byte file system \
+         of {}, at most half of its {} bytes free (at least {DISK_CACHE_FLOOR} bytes or a quarter)",
+        dir.display(),
+        free.saturating_add(own)
+    );
+    bound
 }
 
 /// The deprecated spellings, for `--help` and the man page (hidden from the option list).
@@ -93,11 +123,13 @@ pub struct MountArgs {
     #[arg(long, value_name = "SIZE", value_parser = options::parse_size)]
     pub memory_cache_size: Option<u64>,
     /// With disk backing: bytes of decoded kernels kept on disk (in the per-mount directory or
-    /// --cache-dir); least recently used files go first [default: 10G]. Refused with
-    /// --backing memory.
+    /// --cache-dir); least recently used files go first, and go too when the file system is
+    /// full [default: a quarter of that file system, at most half its free space, at least
+    /// 64M or a quarter]. Refused with --backing memory.
     #[arg(long, value_name = "SIZE", value_parser = options::parse_size)]
     pub disk_cache_size: Option<u64>,
-    /// Where the per-mount directory of disk backing is made [default: /var/tmp].
+    /// Where the per-mount directory of disk backing (kpack-fuse.PID-STAMP, PID the daemon's)
+    /// is made [default: /var/tmp].
     #[arg(long, value_name = "DIR")]
     pub scratch_dir: Option<PathBuf>,
     /// Keep decoded kernels in DIR across mounts and restarts (may be shared by several
@@ -361,8 +393,8 @@ pub fn run_mount(args: MountArgs) -> CliResult {
     };
     logging::init(verbosity);
     let s = settings(&args)?;
-    let bounds =
-        bounds::resolve(&s, default_memory_cache).map_err(|e| CliError::new(Exit::Usage, e))?;
+    let bounds = bounds::resolve(&s, default_memory_cache, default_disk_cache)
+        .map_err(|e| CliError::new(Exit::Usage, e))?;
     let remote_source = args.source.to_str().filter(|s| remote::is_remote(s));
     let unused_remote = match remote_source {
         Some(_) => Vec::new(),

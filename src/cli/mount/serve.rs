@@ -39,6 +39,23 @@ pub fn serve(
             format!("cannot install signal handlers: {e}"),
         )
     })?;
+    // Made here, by the process that serves the mount: the per-mount directory is named after
+    // it and locked for as long as it lives (dead daemons' directories beside it are removed).
+    let backing_dir = fs.store().start().map_err(|e| {
+        CliError::new(
+            Exit::Output,
+            format!("cannot make the per-mount directory of backing files: {e}"),
+        )
+    })?;
+    let backing = backing_dir.map(|dir| {
+        let kind = if fs.store().is_cache_dir() {
+            daemon_lock::Backing::CacheDir(dir)
+        } else {
+            daemon_lock::Backing::Scratch(dir)
+        };
+        log::info!("backing files in {}", kind.dir().display());
+        kind
+    });
     let (mounted, mountpoint) = match target {
         Target::Dir(mp) => {
             let m = fuse::mount(fs, &mp, cfg)
@@ -66,7 +83,7 @@ pub fn serve(
     let own = mounted.own_mount();
     // Held until the process exits, so that `kpack-fuse unmount` can wait for it.
     let held = own.as_ref().and_then(|o| {
-        daemon_lock::hold(o.device())
+        daemon_lock::hold(o.device(), o.mountpoint(), backing.as_ref())
             .map_err(|e| log::debug!("no lock for unmount to wait on: {e}"))
             .ok()
     });

@@ -77,7 +77,10 @@ impl KpackFs {
         };
         // read_verified_frame checked that the frame can produce this many bytes, so the space
         // reserved here is what the frame really needs.
-        let mut pending = self.store.begin(&spec)?;
+        let mut pending = self
+            .store
+            .begin(&spec)
+            .map_err(|e| self.failed(file, &e, e.errno))?;
         fill.streaming(pending.backing());
         // Every step is published as it is decoded, the last one too: keeping the file (a
         // cache directory hashes, records and renames it) is no reader's business, and a
@@ -194,7 +197,7 @@ impl KpackFs {
         let fail = |e: &crate::Error| self.failed(file, e, Errno::from(e));
         let pending =
             stream::write_whole(archive, kref, || self.store.begin(spec)).map_err(|e| match e {
-                stream::WholeError::Store(errno) => errno,
+                stream::WholeError::Store(e) => self.failed(file, &e, e.errno),
                 stream::WholeError::Write(e) => self.failed(file, &e.message, e.errno),
                 stream::WholeError::Read(e) => fail(&e),
             })?;

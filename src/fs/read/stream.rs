@@ -11,7 +11,7 @@ use super::fill::Fill;
 use crate::archive::codec::decode_frame_steps;
 use crate::archive::{Archive, KernelRef};
 use crate::fs::errno::Errno;
-use crate::fs::store::Pending;
+use crate::fs::store::{FileError, Pending};
 
 /// How far a decode gets before it publishes the bytes it wrote (and answers the reads waiting
 /// for them): large enough that publishing costs little next to decoding, small enough to stay
@@ -119,10 +119,10 @@ pub fn decode_into(
     })
 }
 
-/// Why [`write_whole`] failed: the backing file could not be made (already logged), a write
-/// into it failed, or the archive's read or check failed.
+/// Why [`write_whole`] failed: the backing file could not be made, a write into it failed, or
+/// the archive's read or check failed.
 pub enum WholeError {
-    Store(Errno),
+    Store(FileError),
     Write(DecodeError),
     Read(crate::Error),
 }
@@ -135,12 +135,12 @@ pub enum WholeError {
 pub fn write_whole(
     archive: &Archive,
     kref: &KernelRef<'_>,
-    mut begin: impl FnMut() -> Result<Pending, Errno>,
+    mut begin: impl FnMut() -> Result<Pending, FileError>,
 ) -> Result<Pending, WholeError> {
     let mut frame = frame_buffer();
     let mut piece = BUFFER.with_borrow_mut(std::mem::take);
     // Made with the first piece; a failure to make it stops the read there.
-    let mut made: Option<Result<Pending, Errno>> = None;
+    let mut made: Option<Result<Pending, FileError>> = None;
     let mut write_error = None;
     let written = archive.read_in_steps(kref, STEP, &mut frame, &mut piece, |at, bytes| match made
         .get_or_insert_with(&mut begin)

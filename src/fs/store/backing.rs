@@ -4,9 +4,11 @@
 //! which of them the mount keeps is the store's business (`store/mod.rs`), which uses this.
 //!
 //! Where the files live is the mount's choice ([`Placement`]):
-//! * `Scratch` (the default): a directory of this mount on local disk. Files are unlinked the
-//!   moment they are created, so a crashed daemon leaves nothing but an empty directory, and
-//!   their pages are ordinary page cache the kernel can reclaim and read back.
+//! * `Scratch` (the default): a directory of this mount on local disk (`scratch.rs`: made by
+//!   the daemon, named after it, locked while it lives, removed by the next mount once it is
+//!   dead). Files are unlinked the moment they are created, so a crashed daemon leaves nothing
+//!   but an empty directory, and their pages are ordinary page cache the kernel can reclaim
+//!   and read back.
 //! * `Memory`: memfds, sealed once written. Nothing touches a disk, but the pages cannot be
 //!   reclaimed without swap, so `--memory-cache-size` bounds them.
 //! * `CacheDir`: a persistent directory shared across mounts and daemons (`cache_dir.rs`).
@@ -22,24 +24,29 @@
 //! Space is reserved with `fallocate`, so a full disk or memory limit is an error for that
 //! open, not a `SIGBUS` in the daemon; and [`Files::begin`] is called only once the
 //! archive has checked that the stored kernel really produces that many bytes, so a hostile
-//! size never claims disk or memory.
+//! size never claims disk or memory. When the reservation finds the file system full, the
+//! caller (the store) is asked to free space and the reservation is tried again; only when it
+//! has nothing left to free is the kernel refused, with a message naming the directory and
+//! the sizes.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cache_dir::{CacheDir, DirStats, TmpFile};
-use super::kernel::{KernelId, KernelSpec, fail};
+use super::kernel::{FileError, KernelId, KernelSpec};
+use super::scratch::ScratchDir;
 use crate::fs::errno::Errno;
 
 /// Where backing files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
-    /// A per-mount directory created under this one, removed when the store is dropped.
+    /// A per-mount directory made under this one (by the daemon, see `scratch.rs`), removed
+    /// when the store is dropped.
     Scratch(PathBuf),
     /// Anonymous memory (memfd).
     Memory,
@@ -138,7 +145,7 @@ impl Drop for BackingFile {
 }
 
 enum Where {
-    Scratch(PathBuf),
+    Scratch(ScratchDir),
     Memory,
     CacheDir(CacheDir),
 }
@@ -151,13 +158,18 @@ pub struct Files {
     /// Bytes of all backing files still open (cached or held by handles).
     live: Arc<AtomicU64>,
     next_name: AtomicU64,
+    /// Tests: the bytes of open files past which reserving space fails with ENOSPC, as an
+    /// unlinked file's space comes back when its last descriptor closes.
+    #[cfg(test)]
+    pub(crate) quota: Option<u64>,
 }
 
 impl Files {
-    /// Files placed as `placement` says; a cache directory is bounded to `capacity` bytes.
+    /// Files placed as `placement` says; a cache directory is bounded to `capacity` bytes. A
+    /// per-mount directory is made later, by [`start`](Self::start) or the first file.
     pub fn new(placement: &Placement, capacity: u64) -> io::Result<Files> {
         let place = match placement {
-            Placement::Scratch(base) => Where::Scratch(make_scratch_dir(base)?),
+            Placement::Scratch(base) => Where::Scratch(ScratchDir::new(base.clone())),
             Placement::Memory => Where::Memory,
             Placement::CacheDir(dir) => Where::CacheDir(CacheDir::open(dir, capacity)?),
         };
@@ -165,7 +177,38 @@ impl Files {
             place,
             live: Arc::new(AtomicU64::new(0)),
             next_name: AtomicU64::new(0),
+            #[cfg(test)]
+            quota: None,
         })
+    }
+
+    /// Makes the per-mount directory now, in the process that serves the mount (removing what
+    /// dead daemons left beside it). Returns the directory files go to: the per-mount one or
+    /// the cache directory's; none in memory.
+    pub fn start(&self) -> io::Result<Option<PathBuf>> {
+        match &self.place {
+            Where::Scratch(dir) => dir.start().map(Some),
+            Where::Memory => Ok(None),
+            Where::CacheDir(dir) => Ok(Some(dir.root().to_owned())),
+        }
+    }
+
+    /// The directory files go to, once there is one (see [`start`](Self::start)).
+    pub fn dir(&self) -> Option<PathBuf> {
+        match &self.place {
+            Where::Scratch(dir) => dir.path(),
+            Where::Memory => None,
+            Where::CacheDir(dir) => Some(dir.root().to_owned()),
+        }
+    }
+
+    /// Frees space in a full cache directory: removes its least recently used files, `len`
+    /// bytes of them at least. Whether any was removed (none elsewhere).
+    pub fn free_dir(&self, len: u64) -> bool {
+        match &self.place {
+            Where::CacheDir(dir) => dir.free(len),
+            _ => false,
+        }
     }
 
     /// Whether files live in a persistent cache directory.
@@ -199,22 +242,40 @@ impl Files {
     /// Makes the file for a decode that serves readers while it writes (see `read/fill.rs` and
     /// `stream.rs`): the file, its space reserved, written with [`Pending::write_at`]. Call it
     /// only once the archive has checked that the stored kernel really produces `spec.len`
-    /// bytes.
-    pub fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
+    /// bytes. When the file system is full, `free` is asked to free space and the reservation
+    /// is tried again, until it says it freed nothing; the error is then `no_room`. Nothing is
+    /// logged: the caller logs the error with the kernel's name.
+    pub fn begin(
+        &self,
+        spec: &KernelSpec,
+        free: &mut dyn FnMut() -> bool,
+    ) -> Result<Pending, FileError> {
         let (file, tmp) = match &self.place {
-            Where::Scratch(dir) => (self.scratch_file(dir)?, None),
+            Where::Scratch(dir) => {
+                let n = self.next_name.fetch_add(1, Ordering::Relaxed);
+                let file = dir.new_file(n).map_err(|(path, e)| {
+                    FileError::new(&format!("cannot create {}", path.display()), &e)
+                })?;
+                (file, None)
+            }
             Where::Memory => (
-                memfd(spec.id).map_err(|e| fail("cannot create a memfd", &e))?,
+                memfd(spec.id).map_err(|e| FileError::new("cannot create a memfd", &e))?,
                 None,
             ),
             Where::CacheDir(dir) => {
+                dir.make_room(spec.len);
                 let (file, tmp) = dir.create(spec)?;
                 (file, Some(tmp))
             }
         };
         if spec.len > 0 {
-            reserve(&file, spec.len)
-                .map_err(|e| fail(&format!("cannot reserve {} bytes", spec.len), &e))?;
+            loop {
+                match self.reserve(&file, spec.len) {
+                    Ok(()) => break,
+                    Err(e) if self.is_full(&e) && free() => {}
+                    Err(e) => return Err(self.no_room(spec.len, &e)),
+                }
+            }
         }
         // A cache directory records the digest of the decoded bytes; archives that have one
         // give it, the others get it hashed as the bytes are written.
@@ -229,7 +290,50 @@ impl Files {
             },
             tmp,
             hasher,
+            counted: None,
         })
+    }
+
+    /// Reserves `len` bytes for `file` (see [`reserve`]).
+    fn reserve(&self, file: &File, len: u64) -> io::Result<()> {
+        #[cfg(test)]
+        if self
+            .quota
+            .is_some_and(|q| self.live_bytes().saturating_add(len) > q)
+        {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        reserve(file, len)
+    }
+
+    /// Whether a failed reservation means the place is full (so freeing space may help).
+    fn is_full(&self, e: &io::Error) -> bool {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => true,
+            // A memfd over a memory cgroup's limit.
+            Some(libc::ENOMEM) => self.in_memory(),
+            _ => false,
+        }
+    }
+
+    /// The error of a reservation that failed with nothing more to free: where, how large,
+    /// and the free space there now.
+    fn no_room(&self, len: u64, e: &io::Error) -> FileError {
+        let place = match self.dir() {
+            Some(dir) => {
+                let free = free_space(&dir)
+                    .map_or_else(String::new, |free| format!(" ({free} bytes free there)"));
+                format!("{}{free}", dir.display())
+            }
+            None => "memory".to_owned(),
+        };
+        FileError {
+            no_room: true,
+            ..FileError::new(
+                &format!("no room for its {len}-byte backing file in {place}"),
+                e,
+            )
+        }
     }
 
     /// Completes a file [`begin`](Self::begin) made, once every byte is written: seals a memfd,
@@ -297,21 +401,6 @@ impl Files {
         }
     }
 
-    /// A new file in the scratch directory, already unlinked: it lives as long as it is open.
-    fn scratch_file(&self, dir: &Path) -> Result<File, Errno> {
-        let n = self.next_name.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("k{n}"));
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| fail(&format!("cannot create {}", path.display()), &e))?;
-        let _ = std::fs::remove_file(&path);
-        Ok(file)
-    }
-
     pub fn dir_stats(&self) -> DirStats {
         match &self.place {
             Where::CacheDir(d) => d.stats(),
@@ -325,15 +414,6 @@ impl Files {
     }
 }
 
-impl Drop for Files {
-    fn drop(&mut self) {
-        if let Where::Scratch(dir) = &self.place {
-            // Its files were unlinked when created; only the directory itself remains.
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
 /// How many backing files a store may keep open under an open-file limit of `limit`: each is
 /// a descriptor, and half of the limit is left to archives, FUSE channels and open handles. A
 /// budget smaller than a tree evicts its files before their next open, and warm opens decode
@@ -342,19 +422,49 @@ pub fn descriptor_budget(limit: u64) -> usize {
     (limit / 2).clamp(16, 1 << 19) as usize
 }
 
-fn make_scratch_dir(base: &Path) -> io::Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = base.join(format!("kpack-fuse.{}.{stamp:x}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-    Ok(dir)
+/// The bytes free for an unprivileged user on the file system of `dir` (`statvfs`).
+pub fn free_space(dir: &Path) -> Option<u64> {
+    fs_space(dir).map(|(_, free)| free)
 }
 
-use std::os::unix::fs::DirBuilderExt;
+/// The size and the bytes free for an unprivileged user of the file system of `path`
+/// (`statvfs`).
+pub fn fs_space(path: &Path) -> Option<(u64, u64)> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a valid NUL-terminated path and a zeroed statvfs for the call to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((
+        (st.f_blocks as u64).saturating_mul(unit),
+        (st.f_bavail as u64).saturating_mul(unit),
+    ))
+}
+
+/// Counts `len` bytes in a total while it lives: the store's bytes of files being written.
+pub(crate) struct InFlight {
+    total: Arc<AtomicU64>,
+    len: u64,
+}
+
+impl InFlight {
+    /// Adds `len` to `total` until dropped.
+    pub(crate) fn new(total: &Arc<AtomicU64>, len: u64) -> InFlight {
+        total.fetch_add(len, Ordering::Relaxed);
+        InFlight {
+            total: total.clone(),
+            len,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.len, Ordering::Relaxed);
+    }
+}
 
 fn memfd(id: KernelId) -> io::Result<File> {
     let name = std::ffi::CString::new(format!("kpack-{}-{}", id.archive, id.ordinal))
@@ -396,11 +506,18 @@ pub struct Pending {
     tmp: Option<TmpFile>,
     /// The digest of the bytes written so far, when the file's record needs one.
     hasher: Option<blake3::Hasher>,
+    /// Its bytes, counted by the store as being written until it is finished or dropped.
+    counted: Option<InFlight>,
 }
 
 impl Pending {
     pub fn backing(&self) -> &Arc<BackingFile> {
         &self.backing
+    }
+
+    /// Counts the file in `in_flight` until it is finished or dropped.
+    pub(crate) fn count_in(&mut self, in_flight: InFlight) {
+        self.counted = Some(in_flight);
     }
 
     /// Writes `bytes` at `offset` (bytes not yet written read as zeros). Writes must come in
@@ -457,6 +574,7 @@ pub(crate) mod tests {
                 piece: WRITE_PIECE,
                 tmp: None,
                 hasher: None,
+                counted: None,
             }
         }
     }
@@ -491,7 +609,7 @@ pub(crate) mod tests {
 
     /// A cache-directory file written by `begin`/`finish` with `data`.
     fn written(store: &Files, s: &KernelSpec, data: &[u8]) -> Arc<BackingFile> {
-        let mut pending = store.begin(s).unwrap();
+        let mut pending = store.begin(s, &mut || false).unwrap();
         pending.write_at(0, data).unwrap();
         let (file, kept) = store.finish(s, pending);
         assert!(kept);
@@ -511,7 +629,7 @@ pub(crate) mod tests {
         ] {
             let store = Files::new(&place, 1 << 24).unwrap();
             let s = spec(len as u64, 9);
-            let mut pending = store.begin(&s).unwrap();
+            let mut pending = store.begin(&s, &mut || false).unwrap();
             // Two writes, each across piece boundaries, the second from an odd offset.
             let cut = WRITE_PIECE + 17;
             pending.write_at(0, &data[..cut]).unwrap();
@@ -560,7 +678,7 @@ pub(crate) mod tests {
         let store = Files::new(&Placement::CacheDir(d.path().to_owned()), 1 << 20).unwrap();
         let s = spec(4096, 2);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 199) as u8).collect();
-        let mut pending = store.begin(&s).unwrap();
+        let mut pending = store.begin(&s, &mut || false).unwrap();
         pending.write_at(0, &data).unwrap();
         // Its temporary name is gone: the rename into place fails.
         for f in files(d.path()) {

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use super::kernel::{KernelSpec, fail};
+use super::kernel::{FileError, KernelSpec, fail};
 use crate::error::hex;
 use crate::fs::errno::Errno;
 
@@ -128,14 +128,14 @@ impl CacheDir {
     }
 
     /// A new temporary file for `spec` (a miss), removed again unless it is committed.
-    pub fn create(&self, spec: &KernelSpec) -> Result<(File, TmpFile), Errno> {
+    pub fn create(&self, spec: &KernelSpec) -> Result<(File, TmpFile), FileError> {
         self.misses.fetch_add(1, Ordering::Relaxed);
         let (_, _, sub) = self.paths(&spec.cache_key);
         std::fs::create_dir_all(&sub)
-            .map_err(|e| fail(&format!("cannot create {}", sub.display()), &e))?;
-        let (file, path) = self
-            .create_locked(&sub)
-            .map_err(|(path, e)| fail(&format!("cannot create {}", path.display()), &e))?;
+            .map_err(|e| FileError::new(&format!("cannot create {}", sub.display()), &e))?;
+        let (file, path) = self.create_locked(&sub).map_err(|(path, e)| {
+            FileError::new(&format!("cannot create {}", path.display()), &e)
+        })?;
         let tmp = TmpFile { path: Some(path) };
         Ok((file, tmp))
     }
@@ -175,6 +175,26 @@ impl CacheDir {
         if self.estimate.load(Ordering::Relaxed) > self.capacity {
             self.sweep();
         }
+    }
+
+    /// Makes room for a new file of `len` bytes before its space is reserved: when it would
+    /// take the directory past its bound, removes least recently used files until it fits
+    /// (a file larger than the whole bound makes no room: it is decoded, not kept for long).
+    pub fn make_room(&self, len: u64) {
+        if len <= self.capacity && self.estimate.load(Ordering::Relaxed) + len > self.capacity {
+            self.sweep_to(|_| self.capacity - len);
+        }
+    }
+
+    /// The file system is full: removes least recently used files of at least `len` bytes in
+    /// all (within the bound or not). Returns whether any was removed.
+    pub fn free(&self, len: u64) -> bool {
+        self.sweep_to(|total| total.saturating_sub(len.max(1))) > 0
+    }
+
+    /// Where the files are (`DIR/kpack-v1`).
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     /// A new temporary file in `sub`, under its name and holding its lock. Another daemon's
@@ -248,6 +268,12 @@ impl CacheDir {
     /// Lists the directory: removes stale temporary files, recounts the bytes, and removes
     /// least recently used kernels until the bound holds.
     fn sweep(&self) {
+        self.sweep_to(|_| self.capacity);
+    }
+
+    /// [`sweep`](Self::sweep) down to `target(bytes listed)` bytes; returns how many files it
+    /// removed.
+    fn sweep_to(&self, target: impl FnOnce(u64) -> u64) -> u64 {
         let now = SystemTime::now();
         let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
         let mut total = 0u64;
@@ -281,21 +307,49 @@ impl CacheDir {
                 files.push((mtime, m.size(), path));
             }
         }
-        if total > self.capacity {
+        let target = target(total);
+        let mut removed = 0;
+        if total > target {
             files.sort();
             for (_, size, path) in files {
-                if total <= self.capacity {
+                if total <= target {
                     break;
                 }
                 if std::fs::remove_file(&path).is_ok() {
                     let _ = std::fs::remove_file(path.with_extension("b3"));
                     self.evictions.fetch_add(1, Ordering::Relaxed);
+                    removed += 1;
                 }
                 total -= size;
             }
         }
         self.estimate.store(total, Ordering::Relaxed);
+        removed
     }
+}
+
+/// Bytes of kernels in the cache directory `dir` (as `--cache-dir` names it), from a listing:
+/// what a mount's default bound counts as the cache's own, beside the free space.
+pub fn bytes_in(dir: &Path) -> u64 {
+    let subs = std::fs::read_dir(dir.join(VERSION_DIR))
+        .into_iter()
+        .flatten()
+        .flatten();
+    subs.flat_map(|sub| {
+        std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+    })
+    .filter(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        !name.starts_with(".tmp.") && !name.ends_with(".b3")
+    })
+    .filter_map(|e| e.metadata().ok())
+    .filter(|m| m.is_file())
+    .map(|m| m.size())
+    .sum()
 }
 
 /// The temporary name of a file being written; the file is removed on drop unless committed.
@@ -444,10 +498,13 @@ mod tests {
                     digest: None,
                 };
                 // Every failure is collected: a panic here would leave the listers running.
-                let made = writer.create(&spec).and_then(|(mut file, tmp)| {
-                    file.write_all(b"abcd").map_err(|_| Errno::EIO)?;
-                    writer.commit(tmp, &spec, *blake3::hash(b"abcd").as_bytes())
-                });
+                let made = writer
+                    .create(&spec)
+                    .map_err(|e| e.errno)
+                    .and_then(|(mut file, tmp)| {
+                        file.write_all(b"abcd").map_err(|_| Errno::EIO)?;
+                        writer.commit(tmp, &spec, *blake3::hash(b"abcd").as_bytes())
+                    });
                 if let Err(e) = made {
                     failures.push((i, e));
                 }

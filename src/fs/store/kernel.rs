@@ -30,3 +30,31 @@ pub fn fail(what: &str, e: &io::Error) -> Errno {
     log::error!("backing file: {what}: {e}");
     Errno::from(e)
 }
+
+/// Why a kernel's backing file could not be made, for the caller to log with the kernel's
+/// name (archive, key and arch), and what its readers see.
+#[derive(Debug, Clone)]
+pub struct FileError {
+    pub errno: Errno,
+    pub message: String,
+    /// The file was made but its space could not be reserved, even with nothing more to
+    /// evict (the file system is full).
+    pub no_room: bool,
+}
+
+impl FileError {
+    /// `what` failed with `e`.
+    pub fn new(what: &str, e: &io::Error) -> FileError {
+        FileError {
+            errno: Errno::from(e),
+            message: format!("{what}: {e}"),
+            no_room: false,
+        }
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}

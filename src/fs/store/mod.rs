@@ -27,6 +27,16 @@
 //! complete file it made (weakly, holding nothing), so a request for its kernel gets that file
 //! while anyone holds it: nothing is decoded twice while it is held.
 //!
+//! **Room is made before a file's space is reserved** ([`Store::begin`]): the entries kept,
+//! plus the files being written, plus the new one must fit the bound, so least recently used
+//! entries go first (a kernel larger than the whole bound, which will not be kept, makes no
+//! room). The file system may still be full (shared with others, or smaller than the bound):
+//! when the reservation fails for want of space, the store evicts one more entry (files not
+//! pinned first, then files held aside, then pinned ones; with a cache directory, its least
+//! recently used files are removed first) and the reservation is tried again. A kernel is
+//! refused (ENOSPC) only when nothing is left to evict, with an error that names the
+//! directory, the sizes and what the store still keeps.
+//!
 //! The lock is held only to look up, insert, evict or pin, never while decoding or for I/O;
 //! evicted bodies are dropped after it is released (closing a large file frees it).
 
@@ -40,16 +50,19 @@ use lru::LruCache;
 mod backing;
 mod cache_dir;
 mod kernel;
+mod scratch;
 
 use crate::fs::errno::Errno;
 use crate::sync::lock;
-use backing::Files;
+use backing::{Files, InFlight};
 use cache_dir::DirStats;
 
 // The store's interface: what its users name of the files it makes and where they live.
-pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Placement, descriptor_budget};
+pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Placement, descriptor_budget, fs_space};
 pub(crate) use backing::Pending;
-pub(crate) use kernel::{KernelId, KernelSpec};
+pub use cache_dir::bytes_in as cache_dir_bytes;
+pub(crate) use kernel::{FileError, KernelId, KernelSpec};
+pub use scratch::remove_if_dead as remove_dead_scratch_dir;
 
 /// With files on disk, at most this many bytes of entries are held in memory.
 pub(crate) const MEMORY_MAX: u64 = 4 << 20;
@@ -111,14 +124,27 @@ pub struct CacheStats {
     pub evictions: u64,
     /// The byte bound.
     pub capacity: u64,
+    /// Of the evictions, those made because the file system was full when a file's space was
+    /// reserved.
+    pub space_evictions: u64,
+    /// Kernels refused because the file system was full with nothing left to evict.
+    pub space_refusals: u64,
 }
 
 impl CacheStats {
     /// The `user.kpack.stats` text: one `name value` per line.
     pub fn to_text(&self) -> String {
         format!(
-            "hits {}\nmisses {}\ndecodes {}\nbytes_cached {}\nevictions {}\ncapacity {}\n",
-            self.hits, self.misses, self.decodes, self.bytes_cached, self.evictions, self.capacity
+            "hits {}\nmisses {}\ndecodes {}\nbytes_cached {}\nevictions {}\ncapacity {}\n\
+             space_evictions {}\nspace_refusals {}\n",
+            self.hits,
+            self.misses,
+            self.decodes,
+            self.bytes_cached,
+            self.evictions,
+            self.capacity,
+            self.space_evictions,
+            self.space_refusals
         )
     }
 }
@@ -181,13 +207,14 @@ impl Held {
         }
     }
 
-    /// Removes the least recently used entry that is not pinned and whose body `which` takes.
-    fn evict_one(&mut self, which: impl Fn(&Body) -> bool) -> Option<Entry> {
+    /// Removes the least recently used entry whose body `which` takes, pinned or not as
+    /// `pinned` says.
+    fn evict_one(&mut self, which: impl Fn(&Body) -> bool, pinned: bool) -> Option<Entry> {
         let id = self
             .lru
             .iter()
             .rev()
-            .find(|(_, e)| !e.pinned && which(&e.body))
+            .find(|(_, e)| e.pinned == pinned && which(&e.body))
             .map(|(k, _)| *k)?;
         self.remove(id)
     }
@@ -213,6 +240,10 @@ pub struct Store {
     hits: AtomicU64,
     misses: AtomicU64,
     evictions: AtomicU64,
+    space_evictions: AtomicU64,
+    space_refusals: AtomicU64,
+    /// Bytes of the files being written (begun, not yet finished or dropped).
+    writing: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -246,6 +277,9 @@ impl Store {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            space_evictions: AtomicU64::new(0),
+            space_refusals: AtomicU64::new(0),
+            writing: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -365,7 +399,7 @@ impl Store {
                 // memory, or files), only that kind: a file decoded ahead must not make way
                 // for a small kernel's bytes.
                 let any = h.bytes + len > self.capacity;
-                match h.evict_one(|b| any || matches!(b, Body::Bytes(_)) == in_memory) {
+                match h.evict_one(|b| any || matches!(b, Body::Bytes(_)) == in_memory, false) {
                     Some(e) => {
                         self.evictions.fetch_add(1, Ordering::Relaxed);
                         dropped.push(e);
@@ -416,6 +450,8 @@ impl Store {
             bytes_cached: lock(&self.held).bytes,
             evictions: self.evictions.load(Ordering::Relaxed),
             capacity: self.capacity,
+            space_evictions: self.space_evictions.load(Ordering::Relaxed),
+            space_refusals: self.space_refusals.load(Ordering::Relaxed),
         }
     }
 
@@ -428,9 +464,104 @@ impl Store {
         Some(file)
     }
 
-    /// See [`Files::begin`].
-    pub(crate) fn begin(&self, spec: &KernelSpec) -> Result<Pending, Errno> {
-        self.files.begin(spec)
+    /// Makes the file of a decode ([`Files::begin`]), its space reserved, once room is made
+    /// for it (see the module's text). The error is for the caller to log with the kernel's
+    /// name.
+    pub(crate) fn begin(&self, spec: &KernelSpec) -> Result<Pending, FileError> {
+        let in_flight = self.make_room(spec.len);
+        let mut dir_freed = false;
+        let begun = self.files.begin(spec, &mut || {
+            // A full cache directory: its own least recently used files go first, once.
+            if !std::mem::replace(&mut dir_freed, true) && self.files.free_dir(spec.len) {
+                return true;
+            }
+            self.free_space()
+        });
+        match begun {
+            Ok(mut pending) => {
+                pending.count_in(in_flight);
+                Ok(pending)
+            }
+            Err(mut e) => {
+                if e.no_room {
+                    self.space_refusals.fetch_add(1, Ordering::Relaxed);
+                    let h = lock(&self.held);
+                    e.message.push_str(&format!(
+                        "; nothing left to evict: the store keeps {} bytes of its {}-byte bound \
+                         ({} pinned), backing files open now take {} bytes",
+                        h.bytes,
+                        self.capacity,
+                        h.pinned,
+                        self.files.live_bytes()
+                    ));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Evicts least recently used entries until those kept, the files being written and a new
+    /// one of `len` bytes fit the bound; counts the new one as being written from now on. A
+    /// kernel that could not be kept beside the pins makes no room.
+    fn make_room(&self, len: u64) -> InFlight {
+        let mut dropped = Vec::new();
+        let in_flight = {
+            let mut h = lock(&self.held);
+            if h.pinned + len <= self.capacity {
+                let writing = self.writing.load(Ordering::Relaxed);
+                while h.bytes + writing + len > self.capacity {
+                    let Some(e) = h.evict_one(|_| true, false) else {
+                        break;
+                    };
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                    dropped.push(e);
+                }
+            }
+            // Counted under the lock, so that decodes beginning together make room for each
+            // other.
+            InFlight::new(&self.writing, len)
+        };
+        drop(dropped);
+        in_flight
+    }
+
+    /// The file system is full: lets go of one more file the store holds (see the module's
+    /// text) and returns whether there was one. Closing it frees its space unless an open
+    /// handle still holds it.
+    fn free_space(&self) -> bool {
+        let any = self.files.in_memory();
+        let file = |b: &Body| any || matches!(b, Body::File(_));
+        // An entry, or a file held aside; dropped once the lock is released.
+        let (entry, aside) = {
+            let mut h = lock(&self.held);
+            match h.evict_one(file, false) {
+                Some(e) => (Some(e), None),
+                None => match h.oversized.pop_front() {
+                    Some((_, f)) => (None, Some(f)),
+                    None => (h.evict_one(file, true), None),
+                },
+            }
+        };
+        if entry.is_none() && aside.is_none() {
+            return false;
+        }
+        if entry.is_some() {
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        self.space_evictions.fetch_add(1, Ordering::Relaxed);
+        drop((entry, aside));
+        true
+    }
+
+    /// Makes the per-mount directory now, in the process that serves the mount; returns the
+    /// directory backing files go to (none in memory). See [`Files::start`].
+    pub fn start(&self) -> io::Result<Option<std::path::PathBuf>> {
+        self.files.start()
+    }
+
+    /// The directory backing files go to, once there is one.
+    pub fn backing_dir(&self) -> Option<std::path::PathBuf> {
+        self.files.dir()
     }
 
     /// See [`Files::finish`]: the file, and whether it may be kept.
@@ -633,6 +764,110 @@ mod tests {
         assert_eq!(read(&s.take(id(0)).unwrap()), [7; 20]);
         drop(held);
         assert!(!s.contains(id(0)) && s.take(id(0)).is_none());
+    }
+
+    fn spec(ordinal: u32, len: u64) -> KernelSpec {
+        KernelSpec {
+            id: id(ordinal),
+            len,
+            cache_key: [0; 32],
+            digest: None,
+        }
+    }
+
+    /// The bound counts what is kept, the files being written and the new one: room is made
+    /// before the new file's space is reserved, not after it was written.
+    #[test]
+    fn room_is_made_before_a_files_space_is_reserved() {
+        let s = Store::new(&Placement::Memory, 100, 64).unwrap();
+        for i in 1..=2 {
+            let f = file(&s, i, 40, i as u8);
+            assert!(s.keep(id(i), f));
+        }
+        let first = s.begin(&spec(3, 40)).unwrap();
+        assert!(
+            !s.contains(id(1)) && s.contains(id(2)),
+            "evicted before writing"
+        );
+        // A second file begun while the first is written makes room for both.
+        let second = s.begin(&spec(4, 30)).unwrap();
+        assert!(!s.contains(id(2)));
+        assert_eq!(s.stats().evictions, 2);
+        drop((first, second));
+        // A kernel larger than the whole bound will not be kept: it makes no room.
+        let f = file(&s, 5, 50, 5);
+        assert!(s.keep(id(5), f));
+        let big = s.begin(&spec(6, 101)).unwrap();
+        assert!(s.contains(id(5)));
+        assert_eq!(s.stats().evictions, 2);
+        drop(big);
+        // Nor does one that could not be kept beside the pins.
+        assert!(s.reserve_pin(50));
+        let f = file(&s, 7, 50, 7);
+        assert!(s.keep_pinned(id(7), f, 1, 50));
+        let beside_pins = s.begin(&spec(8, 60)).unwrap();
+        assert!(s.contains(id(5)) && s.contains(id(7)));
+        drop(beside_pins);
+    }
+
+    /// A file system fuller than the bound knows: the reservation that fails evicts one entry
+    /// after another (files no handle holds give their space back) and is tried again; a
+    /// kernel is refused only once nothing is left to evict, with a message that says where
+    /// and how much.
+    #[test]
+    fn a_full_file_system_evicts_until_the_file_fits() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Store::new(&Placement::Scratch(d.path().to_owned()), 1 << 30, 64).unwrap();
+        s.files.quota = Some(110);
+        for i in 1..=3 {
+            let f = file(&s, i, 30, i as u8);
+            assert!(s.keep(id(i), f));
+        }
+        // A handle holds kernel 1: evicting it frees nothing, and the next one goes too.
+        let held = s.take(id(1)).unwrap();
+        assert!(s.take(id(2)).is_some() && s.take(id(3)).is_some());
+        let mut p = s.begin(&spec(4, 50)).unwrap();
+        p.write_at(0, &[4; 50]).unwrap();
+        assert!(!s.contains(id(2)) && s.contains(id(3)));
+        assert!(s.contains(id(1)), "found through the handle's file");
+        let st = s.stats();
+        assert_eq!(
+            (st.evictions, st.space_evictions, st.space_refusals),
+            (2, 2, 0)
+        );
+        let (f, _) = s.finish(&spec(4, 50), p);
+        assert!(s.keep(id(4), Body::File(f)));
+        assert_eq!(read(&s.take(id(4)).unwrap()), [4; 50]);
+        // Larger than what the file system has even with the store empty: refused.
+        let e = s.begin(&spec(5, 90)).map(drop).unwrap_err();
+        assert_eq!(e.errno, Errno(libc::ENOSPC));
+        assert!(e.no_room);
+        let dir = s.backing_dir().unwrap();
+        assert!(
+            e.message.starts_with(&format!(
+                "no room for its 90-byte backing file in {} (",
+                dir.display()
+            )),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.ends_with(
+                ": No space left on device (os error 28); nothing left to evict: the store \
+                 keeps 0 bytes of its 1073741824-byte bound (0 pinned), backing files open \
+                 now take 30 bytes"
+            ),
+            "{}",
+            e.message
+        );
+        let st = s.stats();
+        assert_eq!(
+            (st.evictions, st.space_evictions, st.space_refusals),
+            (4, 4, 1)
+        );
+        drop(held);
+        // The space the handle held is back.
+        assert!(s.begin(&spec(5, 90)).is_ok());
     }
 
     #[test]

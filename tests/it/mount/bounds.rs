@@ -9,7 +9,7 @@ use rocm_kpack::fs::setup::mountinfo;
 
 use super::scenarios::stats;
 use crate::support::fixture;
-use crate::support::mount::{Mount, fuse_available};
+use crate::support::mount::{Mount, Tmpfs, fuse_available};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kpack-fuse");
 
@@ -40,8 +40,17 @@ fn the_capacity_shown_is_the_bound_in_force() {
     let d = tempfile::tempdir().unwrap();
     let cache = d.path().join("cache");
     let cache = cache.to_str().unwrap();
-    let cases: [(&[&str], u64, u64); 6] = [
-        (&[], 10 << 30, 0),
+    // The default follows the file system the files go to: a quarter of a 64 MiB one.
+    let small = Tmpfs::new(64);
+    let small_cache = small.path.join("cache");
+    let small_cache = small_cache.to_str().unwrap();
+    let cases: [(&[&str], u64, u64); 7] = [
+        (
+            &["--scratch-dir", small.path.to_str().unwrap()],
+            16 << 20,
+            0,
+        ),
+        (&["--cache-dir", small_cache], 16 << 20, 0),
         (&["--disk-cache-size", "3M"], 3 << 20, 0),
         (&["-o", "disk_cache_size=5M"], 5 << 20, 0),
         (
@@ -69,18 +78,54 @@ fn the_capacity_shown_is_the_bound_in_force() {
 }
 
 /// `--cache-size 1G` did nothing with disk backing and still does: the mount keeps the disk
-/// bound, and the command says so on the terminal before it returns.
+/// bound (the default, a quarter of the 64 MiB file system of the scratch directory), and the
+/// command says so on the terminal before it returns.
 #[test]
 fn cache_size_with_disk_backing_warns_and_keeps_the_disk_bound() {
     if !fuse_available() {
         return;
     }
-    let m = Mount::start_background(&fixture("test_noop.kpack"), &["--cache-size", "1G"]);
+    let small = Tmpfs::new(64);
+    let m = Mount::start_background(
+        &fixture("test_noop.kpack"),
+        &[
+            "--cache-size",
+            "1G",
+            "--scratch-dir",
+            small.path.to_str().unwrap(),
+        ],
+    );
     let shown = m.command_output();
     let capacity = stats(&m.mountpoint)["capacity"];
     m.stop();
     assert_eq!(warnings(&shown), [CACHE_SIZE_ON_DISK], "{shown}");
-    assert_eq!(capacity, 10 << 30);
+    assert_eq!(capacity, 16 << 20);
+}
+
+/// The default disk bound counts a cache directory's own files as free space (its bound
+/// removes them): a cache that filled half of its file system is not trimmed by the next mount
+/// for want of free space.
+#[test]
+fn the_default_bound_of_a_cache_directory_counts_its_own_files_as_free() {
+    if !fuse_available() {
+        return;
+    }
+    let small = Tmpfs::new(64);
+    let cache = small.path.join("cache");
+    // 40 MiB of kernels in the layout of a cache directory: 24 MiB free, so half of the free
+    // space alone (12 MiB) would be the bound; with the cache's own it is a quarter of 64 MiB.
+    let sub = cache.join("kpack-v1/ab");
+    std::fs::create_dir_all(&sub).unwrap();
+    for i in 0..4 {
+        std::fs::write(sub.join(format!("ab{i:062}")), vec![7u8; 10 << 20]).unwrap();
+    }
+    let m = Mount::start(
+        &fixture("test_noop.kpack"),
+        &["--cache-dir", cache.to_str().unwrap()],
+    );
+    let capacity = stats(&m.mountpoint)["capacity"];
+    m.stop();
+    assert_eq!(capacity, 16 << 20);
 }
 
 /// The old spellings with memory backing: `cache_size=` is the memory bound, `cache_dir_size=`

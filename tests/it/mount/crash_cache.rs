@@ -341,7 +341,10 @@ fn a_full_cache_dir_fails_opens_with_enospc_and_serves_the_rest() {
     );
     let log = m.daemon_log();
     assert!(
-        log.contains("cannot reserve 1500000 bytes: No space left on device"),
+        log.contains(&format!(
+            "no room for its 1500000-byte backing file in {}",
+            cache.join("kpack-v1").display()
+        )) && log.contains("No space left on device"),
         "the log names the cause:\n{log}"
     );
     // Space again: the files that failed now decode and read exactly, the others too.

@@ -7,6 +7,7 @@ mod cold;
 mod crafted;
 mod crash_cache;
 mod daemon;
+mod disk_space;
 mod fault_io;
 mod faults;
 mod lifecycle;

@@ -25,10 +25,18 @@ fn stats_prints_the_counters_as_a_table_and_as_json() {
     if !fuse_available() {
         return;
     }
-    let m = Mount::start(&fixture("test_noop.kpack"), &["--open-mode", "daemon"]);
+    let m = Mount::start(
+        &fixture("test_noop.kpack"),
+        &["--open-mode", "daemon", "--disk-cache-size", "10G"],
+    );
     m.check("walk", "");
     let raw = String::from_utf8(getxattr(&m.mountpoint, "user.kpack.stats").unwrap()).unwrap();
-    let names: Vec<&str> = raw.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    let mut names: Vec<&str> = raw.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    // Where the backing files are comes last, from its own attribute.
+    let dir =
+        String::from_utf8(getxattr(&m.mountpoint, "user.kpack.backing_dir").unwrap()).unwrap();
+    assert!(dir.starts_with("/var/tmp/kpack-fuse."), "{dir}");
+    names.push("backing_dir");
 
     let table = run_stats(&[m.mountpoint.as_os_str()]);
     assert!(table.status.success(), "{table:?}");
@@ -50,6 +58,7 @@ fn stats_prints_the_counters_as_a_table_and_as_json() {
     assert_eq!(decodes, kernels.to_string());
     let capacity = rows.iter().find(|r| r.0 == "capacity").unwrap().1;
     assert_eq!(capacity, format!("{} (10.0 GiB)", 10u64 << 30));
+    assert_eq!(rows.last().unwrap().1, dir);
 
     let json = run_stats(&[m.mountpoint.as_os_str(), "--json".as_ref()]);
     assert!(json.status.success(), "{json:?}");
@@ -58,6 +67,7 @@ fn stats_prints_the_counters_as_a_table_and_as_json() {
     assert_eq!(object.len(), names.len());
     assert_eq!(doc["decodes"], kernels);
     assert_eq!(doc["capacity"], 10u64 << 30);
+    assert_eq!(doc["backing_dir"], dir.as_str());
     // Same order as the attribute (serde_json's map sorts, so look at the text itself).
     let json_text = String::from_utf8(json.stdout).unwrap();
     let positions: Vec<usize> = names

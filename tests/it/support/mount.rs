@@ -707,3 +707,39 @@ pub fn in_private_mount_namespace(limit_secs: u32, script: &str) -> std::process
         .arg(script);
     cmd
 }
+
+/// A tmpfs of `mib` MiB mounted on a new temporary directory (mounts need root), detached when
+/// dropped: a small file system to fill.
+pub struct Tmpfs {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn new(mib: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs");
+        std::fs::create_dir(&path).unwrap();
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let (src, dst, ty) = (c("tmpfs"), c(path.to_str().unwrap()), c("tmpfs"));
+        let data = c(&format!("size={mib}m,mode=0755"));
+        // SAFETY: valid NUL-terminated strings for the duration of the call.
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                ty.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Tmpfs { _dir: dir, path }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        umount_lazy(&self.path);
+    }
+}
