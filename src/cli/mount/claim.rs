@@ -26,7 +26,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// The lock on a mount point, held until this process (and any child forked with it) exits.
 #[derive(Debug)]
 pub struct Claim {
-    _dir: File,
+    /// The locked directory; none where it cannot be locked (see [`claim`]).
+    _dir: Option<File>,
 }
 
 /// Why a mount point could not be claimed.
@@ -42,18 +43,30 @@ pub enum Refused {
 
 /// Claims `dir` (canonical) for a mount: takes its lock, waiting while another holder has it and
 /// nothing is mounted, then checks that nothing is mounted there. `mounted_at` reads the mount
-/// table: the file-system type mounted at a path, if any.
+/// table: the file-system type mounted at a path, if any. A directory that cannot be locked at
+/// all (not readable by this user, or on a file system without `flock`) is claimed after the
+/// mount-table check alone, with a warning.
 pub fn claim(
     dir: &Path,
     wait: Duration,
     mounted_at: impl Fn(&Path) -> Option<String>,
 ) -> Result<Claim, Refused> {
     // A dead FUSE mount there fails the open (ENOTCONN): the table says what it is.
-    let file = File::options()
+    let file = match File::options()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(dir)
-        .map_err(|e| mounted_at(dir).map_or(Refused::Io(e), Refused::Mounted))?;
+    {
+        Ok(f) => Some(f),
+        Err(e) => match mounted_at(dir) {
+            Some(fs_type) => return Err(Refused::Mounted(fs_type)),
+            None if cannot_lock(&e) => None,
+            None => return Err(Refused::Io(e)),
+        },
+    };
+    let Some(file) = file else {
+        return unlocked(dir, &mounted_at);
+    };
     let deadline = Instant::now() + wait;
     loop {
         // SAFETY: a valid open descriptor.
@@ -61,6 +74,9 @@ pub fn claim(
             break;
         }
         let e = io::Error::last_os_error();
+        if cannot_lock(&e) {
+            return unlocked(dir, &mounted_at);
+        }
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
             return Err(Refused::Io(e));
         }
@@ -74,8 +90,31 @@ pub fn claim(
     }
     match mounted_at(dir) {
         Some(fs_type) => Err(Refused::Mounted(fs_type)),
-        None => Ok(Claim { _dir: file }),
+        None => Ok(Claim { _dir: Some(file) }),
     }
+}
+
+/// Whether `e` says the directory cannot be locked at all (a directory this user may not read,
+/// a file system without `flock`), rather than that another mount holds it.
+fn cannot_lock(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EACCES | libc::EOPNOTSUPP | libc::ENOLCK | libc::EINVAL | libc::ENOSYS)
+    )
+}
+
+/// A mount point that cannot be locked is still mounted on, as before claims existed, after
+/// the mount-table check alone; a warning says that racing mounts there are not excluded.
+fn unlocked(dir: &Path, mounted_at: &impl Fn(&Path) -> Option<String>) -> Result<Claim, Refused> {
+    if let Some(fs_type) = mounted_at(dir) {
+        return Err(Refused::Mounted(fs_type));
+    }
+    log::warn!(
+        "{}: cannot lock the mount point; another mount started there at the same time would \
+         not be refused",
+        dir.display()
+    );
+    Ok(Claim { _dir: None })
 }
 
 #[cfg(test)]
@@ -128,6 +167,23 @@ mod tests {
             });
             claim(d.path(), WAIT, NOTHING).unwrap();
         });
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_read_is_claimed_without_a_lock() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("x-only");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o311)).unwrap();
+        // Root reads any directory: the unreadable case exists only for other users.
+        let readable = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&dir)
+            .is_ok();
+        let claim = claim(&dir, Duration::ZERO, NOTHING).unwrap();
+        assert_eq!(claim._dir.is_some(), readable);
     }
 
     #[test]
