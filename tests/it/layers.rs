@@ -206,3 +206,103 @@ fn only_the_adapter_knows_fuser() {
         "fuser named outside the adapter: {named:?}"
     );
 }
+
+/// The `use` statements of `text` before its test module, each joined onto one line.
+fn use_statements(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in code.lines().map(str::trim) {
+        let starts = line.starts_with("use ") || line.starts_with("pub");
+        if current.is_none() && starts && line.contains("use ") {
+            current = Some(String::new());
+        }
+        if let Some(stmt) = current.as_mut() {
+            stmt.push_str(line);
+            stmt.push(' ');
+            if line.ends_with(';') {
+                out.push(stmt.trim().trim_end_matches(';').to_owned());
+                current = None;
+            }
+        }
+    }
+    out
+}
+
+/// The items of a `use` path after `prefix`: `X` for `prefix X`, each item of `prefix {X, Y}`;
+/// each as the name it is imported by (`Y as Z` is `Z`). Paths into submodules (`a::X`) are
+/// not items of the module `prefix` names.
+fn items_after(path: &str, prefix: &str) -> Vec<String> {
+    let Some(rest) = path.strip_prefix(prefix) else {
+        return Vec::new();
+    };
+    let rest = rest.trim();
+    let list = match rest.strip_prefix('{') {
+        Some(l) => l.trim_end().trim_end_matches('}'),
+        // `prefix sub::…`: items of a submodule, not of `prefix`.
+        None if rest.contains("::") => return Vec::new(),
+        None => rest,
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty() && !i.contains("::"))
+        .map(|i| i.split(" as ").last().unwrap_or(i).trim().to_owned())
+        .collect()
+}
+
+/// Inside `src/cli`, `src/tools/split` and `src/fs`, no file imports a name through what its
+/// folder's `mod.rs` re-exports (`use super::X` where `mod.rs` has `pub use part::X`): it names
+/// the module that defines `X`. A folder's `mod.rs` is then a list of its parts, never a place
+/// its own children depend on.
+#[test]
+fn no_child_imports_through_its_parents_reexports() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for root in ["cli", "tools/split", "fs"] {
+        let mut files = Vec::new();
+        rust_files(&src.join(root), &mut files);
+        for mod_rs in files.iter().filter(|f| f.ends_with("mod.rs")) {
+            let dir = mod_rs.parent().unwrap();
+            let reexported: Vec<String> = use_statements(&std::fs::read_to_string(mod_rs).unwrap())
+                .iter()
+                .filter_map(|s| s.strip_prefix("pub"))
+                .filter_map(|s| s.split_once("use ").map(|(_, path)| path.trim().to_owned()))
+                .flat_map(|path| {
+                    // The names a re-export brings in: the last segment, or a `{...}` list's.
+                    let (base, list) = match path.rfind('{') {
+                        Some(b) => (path[..b].to_owned(), path[b..].to_owned()),
+                        None => match path.rfind("::") {
+                            Some(c) => (path[..c + 2].to_owned(), path[c + 2..].to_owned()),
+                            None => (String::new(), path.clone()),
+                        },
+                    };
+                    items_after(&format!("{base}{list}"), &base)
+                })
+                .filter(|n| n != "self" && n != "*")
+                .collect();
+            let module = dir.strip_prefix(&src).unwrap().to_str().unwrap();
+            let through = format!("crate::{}::", module.replace('/', "::"));
+            for child in files
+                .iter()
+                .filter(|f| f.parent() == Some(dir) && !f.ends_with("mod.rs"))
+            {
+                for stmt in use_statements(&std::fs::read_to_string(child).unwrap()) {
+                    let Some(path) = stmt.split_once("use ").map(|(_, p)| p.trim()) else {
+                        continue;
+                    };
+                    let named = items_after(path, "super::")
+                        .into_iter()
+                        .chain(items_after(path, &through));
+                    if named.into_iter().any(|n| reexported.contains(&n)) {
+                        wrong.push(format!("{}: {stmt}", child.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports through a parent's re-exports:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -15,7 +15,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::MountConfig;
+use super::mount::MountConfig;
 use crate::fs::errno::Errno;
 use crate::fs::policy::{Granted, Handle, OpenPolicy};
 use crate::fs::read::fill::OpenedFile;

@@ -3,8 +3,9 @@
 //! open policy's decisions (`fs/steps.rs`), and their answers back into replies; `mount.rs`
 //! mounts, serves and tells our mount from a later one at the same path.
 //!
-//! * `init` asks the kernel for what the policy wants (opening without the daemon, passthrough
-//!   where this daemon may register backing files) and tells the policy what was granted.
+//! * `init` asks the kernel for what the open mode wants (opening without the daemon,
+//!   passthrough where this daemon may register backing files) and settles the mode from what
+//!   was granted (`policy/mode.rs`).
 //! * An OPEN runs `steps::open`: answered ENOSYS in page-cache mode, else its file is made
 //!   ready and the policy says how the new handle is answered (`steps::answer`). The backing
 //!   id is registered through the open's reply, without the policy's lock.
