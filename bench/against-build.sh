@@ -17,6 +17,9 @@ shift $(( $# < 4 ? $# : 4 ))
 options=("$@")
 [ "$(id -u)" = 0 ] || { echo "against-build: run as root (it mounts and drops caches)" >&2; exit 2; }
 
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
 work=$(mktemp -d)
 mnt=$work/mnt
 mkdir -p "$mnt"
@@ -26,35 +29,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Busy ticks of the whole machine so far.
-busy() {
-    awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat
-}
-
-# One pass over the mount with 2 readers (to /dev/null: no copy through a pipe counted in the
-# CPU time); prints "bytes seconds ticks", the bytes counted from the sizes afterwards.
-pass() {
-    local t0 b0 bytes t1 b1
-    b0=$(busy)
-    t0=$(date +%s.%N)
-    find "$mnt" -type f -print0 | xargs -0 -P2 -n 16 cat >/dev/null
-    t1=$(date +%s.%N)
-    b1=$(busy)
-    bytes=$(find "$mnt" -type f -printf '%s\n' | awk '{n += $1} END {print n}')
-    echo "$bytes $(echo "$t1 - $t0" | bc -l) $((b1 - b0))"
-}
-
 # One cold and one warm pass of build $1; appends "build cold_mbs ns_per_byte warm_mbs".
 measure() {
     local build=$1 bin cold warm
     bin=$old
     [ "$build" = new ] && bin=$new
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
-    sleep 1
+    drop_caches
     "$bin" mount "${options[@]}" "$archive" "$mnt"
-    cold=$(pass)
-    warm=$(pass)
+    cold=$(pass "$mnt")
+    warm=$(pass "$mnt")
     "$bin" unmount "$mnt"
     read -r bytes secs ticks <<<"$cold"
     read -r wbytes wsecs _ <<<"$warm"
@@ -69,7 +52,6 @@ for ((r = 0; r < rounds; r++)); do
     if ((r % 2 == 0)); then measure old; measure new; else measure new; measure old; fi
 done
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 for col in 2 3 4; do
     for build in old new; do
         awk -v b="$build" -v c="$col" '$1 == b {print $c}' "$work/results" | median >"$work/$build.$col"
