@@ -689,13 +689,26 @@ impl Drop for Mount {
         // Only our own mount, left behind by a daemon that was killed: a live mount at the same
         // path is a later one, which may even have been given the same device number.
         if let Ok(Some(m)) = mountinfo::mount_at(&self.mountpoint) {
-            let dead = std::fs::metadata(&self.mountpoint)
-                .is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+            let dead = connection_gone(&self.mountpoint);
             if m.minor == self.conn && (killed || dead) {
                 umount_lazy(&self.mountpoint);
             }
         }
     }
+}
+
+/// Whether the FUSE mount at `path` has lost its daemon (ENOTCONN). Asked with `statfs`, which
+/// always reaches the daemon: a `stat` of the root can be answered from attributes the kernel
+/// cached while the daemon lived (the mount gives them a year).
+fn connection_gone(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path and a statfs buffer for the call to fill.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 /// `sh -c SCRIPT` in a private mount namespace (mounts made there stay there and go with it),
