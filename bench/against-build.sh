@@ -20,14 +20,7 @@ options=("$@")
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-work=$(mktemp -d)
-mnt=$work/mnt
-mkdir -p "$mnt"
-cleanup() {
-    "$new" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+work_dir "$new"
 
 # One cold and one warm pass of build $1; appends "build cold_mbs ns_per_byte warm_mbs".
 measure() {

@@ -27,14 +27,7 @@ command -v zstd >/dev/null || { echo "cold-cpu: needs the zstd command (apt-get 
 bin=$here/../target/release/kpack-fuse
 frames_bin=$here/../target/release/examples/zstd_frames
 
-work=$(mktemp -d)
-mnt=$work/mnt
-mkdir -p "$mnt"
-cleanup() {
-    "$bin" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+work_dir "$bin"
 
 # zstd as this project links it: the frames in memory, one thread.
 ours=$("$frames_bin" "$archive" --write-frames "$work/frames.zst")

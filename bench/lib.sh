@@ -30,3 +30,13 @@ drop_caches() {
 median() {
     sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
+
+# Makes a work directory with a mount point: sets $work and $mnt, and on exit unmounts whatever
+# is left there with the program $1 (lazily if that fails) and removes the directory.
+work_dir() {
+    work=$(mktemp -d)
+    mnt=$work/mnt
+    mkdir -p "$mnt"
+    unmount_with=$1
+    trap '"$unmount_with" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
+}

@@ -554,17 +554,7 @@ fn squash_mount(image: &Path, mnt: &Path) -> Daemon {
 
 /// The plain-zstd ceiling: every frame of the archive, already in memory, decoded by 2 threads.
 fn zstd_ceiling(archive: &Archive) -> (u64, Duration) {
-    use std::os::unix::fs::FileExt;
-    let file = fs::File::open(archive.path()).unwrap();
-    let frames: Vec<(Vec<u8>, usize)> = archive
-        .entries()
-        .map(|(k, e)| {
-            let r = archive.locate(k, e.arch).unwrap();
-            let mut f = vec![0u8; r.stored.size as usize];
-            file.read_exact_at(&mut f, r.stored.offset).unwrap();
-            (f, r.size as usize)
-        })
-        .collect();
+    let frames = common::frames_in_memory(archive);
     let frames = &frames;
     let t = Instant::now();
     let total: u64 = std::thread::scope(|s| {

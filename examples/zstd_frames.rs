@@ -8,10 +8,12 @@
 //! after another to FILE, which `zstd -d` (the system's library) decodes as one stream.
 
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use rocm_kpack::Archive;
+
+#[path = "../benches/common/mod.rs"]
+mod common;
 
 /// This thread's CPU time so far, in nanoseconds.
 fn thread_cpu_ns() -> u128 {
@@ -46,16 +48,7 @@ fn main() {
         eprintln!("zstd_frames: {}: not an archive of zstd frames", archive.display());
         std::process::exit(4);
     }
-    let file = std::fs::File::open(&archive).unwrap();
-    let frames: Vec<(Vec<u8>, usize)> = a
-        .entries()
-        .map(|(key, e)| {
-            let r = a.locate(key, e.arch).unwrap();
-            let mut frame = vec![0u8; r.stored.size as usize];
-            file.read_exact_at(&mut frame, r.stored.offset).unwrap();
-            (frame, r.size as usize)
-        })
-        .collect();
+    let frames = common::frames_in_memory(&a);
     if let Some(path) = &write_to {
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
         for (frame, _) in &frames {

@@ -4,6 +4,24 @@
 
 use std::time::Duration;
 
+use rocm_kpack::Archive;
+
+/// Every frame of `archive` read into memory, each with the size it decodes to: what a
+/// plain-zstd baseline decodes, with no file I/O in its time.
+pub fn frames_in_memory(archive: &Archive) -> Vec<(Vec<u8>, usize)> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(archive.path()).unwrap();
+    archive
+        .entries()
+        .map(|(key, e)| {
+            let r = archive.locate(key, e.arch).unwrap();
+            let mut frame = vec![0u8; r.stored.size as usize];
+            file.read_exact_at(&mut frame, r.stored.offset).unwrap();
+            (frame, r.size as usize)
+        })
+        .collect()
+}
+
 /// Cheap filler bytes: 4-byte words from a small vocabulary with random operands (zstd-3 makes
 /// them about 2x smaller). For benchmarks where only sizes and counts matter (TOC scale, remote
 /// request counts); decoding benchmarks use [`CodeLike`], which compresses like real code.

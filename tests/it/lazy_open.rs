@@ -2,13 +2,13 @@
 //! and the TOC, and each frame is checked when it is read; reference-layout archives have their
 //! frame chain walked at open by reading only the pages that hold the size words.
 
-use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use rocm_kpack::{Archive, ArchiveWriter, ByteSource, Compression, ErrorKind, LocalFile};
+use rocm_kpack::{Archive, ArchiveWriter, Compression, ErrorKind, LocalFile};
 
 use crate::support::craft::*;
+use crate::support::faulty_source::FaultySource;
 
 const KERNELS: usize = 40;
 
@@ -40,42 +40,16 @@ fn write(reference: bool) -> Vec<u8> {
     out
 }
 
-/// A local file that records every range read from it.
-#[derive(Debug)]
-struct Recording {
-    inner: LocalFile,
-    reads: Arc<Mutex<Vec<Range<u64>>>>,
-}
-
-impl ByteSource for Recording {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let n = self.inner.read_at(buf, offset)?;
-        self.reads.lock().unwrap().push(offset..offset + n as u64);
-        Ok(n)
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn display_name(&self) -> String {
-        self.inner.display_name()
-    }
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-    fn check_unchanged(&self) -> rocm_kpack::Result<()> {
-        self.inner.check_unchanged()
-    }
-}
-
+/// The archive of `bytes`, read through a source that records every range asked of it.
 fn open_recording(bytes: &[u8]) -> (Archive, Arc<Mutex<Vec<Range<u64>>>>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.kpack");
     std::fs::write(&path, bytes).unwrap();
     let reads = Arc::new(Mutex::new(Vec::new()));
-    let src = Recording {
-        inner: LocalFile::open(&path).unwrap(),
-        reads: reads.clone(),
-    };
+    let seen = reads.clone();
+    let src = FaultySource::new(LocalFile::open(&path).unwrap()).observed(Arc::new(
+        move |offset, len| seen.lock().unwrap().push(offset..offset + len as u64),
+    ));
     (Archive::open_source(Box::new(src)).unwrap(), reads, dir)
 }
 

@@ -9,10 +9,7 @@ use std::time::Duration;
 
 use rocm_kpack::{Archive, ArchiveWriter, Compression, LocalFile};
 
-use rocm_kpack as kpack;
-#[path = "support/faulty_source.rs"]
-mod faulty_source;
-use faulty_source::{Fault, FaultKind, FaultySource};
+use crate::support::faulty_source::{Fault, FaultKind, FaultySource};
 
 const KINDS: [FaultKind; 4] = [
     FaultKind::Fail,

@@ -1,10 +1,10 @@
 //! A [`ByteSource`] that injects faults at the archive's own boundary: reads of chosen byte
 //! ranges fail, come back short, come back late or come back with flipped bits, and every read
 //! can be observed. Clones share everything, so a test keeps one clone to switch faults while
-//! the archive reads through another. The model test of the mount's read path (`src/fs/model_tests.rs`) and the
-//! integration tests include this one file (`#[path]`), each with `kpack` naming the library
-//! in its parent module (`use crate as kpack;` or `use rocm_kpack as kpack;`), so that the
-//! library itself carries no fault switches.
+//! the archive reads through another. The integration tests reach it as `support::faulty_source`
+//! and the model test of the mount's read path (`src/fs/model_tests.rs`) includes this one file
+//! (`#[path]`), each with `kpack` naming the library in the parent module (`use rocm_kpack as
+//! kpack;`, `use crate as kpack;`), so that the library itself carries no fault switches.
 
 use std::io;
 use std::ops::Range;

@@ -2,10 +2,14 @@
 
 pub mod bundles;
 pub mod fat_host;
+pub mod faulty_source;
 pub mod mount;
 pub mod mount_env;
 
 use std::path::PathBuf;
+
+// The library as `faulty_source.rs` names it (it is also included by the library's own tests).
+use rocm_kpack as kpack;
 
 /// A xorshift64 stream from `seed` (made odd, so never the all-zero state): cheap, repeatable
 /// pseudo-random numbers for test data and read offsets.
