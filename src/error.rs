@@ -117,6 +117,9 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    /// The archive is not the one its kernel index describes (its TOC or its stored kernels'
+    /// places or digests differ): the index belongs to other bytes.
+    KernelIndexMismatch { path: PathBuf, reason: String },
     /// A stored kernel runs past the end of the file.
     BlobOutOfBounds {
         path: PathBuf,
@@ -220,7 +223,8 @@ impl Error {
             Error::TruncatedHeader { .. }
             | Error::BadMagic { .. }
             | Error::TocOffsetOutOfRange { .. }
-            | Error::ZstdIndex { .. } => ErrorKind::InvalidFormat,
+            | Error::ZstdIndex { .. }
+            | Error::KernelIndexMismatch { .. } => ErrorKind::InvalidFormat,
             Error::UnsupportedVersion { .. } => ErrorKind::UnsupportedVersion,
             Error::TocParse { .. } => ErrorKind::MsgpackParseFailed,
             Error::KernelNotFound { .. } => ErrorKind::KernelNotFound,
@@ -345,6 +349,9 @@ impl fmt::Display for Error {
                     "{}: bad zstd blob at byte {offset}: {reason}",
                     path.display()
                 )
+            }
+            Error::KernelIndexMismatch { path, reason } => {
+                write!(f, "{}: {reason}", path.display())
             }
             Error::BlobOutOfBounds {
                 path,

@@ -29,5 +29,5 @@ pub mod tools;
 pub use archive::byte_source::{ByteSource, LocalFile};
 pub use archive::format::Scheme;
 pub use archive::writer::{ArchiveWriter, Compression};
-pub use archive::{Archive, KernelRef};
+pub use archive::{Archive, KernelIndex, KernelRef};
 pub use error::{Error, ErrorKind, Result};

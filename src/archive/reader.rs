@@ -6,6 +6,7 @@
 //! Every allocation is bounded by the file: the TOC by the bytes present, the frame table by the
 //! frames present, a decoded kernel by its `original_size`, and a stored blob by the file length.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use std::time::SystemTime;
 use crate::archive::byte_source::{ByteSource, LocalFile, read_full_at};
 use crate::archive::codec::{self, KernelBuf};
 use crate::archive::format::{self, Header, Scheme, Span, Toc, TocBinary, TocEntry, TocReadError};
+use crate::archive::kernel_index::KernelIndex;
 use crate::error::{Error, Result};
 
 /// Up to this many digests (`blake3` and `frame_blake3` values) are kept in memory at open;
@@ -41,12 +43,16 @@ pub struct Archive {
     digests: Option<Vec<(u32, [u8; 32])>>,
     /// BLAKE3 of the TOC's msgpack object.
     toc_digest: [u8; 32],
-    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, or zstd frames found
-    /// by walking the chain at open). Empty when frames are located from the TOC.
+    /// Absolute byte ranges of stored kernels, indexed by ordinal (blobs, zstd frames found by
+    /// walking the chain at open, or those of a kernel index). Empty when frames are located
+    /// from the TOC.
     spans: Vec<Span>,
     /// zstd archives whose every entry records its frame position: the blob and its frame
     /// count, read at open; each frame is checked against them when it is read.
     lazy_frames: Option<(Span, u32)>,
+    /// Opened with a kernel index: the BLAKE3 of each stored kernel by ordinal (as `spans`),
+    /// which every read checks before decoding.
+    stored_digests: Option<Vec<[u8; 32]>>,
 }
 
 /// Where [`Archive::read_in_steps`] hands each piece: its offset in the kernel and its bytes.
@@ -92,8 +98,28 @@ impl Archive {
         Archive::open_keeping(source, KEEP_DIGESTS)
     }
 
+    /// Opens an archive described by its kernel index (see `kernel_index.rs`): the header and
+    /// the TOC are read and checked as [`open_source`](Self::open_source) checks them, and the
+    /// TOC's place and digest must be the index's; the stored kernels' places come from the
+    /// index (checked against the TOC), so nothing of the blob is read at open. Every read of
+    /// a kernel then checks its stored bytes against the index's digest before decoding them.
+    /// An archive that is not the one indexed is an invalid-format error.
+    pub fn open_with_index(source: Box<dyn ByteSource>, index: &KernelIndex) -> Result<Archive> {
+        Archive::open_parts(source, KEEP_DIGESTS, Some(index))
+    }
+
     /// Opens, keeping at most `keep_digests` digests in memory.
     fn open_keeping(source: Box<dyn ByteSource>, keep_digests: usize) -> Result<Archive> {
+        Archive::open_parts(source, keep_digests, None)
+    }
+
+    /// Opens, keeping at most `keep_digests` digests in memory, with the stored kernels' places
+    /// from `index` when given, else from the TOC or the frame chain.
+    fn open_parts(
+        source: Box<dyn ByteSource>,
+        keep_digests: usize,
+        index: Option<&KernelIndex>,
+    ) -> Result<Archive> {
         let modified = source.modified();
         let path = PathBuf::from(source.display_name());
         let file_len = source.len();
@@ -130,6 +156,21 @@ impl Archive {
             });
         }
         let toc_offset = header.toc_offset;
+        let mismatch = |reason: String| Error::KernelIndexMismatch {
+            path: path.clone(),
+            reason,
+        };
+        let toc_place = Span {
+            offset: toc_offset,
+            size: file_len - toc_offset,
+        };
+        if let Some(want) = index.map(|i| i.toc).filter(|&want| want != toc_place) {
+            return Err(mismatch(format!(
+                "TOC does not match its kernel index (the archive's TOC lies at byte {} with {} \
+                 bytes to the end of the file, the index says byte {} with {} bytes)",
+                toc_place.offset, toc_place.size, want.offset, want.size
+            )));
+        }
         // Streamed through a bounded window, hashed on the way (see format/window.rs).
         let mut read = |at: u64, buf: &mut [u8]| source.read_at(buf, toc_offset + at);
         let (mut toc, toc_digest) =
@@ -144,11 +185,29 @@ impl Archive {
                     TocReadError::OutOfMemory(bytes) => Error::OutOfMemory { bytes },
                 },
             )?;
+        if let Some(want) = index.map(|i| i.toc_digest).filter(|&d| d != toc_digest) {
+            return Err(mismatch(format!(
+                "TOC does not match its kernel index (its BLAKE3 is {}, the index records {})",
+                crate::error::hex(&toc_digest),
+                crate::error::hex(&want)
+            )));
+        }
         let digests = toc.kernels.take_digests();
 
-        let (spans, lazy_frames) = match toc.scheme {
-            Scheme::None => (toc.blobs.clone(), None),
-            Scheme::ZstdPerKernel => {
+        let mut stored_digests = None;
+        let (spans, lazy_frames) = match (toc.scheme, index) {
+            (scheme, Some(index)) => {
+                if scheme == Scheme::ZstdPerKernel {
+                    check_zstd_blob(&path, file_len, toc.zstd_blob)?;
+                }
+                let spans = index
+                    .stored_spans(scheme, &toc.blobs, toc.zstd_blob)
+                    .map_err(mismatch)?;
+                stored_digests = Some(index.stored.iter().map(|s| s.digest).collect());
+                (spans, None)
+            }
+            (Scheme::None, None) => (toc.blobs.clone(), None),
+            (Scheme::ZstdPerKernel, None) => {
                 let blob = toc.zstd_blob;
                 let count = zstd_frame_count(&path, &*source, file_len, blob)?;
                 let mut entries = toc.kernels.binaries().flat_map(|b| b.arches()).peekable();
@@ -171,6 +230,7 @@ impl Archive {
             toc_digest,
             spans,
             lazy_frames,
+            stored_digests,
         })
     }
 
@@ -191,6 +251,11 @@ impl Archive {
     /// The archive file's modification time, when the file system reports one.
     pub fn modified(&self) -> Option<SystemTime> {
         self.modified
+    }
+
+    /// Where the TOC starts (the header's `toc_offset`).
+    pub fn toc_offset(&self) -> u64 {
+        self.toc_offset
     }
 
     /// BLAKE3 of the exact bytes of the TOC's msgpack object (from `toc_offset` to its end,
@@ -363,14 +428,46 @@ impl Archive {
     ) -> Result<KernelRef<'_>> {
         let mut kref = self.locate_stored(binary, entry)?;
         let entry = self.entry_at(binary, entry).expect("located");
-        let frame_at = entry
-            .frame_blake3_at
-            .filter(|_| self.toc.scheme == Scheme::ZstdPerKernel);
-        let kernel_at = entry
-            .blake3_at
-            .filter(|_| kernel_digest || frame_at.is_none());
+        let zstd = self.toc.scheme == Scheme::ZstdPerKernel;
+        let indexed = self
+            .stored_digests
+            .as_ref()
+            .map(|d| d[kref.ordinal as usize]);
+        let frame_at = entry.frame_blake3_at.filter(|_| zstd);
+        let vouched = frame_at.is_some() || (zstd && indexed.is_some());
+        let kernel_at = entry.blake3_at.filter(|_| kernel_digest || !vouched);
         (kref.digest, kref.frame_digest) = self.digests_at(kernel_at, frame_at)?;
+        if let Some(indexed) = indexed {
+            self.take_indexed(&mut kref, indexed)?;
+        }
         Ok(kref)
+    }
+
+    /// Puts a kernel index's digest of the stored bytes where reads check it: as the frame
+    /// digest (zstd), or as the decoded bytes' digest (`none`, whose stored bytes are the
+    /// kernel). A digest the TOC records for the same bytes must be the same.
+    fn take_indexed(&self, kref: &mut KernelRef<'_>, indexed: [u8; 32]) -> Result<()> {
+        let (slot, name) = match self.toc.scheme {
+            Scheme::ZstdPerKernel => (&mut kref.frame_digest, format::META_FRAME_BLAKE3),
+            Scheme::None => (&mut kref.digest, format::META_BLAKE3),
+        };
+        match *slot {
+            Some(recorded) if recorded != indexed => Err(Error::KernelIndexMismatch {
+                path: self.path.clone(),
+                reason: format!(
+                    "kernel {} [{}] does not match its kernel index (the TOC's {name} is {}, \
+                     the index records {})",
+                    kref.key,
+                    kref.arch,
+                    crate::error::hex(&recorded),
+                    crate::error::hex(&indexed)
+                ),
+            }),
+            _ => {
+                *slot = Some(indexed);
+                Ok(())
+            }
+        }
     }
 
     /// What a read of the entry at these indices would return and store: its size and its
@@ -436,7 +533,10 @@ impl Archive {
             ordinal: entry.ordinal,
             stored,
             size,
-            size_word_unchecked: self.lazy_frames.is_some(),
+            // Frames of a kernel index come without their size words: checked when read, as
+            // for frames located from the TOC.
+            size_word_unchecked: self.lazy_frames.is_some()
+                || (self.stored_digests.is_some() && self.toc.scheme == Scheme::ZstdPerKernel),
             digest: None,
             frame_digest: None,
         })
@@ -448,6 +548,15 @@ impl Archive {
         match self.lazy_frames {
             Some((_, count)) => count as usize,
             None => self.spans.len(),
+        }
+    }
+
+    /// The stored kernels' places by ordinal, [`stored_count`](Self::stored_count) of them: kept
+    /// since open, or (frames located from the TOC) found now by walking the frame chain.
+    pub fn stored_spans(&self) -> Result<Cow<'_, [Span]>> {
+        match self.lazy_frames {
+            Some((blob, _)) => index_zstd(&self.path, &*self.source, blob).map(Cow::Owned),
+            None => Ok(Cow::Borrowed(&self.spans)),
         }
     }
 
@@ -970,6 +1079,32 @@ fn zstd_frame_count(
     file_len: u64,
     blob: Span,
 ) -> Result<u32> {
+    check_zstd_blob(path, file_len, blob)?;
+    let bad = |reason: String| Error::ZstdIndex {
+        path: path.to_path_buf(),
+        offset: blob.offset,
+        reason,
+    };
+    let mut word = [0u8; 4];
+    // A read that fails is the source's failure (a network timeout, say), not a bad archive.
+    let got = read_full_at(source, &mut word, blob.offset)
+        .map_err(|e| Error::io(path, "cannot read the zstd blob's frame count", e))?;
+    if got < 4 {
+        return Err(bad("blob ends inside the frame count".into()));
+    }
+    let count = u32::from_le_bytes(word);
+    if count > format::MAX_ZSTD_FRAMES {
+        return Err(bad(format!(
+            "frame count {count} exceeds the limit of {}",
+            format::MAX_ZSTD_FRAMES
+        )));
+    }
+    Ok(count)
+}
+
+/// The zstd blob's bounds, checked without reading it: at most 4 GiB, inside the file, room for
+/// its frame count word.
+fn check_zstd_blob(path: &Path, file_len: u64, blob: Span) -> Result<()> {
     let bad = |reason: String| Error::ZstdIndex {
         path: path.to_path_buf(),
         offset: blob.offset,
@@ -1001,21 +1136,7 @@ fn zstd_frame_count(
             blob.size
         )));
     }
-    let mut word = [0u8; 4];
-    // A read that fails is the source's failure (a network timeout, say), not a bad archive.
-    let got = read_full_at(source, &mut word, blob.offset)
-        .map_err(|e| Error::io(path, "cannot read the zstd blob's frame count", e))?;
-    if got < 4 {
-        return Err(bad("blob ends inside the frame count".into()));
-    }
-    let count = u32::from_le_bytes(word);
-    if count > format::MAX_ZSTD_FRAMES {
-        return Err(bad(format!(
-            "frame count {count} exceeds the limit of {}",
-            format::MAX_ZSTD_FRAMES
-        )));
-    }
-    Ok(count)
+    Ok(())
 }
 
 /// Walks the frame chain of a blob already checked by [`zstd_frame_count`], reading only the
