@@ -104,11 +104,11 @@ fn span_at(bytes: &[u8], at: usize, what: &str) -> std::result::Result<Span, Ker
 impl KernelIndex {
     /// Indexes an archive opened the normal way: the TOC's place and digest, and every stored
     /// kernel read once from the archive's source and hashed. Kernels are read in file order,
-    /// [`READ_CHUNK`] bytes at a time, so a 200 MB archive is one pass of large reads. An archive
+    /// 4 MiB at a time, so a 200 MB archive is one pass of large reads. An archive
     /// whose frames are located from its TOC has its frame chain walked first.
     pub fn build(archive: &Archive) -> Result<KernelIndex> {
         let spans = archive.stored_spans()?;
-        let digests = hash_spans(archive, &spans)?;
+        let digests = hash_spans(archive, &spans, READ_CHUNK)?;
         // Bytes of an archive rewritten while it was read are not indexed.
         archive.check_unchanged()?;
         let toc_offset = archive.toc_offset();
@@ -279,12 +279,12 @@ impl KernelIndex {
 }
 
 /// BLAKE3 of each span's bytes, by position in `spans`, reading the spans in file order
-/// through one buffer.
-fn hash_spans(archive: &Archive, spans: &[Span]) -> Result<Vec<[u8; 32]>> {
+/// through one buffer of `chunk` bytes (at least 1).
+fn hash_spans(archive: &Archive, spans: &[Span], chunk: usize) -> Result<Vec<[u8; 32]>> {
     let file_len = archive.file_len();
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by_key(|&i| spans[i].offset);
-    let mut buf = vec![0u8; (file_len as usize).min(READ_CHUNK)];
+    let mut buf = vec![0u8; (file_len as usize).min(chunk.max(1))];
     // The file's bytes [buf_at, buf_at + held) are in `buf`.
     let (mut buf_at, mut held) = (0u64, 0usize);
     let mut digests = vec![[0u8; 32]; spans.len()];
@@ -508,6 +508,52 @@ mod tests {
         // The largest place that fits is accepted.
         bytes[112 + 8..112 + 16].copy_from_slice(&(u64::MAX - 81).to_le_bytes());
         assert!(KernelIndex::decode(&bytes).is_ok());
+    }
+
+    #[test]
+    fn hashing_does_not_depend_on_the_read_size() {
+        use crate::archive::writer::{ArchiveWriter, Compression};
+        let dir = tempfile::tempdir().unwrap();
+        for compression in [Compression::None, Compression::Zstd { level: 1 }] {
+            let mut w = ArchiveWriter::new("g", "f", vec!["gfx90a".into()], compression).unwrap();
+            w.set_reference_layout(true);
+            for i in 0..6u32 {
+                let data: Vec<u8> = (0..i * 3000).map(|j| (j * 7 + j / 13 + i) as u8).collect();
+                w.add_kernel(&format!("k{i}#0"), "gfx90a", data).unwrap();
+            }
+            let path = dir.path().join("a.kpack");
+            w.write(&path, &|_| {}).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let a = Archive::open(&path).unwrap();
+            let spans = a.stored_spans().unwrap();
+            let want: Vec<[u8; 32]> = spans
+                .iter()
+                .map(|s| {
+                    let at = s.offset as usize;
+                    *blake3::hash(&bytes[at..at + s.size as usize]).as_bytes()
+                })
+                .collect();
+            // Reads smaller than a kernel, spanning several, and larger than the file.
+            for chunk in [0, 1, 7, 4096, 1 << 30] {
+                assert_eq!(hash_spans(&a, &spans, chunk).unwrap(), want, "{chunk}");
+            }
+            // Spans given out of file order hash the same.
+            let reversed: Vec<Span> = spans.iter().rev().copied().collect();
+            let mut got = hash_spans(&a, &reversed, 5000).unwrap();
+            got.reverse();
+            assert_eq!(got, want);
+            // A span past the file's end is not indexed.
+            let past = [Span {
+                offset: bytes.len() as u64 - 2,
+                size: 3,
+            }];
+            let e = hash_spans(&a, &past, 7).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::IoError, "{e}");
+            assert!(
+                e.to_string().contains("cannot index stored kernel 0"),
+                "{e}"
+            );
+        }
     }
 
     proptest::proptest! {

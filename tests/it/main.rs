@@ -23,6 +23,7 @@ mod fuzz_regressions;
 mod golden;
 mod host_list;
 mod install;
+mod kernel_index;
 mod layers;
 mod lazy_open;
 mod loader;
