@@ -45,7 +45,10 @@ fn main() {
         std::process::exit(3);
     });
     if a.scheme() != rocm_kpack::Scheme::ZstdPerKernel {
-        eprintln!("zstd_frames: {}: not an archive of zstd frames", archive.display());
+        eprintln!(
+            "zstd_frames: {}: not an archive of zstd frames",
+            archive.display()
+        );
         std::process::exit(4);
     }
     let frames = common::frames_in_memory(&a);

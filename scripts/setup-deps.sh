@@ -34,6 +34,9 @@ APT_PACKAGES=(
   debootstrap      # their local Debian base image (scripts/container-base.sh)
   dpkg-dev debhelper lintian man-db  # the Debian packages (scripts/build-debs.sh, tests/deploy/debs.sh)
   e2fsprogs        # mkfs.ext4: the small loop-mounted file system of the full-disk cache test
+  docker-registry  # the CNCF distribution registry the oci:// tests push to (on 127.0.0.1)
+  skopeo           # reads pushed manifests back in the oci:// interop test
+  apache2-utils    # htpasswd: the registry's basic-auth user file in the oci:// tests
 )
 # Installed with pip only if still missing after apt (an older release without the packages);
 # moto[server]: the S3 server of the s3:// source tests (not packaged by Debian).

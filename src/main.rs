@@ -1,6 +1,7 @@
 //! The `kpack-fuse` command.
 
 mod cli;
+mod oci;
 mod remote;
 
 fn main() -> std::process::ExitCode {

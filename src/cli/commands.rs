@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use super::loader::{load, resolve};
 use super::mount::{self, unmount};
 use super::read::{cat, extract, list};
-use super::{man, pack, split, stats, verify};
+use super::{man, pack, push, split, stats, verify};
 
 /// kpack-fuse: pack, inspect, load and mount ROCm .kpack kernel archives.
 ///
@@ -45,6 +45,8 @@ pub enum Command {
     Load(load::Args),
     /// Turn fat ROCm host binaries into HIPK host binaries plus per-arch kernel archives.
     Split(split::Args),
+    /// Push archives to a container registry as one kernel-pack artifact (oci://).
+    Push(push::Args),
     /// Write the manual pages (generated from this command line) into a directory.
     #[command(hide = true)]
     Man(man::Args),

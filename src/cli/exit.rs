@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use rocm_kpack::fs::setup::source::{SourceError, SourceErrorKind};
 use rocm_kpack::{Error, ErrorKind};
 
+use crate::oci::push::{PushError, PushErrorKind};
 use crate::remote::{RemoteError, RemoteErrorKind};
 
 /// Why a command failed, as an exit status.
@@ -127,6 +128,18 @@ impl From<RemoteError> for CliError {
             RemoteErrorKind::Unreachable => Exit::Unreadable,
             RemoteErrorKind::Archive(kind) => exit_for(kind),
             RemoteErrorKind::NoArchives => Exit::NotFound,
+        };
+        CliError::new(exit, e.message)
+    }
+}
+
+impl From<PushError> for CliError {
+    fn from(e: PushError) -> CliError {
+        let exit = match e.kind {
+            PushErrorKind::Usage => Exit::Usage,
+            PushErrorKind::Unreadable | PushErrorKind::Registry => Exit::Unreadable,
+            PushErrorKind::NoArchives => Exit::NotFound,
+            PushErrorKind::Archive(kind) => exit_for(kind),
         };
         CliError::new(exit, e.message)
     }

@@ -1,7 +1,7 @@
 //! The command line: `main` parses it and dispatches to the commands. The definition is in
 //! `commands.rs`; each command is a file (or, for a family of commands, a folder) exposing its
 //! clap `Args` and `run`: `mount/` (mount and unmount, and the daemon), `read/` (list, cat,
-//! extract), `pack/`, `loader/` (resolve and load), `split.rs`, `verify.rs`, `stats.rs`, `man.rs`;
+//! extract), `pack/`, `loader/` (resolve and load), `split.rs`, `verify.rs`, `stats.rs`, `push.rs`, `man.rs`;
 //! `import/` is what `pack --from-fatbin` and `verify --against` share. Only this module and its
 //! children know clap. Everything they print goes through `out.rs`, which turns a closed pipe
 //! into a quiet exit instead of a panic.
@@ -21,6 +21,7 @@ mod mount;
 mod pack;
 mod plural;
 mod progress;
+mod push;
 mod read;
 mod remote_args;
 mod split;
@@ -75,6 +76,7 @@ pub fn main() -> ExitCode {
         Command::Resolve(a) => loader::resolve::run(a),
         Command::Load(a) => loader::load::run(a),
         Command::Split(a) => split::run(a),
+        Command::Push(a) => push::run(a),
         Command::Man(a) => man::run(a),
     };
     match result {

@@ -119,7 +119,7 @@ impl RemoteArgs {
     }
 }
 
-fn parse_secs(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_secs(s: &str) -> Result<u64, String> {
     s.parse::<u64>()
         .ok()
         .filter(|n| (1..=3600).contains(n))

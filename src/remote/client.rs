@@ -134,17 +134,26 @@ struct Live {
     store: Arc<dyn ObjectStore>,
 }
 
-/// A counting semaphore bounding requests in flight (blocking threads wait on it).
+/// A counting semaphore bounding requests in flight (blocking threads wait on it); the
+/// `oci://` registry client bounds its requests with the same.
 #[derive(Debug)]
-struct Permits {
+pub(crate) struct Permits {
     free: Mutex<u32>,
     cv: Condvar,
 }
 
-struct Permit<'a>(&'a Permits);
+pub(crate) struct Permit<'a>(&'a Permits);
 
 impl Permits {
-    fn acquire(&self) -> Permit<'_> {
+    /// `n` permits (at least one).
+    pub(crate) fn new(n: u32) -> Permits {
+        Permits {
+            free: Mutex::new(n.max(1)),
+            cv: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn acquire(&self) -> Permit<'_> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
             free = self.cv.wait(free).unwrap_or_else(|p| p.into_inner());
@@ -193,10 +202,7 @@ enum Class {
 impl Client {
     pub fn new(endpoint: Endpoint, settings: Settings, stats: Arc<Stats>) -> Client {
         Client {
-            permits: Permits {
-                free: Mutex::new(settings.requests.max(1)),
-                cv: Condvar::new(),
-            },
+            permits: Permits::new(settings.requests),
             endpoint,
             settings,
             live: Mutex::new(None),

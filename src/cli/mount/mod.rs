@@ -234,22 +234,23 @@ fn check_mountpoint(path: &Path) -> CliResult<(PathBuf, Claim)> {
         .canonicalize()
         .map_err(|e| bad(format!("cannot resolve: {e}")))?;
     let mounted_at = |p: &Path| mountinfo::mount_at(p).ok().flatten().map(|m| m.fs_type);
-    let claim = claim::claim(&canonical, claim::WAIT, mounted_at).map_err(|refused| match refused {
-        claim::Refused::Mounted(fs_type) => bad(format!(
-            "something is already mounted there ({fs_type}); unmount it first with `{}`, or \
+    let claim =
+        claim::claim(&canonical, claim::WAIT, mounted_at).map_err(|refused| match refused {
+            claim::Refused::Mounted(fs_type) => bad(format!(
+                "something is already mounted there ({fs_type}); unmount it first with `{}`, or \
              choose another mount point",
-            unmount_command(&canonical, &fs_type, false)
-        )),
-        claim::Refused::Held => bad(format!(
-            "another kpack-fuse mount has held this mount point for {} s without mounting; \
+                unmount_command(&canonical, &fs_type, false)
+            )),
+            claim::Refused::Held => bad(format!(
+                "another kpack-fuse mount has held this mount point for {} s without mounting; \
              wait for it, or choose another mount point",
-            claim::WAIT.as_secs()
-        )),
-        claim::Refused::Io(e) => bad(format!(
-            "cannot use as mount point: {}",
-            rocm_kpack::error::describe_io(&e)
-        )),
-    })?;
+                claim::WAIT.as_secs()
+            )),
+            claim::Refused::Io(e) => bad(format!(
+                "cannot use as mount point: {}",
+                rocm_kpack::error::describe_io(&e)
+            )),
+        })?;
     // Allowed (as by mount(8)), but what is there is hidden until the unmount.
     if let Ok(mut entries) = std::fs::read_dir(&canonical) {
         if entries.next().is_some() {

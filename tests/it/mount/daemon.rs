@@ -175,10 +175,7 @@ fn background_failures_exit_non_zero_with_the_message_and_nothing_mounted() {
         ],
     );
     assert_eq!(code, Some(9), "{err}");
-    assert!(
-        err.contains("the mount did not start within 2 s"),
-        "{err}"
-    );
+    assert!(err.contains("the mount did not start within 2 s"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(12),
         "{:?}",

@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-
 use crate::support::mount::{UnmountOnDrop, fuse_available};
 
 /// Mounts at `mp` on the table now.

@@ -8,9 +8,9 @@ mod faults;
 mod http;
 mod link;
 mod s3;
-mod starts;
 pub mod scenarios;
 pub(crate) mod servers;
+mod starts;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use rocm_kpack::fs::setup::mountinfo;
 
-use super::{reference_archive, run};
 use super::servers::Nginx;
+use super::{reference_archive, run};
 use crate::support::mount::{UnmountOnDrop, fuse_available};
 
 #[test]
@@ -75,7 +75,14 @@ fn one_limit_bounds_the_whole_start_of_a_remote_mount() {
 /// `list URL` with a 1 s request timeout and `retries` retries.
 fn list_with_short_timeout(url: &str, retries: &str) -> (Option<i32>, String, String) {
     run(
-        &["list", url, "--remote-timeout", "1", "--remote-retries", retries],
+        &[
+            "list",
+            url,
+            "--remote-timeout",
+            "1",
+            "--remote-retries",
+            retries,
+        ],
         &[],
     )
 }

@@ -1,0 +1,371 @@
+//! Reading from a registry: manifests by tag or digest (checked against the digest asked for
+//! and against `Docker-Content-Digest`), small blobs whole (checked against their digest), and
+//! one byte range of a blob per request, accepted only as a 206 whose `Content-Range` is the
+//! range asked. Blob GETs follow redirects by hand (`Authorization` only to the registry's
+//! origin) and reuse a redirect target for later ranges while it answers.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+use reqwest::header::{self, HeaderValue};
+use reqwest::{Method, Url};
+
+use super::manifest::{
+    DOCKER_LIST_MEDIA_TYPE, DOCKER_MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE,
+    MAX_MANIFEST,
+};
+use super::reference::{Digest, Target};
+use super::registry::{
+    Class, Failure, Live, MAX_HOPS, Registry, Req, origin, read_limited, status_failure,
+};
+use crate::remote::client::FetchError;
+
+/// A fetched manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedManifest {
+    pub bytes: Vec<u8>,
+    /// The `Content-Type` it was served with (empty when none).
+    pub media_type: String,
+    /// `sha256:` of `bytes`.
+    pub digest: Digest,
+}
+
+/// How a redirected GET ended.
+pub(super) enum Followed {
+    Answer(reqwest::Response, Url),
+    /// 401/403 from a host other than the registry: a signed URL that expired.
+    StorageDenied(String),
+}
+
+impl Registry {
+    /// Fetches the manifest `target` names (a tag or a digest), at most 4 MiB.
+    pub fn get_manifest(&self, target: &Target) -> Result<FetchedManifest, FetchError> {
+        let live = self.live()?;
+        let what = format!(
+            "manifest {}{}{}",
+            self.name(),
+            if matches!(target, Target::Digest(_)) {
+                "@"
+            } else {
+                ":"
+            },
+            target.as_path()
+        );
+        let accept = [
+            MANIFEST_MEDIA_TYPE,
+            INDEX_MEDIA_TYPE,
+            DOCKER_MANIFEST_MEDIA_TYPE,
+            DOCKER_LIST_MEDIA_TYPE,
+        ]
+        .join(", ");
+        let url = self.url(&live, &format!("manifests/{}", target.as_path()));
+        let req = Req::new(Method::GET, url).header(header::ACCEPT, &accept);
+        let (bytes, media_type, sent) = self.with_retries(&what, false, || {
+            live.rt.block_on(async {
+                let r = self.send(&live, &req).await?;
+                if !r.status().is_success() {
+                    return Err(status_failure(r).await);
+                }
+                let media_type = header_str(r.headers().get(header::CONTENT_TYPE));
+                let sent = header_str(r.headers().get("docker-content-digest"));
+                let bytes = read_limited(r, MAX_MANIFEST as u64).await?;
+                Ok((bytes, media_type, sent))
+            })
+        })?;
+        self.stats
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let digest = Digest::of(&bytes);
+        if let Target::Digest(want) = target {
+            if *want != digest {
+                return Err(FetchError::Failed(format!(
+                    "{what}: the registry sent a manifest whose digest is {digest}"
+                )));
+            }
+        }
+        if sent.starts_with("sha256:") && sent != digest.as_str() {
+            return Err(FetchError::Failed(format!(
+                "{what}: the manifest's digest is {digest}, but the registry says {sent}"
+            )));
+        }
+        let media_type = media_type.split(';').next().unwrap_or("").trim().to_owned();
+        Ok(FetchedManifest {
+            bytes,
+            media_type,
+            digest,
+        })
+    }
+
+    /// Fetches a whole blob of at most `max` bytes, checking its digest.
+    pub fn get_blob(&self, digest: &Digest, max: u64) -> Result<Vec<u8>, FetchError> {
+        let live = self.live()?;
+        let what = format!("blob {}@{digest}", self.name());
+        let bytes = self.with_retries(&what, false, || {
+            live.rt.block_on(async {
+                match self.follow(&live, digest, None, None).await? {
+                    Followed::Answer(r, _) if r.status().is_success() => {
+                        read_limited(r, max).await.map_err(|mut f| {
+                            if f.why.contains("bytes read") {
+                                f.why = format!("the blob is larger than {max} bytes");
+                            }
+                            f
+                        })
+                    }
+                    Followed::Answer(r, _) => Err(status_failure(r).await),
+                    Followed::StorageDenied(why) => Err(Failure::new(Class::Denied, why)),
+                }
+            })
+        })?;
+        self.stats
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let got = Digest::of(&bytes);
+        if got != *digest {
+            return Err(FetchError::Failed(format!(
+                "{what}: the registry sent bytes whose digest is {got}"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Reads `range` of a blob in one request: the bytes and the blob's total size. Only a 206
+    /// whose `Content-Range` is exactly `range` is accepted; a 200 (the whole blob) or another
+    /// range is [`FetchError::Failed`], which the caller may retry. A timeout returns
+    /// [`FetchError::TimedOut`] at once, for the caller to ask for less.
+    pub fn get_blob_range(
+        &self,
+        digest: &Digest,
+        range: Range<u64>,
+    ) -> Result<(Vec<u8>, u64), FetchError> {
+        let live = self.live()?;
+        let what = format!(
+            "blob {}@{digest} bytes {}-{}",
+            self.name(),
+            range.start,
+            range.end.saturating_sub(1)
+        );
+        if range.start >= range.end {
+            return Err(FetchError::Failed(format!("{what}: an empty range")));
+        }
+        let got = self.with_retries(&what, true, || {
+            live.rt.block_on(async {
+                let cached = self
+                    .redirects
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(digest.as_str())
+                    .cloned();
+                if let Some(u) = cached {
+                    match self.ranged(&live, digest, &range, Some(u)).await {
+                        Ok(Ok(v)) => return Ok(v),
+                        // Refused (a signed URL expired): ask the registry again at once.
+                        Ok(Err(_)) => self.forget_redirect(digest),
+                        // Any other failure: the next try asks the registry.
+                        Err(f) => {
+                            self.forget_redirect(digest);
+                            return Err(f);
+                        }
+                    }
+                }
+                self.ranged(&live, digest, &range, None)
+                    .await?
+                    .map_err(|why| Failure::new(Class::Denied, why))
+            })
+        })?;
+        self.stats
+            .bytes
+            .fetch_add(got.0.len() as u64, Ordering::Relaxed);
+        Ok(got)
+    }
+
+    fn forget_redirect(&self, digest: &Digest) {
+        self.redirects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(digest.as_str());
+    }
+
+    /// One ranged GET from `start` (a remembered target) or the registry. The inner `Err` is a
+    /// refusal by the storage host.
+    async fn ranged(
+        &self,
+        live: &Live,
+        digest: &Digest,
+        range: &Range<u64>,
+        start: Option<Url>,
+    ) -> Result<Result<(Vec<u8>, u64), String>, Failure> {
+        let (r, at) = match self.follow(live, digest, Some(range), start).await? {
+            Followed::Answer(r, at) => (r, at),
+            Followed::StorageDenied(why) => return Ok(Err(why)),
+        };
+        let status = r.status().as_u16();
+        if status == 200 {
+            return Err(Failure::new(
+                Class::Fatal,
+                "HTTP 200: the whole blob was sent instead of the range asked",
+            ));
+        }
+        if status != 206 {
+            return Err(status_failure(r).await);
+        }
+        let cr = header_str(r.headers().get(header::CONTENT_RANGE));
+        let total = match parse_content_range(&cr) {
+            Some((s, e, total)) if s == range.start && e + 1 == range.end && e < total => total,
+            _ => {
+                return Err(Failure::new(
+                    Class::Fatal,
+                    format!(
+                        "HTTP 206 with Content-Range {cr:?}, not bytes {}-{}/SIZE",
+                        range.start,
+                        range.end - 1
+                    ),
+                ));
+            }
+        };
+        let len = range.end - range.start;
+        let body = read_limited(r, len).await?;
+        if body.len() as u64 != len {
+            return Err(Failure::new(
+                Class::Retry,
+                format!("the answer ended after {} of {len} bytes", body.len()),
+            ));
+        }
+        if origin(&at) != origin(&live.base) || at.path() != self.blob_path(digest) {
+            self.redirects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(digest.to_string(), at);
+        }
+        Ok(Ok((body, total)))
+    }
+
+    fn blob_path(&self, digest: &Digest) -> String {
+        format!("/v2/{}/blobs/{digest}", self.repository)
+    }
+
+    /// GETs (or, without a range and with `head`, HEADs) the blob from `start` or the
+    /// registry, following at most [`MAX_HOPS`] redirects; the `Range` header is kept on every
+    /// hop. The answer comes with the URL that gave it.
+    async fn follow(
+        &self,
+        live: &Live,
+        digest: &Digest,
+        range: Option<&Range<u64>>,
+        start: Option<Url>,
+    ) -> Result<Followed, Failure> {
+        self.follow_method(live, Method::GET, digest, range, start)
+            .await
+    }
+
+    pub(super) async fn follow_method(
+        &self,
+        live: &Live,
+        method: Method,
+        digest: &Digest,
+        range: Option<&Range<u64>>,
+        start: Option<Url>,
+    ) -> Result<Followed, Failure> {
+        let mut url = start.unwrap_or_else(|| self.url(live, &format!("blobs/{digest}")));
+        for _ in 0..=MAX_HOPS {
+            let mut req = Req::new(method.clone(), url.clone());
+            if let Some(r) = range {
+                req.headers.insert(
+                    header::RANGE,
+                    HeaderValue::from_str(&format!("bytes={}-{}", r.start, r.end - 1))
+                        .expect("ASCII"),
+                );
+            }
+            let r = self.send(live, &req).await?;
+            let status = r.status().as_u16();
+            if matches!(status, 301 | 302 | 303 | 307 | 308) {
+                let loc = header_str(r.headers().get(header::LOCATION));
+                url = url.join(&loc).map_err(|e| {
+                    Failure::new(
+                        Class::Fatal,
+                        format!("HTTP {status} to an unusable Location {loc:?}: {e}"),
+                    )
+                })?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(Failure::new(
+                        Class::Fatal,
+                        format!("HTTP {status} to a {} URL", url.scheme()),
+                    ));
+                }
+                continue;
+            }
+            if matches!(status, 401 | 403) && origin(&url) != origin(&live.base) {
+                let host = url.host_str().unwrap_or("").to_owned();
+                return Ok(Followed::StorageDenied(format!(
+                    "HTTP {} from the storage host {host} the registry redirected to",
+                    r.status()
+                )));
+            }
+            return Ok(Followed::Answer(r, url));
+        }
+        Err(Failure::new(
+            Class::Fatal,
+            format!("more than {MAX_HOPS} redirects"),
+        ))
+    }
+
+    /// The blob's size when the registry has it (`HEAD`), `None` when it does not.
+    pub fn blob_size(&self, digest: &Digest) -> Result<Option<u64>, FetchError> {
+        let live = self.live()?;
+        let what = format!("blob {}@{digest}", self.name());
+        self.with_retries(&what, false, || {
+            live.rt.block_on(async {
+                match self
+                    .follow_method(&live, Method::HEAD, digest, None, None)
+                    .await?
+                {
+                    Followed::Answer(r, _) if r.status().is_success() => {
+                        let n = r
+                            .headers()
+                            .get(header::CONTENT_LENGTH)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.parse::<u64>().ok());
+                        Ok(Some(n.unwrap_or(0)))
+                    }
+                    Followed::Answer(r, _) if r.status().as_u16() == 404 => Ok(None),
+                    Followed::Answer(r, _) => Err(status_failure(r).await),
+                    Followed::StorageDenied(why) => Err(Failure::new(Class::Denied, why)),
+                }
+            })
+        })
+    }
+}
+
+fn header_str(v: Option<&HeaderValue>) -> String {
+    v.and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+/// `bytes START-END/TOTAL` (inclusive end; TOTAL a number).
+fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (span, total) = rest.split_once('/')?;
+    let (s, e) = span.split_once('-')?;
+    let num = |x: &str| {
+        let x = x.trim();
+        (!x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| x.parse::<u64>().ok())
+            .flatten()
+    };
+    let (s, e, t) = (num(s)?, num(e)?, num(total)?);
+    (s <= e).then_some((s, e, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_ranges_parse_strictly() {
+        assert_eq!(parse_content_range("bytes 0-9/100"), Some((0, 9, 100)));
+        assert_eq!(parse_content_range("bytes 5-5/6"), Some((5, 5, 6)));
+        assert_eq!(parse_content_range("bytes 0-9/*"), None);
+        assert_eq!(parse_content_range("bytes 9-0/100"), None);
+        assert_eq!(parse_content_range("bytes -9/100"), None);
+        assert_eq!(parse_content_range("items 0-9/100"), None);
+        assert_eq!(parse_content_range("bytes +1-9/100"), None);
+    }
+}
