@@ -222,7 +222,7 @@ impl Registry {
             let base = Url::parse(&format!("{scheme}://{}/", self.registry))
                 .map_err(|e| FetchError::Config(format!("{}: {e}", self.registry)))?;
             let v2 = base.join("v2/").expect("a relative path");
-            let what = format!("{} ({v2})", self.registry);
+            let what = format!("{} ({v2})", self.name());
             // HTTPS is tried once when plain HTTP may follow; the last scheme gets the retries.
             let retries = if i + 1 < schemes.len() {
                 0
@@ -240,12 +240,18 @@ impl Registry {
                                 .headers()
                                 .get(header::WWW_AUTHENTICATE)
                                 .and_then(|v| v.to_str().ok())
+                                .map(str::to_owned)
                                 .ok_or_else(|| {
                                     Failure::new(Class::Denied, "HTTP 401 without WWW-Authenticate")
                                 })?;
-                            auth::parse_challenge(h)
-                                .map(Some)
-                                .map_err(|w| Failure::new(Class::Fatal, format!("HTTP 401: {w}")))
+                            let challenge = auth::parse_challenge(&h).map_err(|w| {
+                                Failure::new(Class::Fatal, format!("HTTP 401: {w}"))
+                            })?;
+                            if challenge == Challenge::Basic {
+                                self.check_basic(&http, &v2, status_failure(r).await)
+                                    .await?;
+                            }
+                            Ok(Some(challenge))
                         }
                         _ => Err(status_failure(r).await),
                     }
@@ -265,7 +271,7 @@ impl Registry {
                     last = m;
                 }
                 Err(e) => {
-                    let hint = if schemes.len() == 1 {
+                    let hint = if schemes.len() == 1 && matches!(e, FetchError::Failed(_)) {
                         " (plain HTTP is used only for loopback registries, or with \
                          --tls-verify=false)"
                     } else {
@@ -279,6 +285,40 @@ impl Registry {
             }
         }
         Err(FetchError::Failed(last))
+    }
+
+    /// After `/v2/` asked for Basic authentication (`refused`, its answer without
+    /// credentials): refuses at once when there are no credentials, else checks them with a
+    /// second `GET /v2/`, so a wrong password is reported with the registry's error code.
+    async fn check_basic(
+        &self,
+        http: &reqwest::Client,
+        v2: &Url,
+        refused: Failure,
+    ) -> Result<(), Failure> {
+        let Some(c) = &self.creds else {
+            return Err(Failure::new(
+                Class::Denied,
+                format!(
+                    "{}; no credentials for {} in REGISTRY_AUTH_FILE, \
+                     $XDG_RUNTIME_DIR/containers/auth.json or ~/.docker/config.json",
+                    refused.why, self.registry
+                ),
+            ));
+        };
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let r = http
+            .get(v2.clone())
+            .header(header::AUTHORIZATION, c.basic_header())
+            .send()
+            .await
+            .map_err(transport)?;
+        if r.status().is_success() {
+            return Ok(());
+        }
+        let mut f = status_failure(r).await;
+        f.why = format!("{} (credentials from {})", f.why, c.origin);
+        Err(f)
     }
 
     /// Runs `attempt` with the retry policy of [`Settings`]; see [`Registry::retrying`].

@@ -28,6 +28,7 @@ mod layers;
 mod lazy_open;
 mod loader;
 mod mount;
+mod oci;
 mod path_safety;
 mod pins;
 mod progress;
