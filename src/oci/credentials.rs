@@ -357,7 +357,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("auth.json");
         std::fs::write(&f, r#"{"credHelpers":{"h:1":"kpack-test-none"}}"#).unwrap();
-        let e = lookup_in(&[f.clone()], "h:1", "x").unwrap_err();
+        let e = lookup_in(std::slice::from_ref(&f), "h:1", "x").unwrap_err();
         assert!(
             e.contains("cannot run the credential helper docker-credential-kpack-test-none"),
             "{e}"

@@ -8,6 +8,8 @@
 
 pub mod auth;
 pub mod credentials;
+#[cfg(test)]
+mod fake;
 #[allow(
     dead_code,
     reason = "the reader's view (Pack) serves the oci:// read side, built on this client"

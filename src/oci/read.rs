@@ -105,7 +105,7 @@ impl Registry {
                 match self.follow(&live, digest, None, None).await? {
                     Followed::Answer(r, _) if r.status().is_success() => {
                         read_limited(r, max).await.map_err(|mut f| {
-                            if f.why.contains("bytes read") {
+                            if f.why.starts_with("the answer is") {
                                 f.why = format!("the blob is larger than {max} bytes");
                             }
                             f
@@ -367,5 +367,194 @@ mod tests {
         assert_eq!(parse_content_range("bytes -9/100"), None);
         assert_eq!(parse_content_range("items 0-9/100"), None);
         assert_eq!(parse_content_range("bytes +1-9/100"), None);
+    }
+}
+
+/// The client against a fake registry that wants a bearer token and redirects blob GETs to a
+/// storage host on another port (another origin), as hosted registries do.
+#[cfg(test)]
+mod redirect_tests {
+    use std::sync::Arc;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::super::fake::{Answer, Fake, Seen};
+    use super::super::reference::{Digest, Reference, Target};
+    use super::super::registry::{Options, Registry};
+    use crate::remote::client::{FetchError, Stats};
+    use crate::remote::settings::Settings;
+
+    /// How the storage host misbehaves.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Mode {
+        Good,
+        Whole,
+        WrongRange,
+    }
+
+    struct World {
+        registry: Fake,
+        storage: Fake,
+        client: Registry,
+        digest: Digest,
+        blob: Vec<u8>,
+        /// Signatures the storage host refuses (expired URLs).
+        expired: Arc<Mutex<Vec<u64>>>,
+        mode: Arc<Mutex<Mode>>,
+    }
+
+    fn h(k: &str, v: &str) -> (String, String) {
+        (k.to_owned(), v.to_owned())
+    }
+
+    fn world() -> World {
+        let blob: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let digest = Digest::of(&blob);
+        let expired = Arc::new(Mutex::new(Vec::new()));
+        let mode = Arc::new(Mutex::new(Mode::Good));
+        let storage = {
+            let (blob, expired, mode) = (blob.clone(), expired.clone(), mode.clone());
+            Fake::start(move |s: &Seen| -> Answer {
+                let sig: u64 = s
+                    .path
+                    .split("sig=")
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                if expired.lock().unwrap().contains(&sig) {
+                    return (403, vec![], b"<Error>expired</Error>".to_vec());
+                }
+                let range = s.header("range").unwrap_or("");
+                let (a, b) = range
+                    .strip_prefix("bytes=")
+                    .and_then(|r| r.split_once('-'))
+                    .map(|(a, b)| (a.parse::<usize>().unwrap(), b.parse::<usize>().unwrap()))
+                    .unwrap_or((0, blob.len() - 1));
+                match *mode.lock().unwrap() {
+                    Mode::Whole => (200, vec![], blob.clone()),
+                    _ if range.is_empty() => (200, vec![], blob.clone()),
+                    m => {
+                        let shown = if m == Mode::WrongRange { a + 1 } else { a };
+                        let cr = format!("bytes {shown}-{b}/{}", blob.len());
+                        (206, vec![h("Content-Range", &cr)], blob[a..=b].to_vec())
+                    }
+                }
+            })
+        };
+        let sp = storage.port;
+        let sig = Arc::new(AtomicU64::new(0));
+        let registry = Fake::start(move |s: &Seen| -> Answer {
+            if s.path.starts_with("/token") {
+                return (200, vec![], br#"{"token":"T1","expires_in":300}"#.to_vec());
+            }
+            if s.header("authorization") != Some("Bearer T1") {
+                // The realm is this registry's /token: its port is in the Host header.
+                let host = s.header("host").unwrap_or("").to_owned();
+                let c = format!("Bearer realm=\"http://{host}/token\",service=\"fake\"");
+                let body = br#"{"errors":[{"code":"UNAUTHORIZED","message":"no"}]}"#;
+                return (401, vec![h("WWW-Authenticate", &c)], body.to_vec());
+            }
+            if s.path == "/v2/" {
+                return (200, vec![], b"{}".to_vec());
+            }
+            if let Some(d) = s.path.strip_prefix("/v2/r/blobs/") {
+                let n = sig.fetch_add(1, Ordering::SeqCst) + 1;
+                let loc = format!("http://127.0.0.1:{sp}/store/{d}?sig={n}");
+                return (307, vec![h("Location", &loc)], vec![]);
+            }
+            let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
+            (404, vec![], body.to_vec())
+        });
+        let reference = Reference::parse(&format!("oci://127.0.0.1:{}/r", registry.port)).unwrap();
+        let settings = Settings {
+            retries: 0,
+            ..Settings::default()
+        };
+        let client = Registry::new(
+            &reference,
+            Options {
+                tls_verify: true,
+                push: false,
+            },
+            settings,
+            Arc::new(Stats::default()),
+        )
+        .unwrap();
+        World {
+            registry,
+            storage,
+            client,
+            digest,
+            blob,
+            expired,
+            mode,
+        }
+    }
+
+    #[test]
+    fn ranges_follow_the_redirect_without_authorization_and_reuse_it() {
+        let w = world();
+        let (bytes, total) = w.client.get_blob_range(&w.digest, 100..600).unwrap();
+        assert_eq!((bytes.as_slice(), total), (&w.blob[100..600], 10_000));
+        // /v2/ asked for a token, so the first blob GET already carried it.
+        assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);
+        let (bytes, _) = w.client.get_blob_range(&w.digest, 9_000..10_000).unwrap();
+        assert_eq!(bytes, &w.blob[9_000..]);
+        // The second range went straight to the remembered target.
+        assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);
+        assert_eq!(w.storage.count("GET", "/store/"), 2);
+        // The storage host, another origin, never saw the registry's token.
+        for s in w.storage.seen.lock().unwrap().iter() {
+            assert_eq!(s.header("authorization"), None, "{s:?}");
+            assert!(s.header("range").is_some());
+        }
+        // The signed URL expires: a 403 from storage asks the registry for a fresh one.
+        w.expired.lock().unwrap().push(1);
+        let (bytes, _) = w.client.get_blob_range(&w.digest, 0..10).unwrap();
+        assert_eq!(bytes, &w.blob[..10]);
+        assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 2);
+        // A whole blob, by the same route, checked against its digest.
+        assert_eq!(w.client.get_blob(&w.digest, 1 << 20).unwrap(), w.blob);
+        let e = w.client.get_blob(&w.digest, 100).unwrap_err();
+        assert!(e.to_string().contains("larger than 100 bytes"), "{e}");
+        let s = w.client.stats();
+        assert!(s.requests.load(Ordering::Relaxed) >= 8);
+        assert_eq!(s.bytes.load(Ordering::Relaxed), 500 + 1000 + 10 + 10_000);
+    }
+
+    #[test]
+    fn only_an_exact_206_is_a_range() {
+        let w = world();
+        *w.mode.lock().unwrap() = Mode::Whole;
+        let e = w.client.get_blob_range(&w.digest, 0..10).unwrap_err();
+        assert!(matches!(e, FetchError::Failed(_)), "{e:?}");
+        assert!(e.to_string().contains("HTTP 200: the whole blob"), "{e}");
+        *w.mode.lock().unwrap() = Mode::WrongRange;
+        let e = w.client.get_blob_range(&w.digest, 0..10).unwrap_err();
+        assert!(matches!(e, FetchError::Failed(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("Content-Range \"bytes 1-9/10000\""),
+            "{e}"
+        );
+        // Every storage request failed, so no target is remembered.
+        assert!(w.client.redirects.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn manifests_errors_name_the_registry_code() {
+        let w = world();
+        let e = w
+            .client
+            .get_manifest(&Target::Tag("nope".into()))
+            .unwrap_err();
+        assert!(matches!(e, FetchError::NotFound(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "manifest 127.0.0.1:{}/r:nope: HTTP 404 Not Found: MANIFEST_UNKNOWN: manifest \
+                 unknown",
+                w.registry.port
+            )
+        );
     }
 }

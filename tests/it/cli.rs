@@ -35,6 +35,7 @@ fn make_tree(root: &Path, kernels: &[(&str, &str, Vec<u8>)]) {
 fn every_command_has_help() {
     for cmd in [
         "pack", "list", "cat", "extract", "verify", "mount", "unmount", "resolve", "load", "split",
+        "push",
     ] {
         let o = kpack_fuse(&[&cmd, &"--help"]);
         assert_eq!(code(&o), 0, "{cmd}");

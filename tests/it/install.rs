@@ -106,8 +106,8 @@ fn install_then_build_with_pkg_config_and_cmake_then_uninstall() {
         .collect();
     pages.sort();
     let mut want: Vec<String> = [
-        "cat", "extract", "list", "load", "mount", "pack", "resolve", "split", "stats", "unmount",
-        "verify",
+        "cat", "extract", "list", "load", "mount", "pack", "push", "resolve", "split", "stats",
+        "unmount", "verify",
     ]
     .iter()
     .map(|c| format!("kpack-fuse-{c}.1"))

@@ -58,6 +58,11 @@ fn read_request(s: &mut TcpStream) -> Option<Request> {
         if s.read(&mut byte).ok()? == 0 || head.len() > 64 << 10 {
             return None;
         }
+        // A TLS handshake (the client tries HTTPS first on loopback): close, as a plain HTTP
+        // server would after its 400.
+        if head.is_empty() && byte[0] == 0x16 {
+            return None;
+        }
         head.push(byte[0]);
     }
     let text = String::from_utf8(head).ok()?;
