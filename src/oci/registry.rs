@@ -271,7 +271,8 @@ impl Registry {
                     last = m;
                 }
                 Err(e) => {
-                    let hint = if schemes.len() == 1 && matches!(e, FetchError::Failed(_)) {
+                    let unreached = matches!(e, FetchError::Failed(_) | FetchError::TimedOut(_));
+                    let hint = if schemes.len() == 1 && unreached {
                         " (plain HTTP is used only for loopback registries, or with \
                          --tls-verify=false)"
                     } else {
@@ -279,6 +280,7 @@ impl Registry {
                     };
                     return Err(match e {
                         FetchError::Failed(m) => FetchError::Failed(format!("{m}{hint}")),
+                        FetchError::TimedOut(m) => FetchError::TimedOut(format!("{m}{hint}")),
                         other => other,
                     });
                 }
@@ -670,6 +672,12 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn a_registry_is_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Registry>();
     }
 
     #[test]
