@@ -128,6 +128,7 @@ impl From<RemoteError> for CliError {
             RemoteErrorKind::Unreachable => Exit::Unreadable,
             RemoteErrorKind::Archive(kind) => exit_for(kind),
             RemoteErrorKind::NoArchives => Exit::NotFound,
+            RemoteErrorKind::NotAPack => Exit::BadFormat,
         };
         CliError::new(exit, e.message)
     }

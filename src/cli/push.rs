@@ -66,6 +66,7 @@ impl Args {
                 .map_or(d.connect_timeout, Duration::from_secs),
             retries: self.remote_retries.unwrap_or(d.retries),
             requests: d.requests,
+            tls_verify: self.tls_verify,
         }
     }
 }

@@ -10,7 +10,7 @@ use rocm_kpack::Archive;
 
 use crate::cli::exit::{CliError, CliResult, Exit};
 use crate::remote::settings::Settings;
-use crate::remote::{self, RemoteUrl, is_remote};
+use crate::remote::{self, OciOptions, RemoteUrl, is_remote};
 
 /// Remote settings as given (flags, then `-o` items); `None` means the default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -33,6 +33,12 @@ pub struct RemoteArgs {
     /// Remote requests in flight at once [default: 8].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub remote_requests: Option<u32>,
+    /// oci:// registries: with false, accept any TLS certificate and fall back to plain HTTP
+    /// when HTTPS fails (plain HTTP is otherwise used only for loopback registries)
+    /// [default: true].
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub tls_verify: Option<bool>,
 }
 
 impl RemoteArgs {
@@ -47,6 +53,7 @@ impl RemoteArgs {
                 .map_or(d.connect_timeout, Duration::from_secs),
             retries: self.remote_retries.unwrap_or(d.retries),
             requests: self.remote_requests.unwrap_or(d.requests),
+            tls_verify: self.tls_verify.unwrap_or(d.tls_verify),
         }
     }
 
@@ -73,6 +80,11 @@ impl RemoteArgs {
             }
             "remote_retries" => number("N", 0, 20).map(|n| self.remote_retries = Some(n as u32)),
             "remote_requests" => number("N", 1, 256).map(|n| self.remote_requests = Some(n as u32)),
+            "tls_verify" => match value.unwrap_or("true") {
+                "true" => Ok(self.tls_verify = Some(true)),
+                "false" => Ok(self.tls_verify = Some(false)),
+                v => Err(format!("mount option tls_verify: {v:?} is not true or false")),
+            },
             _ => return None,
         })
     }
@@ -106,13 +118,14 @@ impl RemoteArgs {
                 "remote_requests",
                 self.remote_requests.is_some(),
             ),
+            ("--tls-verify", "tls_verify", self.tls_verify.is_some()),
         ]
         .into_iter()
         .filter(|(_, _, given)| *given)
         .map(|(flag, option, _)| {
             format!(
-                "{flag} (-o {option}) does nothing with a local source (it is for s3:// and \
-                 http(s):// sources); it will be refused there in a later release"
+                "{flag} (-o {option}) does nothing with a local source (it is for s3://, \
+                 http(s):// and oci:// sources); it will be refused there in a later release"
             )
         })
         .collect()
@@ -127,30 +140,43 @@ pub(crate) fn parse_secs(s: &str) -> Result<u64, String> {
 }
 
 /// The archives a command argument names: a local path (one archive), or a URL (one object,
-/// or with `allow_prefix` every archive under an S3 prefix).
+/// or with `allow_prefix` every archive under an S3 prefix), or an `oci://` artifact (the
+/// archive layers with code for `gpus`, every one when empty). `gpus` is refused for any other
+/// source.
 pub fn open_archives(
     arg: &Path,
     args: &RemoteArgs,
+    gpus: &[String],
     allow_prefix: bool,
 ) -> CliResult<Vec<Arc<Archive>>> {
-    let Some(url) = arg.to_str().filter(|s| is_remote(s)) else {
-        return Ok(vec![Arc::new(Archive::open(arg)?)]);
-    };
-    let parsed = RemoteUrl::parse(url).map_err(|m| CliError::new(Exit::Usage, m))?;
-    if !allow_prefix && matches!(parsed, RemoteUrl::S3Prefix { .. }) {
+    let url = arg.to_str().filter(|s| is_remote(s));
+    if !gpus.is_empty() && !url.is_some_and(crate::oci::is_oci) {
         return Err(CliError::new(
             Exit::Usage,
-            format!("{url}: names a prefix; this command reads one archive (s3://BUCKET/KEY)"),
+            format!(
+                "{}: --gpu chooses the layers of an oci:// artifact (and, for list and extract, \
+                 the code objects of a HIPK binary); it does not apply here",
+                arg.display()
+            ),
         ));
     }
+    let Some(url) = url else {
+        return Ok(vec![Arc::new(Archive::open(arg)?)]);
+    };
+    let oci = OciOptions {
+        gpus: gpus.to_vec(),
+    };
+    if !crate::oci::is_oci(url) {
+        let parsed = RemoteUrl::parse(url).map_err(|m| CliError::new(Exit::Usage, m))?;
+        if !allow_prefix && matches!(parsed, RemoteUrl::S3Prefix { .. }) {
+            return Err(CliError::new(
+                Exit::Usage,
+                format!("{url}: names a prefix; this command reads one archive (s3://BUCKET/KEY)"),
+            ));
+        }
+    }
     // Commands fail on any member that does not open, as they do for a local file.
-    Ok(remote::open(url, &args.settings(), true, None)?.archives)
-}
-
-/// The one archive a command argument names (a local path or a URL of one object).
-pub fn open_archive(arg: &Path, args: &RemoteArgs) -> CliResult<Arc<Archive>> {
-    let mut v = open_archives(arg, args, false)?;
-    Ok(v.remove(0))
+    Ok(remote::open(url, &args.settings(), &oci, true, None)?.archives)
 }
 
 #[cfg(test)]

@@ -30,6 +30,10 @@ pub struct Args {
     /// With --split: the root the original (fat) binaries are under.
     #[arg(long, value_name = "ROOT", requires = "split")]
     pub original: Option<PathBuf>,
+    /// For oci:// artifacts: check only the layers with code for this GPU (repeatable; auto:
+    /// this node's GPUs).
+    #[arg(long = "gpu", value_name = "ARCH")]
+    pub gpus: Vec<String>,
     #[command(flatten)]
     pub remote: super::remote_args::RemoteArgs,
 }
@@ -48,7 +52,7 @@ pub fn run(args: Args) -> CliResult {
     // Said only when everything verified: next to BAD lines it would be noise.
     let mut undigested = Vec::new();
     for path in &args.archives {
-        for archive in super::remote_args::open_archives(path, &args.remote, true)? {
+        for archive in super::remote_args::open_archives(path, &args.remote, &args.gpus, true)? {
             let (n, d) = check(&archive, &mut problems);
             if d.kernel + d.frame_only == 0 && n != 0 {
                 undigested.push(archive.path().to_path_buf());

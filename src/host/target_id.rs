@@ -159,6 +159,16 @@ where
         .find(|candidate| available(candidate))
 }
 
+/// Whether code built for one of `arches` runs on the device `device_isa`, by the same rules the
+/// loader uses to pick an archive arch (the device's ISA, then its generic target, each with
+/// subsets of its features).
+pub fn device_can_use(device_isa: &str, arches: &[String]) -> bool {
+    resolve_in(&device_arch_list(device_isa), |c| {
+        arches.iter().any(|a| a == c)
+    })
+    .is_some()
+}
+
 /// Maps a KFD `gfx_target_version` (M*10000 + m*100 + s) to its processor name `gfx{M}{m:x}{s:x}`.
 pub fn processor_from_target_version(version: u64) -> Option<String> {
     if version == 0 {
@@ -173,6 +183,17 @@ pub fn processor_from_target_version(version: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_uses_its_own_arch_a_feature_subset_or_its_generic_target() {
+        let arches = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(device_can_use("gfx942:sramecc+:xnack-", &arches(&["gfx90a", "gfx942"])));
+        assert!(device_can_use("gfx942:xnack-", &arches(&["gfx942:xnack-"])));
+        assert!(!device_can_use("gfx942:xnack-", &arches(&["gfx942:xnack+"])));
+        assert!(device_can_use("gfx1101", &arches(&["gfx11-generic"])));
+        assert!(!device_can_use("gfx1101", &arches(&["gfx1100", "gfx90a"])));
+        assert!(!device_can_use("gfx942", &[]));
+    }
 
     #[test]
     fn strips_prefix_only_when_followed_by_something() {

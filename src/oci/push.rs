@@ -14,7 +14,7 @@ use rocm_kpack::{Archive, ErrorKind, KernelIndex};
 use super::manifest::{
     self, Descriptor, EMPTY_BLOB, FramesFrom, ImageManifest, MANIFEST_MEDIA_TYPE, TocPlace,
 };
-use super::reference::{DEFAULT_TAG, Digest, Reference, Target};
+use super::reference::{DEFAULT_TAG, Digest, Hasher, Reference, Target};
 use super::registry::{Options, Registry};
 use super::upload::{BlobData, Chunking};
 use crate::remote::client::{FetchError, Stats};
@@ -178,7 +178,7 @@ fn hash_file(path: &Path) -> Result<(Digest, u64, Header), PushError> {
         )
     };
     let mut f = std::fs::File::open(path).map_err(unreadable)?;
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut ctx = Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut head = [0u8; HEADER_SIZE];
     let mut len = 0u64;
@@ -197,9 +197,7 @@ fn hash_file(path: &Path) -> Result<(Digest, u64, Header), PushError> {
         ctx.update(&buf[..n]);
         len += n as u64;
     }
-    let d = ctx.finish();
-    let digest = Digest::from_sha256(d.as_ref().try_into().expect("32 bytes"));
-    Ok((digest, len, Header::parse(&head)))
+    Ok((ctx.finish(), len, Header::parse(&head)))
 }
 
 /// Opens, checks and hashes each archive, and builds the manifest.

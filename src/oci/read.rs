@@ -130,12 +130,13 @@ impl Registry {
 
     /// Reads `range` of a blob in one request: the bytes and the blob's total size. Only a 206
     /// whose `Content-Range` is exactly `range` is accepted; a 200 (the whole blob) or another
-    /// range is [`FetchError::Failed`], which the caller may retry. A timeout returns
-    /// [`FetchError::TimedOut`] at once, for the caller to ask for less.
+    /// range is [`FetchError::Failed`], which the caller may retry. With `shrinkable`, a
+    /// timeout returns [`FetchError::TimedOut`] at once, for the caller to ask for less.
     pub fn get_blob_range(
         &self,
         digest: &Digest,
         range: Range<u64>,
+        shrinkable: bool,
     ) -> Result<(Vec<u8>, u64), FetchError> {
         let live = self.live()?;
         let what = format!(
@@ -147,7 +148,7 @@ impl Registry {
         if range.start >= range.end {
             return Err(FetchError::Failed(format!("{what}: an empty range")));
         }
-        let got = self.with_retries(&what, true, || {
+        let got = self.with_retries(&what, shrinkable, || {
             live.rt.block_on(async {
                 let cached = self
                     .redirects
@@ -494,11 +495,11 @@ mod redirect_tests {
     #[test]
     fn ranges_follow_the_redirect_without_authorization_and_reuse_it() {
         let w = world();
-        let (bytes, total) = w.client.get_blob_range(&w.digest, 100..600).unwrap();
+        let (bytes, total) = w.client.get_blob_range(&w.digest, 100..600, true).unwrap();
         assert_eq!((bytes.as_slice(), total), (&w.blob[100..600], 10_000));
         // /v2/ asked for a token, so the first blob GET already carried it.
         assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);
-        let (bytes, _) = w.client.get_blob_range(&w.digest, 9_000..10_000).unwrap();
+        let (bytes, _) = w.client.get_blob_range(&w.digest, 9_000..10_000, true).unwrap();
         assert_eq!(bytes, &w.blob[9_000..]);
         // The second range went straight to the remembered target.
         assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);
@@ -510,7 +511,7 @@ mod redirect_tests {
         }
         // The signed URL expires: a 403 from storage asks the registry for a fresh one.
         w.expired.lock().unwrap().push(1);
-        let (bytes, _) = w.client.get_blob_range(&w.digest, 0..10).unwrap();
+        let (bytes, _) = w.client.get_blob_range(&w.digest, 0..10, true).unwrap();
         assert_eq!(bytes, &w.blob[..10]);
         assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 2);
         // A whole blob, by the same route, checked against its digest.
@@ -526,11 +527,11 @@ mod redirect_tests {
     fn only_an_exact_206_is_a_range() {
         let w = world();
         *w.mode.lock().unwrap() = Mode::Whole;
-        let e = w.client.get_blob_range(&w.digest, 0..10).unwrap_err();
+        let e = w.client.get_blob_range(&w.digest, 0..10, true).unwrap_err();
         assert!(matches!(e, FetchError::Failed(_)), "{e:?}");
         assert!(e.to_string().contains("HTTP 200: the whole blob"), "{e}");
         *w.mode.lock().unwrap() = Mode::WrongRange;
-        let e = w.client.get_blob_range(&w.digest, 0..10).unwrap_err();
+        let e = w.client.get_blob_range(&w.digest, 0..10, true).unwrap_err();
         assert!(matches!(e, FetchError::Failed(_)), "{e:?}");
         assert!(
             e.to_string().contains("Content-Range \"bytes 1-9/10000\""),

@@ -22,15 +22,11 @@ impl Digest {
         Ok(Digest(s.to_owned()))
     }
 
-    /// The digest of `sha256` bytes.
-    pub fn from_sha256(bytes: &[u8; 32]) -> Digest {
-        Digest(format!("sha256:{}", hex(bytes)))
-    }
-
     /// The SHA-256 digest of `data`.
     pub fn of(data: &[u8]) -> Digest {
-        let d = ring::digest::digest(&ring::digest::SHA256, data);
-        Digest(format!("sha256:{}", hex(d.as_ref())))
+        let mut h = Hasher::new();
+        h.update(data);
+        h.finish()
     }
 
     pub fn as_str(&self) -> &str {
@@ -281,6 +277,23 @@ fn check_tag(tag: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The SHA-256 digest of bytes that arrive in pieces.
+pub struct Hasher(ring::digest::Context);
+
+impl Hasher {
+    pub fn new() -> Hasher {
+        Hasher(ring::digest::Context::new(&ring::digest::SHA256))
+    }
+
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    pub fn finish(self) -> Digest {
+        Digest(format!("sha256:{}", hex(self.0.finish().as_ref())))
+    }
 }
 
 #[cfg(test)]

@@ -121,6 +121,31 @@ impl Version {
     }
 }
 
+/// One object of a [`Client`]'s store, read by range.
+#[derive(Debug)]
+pub struct StoreObject {
+    client: Arc<Client>,
+    path: ObjectPath,
+}
+
+impl StoreObject {
+    pub fn new(client: Arc<Client>, path: ObjectPath) -> StoreObject {
+        StoreObject { client, path }
+    }
+}
+
+impl super::object::Ranges for StoreObject {
+    fn get(
+        &self,
+        what: &str,
+        range: Range<u64>,
+        expect: Option<&Version>,
+        shrinkable: bool,
+    ) -> Result<Fetched, FetchError> {
+        self.client.get(what, &self.path, range, expect, shrinkable)
+    }
+}
+
 /// A ranged GET's answer.
 pub struct Fetched {
     pub bytes: Vec<u8>,

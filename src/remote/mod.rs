@@ -20,9 +20,10 @@ use object_store::path::Path as ObjectPath;
 use rocm_kpack::Archive;
 use rocm_kpack::error::ErrorKind;
 
-use client::{Client, Endpoint, FetchError, Stats};
+use client::{Client, Endpoint, FetchError, Stats, StoreObject};
 use object::RemoteObject;
 use settings::Settings;
+pub use crate::oci::source::OciOptions;
 pub use url::{RemoteUrl, is_remote};
 
 /// What kind of failure a [`RemoteError`] is; the command line maps each to its exit code.
@@ -34,8 +35,11 @@ pub enum RemoteErrorKind {
     Unreachable,
     /// The object was fetched but is not a readable archive (the core's reason).
     Archive(ErrorKind),
-    /// A prefix holds no archive that opens.
+    /// A prefix holds no archive that opens, or an artifact no layer for the GPUs asked for.
     NoArchives,
+    /// An `oci://` reference names something that is not a kernel pack (a container image, an
+    /// index, a manifest our layers do not fit).
+    NotAPack,
 }
 
 /// Why a remote source cannot be used.
@@ -46,7 +50,7 @@ pub struct RemoteError {
 }
 
 impl RemoteError {
-    fn new(kind: RemoteErrorKind, message: impl Into<String>) -> RemoteError {
+    pub(crate) fn new(kind: RemoteErrorKind, message: impl Into<String>) -> RemoteError {
         RemoteError {
             kind,
             message: message.into(),
@@ -58,7 +62,7 @@ impl RemoteError {
         RemoteError::new(RemoteErrorKind::Unreachable, e.to_string())
     }
 
-    fn archive(url: &str, e: &rocm_kpack::Error) -> RemoteError {
+    pub(crate) fn archive(url: &str, e: &rocm_kpack::Error) -> RemoteError {
         let text = e.to_string();
         let message = if text.contains(url) {
             text
@@ -82,6 +86,10 @@ pub struct Session {
 }
 
 impl Session {
+    pub(crate) fn new(stats: Arc<Stats>) -> Session {
+        Session { stats }
+    }
+
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
     }
@@ -90,8 +98,10 @@ impl Session {
 /// An opened remote source.
 #[derive(Debug)]
 pub struct Opened {
-    pub url: RemoteUrl,
-    /// Whether the URL named a prefix (shown like a directory of archives).
+    /// The source as the mount shows it (an `oci://` tag resolved to its digest).
+    pub shown: String,
+    /// Whether the URL named a prefix or an artifact of several archives (shown like a
+    /// directory of archives).
     pub is_prefix: bool,
     pub archives: Vec<Arc<Archive>>,
     /// Members of a prefix that did not open (already logged as warnings).
@@ -107,13 +117,18 @@ fn spill_dir(dir: Option<&Path>) -> PathBuf {
 }
 
 /// Opens every archive a remote source names. Members of a prefix that do not open are
-/// warnings (errors with `strict`), as in a local directory.
+/// warnings (errors with `strict`), as in a local directory; an `oci://` artifact's layers are
+/// chosen by `oci` and each must open.
 pub fn open(
     source: &str,
     settings: &Settings,
+    oci: &OciOptions,
     strict: bool,
     spill: Option<&Path>,
 ) -> Result<Opened, RemoteError> {
+    if crate::oci::is_oci(source) {
+        return crate::oci::source::open(source, settings, oci, &spill_dir(spill));
+    }
     let url = RemoteUrl::parse(source).map_err(|m| RemoteError::new(RemoteErrorKind::BadUrl, m))?;
     let stats = Arc::new(Stats::default());
     let spill = spill_dir(spill);
@@ -174,7 +189,11 @@ pub fn open(
     let mut warnings = Vec::new();
     let total = members.len();
     for (path, shown) in members {
-        let opened = RemoteObject::open(client.clone(), path, shown.clone(), &spill)
+        let opened = RemoteObject::open(
+            Arc::new(StoreObject::new(client.clone(), path)),
+            shown.clone(),
+            &spill,
+        )
             .map_err(RemoteError::fetch)
             .and_then(|o| {
                 Archive::open_source(Box::new(o)).map_err(|e| RemoteError::archive(&shown, &e))
@@ -196,7 +215,7 @@ pub fn open(
         ));
     }
     Ok(Opened {
-        url,
+        shown: url.to_string(),
         is_prefix,
         archives,
         warnings,
@@ -209,17 +228,18 @@ pub fn open(
 pub fn mount_source(
     url: &str,
     settings: &Settings,
+    oci: &OciOptions,
     strict: bool,
 ) -> Result<(rocm_kpack::fs::setup::source::Source, Session), RemoteError> {
     use rocm_kpack::fs::setup::source::{Source, SourceKind};
-    let o = open(url, settings, strict, None)?;
+    let o = open(url, settings, oci, strict, None)?;
     let src = Source {
         kind: if o.is_prefix {
             SourceKind::Directory
         } else {
             SourceKind::Archive
         },
-        path: PathBuf::from(o.url.to_string()),
+        path: PathBuf::from(o.shown),
         archives: o.archives,
         kernel_name: None,
         warnings: o.warnings,

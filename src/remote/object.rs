@@ -22,11 +22,10 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use object_store::path::Path as ObjectPath;
 use rocm_kpack::archive::byte_source::ByteSource;
 use rocm_kpack::error::{Error, Result};
 
-use super::client::{Client, FetchError, Version};
+use super::client::{FetchError, Fetched, Version};
 use super::ranges::FetchedRanges;
 
 /// Reads at least this long go to the server as they are.
@@ -50,10 +49,30 @@ struct Readahead {
     window: u64,
 }
 
+/// Where one object's bytes come from, by range: a path in an object store
+/// ([`super::client::StoreObject`]) or a blob in a container registry.
+pub trait Ranges: Send + Sync + std::fmt::Debug {
+    /// Fetches `range` (clipped by the server to the object); with `expect`, an answer from
+    /// another version of the object is [`FetchError::Changed`]. With `shrinkable`, a timeout
+    /// is reported at once as [`FetchError::TimedOut`] so the caller can ask for less.
+    fn get(
+        &self,
+        what: &str,
+        range: std::ops::Range<u64>,
+        expect: Option<&Version>,
+        shrinkable: bool,
+    ) -> std::result::Result<Fetched, FetchError>;
+
+    /// What names these bytes in `--cache-dir` keys when the URL and version do not (a
+    /// content-addressed blob is the same bytes wherever it is read from).
+    fn identity(&self) -> Option<String> {
+        None
+    }
+}
+
 #[derive(Debug)]
 pub struct RemoteObject {
-    client: Arc<Client>,
-    path: ObjectPath,
+    ranges: Arc<dyn Ranges>,
     url: String,
     version: Version,
     changed: AtomicBool,
@@ -61,13 +80,15 @@ pub struct RemoteObject {
     readahead: Mutex<Readahead>,
     /// The largest request: unbounded until one times out.
     piece_max: AtomicU64,
+    /// Every byte was fetched and checked at open ([`RemoteObject::fetch_whole`]): reads are
+    /// served from the kept copy only, and nothing is forgotten (a refetch would be unchecked).
+    whole: AtomicBool,
 }
 
 impl RemoteObject {
     /// Opens the object: one GET of its first window, which also tells its length and version.
     pub fn open(
-        client: Arc<Client>,
-        path: ObjectPath,
+        ranges: Arc<dyn Ranges>,
         url: String,
         spill_dir: &std::path::Path,
     ) -> std::result::Result<RemoteObject, FetchError> {
@@ -77,15 +98,14 @@ impl RemoteObject {
                 spill_dir.display()
             ))
         })?;
-        let first = client.get(&url, &path, 0..WINDOW_MIN, None, false)?;
+        let first = ranges.get(&url, 0..WINDOW_MIN, None, false)?;
         fetched
             .insert(&first.bytes, 0)
             .map_err(|e| FetchError::Config(format!("{url}: cannot keep fetched bytes: {e}")))?;
         let mut version = first.version;
         version.size = first.size;
         Ok(RemoteObject {
-            client,
-            path,
+            ranges,
             url,
             version,
             changed: AtomicBool::new(false),
@@ -95,7 +115,53 @@ impl RemoteObject {
                 window: WINDOW_MIN,
             }),
             piece_max: AtomicU64::new(u64::MAX),
+            whole: AtomicBool::new(false),
         })
+    }
+
+    /// Fetches every byte of the object into the kept copy, in requests of at most
+    /// [`WINDOW_MAX`], handing each piece to `feed` in order, then asks `verdict` whether the
+    /// whole is right; from then on nothing is fetched again. For objects checked as a whole (a
+    /// registry blob against its digest) before any of them is used: when `verdict` refuses,
+    /// the copy is dropped and its reason returned.
+    pub fn fetch_whole(
+        &self,
+        feed: &mut dyn FnMut(&[u8]),
+        verdict: &mut dyn FnMut() -> std::result::Result<(), String>,
+    ) -> io::Result<()> {
+        let size = self.version.size;
+        let mut at = 0;
+        while at < size {
+            let len = WINDOW_MAX.min(size - at);
+            let mut piece = vec![0u8; len as usize];
+            let got = if self.fetched.read(&mut piece, at)? {
+                piece.len()
+            } else {
+                let bytes = self.fetch(at, len)?;
+                let got = bytes.len();
+                piece[..got].copy_from_slice(&bytes);
+                self.fetched.insert(&bytes, at)?;
+                got
+            };
+            if got == 0 {
+                break;
+            }
+            feed(&piece[..got]);
+            at += got as u64;
+        }
+        if at < size {
+            self.fetched.forget(0, size);
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{}: ended after {at} of {size} bytes", self.url),
+            ));
+        }
+        verdict().map_err(|m| {
+            self.fetched.forget(0, size);
+            io::Error::new(io::ErrorKind::InvalidData, m)
+        })?;
+        self.whole.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Fetches `[offset, offset + len)` (clipped to the object) in requests of at most
@@ -126,14 +192,8 @@ impl RemoteObject {
     fn fetch_piece(&self, offset: u64, len: u64) -> std::result::Result<Vec<u8>, FetchError> {
         let end = offset + len;
         let what = format!("{} bytes {offset}..{end}", self.url);
-        self.client
-            .get(
-                &what,
-                &self.path,
-                offset..end,
-                Some(&self.version),
-                len > PIECE_MIN,
-            )
+        self.ranges
+            .get(&what, offset..end, Some(&self.version), len > PIECE_MIN)
             .map(|f| f.bytes)
     }
 
@@ -183,6 +243,13 @@ impl ByteSource for RemoteObject {
         if self.fetched.read(buf, offset)? {
             return Ok(n);
         }
+        if self.whole.load(Ordering::SeqCst) {
+            return Err(io::Error::other(format!(
+                "{}: bytes {offset}..{} are missing from the checked copy",
+                self.url,
+                offset + n as u64
+            )));
+        }
         if n >= DIRECT_MIN {
             let bytes = self.fetch(offset, n as u64)?;
             let got = bytes.len().min(n);
@@ -211,7 +278,9 @@ impl ByteSource for RemoteObject {
     }
 
     fn forget(&self, offset: u64, len: u64) {
-        self.fetched.forget(offset, len);
+        if !self.whole.load(Ordering::SeqCst) {
+            self.fetched.forget(offset, len);
+        }
     }
 
     fn display_name(&self) -> String {
@@ -219,7 +288,9 @@ impl ByteSource for RemoteObject {
     }
 
     fn identity(&self) -> String {
-        format!("{} {}", self.url, self.version.token())
+        self.ranges
+            .identity()
+            .unwrap_or_else(|| format!("{} {}", self.url, self.version.token()))
     }
 
     fn check_unchanged(&self) -> Result<()> {

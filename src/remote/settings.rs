@@ -21,6 +21,9 @@ pub struct Settings {
     pub connect_timeout: Duration,
     pub retries: u32,
     pub requests: u32,
+    /// `oci://` registries: verify TLS certificates, and use plain HTTP only for loopback
+    /// hosts (`--tls-verify=false` turns both off).
+    pub tls_verify: bool,
 }
 
 impl Default for Settings {
@@ -31,6 +34,7 @@ impl Default for Settings {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retries: DEFAULT_RETRIES,
             requests: DEFAULT_REQUESTS,
+            tls_verify: true,
         }
     }
 }

@@ -20,7 +20,7 @@ pub enum RemoteUrl {
 
 /// Whether a source argument is a URL this program fetches (as opposed to a local path).
 pub fn is_remote(source: &str) -> bool {
-    ["s3://", "http://", "https://"]
+    ["s3://", "http://", "https://", "oci://"]
         .iter()
         .any(|p| source.len() >= p.len() && source[..p.len()].eq_ignore_ascii_case(p))
 }

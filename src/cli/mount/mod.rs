@@ -167,9 +167,10 @@ pub struct MountArgs {
     /// Handle requests on one thread (same as --threads 1).
     #[arg(short = 's', conflicts_with = "threads")]
     pub single_thread: bool,
-    /// Device ISA (repeatable, first match wins): for native.hsaco, and for a HIPK binary the
-    /// targets its @GFXARCH@ paths expand for [default: the local GPUs from /sys/class/kfd for
-    /// native.hsaco; every matching archive for @GFXARCH@].
+    /// Device ISA (repeatable, first match wins; auto: this node's GPUs): for native.hsaco, for
+    /// a HIPK binary the targets its @GFXARCH@ paths expand for, and for an oci:// artifact the
+    /// only layers fetched (those with code for one of them) [default: the local GPUs from
+    /// /sys/class/kfd for native.hsaco; every matching archive for @GFXARCH@; every layer].
     #[arg(long = "gpu", value_name = "ISA")]
     pub gpus: Vec<String>,
     /// Stay in the foreground instead of going to the background once mounted.
@@ -333,6 +334,13 @@ pub fn settings(args: &MountArgs) -> CliResult<Settings> {
             Exit::Usage,
             "allow_other and allow_root are mutually exclusive",
         ));
+    }
+    // `auto` is the node's GPUs, read once here: they pick an oci:// artifact's layers and
+    // native.hsaco alike.
+    if s.gpus.iter().any(|g| g == crate::oci::select::AUTO) {
+        s.gpus = crate::oci::select::wanted_gpus(&s.gpus, Path::new(gpus::KFD_NODES))
+            .map_err(|e| CliError::new(Exit::Usage, e))?
+            .unwrap_or_default();
     }
     Ok(s)
 }
@@ -514,7 +522,11 @@ impl Started<'_> {
         let threads = plan::threads(s, cores);
         let (src, remote_session) = match remote_source {
             Some(url) => {
-                let (src, session) = remote::mount_source(url, &s.remote.settings(), s.strict)?;
+                let oci = remote::OciOptions {
+                    gpus: s.gpus.clone(),
+                };
+                let (src, session) =
+                    remote::mount_source(url, &s.remote.settings(), &oci, s.strict)?;
                 (src, Some(session))
             }
             None => (

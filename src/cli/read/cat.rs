@@ -12,12 +12,22 @@ pub struct Args {
     pub key: String,
     /// The arch, e.g. gfx90a:xnack-.
     pub arch: String,
+    /// For an oci:// artifact: read only the layers with code for this GPU (repeatable; auto:
+    /// this node's GPUs); the first layer that holds the kernel answers.
+    #[arg(long = "gpu", value_name = "ARCH")]
+    pub gpus: Vec<String>,
     #[command(flatten)]
     pub remote: crate::cli::remote_args::RemoteArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
-    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
-    let data = archive.get_kernel(&args.key, &args.arch)?;
+    let archives =
+        crate::cli::remote_args::open_archives(&args.archive, &args.remote, &args.gpus, false)?;
+    // An artifact's layers are searched in order, as the mount merges them.
+    let holder = archives
+        .iter()
+        .find(|a| a.entry_index(&args.key, &args.arch).is_some())
+        .unwrap_or(&archives[0]);
+    let data = holder.get_kernel(&args.key, &args.arch)?;
     crate::cli::out::bytes(&data)
 }

@@ -65,10 +65,21 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn extract_archive(args: &Args) -> CliResult {
-    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
-    let total = archive.entries().map(|(_, e)| e.original_size).sum();
-    let mut out = Output::plan(args, archive.entries().map(|(k, e)| (k, e.arch)), total)?;
-    for (key, entry) in archive.entries() {
+    let archives =
+        crate::cli::remote_args::open_archives(&args.archive, &args.remote, &args.gpus, false)?;
+    // An artifact's layers merge as the mount merges them: the first to hold a kernel wins.
+    let mut seen = std::collections::HashSet::new();
+    let mut chosen = Vec::new();
+    for archive in &archives {
+        for (key, entry) in archive.entries() {
+            if seen.insert((key, entry.arch)) {
+                chosen.push((archive, key, entry));
+            }
+        }
+    }
+    let total = chosen.iter().map(|(_, _, e)| e.original_size).sum();
+    let mut out = Output::plan(args, chosen.iter().map(|(_, k, e)| (*k, e.arch)), total)?;
+    for (archive, key, entry) in &chosen {
         let data = archive.get_kernel(key, entry.arch)?;
         out.write(key, entry.arch, &data)?;
     }

@@ -31,7 +31,8 @@ pub struct InputArgs<T: clap::Args> {
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// HIPK binary: only the code objects the loader picks for this device ISA (one --gpu is
-    /// [ISA, its generic ISA]; repeat to pass an exact list).
+    /// [ISA, its generic ISA]; repeat to pass an exact list). oci:// artifact: only the layers
+    /// with code for this GPU (repeatable; auto: this node's GPUs).
     #[arg(long = "gpu", value_name = "ISA")]
     pub gpus: Vec<String>,
     #[command(flatten)]
@@ -44,7 +45,9 @@ impl<T: clap::Args> InputArgs<T> {
         let path = &self.archive;
         let remote = crate::remote::is_remote(&path.to_string_lossy());
         let input = detect(path, remote, self.root.as_deref())?;
-        check_flags(path, &input, self.root.is_some(), !self.gpus.is_empty())?;
+        // For an oci:// artifact, --gpu chooses its layers (`oci::select`).
+        let oci = crate::oci::is_oci(&path.to_string_lossy());
+        check_flags(path, &input, self.root.is_some(), !self.gpus.is_empty() && !oci)?;
         Ok(input)
     }
 }

@@ -2,6 +2,8 @@
 //! ratio), or per code object of a host binary (a fat binary's bundles, or what the loader finds
 //! for a HIPK binary), or JSON. The three kinds of row go through one printer ([`print`]).
 
+use rocm_kpack::Archive;
+use rocm_kpack::archive::format::TocEntry;
 use rocm_kpack::host::bundle::Layout;
 use rocm_kpack::host::fatbin::IndexedCodeObject;
 
@@ -50,40 +52,71 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn list_archive(args: &Args) -> CliResult {
-    let archive = crate::cli::remote_args::open_archive(&args.archive, &args.remote)?;
+    let archives =
+        crate::cli::remote_args::open_archives(&args.archive, &args.remote, &args.gpus, false)?;
     let mut rows = Vec::new();
-    for ((b, e), key, entry) in archive.indexed_entries() {
-        let row = match archive.locate_at(b, e) {
-            Ok(k) => Row {
-                key,
-                arch: entry.arch,
-                ordinal: entry.ordinal,
-                size: Some(k.size),
-                stored: Some(k.stored.size),
-                blake3: k.digest,
-                error: None,
-            },
-            Err(e) => Row {
-                key,
-                arch: entry.arch,
-                ordinal: entry.ordinal,
-                size: None,
-                stored: None,
-                blake3: archive.entry_digest(&entry).ok().flatten(),
-                error: Some(e.to_string()),
-            },
-        };
-        rows.push(row);
+    // An artifact's layers merge as the mount merges them: the first to hold a kernel wins.
+    let mut seen = std::collections::HashSet::new();
+    for archive in &archives {
+        for ((b, e), key, entry) in archive.indexed_entries() {
+            if archives.len() > 1 && !seen.insert((key, entry.arch)) {
+                continue;
+            }
+            rows.push(archive_row(archive, b, e, key, &entry));
+        }
     }
-    let doc = serde_json::json!({
-        "archive": args.archive.display().to_string(),
-        "scheme": archive.scheme().name(),
-        "group_name": archive.group_name(),
-        "gfx_arch_family": archive.gfx_arch_family(),
-        "gfx_arches": archive.architectures(),
-    });
+    let about = |a: &Archive| {
+        serde_json::json!({
+            "archive": a.path().display().to_string(),
+            "scheme": a.scheme().name(),
+            "group_name": a.group_name(),
+            "gfx_arch_family": a.gfx_arch_family(),
+            "gfx_arches": a.architectures(),
+        })
+    };
+    let doc = match archives.as_slice() {
+        [one] => {
+            let mut doc = about(one);
+            doc["archive"] = args.archive.display().to_string().into();
+            doc
+        }
+        many => serde_json::json!({
+            "artifact": args.archive.display().to_string(),
+            "layers": many.iter().map(|a| about(a)).collect::<Vec<_>>(),
+        }),
+    };
     let columns = [("SIZE", 12), ("STORED", 12), ("RATIO", 6)];
     print(args.command.json, doc, &columns, &rows)
+}
+
+/// The listing row of the entry at `(b, e)`.
+fn archive_row<'a>(
+    archive: &Archive,
+    b: usize,
+    e: usize,
+    key: &'a str,
+    entry: &TocEntry<'a>,
+) -> Row<'a> {
+    match archive.locate_at(b, e) {
+        Ok(k) => Row {
+            key,
+            arch: entry.arch,
+            ordinal: entry.ordinal,
+            size: Some(k.size),
+            stored: Some(k.stored.size),
+            blake3: k.digest,
+            error: None,
+        },
+        Err(err) => Row {
+            key,
+            arch: entry.arch,
+            ordinal: entry.ordinal,
+            size: None,
+            stored: None,
+            blake3: archive.entry_digest(entry).ok().flatten(),
+            error: Some(err.to_string()),
+        },
+    }
 }
 
 /// One line of a listing: a kernel of an archive, or a code object of a host binary.
