@@ -218,8 +218,8 @@ mod tests {
                 "remote_requests"
             ]
             .map(|o| format!(
-                "--{} (-o {o}) does nothing with a local source (it is for s3:// and http(s):// \
-                 sources); it will be refused there in a later release",
+                "--{} (-o {o}) does nothing with a local source (it is for s3://, http(s):// \
+                 and oci:// sources); it will be refused there in a later release",
                 o.replace('_', "-")
             ))
         );

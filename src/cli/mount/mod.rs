@@ -107,7 +107,9 @@ pub struct MountArgs {
     /// HIPK host binary (its
     /// archives are found as the loader finds them), a fat host binary (the code objects of its
     /// offload bundles, keyed as `pack --from-fatbin` keys them), or a remote archive: s3://BUCKET/KEY.kpack,
-    /// s3://BUCKET/PREFIX/ (every *.kpack directly under it) or http(s)://HOST/PATH.kpack.
+    /// s3://BUCKET/PREFIX/ (every *.kpack directly under it), http(s)://HOST/PATH.kpack, or a
+    /// kernel pack in a container registry: oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]
+    /// (its archive layers; with --gpu only those for these GPUs).
     pub source: PathBuf,
     /// An existing directory to mount it on, or /dev/fd/N: an open /dev/fuse descriptor that a
     /// privileged launcher has already mounted.

@@ -12,7 +12,7 @@
 //!   `no_decode_ahead` (and `decode_ahead`, its default),
 //!   `open_mode=auto|daemon|page-cache` (and `passthrough`, the old name of `daemon`), and for remote
 //!   sources `endpoint_url=URL`, `remote_timeout=SECS`, `remote_connect_timeout=SECS`,
-//!   `remote_retries=N`, `remote_requests=N`. A `-` may stand
+//!   `remote_retries=N`, `remote_requests=N`, `tls_verify=true|false`. A `-` may stand
 //!   for `_` in their names (`disk-cache-size=1G`). The deprecated spellings `cache_size=` and
 //!   `cache_dir_size=` set the same bounds, marked as old (`bounds.rs` says what they mean).
 //! * Standard options a read-only FUSE mount honours or already implies: `ro` (always),
@@ -212,6 +212,7 @@ const NAMES: &[&str] = &[
     "remote_connect_timeout",
     "remote_retries",
     "remote_requests",
+    "tls_verify",
 ];
 
 /// An unknown item, with the known name it is most like when there is one.

@@ -30,7 +30,8 @@ pub struct Settings {
     pub no_passthrough: bool,
     pub no_decode_ahead: bool,
     pub open_mode: OpenModeSetting,
-    /// Network settings of `s3://` and `http(s)://` sources (`endpoint_url=`, `remote_*=`).
+    /// Network settings of `s3://`, `http(s)://` and `oci://` sources (`endpoint_url=`,
+    /// `remote_*=`, `tls_verify=`).
     pub remote: crate::cli::remote_args::RemoteArgs,
 }
 

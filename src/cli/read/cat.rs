@@ -6,7 +6,7 @@ use crate::cli::exit::CliResult;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The archive.
+    /// The archive: a path, or a remote source (s3://, http(s)://, oci://).
     pub archive: PathBuf,
     /// The kernel's key (the KEY column of `list`), e.g. lib/libfoo.so#0.
     pub key: String,
