@@ -81,4 +81,8 @@ impl Ranges for BlobRanges {
     fn identity(&self) -> Option<String> {
         Some(format!("oci-blob {}", self.digest))
     }
+
+    fn costly_requests(&self) -> bool {
+        true
+    }
 }

@@ -68,6 +68,48 @@ pub trait Ranges: Send + Sync + std::fmt::Debug {
     fn identity(&self) -> Option<String> {
         None
     }
+
+    /// Whether each request costs enough (a registry spends milliseconds on every blob GET,
+    /// whatever its size) that large reads moving forward through the object are fetched in
+    /// growing windows ([`Streams`]) rather than one request each.
+    fn costly_requests(&self) -> bool {
+        false
+    }
+}
+
+/// How many runs of forward reads [`Streams`] follows at once (readers, and decodes ahead).
+const STREAMS: usize = 4;
+
+/// Runs of large reads that move forward through an object, each with the window its next
+/// read fetches: a read that starts where a run's last fetch ended doubles that run's window
+/// (up to [`WINDOW_MAX`]); any other read starts a new run, replacing the oldest, and is
+/// fetched as it is. A single kernel's read thus costs exactly its bytes, while a whole pass
+/// over an archive takes the blob in a few large requests.
+#[derive(Debug, Default)]
+struct Streams {
+    /// (where the run's last fetch ended, its window), most recent last.
+    runs: Vec<(u64, u64)>,
+}
+
+impl Streams {
+    /// The bytes to fetch for a read of `len` bytes at `offset`.
+    fn fetch_len(&mut self, offset: u64, len: u64) -> u64 {
+        let fetch = match self.runs.iter().position(|&(end, _)| end == offset) {
+            Some(i) => {
+                let (_, window) = self.runs.remove(i);
+                let window = (window * 2).clamp(WINDOW_MIN, WINDOW_MAX);
+                len.max(window)
+            }
+            None => {
+                if self.runs.len() == STREAMS {
+                    self.runs.remove(0);
+                }
+                len
+            }
+        };
+        self.runs.push((offset + fetch, fetch.min(WINDOW_MAX)));
+        fetch
+    }
 }
 
 #[derive(Debug)]
@@ -80,6 +122,8 @@ pub struct RemoteObject {
     readahead: Mutex<Readahead>,
     /// The largest request: unbounded until one times out.
     piece_max: AtomicU64,
+    /// Runs of large forward reads, for sources whose requests are costly.
+    streams: Mutex<Streams>,
     /// Every byte was fetched and checked at open ([`RemoteObject::fetch_whole`]): reads are
     /// served from the kept copy only, and nothing is forgotten (a refetch would be unchecked).
     whole: AtomicBool,
@@ -116,6 +160,7 @@ impl RemoteObject {
             }),
             piece_max: AtomicU64::new(u64::MAX),
             whole: AtomicBool::new(false),
+            streams: Mutex::new(Streams::default()),
         })
     }
 
@@ -251,7 +296,17 @@ impl ByteSource for RemoteObject {
             )));
         }
         if n >= DIRECT_MIN {
-            let bytes = self.fetch(offset, n as u64)?;
+            let want = if self.ranges.costly_requests() {
+                let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+                streams.fetch_len(offset, n as u64)
+            } else {
+                n as u64
+            };
+            let bytes = self.fetch(offset, want)?;
+            if bytes.len() > n {
+                // Kept for the reads that follow; checked by the frame digests when read.
+                self.fetched.insert(&bytes, offset)?;
+            }
             let got = bytes.len().min(n);
             buf[..got].copy_from_slice(&bytes[..got]);
             return Ok(got);
@@ -302,5 +357,42 @@ impl ByteSource for RemoteObject {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_forward_reads_grows_its_window_and_others_cost_their_bytes() {
+        let mut s = Streams::default();
+        let k = 256 << 10;
+        // A lone read: exactly its bytes.
+        assert_eq!(s.fetch_len(10 << 20, k), k);
+        // The next frame right after: a window, doubling while the run goes on.
+        assert_eq!(s.fetch_len((10 << 20) + k, k), 2 * k);
+        assert_eq!(s.fetch_len((10 << 20) + 3 * k, k), 4 * k);
+        // Reads elsewhere start their own runs and leave this one alone.
+        assert_eq!(s.fetch_len(0, k), k);
+        assert_eq!(s.fetch_len((10 << 20) + 7 * k, k), 8 * k);
+        // The window stops at WINDOW_MAX; a read larger than the window is fetched whole.
+        let mut at = (10 << 20) + 15 * k;
+        for _ in 0..10 {
+            at += s.fetch_len(at, k);
+        }
+        assert_eq!(s.fetch_len(at, k), WINDOW_MAX);
+        assert_eq!(s.fetch_len(1 << 40, 3 * WINDOW_MAX), 3 * WINDOW_MAX);
+    }
+
+    #[test]
+    fn at_most_a_few_runs_are_followed() {
+        let mut s = Streams::default();
+        for i in 0..(STREAMS as u64 + 1) {
+            s.fetch_len(i << 30, 1 << 20);
+        }
+        // The first run was dropped: its next read starts afresh.
+        assert_eq!(s.fetch_len(1 << 20, 1 << 20), 1 << 20);
+        assert_eq!(s.fetch_len((4 << 30) + (1 << 20), 1 << 20), 2 << 20);
     }
 }
