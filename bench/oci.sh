@@ -52,6 +52,7 @@ reg_pid=$!
 # nginx, serving $work/www.
 ngx_port=$(free_port)
 mkdir -p "$work/www" "$work/nginx"
+chmod 755 "$work" "$work/www" # nginx's workers run as nobody
 cat >"$work/nginx/nginx.conf" <<EOF
 daemon off;
 pid $work/nginx/pid;
@@ -93,7 +94,7 @@ echo "== 1. one kernel of a reference-layout archive ($size bytes)"
 at=$(log_lines)
 drop_caches
 "$bin" mount "oci://$reg/bench/set:ref" "$mnt"
-first=$(find "$mnt" -name '*.hsaco' -type f | head -n 1)
+first=$(find "$mnt" -name '*.hsaco' -type f -print -quit)
 cat "$first" >/dev/null
 "$bin" unmount "$mnt"
 sent=$(blob_bytes "$blob" "$at")
@@ -142,7 +143,7 @@ for a in $arches; do
     "$bin" pack -o "$work/per-arch/$a.kpack" "$work/t" >&2
 done
 "$bin" push --json "$work/per-arch" "oci://$reg/bench/per-arch:1" >"$work/per-arch.json"
-want=$(echo "$arches" | head -n 1)
+want=${arches%%$'\n'*}
 at=$(log_lines)
 drop_caches
 "$bin" mount "oci://$reg/bench/per-arch:1" "$mnt" --gpu "$want"

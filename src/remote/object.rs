@@ -80,34 +80,41 @@ pub trait Ranges: Send + Sync + std::fmt::Debug {
 /// How many runs of forward reads [`Streams`] follows at once (readers, and decodes ahead).
 const STREAMS: usize = 4;
 
-/// Runs of large reads that move forward through an object, each with the window its next
-/// read fetches: a read that starts where a run's last fetch ended doubles that run's window
-/// (up to [`WINDOW_MAX`]); any other read starts a new run, replacing the oldest, and is
-/// fetched as it is. A single kernel's read thus costs exactly its bytes, while a whole pass
-/// over an archive takes the blob in a few large requests.
+/// Runs of large reads that move forward through an object, each with the end of what it last
+/// fetched and the size of that fetch. A read that reaches a run's end continues the run: what
+/// follows the end is fetched in a window twice the last one (up to [`WINDOW_MAX`]), and the
+/// read's earlier bytes come from the kept copy. Any other read starts a new run, replacing the
+/// oldest, and is fetched as it is. A single kernel's read thus costs exactly its bytes, while a
+/// whole pass over an archive takes the blob in a few large requests, none of them twice.
 #[derive(Debug, Default)]
 struct Streams {
-    /// (where the run's last fetch ended, its window), most recent last.
+    /// (where the run's last fetch ended, its size), most recent last.
     runs: Vec<(u64, u64)>,
 }
 
 impl Streams {
-    /// The bytes to fetch for a read of `len` bytes at `offset`.
-    fn fetch_len(&mut self, offset: u64, len: u64) -> u64 {
-        let fetch = match self.runs.iter().position(|&(end, _)| end == offset) {
+    /// The range to fetch for a read of `len` bytes at `offset`: it starts at `offset`, or
+    /// for a read that continues a run, at the run's end (at or before `offset + len`).
+    fn fetch_for(&mut self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let end = offset + len;
+        let fetch = match self
+            .runs
+            .iter()
+            .position(|&(run_end, _)| offset <= run_end && run_end < end)
+        {
             Some(i) => {
-                let (_, window) = self.runs.remove(i);
-                let window = (window * 2).clamp(WINDOW_MIN, WINDOW_MAX);
-                len.max(window)
+                let (run_end, last) = self.runs.remove(i);
+                let window = (last * 2).clamp(WINDOW_MIN, WINDOW_MAX);
+                run_end..end.max(run_end + window)
             }
             None => {
                 if self.runs.len() == STREAMS {
                     self.runs.remove(0);
                 }
-                len
+                offset..end
             }
         };
-        self.runs.push((offset + fetch, fetch.min(WINDOW_MAX)));
+        self.runs.push((fetch.end, (fetch.end - fetch.start).min(WINDOW_MAX)));
         fetch
     }
 }
@@ -296,17 +303,23 @@ impl ByteSource for RemoteObject {
             )));
         }
         if n >= DIRECT_MIN {
-            let want = if self.ranges.costly_requests() {
+            let end = offset + n as u64;
+            let fetch = if self.ranges.costly_requests() {
                 let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-                streams.fetch_len(offset, n as u64)
+                streams.fetch_for(offset, n as u64)
             } else {
-                n as u64
+                offset..end
             };
-            let bytes = self.fetch(offset, want)?;
-            if bytes.len() > n {
-                // Kept for the reads that follow; checked by the frame digests when read.
-                self.fetched.insert(&bytes, offset)?;
+            if fetch != (offset..end) {
+                // Kept for this read and the ones that follow; frames are checked against
+                // their digests when read, and forgotten when they fail.
+                let bytes = self.fetch(fetch.start, fetch.end - fetch.start)?;
+                self.fetched.insert(&bytes, fetch.start)?;
+                if self.fetched.read(buf, offset)? {
+                    return Ok(n);
+                }
             }
+            let bytes = self.fetch(offset, n as u64)?;
             let got = bytes.len().min(n);
             buf[..got].copy_from_slice(&bytes[..got]);
             return Ok(got);
@@ -365,34 +378,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_run_of_forward_reads_grows_its_window_and_others_cost_their_bytes() {
+    fn a_run_of_forward_reads_fetches_growing_windows_from_its_end() {
         let mut s = Streams::default();
-        let k = 256 << 10;
+        let k: u64 = 256 << 10;
+        let base: u64 = 10 << 20;
         // A lone read: exactly its bytes.
-        assert_eq!(s.fetch_len(10 << 20, k), k);
-        // The next frame right after: a window, doubling while the run goes on.
-        assert_eq!(s.fetch_len((10 << 20) + k, k), 2 * k);
-        assert_eq!(s.fetch_len((10 << 20) + 3 * k, k), 4 * k);
+        assert_eq!(s.fetch_for(base, k), base..base + k);
+        // The next frame, right after: from the run's end, twice the last fetch.
+        assert_eq!(s.fetch_for(base + k, k), base + k..base + 3 * k);
+        // A frame inside the window is not asked for (the copy serves it); the one that
+        // crosses the window's end continues the run from that end.
+        assert_eq!(
+            s.fetch_for(base + 3 * k - 100, k),
+            base + 3 * k..base + 7 * k
+        );
         // Reads elsewhere start their own runs and leave this one alone.
-        assert_eq!(s.fetch_len(0, k), k);
-        assert_eq!(s.fetch_len((10 << 20) + 7 * k, k), 8 * k);
+        assert_eq!(s.fetch_for(0, k), 0..k);
+        assert_eq!(s.fetch_for(base + 7 * k, k), base + 7 * k..base + 15 * k);
         // The window stops at WINDOW_MAX; a read larger than the window is fetched whole.
-        let mut at = (10 << 20) + 15 * k;
+        let mut at = base + 15 * k;
         for _ in 0..10 {
-            at += s.fetch_len(at, k);
+            at = s.fetch_for(at, k).end;
         }
-        assert_eq!(s.fetch_len(at, k), WINDOW_MAX);
-        assert_eq!(s.fetch_len(1 << 40, 3 * WINDOW_MAX), 3 * WINDOW_MAX);
+        assert_eq!(s.fetch_for(at, k), at..at + WINDOW_MAX);
+        assert_eq!(
+            s.fetch_for(1 << 40, 3 * WINDOW_MAX),
+            (1 << 40)..(1 << 40) + 3 * WINDOW_MAX
+        );
     }
 
     #[test]
     fn at_most_a_few_runs_are_followed() {
         let mut s = Streams::default();
+        let m: u64 = 1 << 20;
         for i in 0..(STREAMS as u64 + 1) {
-            s.fetch_len(i << 30, 1 << 20);
+            s.fetch_for(i << 30, m);
         }
         // The first run was dropped: its next read starts afresh.
-        assert_eq!(s.fetch_len(1 << 20, 1 << 20), 1 << 20);
-        assert_eq!(s.fetch_len((4 << 30) + (1 << 20), 1 << 20), 2 << 20);
+        assert_eq!(s.fetch_for(m, m), m..2 * m);
+        assert_eq!(s.fetch_for((4 << 30) + m, m), (4 << 30) + m..(4 << 30) + 3 * m);
     }
 }
