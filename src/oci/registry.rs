@@ -267,6 +267,9 @@ impl Registry {
                     });
                 }
                 Err(FetchError::Failed(m) | FetchError::TimedOut(m)) if i + 1 < schemes.len() => {
+                    // A probe, not a failure: a loopback registry without TLS is the usual
+                    // case, and `remote_failures` must stay 0 on a healthy mount.
+                    self.stats.failures.fetch_sub(1, Ordering::Relaxed);
                     log::debug!("{m}; trying plain HTTP");
                     last = m;
                 }
