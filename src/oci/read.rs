@@ -98,6 +98,20 @@ impl Registry {
 
     /// Fetches a whole blob of at most `max` bytes, checking its digest.
     pub fn get_blob(&self, digest: &Digest, max: u64) -> Result<Vec<u8>, FetchError> {
+        let bytes = self.get_blob_unchecked(digest, max)?;
+        let got = Digest::of(&bytes);
+        if got != *digest {
+            return Err(FetchError::Failed(format!(
+                "blob {}@{digest}: the registry sent bytes whose digest is {got}",
+                self.name()
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Fetches a whole blob of at most `max` bytes, for the caller to check against `digest`
+    /// (and to say what a mismatch means).
+    pub fn get_blob_unchecked(&self, digest: &Digest, max: u64) -> Result<Vec<u8>, FetchError> {
         let live = self.live()?;
         let what = format!("blob {}@{digest}", self.name());
         let bytes = self.with_retries(&what, false, || {
@@ -119,12 +133,6 @@ impl Registry {
         self.stats
             .bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        let got = Digest::of(&bytes);
-        if got != *digest {
-            return Err(FetchError::Failed(format!(
-                "{what}: the registry sent bytes whose digest is {got}"
-            )));
-        }
         Ok(bytes)
     }
 
@@ -499,7 +507,10 @@ mod redirect_tests {
         assert_eq!((bytes.as_slice(), total), (&w.blob[100..600], 10_000));
         // /v2/ asked for a token, so the first blob GET already carried it.
         assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);
-        let (bytes, _) = w.client.get_blob_range(&w.digest, 9_000..10_000, true).unwrap();
+        let (bytes, _) = w
+            .client
+            .get_blob_range(&w.digest, 9_000..10_000, true)
+            .unwrap();
         assert_eq!(bytes, &w.blob[9_000..]);
         // The second range went straight to the remembered target.
         assert_eq!(w.registry.count("GET", "/v2/r/blobs/"), 1);

@@ -29,7 +29,7 @@ use crate::remote::{Opened, RemoteError, RemoteErrorKind, Session};
 
 use super::blob::BlobRanges;
 use super::manifest::{FramesFrom, Pack, PackLayer};
-use super::reference::{DEFAULT_TAG, Hasher, Reference, Target, hex};
+use super::reference::{DEFAULT_TAG, Digest, Hasher, Reference, Target, hex};
 use super::registry::{Options, Registry};
 use super::select;
 
@@ -122,7 +122,10 @@ pub fn open(
         ));
     }
     for l in &passed_over {
-        log::info!("{pinned}: not fetching {} (no code for the GPUs asked for)", l.title);
+        log::info!(
+            "{pinned}: not fetching {} (no code for the GPUs asked for)",
+            l.title
+        );
     }
     Ok(Opened {
         shown: pinned,
@@ -186,8 +189,19 @@ impl LayerOpener<'_> {
                 }
                 let bytes = self
                     .registry
-                    .get_blob(digest, *size)
+                    .get_blob_unchecked(digest, *size)
                     .map_err(|e| RemoteError::new(RemoteErrorKind::Unreachable, e.to_string()))?;
+                // A damaged index is a damaged archive, as a damaged layer is.
+                let got = Digest::of(&bytes);
+                if got != *digest {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::Archive(ErrorKind::InvalidFormat),
+                        format!(
+                            "{shown}: kernel index {digest}: the blob's bytes have digest {got}: \
+                             the registry's copy is damaged"
+                        ),
+                    ));
+                }
                 let index = KernelIndex::decode(&bytes).map_err(|e| {
                     RemoteError::new(
                         RemoteErrorKind::Archive(ErrorKind::InvalidFormat),
@@ -241,4 +255,3 @@ impl LayerOpener<'_> {
         }
     }
 }
-
