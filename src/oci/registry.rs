@@ -520,7 +520,10 @@ pub(super) fn transport(e: reqwest::Error) -> Failure {
         Class::Fatal
     } else if e.is_timeout() && !e.is_connect() {
         Class::Timeout
-    } else if e.is_connect() || e.is_request() || e.is_body() || e.is_timeout() {
+    } else if e.is_connect() || e.is_request() || e.is_body() || e.is_decode() || e.is_timeout() {
+        // `Response::chunk` reports a connection reset or closed mid-body as a decode error
+        // (no decompression is enabled, so nothing else is one): retried like any connection
+        // error.
         Class::Retry
     } else {
         Class::Fatal
