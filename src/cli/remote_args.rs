@@ -81,9 +81,13 @@ impl RemoteArgs {
             "remote_retries" => number("N", 0, 20).map(|n| self.remote_retries = Some(n as u32)),
             "remote_requests" => number("N", 1, 256).map(|n| self.remote_requests = Some(n as u32)),
             "tls_verify" => match value.unwrap_or("true") {
-                "true" => Ok(self.tls_verify = Some(true)),
-                "false" => Ok(self.tls_verify = Some(false)),
-                v => Err(format!("mount option tls_verify: {v:?} is not true or false")),
+                v @ ("true" | "false") => {
+                    self.tls_verify = Some(v == "true");
+                    Ok(())
+                }
+                v => Err(format!(
+                    "mount option tls_verify: {v:?} is not true or false"
+                )),
             },
             _ => return None,
         })
