@@ -107,6 +107,27 @@ impl TestRegistry {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
     }
 
+    /// Where the registry's filesystem storage keeps the bytes of blob `digest`
+    /// (`sha256:HEX`).
+    pub fn blob_file(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Flips the low bit of byte `at` of the stored blob `digest`: the registry goes on
+    /// serving it under its digest, as a damaged disk or a hostile mirror would.
+    pub fn damage_blob(&self, digest: &str, at: u64) {
+        let path = self.blob_file(digest);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[at as usize] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+    }
+
     /// How many access-log lines show `METHOD` requests whose path contains `part`.
     pub fn requests(&self, method: &str, part: &str) -> usize {
         let start = format!("\"{method} ");

@@ -5,7 +5,8 @@
 //! with a live token are forwarded to the registry. Tokens die on the proxy's side after
 //! `uses` requests, whatever the answer said (so a client meets a 401 with a token it thought
 //! valid). It can also answer the next N registry requests with 429 and `Retry-After: 1`.
-//! One request per connection (answers say `Connection: close`); std threads only.
+//! One request per connection (answers say `Connection: close`); std threads only. `redirect`
+//! reads requests and answers with the same functions.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -35,15 +36,15 @@ pub struct TokenProxy {
     pub port: u16,
 }
 
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(crate) struct Request {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -51,7 +52,7 @@ impl Request {
     }
 }
 
-fn read_request(s: &mut TcpStream) -> Option<Request> {
+pub(crate) fn read_request(s: &mut TcpStream) -> Option<Request> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -89,7 +90,7 @@ fn read_request(s: &mut TcpStream) -> Option<Request> {
     })
 }
 
-fn answer(s: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
+pub(crate) fn answer(s: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()

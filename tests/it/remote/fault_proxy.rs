@@ -51,6 +51,9 @@ struct Shared {
     delay: Duration,
     /// The whole object, for [`Fault::WholeObject`].
     whole: Vec<u8>,
+    /// Other objects for [`Fault::WholeObject`], by a part of their request path (a registry's
+    /// blobs, `/blobs/sha256:…`): used instead of `whole` when the request names one.
+    objects: Mutex<Vec<(String, Vec<u8>)>>,
     seen: Mutex<HashMap<String, u64>>,
     counts: [AtomicU64; 6],
     passed: AtomicU64,
@@ -89,6 +92,7 @@ impl FaultProxy {
             armed: AtomicBool::new(false),
             delay,
             whole,
+            objects: Mutex::new(Vec::new()),
             seen: Mutex::new(HashMap::new()),
             counts: Default::default(),
             passed: AtomicU64::new(0),
@@ -116,6 +120,15 @@ impl FaultProxy {
             shared,
             accept: Some(accept),
         }
+    }
+
+    /// Makes [`Fault::WholeObject`] send `bytes` for requests whose line contains `part`.
+    pub fn add_object(&self, part: &str, bytes: Vec<u8>) {
+        self.shared
+            .objects
+            .lock()
+            .unwrap()
+            .push((part.to_owned(), bytes));
     }
 
     /// Starts (or stops) injecting faults.
@@ -279,6 +292,11 @@ fn serve(client: TcpStream, s: &Shared) -> std::io::Result<()> {
     let up = TcpStream::connect(("127.0.0.1", s.upstream))?;
     let mut from_up = BufReader::new(up.try_clone()?);
     let mut to_up = up;
+    // A TLS handshake (an `oci://` client tries HTTPS first on loopback): close, as a plain
+    // HTTP server would, rather than wait for a line that never comes.
+    if from_client.fill_buf()?.first() == Some(&0x16) {
+        return Ok(());
+    }
     loop {
         let Some(req) = Head::read(&mut from_client)? else {
             return Ok(());
@@ -378,11 +396,16 @@ fn serve(client: TcpStream, s: &Shared) -> std::io::Result<()> {
                 to_client.write_all(&body)?;
             }
             Fault::WholeObject => {
+                let objects = s.objects.lock().unwrap();
+                let whole = objects
+                    .iter()
+                    .find(|(part, _)| req.start.contains(part.as_str()))
+                    .map_or(&s.whole, |(_, bytes)| bytes);
                 resp.start = "HTTP/1.1 200 OK".into();
                 resp.remove("Content-Range");
-                resp.set("Content-Length", s.whole.len().to_string());
+                resp.set("Content-Length", whole.len().to_string());
                 to_client.write_all(&resp.bytes())?;
-                to_client.write_all(&s.whole)?;
+                to_client.write_all(whole)?;
             }
             Fault::Delay => {
                 std::thread::sleep(s.delay);

@@ -3,7 +3,7 @@
 //! 127.0.0.1 started here (`servers`); plus the check that the C library links no HTTP or TLS
 //! code (`link`).
 
-mod fault_proxy;
+pub(crate) mod fault_proxy;
 mod faults;
 mod http;
 mod link;
