@@ -5,9 +5,13 @@
 #   container-entrypoint.sh COMMAND [ARG...]
 #
 # Configured through the environment:
-#   KPACK_SOURCE         the .kpack file, directory of .kpack files or HIPK host binary (required)
+#   KPACK_SOURCE         the .kpack file, directory of .kpack files or HIPK host binary, or an
+#                        oci://REGISTRY/REPOSITORY[:TAG|@DIGEST] reference (required; passed to
+#                        kpack-fuse mount as it is)
 #   KPACK_MOUNTPOINT     where to mount it (default: /opt/rocm/lib/kpack; created if missing)
-#   KPACK_MOUNT_OPTIONS  -o options for kpack-fuse mount (default: ro)
+#   KPACK_MOUNT_OPTIONS  -o options for kpack-fuse mount (default: ro; for oci://, e.g.
+#                        ro,gpu=auto or gpu=ARCH, tls_verify=false)
+#   REGISTRY_AUTH_FILE   read by kpack-fuse itself: registry credentials for oci:// sources
 #   KPACK_READY_TIMEOUT  seconds to wait for the mount to appear (default: 30)
 #   KPACK_FUSE           the kpack-fuse program (default: kpack-fuse from PATH)
 #
