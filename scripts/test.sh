@@ -65,6 +65,7 @@ step "release install sizes" release_install_sizes
 # After the release build above, which they reuse (tests/deploy/: root, /dev/fuse, podman).
 step "container image (podman)" tests/deploy/container.sh
 step "kubernetes manifests (podman kube play)" tests/deploy/kube.sh
+step "kernel packs from a registry (podman, kube play)" tests/deploy/kube-oci.sh
 step "debian packages" tests/deploy/debs.sh
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -340,6 +340,138 @@ fn kubernetes_daemonset_shares_the_mount_with_bidirectional_propagation() {
     }
 }
 
+fn env_of(container: &serde_json::Value) -> BTreeMap<String, String> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn kubernetes_oci_daemonset_mounts_the_nodes_gpus_with_the_secrets_credentials() {
+    let dir = repo().join("mount-helpers/kubernetes");
+    let ds = yaml_documents(&dir.join("kpack-oci-daemonset.yaml"));
+    assert_eq!(ds.len(), 1);
+    let ds = &ds[0];
+    assert_eq!(ds["kind"], "DaemonSet");
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        ds["spec"]["template"]["metadata"]["labels"]
+    );
+    let spec = &ds["spec"]["template"]["spec"];
+    assert!(
+        spec["hostNetwork"].is_null(),
+        "the pod network reaches a registry"
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["securityContext"]["privileged"], true);
+    let env = env_of(c);
+    assert!(env["KPACK_SOURCE"].starts_with("oci://"), "{env:?}");
+    assert_eq!(env["KPACK_MOUNT_OPTIONS"], "ro,allow_other,gpu=auto");
+    assert_eq!(env["KPACK_MOUNTPOINT"], "/var/lib/kpack/mnt");
+    // The credentials: the .dockerconfigjson key of an optional dockerconfigjson Secret.
+    let auth = by_name(&c["volumeMounts"], "registry-auth");
+    assert_eq!(
+        env["REGISTRY_AUTH_FILE"],
+        format!("{}/.dockerconfigjson", auth["mountPath"].as_str().unwrap())
+    );
+    assert_eq!(auth["readOnly"], true);
+    let secret = &by_name(&spec["volumes"], "registry-auth")["secret"];
+    assert_eq!(secret["secretName"], "kpack-registry");
+    assert_eq!(secret["optional"], true);
+    // The rest as in kpack-daemonset.yaml.
+    let plain_ds = yaml_documents(&dir.join("kpack-daemonset.yaml"));
+    let plain = &plain_ds[0]["spec"]["template"]["spec"];
+    let pc = &plain["containers"][0];
+    for key in [
+        "readinessProbe",
+        "livenessProbe",
+        "args",
+        "image",
+        "resources",
+    ] {
+        assert_eq!(c[key], pc[key], "{key}");
+    }
+    for name in ["shared", "fuse"] {
+        assert_eq!(
+            by_name(&c["volumeMounts"], name),
+            by_name(&pc["volumeMounts"], name)
+        );
+        assert_eq!(
+            by_name(&spec["volumes"], name),
+            by_name(&plain["volumes"], name)
+        );
+    }
+}
+
+#[test]
+fn kube_play_adapt_sets_env_secrets_and_the_host_network() {
+    let dir = repo().join("mount-helpers/kubernetes");
+    let d = tempfile::tempdir().unwrap();
+    let out = must(
+        Command::new("python3")
+            .arg(dir.join("kube-play-adapt.py"))
+            .arg(dir.join("kpack-oci-daemonset.yaml"))
+            .args([
+                "--secret",
+                "kpack-registry=/tmp/auth",
+                "--env",
+                "KPACK_SOURCE=oci://127.0.0.1:5000/kpack/x:1",
+                "--env",
+                "EXTRA=a=b",
+                "--host-network",
+                "--host-path",
+                "/var/lib/kpack=/tmp/share",
+            ]),
+    );
+    let adapted = d.path().join("pod.yaml");
+    std::fs::write(&adapted, out).unwrap();
+    let pod = yaml_documents(&adapted);
+    assert_eq!(pod.len(), 1);
+    let pod = &pod[0];
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["metadata"]["name"], "kpack-fuse-oci");
+    let spec = &pod["spec"];
+    assert_eq!(spec["hostNetwork"], true);
+    let c = &spec["containers"][0];
+    let names: Vec<&str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "KPACK_SOURCE",
+            "KPACK_MOUNTPOINT",
+            "KPACK_MOUNT_OPTIONS",
+            "REGISTRY_AUTH_FILE",
+            "EXTRA"
+        ],
+        "replaced in place, added at the end"
+    );
+    let env = env_of(c);
+    assert_eq!(env["KPACK_SOURCE"], "oci://127.0.0.1:5000/kpack/x:1");
+    assert_eq!(env["EXTRA"], "a=b");
+    assert_eq!(env["KPACK_MOUNT_OPTIONS"], "ro,allow_other,gpu=auto");
+    let auth = by_name(&spec["volumes"], "registry-auth");
+    assert!(auth["secret"].is_null());
+    assert_eq!(auth["hostPath"]["path"], "/tmp/auth");
+    assert_eq!(auth["hostPath"]["type"], "Directory");
+    assert_eq!(
+        by_name(&spec["volumes"], "shared")["hostPath"]["path"],
+        "/tmp/share"
+    );
+}
+
 /// `systemd-escape --path --suffix=mount` for plain paths (letters, digits, `/`, `-`, `_`).
 fn unit_name_for(path: &str) -> String {
     let trimmed = path.trim_matches('/');
