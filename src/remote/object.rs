@@ -311,10 +311,13 @@ impl ByteSource for RemoteObject {
                 offset..end
             };
             if fetch != (offset..end) {
-                // Kept for this read and the ones that follow; frames are checked against
-                // their digests when read, and forgotten when they fail.
-                let bytes = self.fetch(fetch.start, fetch.end - fetch.start)?;
-                self.fetched.insert(&bytes, fetch.start)?;
+                // Kept for this read and the ones that follow (another run may have fetched
+                // part of it already: that part is not asked for again); frames are checked
+                // against their digests when read, and forgotten when they fail.
+                if let Some(gap) = self.fetched.first_missing(fetch) {
+                    let bytes = self.fetch(gap.start, gap.end - gap.start)?;
+                    self.fetched.insert(&bytes, gap.start)?;
+                }
                 if self.fetched.read(buf, offset)? {
                     return Ok(n);
                 }

@@ -50,6 +50,24 @@ impl FetchedRanges {
         Ok(true)
     }
 
+    /// The first part of `range` not held: from its first missing byte to the next held byte
+    /// (or the range's end); `None` when all of it is held.
+    pub fn first_missing(&self, range: std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut start = range.start;
+        if let Some((_, &end)) = held.range(..=start).next_back() {
+            start = start.max(end);
+        }
+        if start >= range.end {
+            return None;
+        }
+        let end = held
+            .range(start..range.end)
+            .next()
+            .map_or(range.end, |(&s, _)| s);
+        Some(start..end)
+    }
+
     /// Stores `bytes` fetched from `offset`.
     pub fn insert(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         if bytes.is_empty() {
@@ -107,6 +125,18 @@ impl FetchedRanges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_missing_skips_what_is_held() {
+        let r = FetchedRanges::new(&std::env::temp_dir()).unwrap();
+        r.insert(&[1; 10], 10).unwrap();
+        r.insert(&[2; 10], 30).unwrap();
+        assert_eq!(r.first_missing(0..50), Some(0..10));
+        assert_eq!(r.first_missing(10..50), Some(20..30));
+        assert_eq!(r.first_missing(12..25), Some(20..25));
+        assert_eq!(r.first_missing(30..40), None);
+        assert_eq!(r.first_missing(35..45), Some(40..45));
+    }
 
     #[test]
     fn ranges_merge_and_serve_only_what_is_held() {
