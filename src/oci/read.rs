@@ -196,9 +196,11 @@ impl Registry {
             Followed::StorageDenied(why) => return Ok(Err(why)),
         };
         let status = r.status().as_u16();
+        // Neither answer is ever used as data, but both come from caches and proxies that
+        // may answer properly the next time: retried, within the retries.
         if status == 200 {
             return Err(Failure::new(
-                Class::Fatal,
+                Class::Retry,
                 "HTTP 200: the whole blob was sent instead of the range asked",
             ));
         }
@@ -210,7 +212,7 @@ impl Registry {
             Some((s, e, total)) if s == range.start && e + 1 == range.end && e < total => total,
             _ => {
                 return Err(Failure::new(
-                    Class::Fatal,
+                    Class::Retry,
                     format!(
                         "HTTP 206 with Content-Range {cr:?}, not bytes {}-{}/SIZE",
                         range.start,
