@@ -16,10 +16,9 @@ use super::manifest::{
     MAX_MANIFEST,
 };
 use super::reference::{Digest, Target};
-use super::registry::{
-    Class, Failure, Live, MAX_HOPS, Registry, Req, origin, read_limited, status_failure,
-};
+use super::registry::{Live, MAX_HOPS, Registry, Req, origin, read_limited, status_failure};
 use crate::remote::client::FetchError;
+use crate::remote::retry::{Class, Failure};
 
 /// A fetched manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use super::auth::{self, Challenge, Token};
 use super::credentials::{self, Credentials};
 use super::reference::Reference;
 use crate::remote::client::{FetchError, Permits, Stats};
+use crate::remote::retry::{Class, Failure, Retries};
 use crate::remote::settings::Settings;
 
 /// How a registry is reached.
@@ -69,35 +70,6 @@ impl std::fmt::Debug for Registry {
             .field("registry", &self.registry)
             .field("repository", &self.repository)
             .finish_non_exhaustive()
-    }
-}
-
-/// How a failed attempt is handled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Class {
-    Retry,
-    Timeout,
-    NotFound,
-    Denied,
-    Fatal,
-}
-
-/// A failed attempt: its class, the reason (one line, no secrets), and a server's
-/// `Retry-After`.
-#[derive(Debug)]
-pub(super) struct Failure {
-    pub class: Class,
-    pub why: String,
-    pub retry_after: Option<Duration>,
-}
-
-impl Failure {
-    pub fn new(class: Class, why: impl Into<String>) -> Failure {
-        Failure {
-            class,
-            why: why.into(),
-            retry_after: None,
-        }
     }
 }
 
@@ -336,68 +308,22 @@ impl Registry {
         self.retrying(what, shrinkable, self.settings.retries, attempt)
     }
 
-    /// Runs `attempt` (one request, or one short exchange) under a permit, retried after
-    /// timeouts, connection errors, 5xx and 429 with exponential backoff (0.2 s doubling, at
-    /// most 5 s) or the server's `Retry-After` (at most 60 s). With `shrinkable`, a timeout is
-    /// returned at once as [`FetchError::TimedOut`]: the caller asks for fewer bytes.
+    /// Runs `attempt` (one request, or one short exchange) with [`Retries::run`]: retried
+    /// `retries` times at most.
     fn retrying<T>(
         &self,
         what: &str,
         shrinkable: bool,
         retries: u32,
-        mut attempt: impl FnMut() -> Result<T, Failure>,
+        attempt: impl FnMut() -> Result<T, Failure>,
     ) -> Result<T, FetchError> {
-        let mut delay = Duration::from_millis(200);
-        let mut tries = 0u32;
-        loop {
-            let result = {
-                let _permit = self.permits.acquire();
-                attempt()
-            };
-            let f = match result {
-                Ok(v) => return Ok(v),
-                Err(f) => f,
-            };
-            let why = match f.class {
-                Class::Timeout => format!(
-                    "timed out: no complete answer within {} s",
-                    self.settings.timeout.as_secs_f64()
-                ),
-                _ => f.why,
-            };
-            match f.class {
-                Class::Timeout if shrinkable => {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    return Err(FetchError::TimedOut(format!("{what}: {why}")));
-                }
-                Class::Retry | Class::Timeout if tries < retries => {
-                    tries += 1;
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    let wait = f.retry_after.map_or(delay, |r| r.max(delay));
-                    log::warn!(
-                        "{what}: {why}; retry {tries} of {retries} in {} ms",
-                        wait.as_millis()
-                    );
-                    std::thread::sleep(wait);
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                class => {
-                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    let after = if tries > 0 {
-                        format!(" (after {tries} retries)")
-                    } else {
-                        String::new()
-                    };
-                    let msg = format!("{what}: {why}{after}");
-                    return Err(match class {
-                        Class::NotFound => FetchError::NotFound(msg),
-                        Class::Denied => FetchError::Denied(msg),
-                        Class::Timeout => FetchError::TimedOut(msg),
-                        Class::Retry | Class::Fatal => FetchError::Failed(msg),
-                    });
-                }
-            }
+        Retries {
+            permits: &self.permits,
+            stats: &self.stats,
+            retries,
+            timeout: self.settings.timeout,
         }
+        .run(what, shrinkable, attempt)
     }
 
     /// The `Authorization` value for the registry's origin, fetching a token when the

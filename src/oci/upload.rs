@@ -12,8 +12,9 @@ use reqwest::header;
 use reqwest::{Method, Url};
 
 use super::reference::Digest;
-use super::registry::{Class, Failure, Live, Registry, Req, status_failure};
+use super::registry::{Live, Registry, Req, status_failure};
 use crate::remote::client::FetchError;
+use crate::remote::retry::{Class, Failure};
 
 /// Blobs up to this size go up in one PUT.
 pub const MONOLITHIC_MAX: u64 = 8 << 20;

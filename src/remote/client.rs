@@ -10,7 +10,6 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
 use object_store::http::HttpBuilder;
@@ -20,6 +19,7 @@ use object_store::{
 };
 
 use super::credentials;
+use super::retry::{Class, Failure, Retries};
 use super::settings::Settings;
 
 /// Where requests go.
@@ -212,18 +212,6 @@ impl fmt::Debug for Client {
     }
 }
 
-/// How an attempt's failure is handled.
-enum Class {
-    Retry,
-    /// No (complete) answer within the timeout: retried like [`Class::Retry`], unless the
-    /// caller can ask for less instead.
-    Timeout,
-    NotFound,
-    Denied,
-    Changed,
-    Fatal,
-}
-
 impl Client {
     pub fn new(endpoint: Endpoint, settings: Settings, stats: Arc<Stats>) -> Client {
         Client {
@@ -341,60 +329,16 @@ impl Client {
         attempt: impl Fn(&Live) -> Result<T, object_store::Error>,
     ) -> Result<T, FetchError> {
         let live = self.live()?;
-        let mut delay = Duration::from_millis(200);
-        let mut tries = 0u32;
-        loop {
-            let result = {
-                let _permit = self.permits.acquire();
-                self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                attempt(&live)
-            };
-            let e = match result {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            let class = classify(&e);
-            let why = match class {
-                Class::Timeout => format!(
-                    "timed out: no complete answer within {} s",
-                    self.settings.timeout.as_secs_f64()
-                ),
-                _ => reason(&e),
-            };
-            match class {
-                Class::Timeout if shrinkable => {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    return Err(FetchError::TimedOut(format!("{what}: {why}")));
-                }
-                Class::Retry | Class::Timeout if tries < self.settings.retries => {
-                    tries += 1;
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    log::warn!(
-                        "{what}: {why}; retry {tries} of {} in {} ms",
-                        self.settings.retries,
-                        delay.as_millis()
-                    );
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                class => {
-                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    let after = if tries > 0 {
-                        format!(" (after {tries} retries)")
-                    } else {
-                        String::new()
-                    };
-                    let msg = format!("{what}: {why}{after}");
-                    return Err(match class {
-                        Class::NotFound => FetchError::NotFound(msg),
-                        Class::Denied => FetchError::Denied(msg),
-                        Class::Changed => FetchError::Changed(msg),
-                        Class::Timeout => FetchError::TimedOut(msg),
-                        Class::Retry | Class::Fatal => FetchError::Failed(msg),
-                    });
-                }
-            }
-        }
+        let retries = Retries {
+            permits: &self.permits,
+            stats: &self.stats,
+            retries: self.settings.retries,
+            timeout: self.settings.timeout,
+        };
+        retries.run(what, shrinkable, || {
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            attempt(&live).map_err(|e| Failure::new(classify(&e), reason(&e)))
+        })
     }
 
     /// GETs `range` of `path`; with `expect`, only that version (`If-Match`, and the answer's

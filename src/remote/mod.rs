@@ -10,6 +10,7 @@ pub mod client;
 mod credentials;
 pub mod object;
 mod ranges;
+pub mod retry;
 pub mod settings;
 pub mod url;
 
