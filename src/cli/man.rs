@@ -224,6 +224,7 @@ mod tests {
              [\\fB\\-\\-remote\\-connect\\-timeout\\fR \\fISECS\\fR] \
              [\\fB\\-\\-remote\\-retries\\fR \\fIN\\fR] \
              [\\fB\\-\\-remote\\-requests\\fR \\fIN\\fR] \
+             [\\fB\\-\\-tls\\-verify\\fR \\fIBOOL\\fR] \
              [\\fB\\-h\\fR|\\fB\\-\\-help\\fR] \\fISOURCE\\fR \\fIMOUNTPOINT\\fR"
         );
         for (name, text) in super::pages() {

@@ -22,7 +22,8 @@ const CACHE_DIR_SIZE_IN_MEMORY: &str = "--cache-dir-size (-o cache_dir_size) doe
 const RENAMED_MEMORY: &str = "--cache-size (-o cache_size) is renamed --memory-cache-size \
      (-o memory_cache_size); the old name will be refused in a later release";
 const RETRIES_FOR_LOCAL: &str = "--remote-retries (-o remote_retries) does nothing with a local \
-     source (it is for s3:// and http(s):// sources); it will be refused there in a later release";
+     source (it is for s3://, http(s):// and oci:// sources); it will be refused there in a later \
+     release";
 
 /// The text of each WARN line of a log (after env_logger's `[time WARN target] `).
 fn warnings(log: &str) -> Vec<&str> {
