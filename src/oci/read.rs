@@ -207,9 +207,9 @@ impl Registry {
             return Err(status_failure(r).await);
         }
         let cr = header_str(r.headers().get(header::CONTENT_RANGE));
-        let total = match parse_content_range(&cr) {
-            Some((s, e, total)) if s == range.start && e + 1 == range.end && e < total => total,
-            _ => {
+        let total = match content_range_total(&cr, range) {
+            Some(total) => total,
+            None => {
                 return Err(Failure::new(
                     Class::Retry,
                     format!(
@@ -335,6 +335,16 @@ impl Registry {
 
 fn header_str(v: Option<&HeaderValue>) -> String {
     v.and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+/// The blob's total size from `Content-Range` value `cr` when it is exactly `range`.
+pub(super) fn content_range_total(cr: &str, range: &Range<u64>) -> Option<u64> {
+    match parse_content_range(cr) {
+        // `range` is not empty, so `range.end - 1` cannot wrap; `e + 1` could (a hostile
+        // `bytes S-18446744073709551615/…` overflowed it).
+        Some((s, e, total)) if s == range.start && e == range.end - 1 && e < total => Some(total),
+        _ => None,
+    }
 }
 
 /// `bytes START-END/TOTAL` (inclusive end; TOTAL a number).
