@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::registry::one_line;
+
 /// How long a token lives when the token service does not say.
 pub const DEFAULT_TOKEN_LIFE: Duration = Duration::from_secs(60);
 /// The largest token answer read.
@@ -26,10 +28,13 @@ pub enum Challenge {
 pub fn parse_challenge(header: &str) -> Result<Challenge, String> {
     let h = header.trim();
     let (scheme, rest) = h.split_once(char::is_whitespace).unwrap_or((h, ""));
-    let params = parse_params(rest)?;
     match scheme.to_ascii_lowercase().as_str() {
-        "basic" => Ok(Challenge::Basic),
+        "basic" => {
+            parse_params(rest)?;
+            Ok(Challenge::Basic)
+        }
         "bearer" => {
+            let params = parse_params(rest)?;
             let realm = params
                 .get("realm")
                 .filter(|r| !r.is_empty())
@@ -41,7 +46,10 @@ pub fn parse_challenge(header: &str) -> Result<Challenge, String> {
                 scope: params.get("scope").cloned(),
             })
         }
-        other => Err(format!("an unsupported authentication scheme {other:?}")),
+        other => Err(format!(
+            "an unsupported authentication scheme {:?}",
+            one_line(other, 40)
+        )),
     }
 }
 
@@ -65,7 +73,7 @@ fn parse_params(s: &str) -> Result<BTreeMap<String, String>, String> {
         if i >= b.len() || b[i] != b'=' || name.is_empty() {
             return Err(format!(
                 "a malformed challenge parameter near {:?}",
-                &s[start..]
+                one_line(&s[start..], 40)
             ));
         }
         i += 1;
@@ -132,8 +140,12 @@ pub fn parse_token_answer(body: &[u8], now: Instant) -> Result<Token, String> {
         access_token: Option<String>,
         expires_in: Option<u64>,
     }
-    let a: Answer = serde_json::from_slice(body)
-        .map_err(|e| format!("the token service's answer is not JSON of a token: {e}"))?;
+    let a: Answer = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "the token service's answer is not JSON of a token: {}",
+            one_line(&e.to_string(), 200)
+        )
+    })?;
     let value = a
         .token
         .filter(|t| !t.is_empty())

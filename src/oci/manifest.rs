@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::reference::Digest;
+use super::registry::one_line;
 
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -220,6 +221,11 @@ fn hex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// A JSON error on one bounded line (serde quotes the strings it did not expect).
+fn clip(e: &serde_json::Error) -> String {
+    one_line(&e.to_string(), 200)
+}
+
 impl Pack {
     /// Reads `bytes` (served with `content_type`) as a kernel pack: `what` names the reference
     /// in messages. Anything else (an index, a container image, another artifact) is an error
@@ -232,7 +238,7 @@ impl Pack {
             manifests: Option<Vec<serde_json::Value>>,
         }
         let probe: Probe = serde_json::from_slice(bytes)
-            .map_err(|e| format!("{what}: the manifest is not JSON: {e}"))?;
+            .map_err(|e| format!("{what}: the manifest is not JSON: {}", clip(&e)))?;
         let mt = probe
             .media_type
             .clone()
@@ -250,24 +256,28 @@ impl Pack {
         }
         if mt != MANIFEST_MEDIA_TYPE {
             return Err(format!(
-                "{what}: is a manifest of type {mt:?}, not a kernel pack"
+                "{what}: is a manifest of type {:?}, not a kernel pack",
+                one_line(&mt, 100)
             ));
         }
         let m: ImageManifest = serde_json::from_slice(bytes)
-            .map_err(|e| format!("{what}: not an OCI image manifest: {e}"))?;
+            .map_err(|e| format!("{what}: not an OCI image manifest: {}", clip(&e)))?;
         let ours = m.artifact_type.as_deref() == Some(ARTIFACT_TYPE)
             || m.config.media_type == ARTIFACT_TYPE;
         if !ours {
             return Err(match &m.artifact_type {
-                Some(t) => format!("{what}: is an artifact of type {t}, not a kernel pack"),
+                Some(t) => format!(
+                    "{what}: is an artifact of type {}, not a kernel pack",
+                    one_line(t, 100)
+                ),
                 None => format!(
                     "{what}: is a container image (config {}), not a kernel pack",
-                    m.config.media_type
+                    one_line(&m.config.media_type, 100)
                 ),
             });
         }
         let layer_err = |i: usize, d: &Descriptor, why: String| {
-            format!("{what}: layer {i} ({}): {why}", d.digest)
+            format!("{what}: layer {i} ({}): {why}", one_line(&d.digest, 80))
         };
         // Index layers by digest, with the archive title they belong to.
         let mut indexes: BTreeMap<&str, (&Descriptor, Option<&str>)> = BTreeMap::new();
@@ -295,7 +305,7 @@ impl Pack {
                 return Err(layer_err(
                     i,
                     d,
-                    format!("title {title:?} is not a file name"),
+                    format!("title {:?} is not a file name", one_line(title, 100)),
                 ));
             }
             if !titles.insert(title.clone()) {
@@ -303,7 +313,11 @@ impl Pack {
             }
             let ann = |k: &str| d.annotations.get(k).map(String::as_str);
             let bad = |k: &str, v: &str, want: &str| {
-                layer_err(i, d, format!("annotation {k}={v:?} is not {want}"))
+                layer_err(
+                    i,
+                    d,
+                    format!("annotation {k}={:?} is not {want}", one_line(v, 100)),
+                )
             };
             let arches = match ann(ANN_ARCHES) {
                 None => Vec::new(),

@@ -16,7 +16,9 @@ use super::manifest::{
     MAX_MANIFEST,
 };
 use super::reference::{Digest, Target};
-use super::registry::{Live, MAX_HOPS, Registry, Req, origin, read_limited, status_failure};
+use super::registry::{
+    Live, MAX_HOPS, Registry, Req, one_line, origin, read_limited, status_failure,
+};
 use crate::remote::client::FetchError;
 use crate::remote::retry::{Class, Failure};
 
@@ -280,7 +282,10 @@ impl Registry {
                 url = url.join(&loc).map_err(|e| {
                     Failure::new(
                         Class::Fatal,
-                        format!("HTTP {status} to an unusable Location {loc:?}: {e}"),
+                        format!(
+                            "HTTP {status} to an unusable Location {:?}: {e}",
+                            one_line(&loc, 100)
+                        ),
                     )
                 })?;
                 if !matches!(url.scheme(), "http" | "https") {

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::registry::one_line;
+
 /// A `sha256:` content digest (64 lowercase hex digits).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digest(String);
@@ -13,10 +15,11 @@ impl Digest {
     pub fn parse(s: &str) -> Result<Digest, String> {
         let hex = s
             .strip_prefix("sha256:")
-            .ok_or_else(|| format!("{s:?} is not a sha256: digest"))?;
+            .ok_or_else(|| format!("{:?} is not a sha256: digest", one_line(s, 80)))?;
         if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(format!(
-                "{s:?} is not a sha256: digest (64 lowercase hex digits)"
+                "{:?} is not a sha256: digest (64 lowercase hex digits)",
+                one_line(s, 80)
             ));
         }
         Ok(Digest(s.to_owned()))

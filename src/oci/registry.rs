@@ -535,6 +535,20 @@ pub(super) async fn status_failure(r: reqwest::Response) -> Failure {
     }
 }
 
+/// `s` (something a server sent) fit for a one-line message: control characters as spaces, at
+/// most `max` characters, then `…`.
+pub(super) fn one_line(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// `CODE: message; CODE: message` of a distribution error body, on one line, bounded.
 pub(super) fn error_codes(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -547,13 +561,7 @@ pub(super) fn error_codes(body: &[u8]) -> Option<String> {
         message: Option<String>,
     }
     let b: Body = serde_json::from_slice(body).ok()?;
-    let clean = |s: &str| -> String {
-        let one: String = s
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        one.chars().take(200).collect()
-    };
+    let clean = |s: &str| one_line(s, 200);
     let parts: Vec<String> = b
         .errors
         .iter()
