@@ -279,6 +279,13 @@ impl Registry {
             let status = r.status().as_u16();
             if matches!(status, 301 | 302 | 303 | 307 | 308) {
                 let loc = header_str(r.headers().get(header::LOCATION));
+                if loc.is_empty() {
+                    // Joining "" would ask the same URL again, until the hops run out.
+                    return Err(Failure::new(
+                        Class::Fatal,
+                        format!("HTTP {status} without a Location"),
+                    ));
+                }
                 url = url.join(&loc).map_err(|e| {
                     Failure::new(
                         Class::Fatal,
