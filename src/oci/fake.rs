@@ -2,10 +2,23 @@
 //! ranges, refusals): each connection carries one request, answered by a closure, and every
 //! request is recorded with its headers. The push tests against a real registry are in
 //! tests/it/oci/.
+//!
+//! An answer's body is sent with a true `Content-Length` unless the answer has the pseudo-header
+//! [`FRAMING`] (not sent), which says how it goes instead: `chunked`, `close` (no length: the
+//! body ends when the connection closes), `length=N` (a `Content-Length` of N whatever the
+//! body's size: a lie), or `endless-chunked` / `endless-close` (the body repeated until the
+//! client hangs up, or [`ENDLESS_CAP`] bytes). Bytes of bodies written are counted in
+//! [`Fake::sent`].
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// The pseudo-header of an answer that says how its body is framed.
+pub const FRAMING: &str = "X-Fake-Framing";
+/// Where an endless body stops anyway (a client that reads it all fails its test).
+pub const ENDLESS_CAP: u64 = 64 << 20;
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -30,6 +43,8 @@ pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
 pub struct Fake {
     pub port: u16,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Body bytes written to clients (accepted by the socket, not necessarily read).
+    pub sent: Arc<AtomicU64>,
 }
 
 impl Fake {
@@ -38,15 +53,17 @@ impl Fake {
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = sent.clone();
         let handler = Arc::new(handler);
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let (log, handler) = (log.clone(), handler.clone());
-                std::thread::spawn(move || serve(conn, &log, &*handler));
+                let (log, handler, counter) = (log.clone(), handler.clone(), counter.clone());
+                std::thread::spawn(move || serve(conn, &log, &*handler, &counter));
             }
         });
-        Fake { port, seen }
+        Fake { port, seen, sent }
     }
 
     /// The requests whose path starts with `prefix`.
@@ -60,7 +77,12 @@ impl Fake {
     }
 }
 
-fn serve(mut conn: TcpStream, log: &Mutex<Vec<Seen>>, handler: &dyn Fn(&Seen) -> Answer) {
+fn serve(
+    mut conn: TcpStream,
+    log: &Mutex<Vec<Seen>>,
+    handler: &dyn Fn(&Seen) -> Answer,
+    sent: &AtomicU64,
+) {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -87,16 +109,59 @@ fn serve(mut conn: TcpStream, log: &Mutex<Vec<Seen>>, handler: &dyn Fn(&Seen) ->
     };
     log.lock().unwrap().push(seen.clone());
     let (status, hdrs, body) = handler(&seen);
-    let mut out = format!(
-        "HTTP/1.1 {status} X\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in hdrs {
+    let framing = hdrs
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(FRAMING))
+        .map_or(String::new(), |(_, v)| v.clone());
+    let mut out = format!("HTTP/1.1 {status} X\r\nConnection: close\r\n");
+    match framing.as_str() {
+        "" => out.push_str(&format!("Content-Length: {}\r\n", body.len())),
+        "chunked" | "endless-chunked" => out.push_str("Transfer-Encoding: chunked\r\n"),
+        "close" | "endless-close" => {}
+        f => {
+            let n = f.strip_prefix("length=").expect("a known framing");
+            out.push_str(&format!("Content-Length: {n}\r\n"));
+        }
+    }
+    for (k, v) in hdrs
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case(FRAMING))
+    {
         out.push_str(&format!("{k}: {v}\r\n"));
     }
     out.push_str("\r\n");
-    let _ = conn.write_all(out.as_bytes());
-    if seen.method != "HEAD" {
-        let _ = conn.write_all(&body);
+    if conn.write_all(out.as_bytes()).is_err() || seen.method == "HEAD" {
+        return;
+    }
+    let chunked = framing.ends_with("chunked");
+    let mut write = |part: &[u8]| -> bool {
+        let ok = if chunked {
+            let size = format!("{:x}\r\n", part.len());
+            conn.write_all(size.as_bytes()).is_ok()
+                && conn.write_all(part).is_ok()
+                && conn.write_all(b"\r\n").is_ok()
+        } else {
+            conn.write_all(part).is_ok()
+        };
+        if ok {
+            sent.fetch_add(part.len() as u64, Ordering::Relaxed);
+        }
+        ok
+    };
+    if framing.starts_with("endless") {
+        assert!(!body.is_empty(), "an endless body repeats a non-empty one");
+        let mut total = 0;
+        while total < ENDLESS_CAP && write(&body) {
+            total += body.len() as u64;
+        }
+        return;
+    }
+    let ok = if chunked {
+        body.chunks(8192).all(&mut write)
+    } else {
+        body.is_empty() || write(&body)
+    };
+    if ok && chunked {
+        let _ = conn.write_all(b"0\r\n\r\n");
     }
 }

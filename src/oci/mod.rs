@@ -13,6 +13,8 @@ mod blob;
 pub mod credentials;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod hostile_tests;
 pub mod manifest;
 pub mod push;
 pub mod read;
