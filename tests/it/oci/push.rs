@@ -310,6 +310,71 @@ fn basic_authentication_reads_the_auth_file() {
     assert!(!err.contains("wrong-pw"), "{err}");
 }
 
+/// A `credHelpers` entry runs `docker-credential-NAME get` from PATH with the registry on
+/// standard input, and its `Username`/`Secret` answer logs in; a helper that answers a wrong
+/// secret fails as a wrong password does, without showing it.
+#[test]
+fn credential_helpers_answer_for_their_registry() {
+    use std::os::unix::fs::PermissionsExt;
+    let reg = TestRegistry::start_with(Some(("kp", "helper-pw")));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.kpack");
+    our_archive(&path, 9, 1, 1000, &["gfx942"]);
+    let dest = format!("oci://{}/helped/x:1", reg.host());
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let asked = dir.path().join("asked");
+    let helper = |name: &str, secret: &str| {
+        let script = bin.join(format!("docker-credential-{name}"));
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh
+[ \"$1\" = get ] || exit 1
+cat > '{}'
+\
+                 printf '{{\"ServerURL\":\"x\",\"Username\":\"kp\",\"Secret\":\"{secret}\"}}'
+",
+                asked.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    helper("kpgood", "helper-pw");
+    helper("kpbad", "not-the-pw");
+    let path_var = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (name, want) in [("kpgood", Some(0)), ("kpbad", Some(3))] {
+        let auth = dir.path().join(format!("{name}.json"));
+        std::fs::write(
+            &auth,
+            format!(r#"{{"credHelpers":{{"{}":"{name}"}}}}"#, reg.host()),
+        )
+        .unwrap();
+        let (code, out, err) = run(
+            &["push", path.to_str().unwrap(), &dest],
+            &[
+                ("REGISTRY_AUTH_FILE", auth.to_str().unwrap()),
+                ("PATH", path_var.as_str()),
+            ],
+        );
+        assert_eq!(code, want, "{name}: {out}{err}");
+        assert_eq!(
+            std::fs::read_to_string(&asked).unwrap().trim(),
+            reg.host(),
+            "{name}: the helper is asked for the registry"
+        );
+        if want == Some(3) {
+            assert!(err.contains("UNAUTHORIZED"), "{err}");
+            assert!(!err.contains("not-the-pw"), "{err}");
+        }
+    }
+}
+
 #[test]
 fn bearer_tokens_expire_and_429_is_honoured() {
     let reg = TestRegistry::start();
