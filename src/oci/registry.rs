@@ -18,7 +18,7 @@ use reqwest::{Method, StatusCode, Url};
 use super::auth::{self, Challenge, Token};
 use super::credentials::{self, Credentials};
 use super::reference::Reference;
-use crate::remote::client::{FetchError, Permits, Stats};
+use crate::remote::client::{FetchError, Permits, Stats, network_runtime};
 use crate::remote::retry::{Class, Failure, Retries};
 use crate::remote::settings::Settings;
 
@@ -162,12 +162,7 @@ impl Registry {
         if let Some(l) = &*slot {
             return Ok(l.clone());
         }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("kpack-oci")
-            .enable_all()
-            .build()
-            .map_err(|e| FetchError::Config(format!("cannot start the network runtime: {e}")))?;
+        let rt = network_runtime("kpack-oci")?;
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.settings.timeout)

@@ -159,6 +159,17 @@ struct Live {
     store: Arc<dyn ObjectStore>,
 }
 
+/// The runtime a network client runs its requests on, built on its first request (the mount
+/// forks before opening a source, and a runtime owns threads): two workers named `name`.
+pub(crate) fn network_runtime(name: &str) -> Result<tokio::runtime::Runtime, FetchError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|e| FetchError::Config(format!("cannot start the network runtime: {e}")))
+}
+
 /// A counting semaphore bounding requests in flight (blocking threads wait on it); the
 /// `oci://` registry client bounds its requests with the same.
 #[derive(Debug)]
@@ -228,12 +239,7 @@ impl Client {
         if let Some(l) = &*slot {
             return Ok(l.clone());
         }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("kpack-remote")
-            .enable_all()
-            .build()
-            .map_err(|e| FetchError::Config(format!("cannot start the network runtime: {e}")))?;
+        let rt = network_runtime("kpack-remote")?;
         let store = self.build_store()?;
         let live = Arc::new(Live { rt, store });
         *slot = Some(live.clone());
