@@ -17,7 +17,7 @@ use super::manifest::{
 };
 use super::reference::{Digest, Target};
 use super::registry::{
-    Live, MAX_HOPS, Registry, Req, one_line, origin, read_limited, status_failure,
+    BodyError, Live, MAX_HOPS, Registry, Req, one_line, origin, read_limited, status_failure,
 };
 use crate::remote::client::FetchError;
 use crate::remote::retry::{Class, Failure};
@@ -107,11 +107,12 @@ impl Registry {
             live.rt.block_on(async {
                 match self.follow(&live, digest, None, None).await? {
                     Followed::Answer(r, _) if r.status().is_success() => {
-                        read_limited(r, max).await.map_err(|mut f| {
-                            if f.why.starts_with("the answer is") {
-                                f.why = format!("the blob is larger than {max} bytes");
-                            }
-                            f
+                        read_limited(r, max).await.map_err(|e| match e {
+                            BodyError::TooLong(_) => Failure::new(
+                                Class::Fatal,
+                                format!("the blob is larger than {max} bytes"),
+                            ),
+                            BodyError::Failed(f) => f,
                         })
                     }
                     Followed::Answer(r, _) => Err(status_failure(r).await),
@@ -127,7 +128,7 @@ impl Registry {
 
     /// Reads `range` of a blob in one request: the bytes and the blob's total size. Only a 206
     /// whose `Content-Range` is exactly `range` is accepted; a 200 (the whole blob) or another
-    /// range is [`FetchError::Failed`], which the caller may retry. With `shrinkable`, a
+    /// range is never used: it is retried, then [`FetchError::Failed`]. With `shrinkable`, a
     /// timeout returns [`FetchError::TimedOut`] at once, for the caller to ask for less.
     pub fn get_blob_range(
         &self,

@@ -380,7 +380,8 @@ impl Registry {
         }
         let body = read_limited(r, auth::MAX_TOKEN_ANSWER as u64)
             .await
-            .map_err(|mut f| {
+            .map_err(|e| {
+                let mut f = Failure::from(e);
                 f.why = format!("{shown}: {}", f.why);
                 f
             })?;
@@ -464,26 +465,49 @@ pub(super) fn transport(e: reqwest::Error) -> Failure {
 }
 
 /// Reads at most `limit` bytes of `r`'s body; more is an error.
-pub(super) async fn read_limited(mut r: reqwest::Response, limit: u64) -> Result<Vec<u8>, Failure> {
+pub(super) async fn read_limited(
+    mut r: reqwest::Response,
+    limit: u64,
+) -> Result<Vec<u8>, BodyError> {
     if let Some(n) = r.content_length() {
         if n > limit {
-            return Err(Failure::new(
-                Class::Fatal,
-                format!("the answer is {n} bytes, more than the {limit} read"),
-            ));
+            return Err(BodyError::TooLong(format!(
+                "the answer is {n} bytes, more than the {limit} read"
+            )));
         }
     }
     let mut out = Vec::new();
     while let Some(chunk) = r.chunk().await.map_err(transport)? {
         if out.len() as u64 + chunk.len() as u64 > limit {
-            return Err(Failure::new(
-                Class::Fatal,
-                format!("the answer is longer than the {limit} bytes read"),
-            ));
+            return Err(BodyError::TooLong(format!(
+                "the answer is longer than the {limit} bytes read"
+            )));
         }
         out.extend_from_slice(&chunk);
     }
     Ok(out)
+}
+
+/// Why [`read_limited`] returned no body: the answer is longer than the limit (a reason any
+/// caller may word for what it reads), or the transfer failed.
+pub(super) enum BodyError {
+    TooLong(String),
+    Failed(Failure),
+}
+
+impl From<Failure> for BodyError {
+    fn from(f: Failure) -> BodyError {
+        BodyError::Failed(f)
+    }
+}
+
+impl From<BodyError> for Failure {
+    fn from(e: BodyError) -> Failure {
+        match e {
+            BodyError::TooLong(why) => Failure::new(Class::Fatal, why),
+            BodyError::Failed(f) => f,
+        }
+    }
 }
 
 /// A `Retry-After` value: seconds, or an HTTP date; capped.
