@@ -224,32 +224,24 @@ impl LayerOpener<'_> {
                 Archive::open_with_index(Box::new(object), &index).map_err(archive_error)
             }
             _ => {
-                let hash = std::cell::RefCell::new(Some(Hasher::new()));
-                let mut check = || {
-                    let got = hash.take().map(Hasher::finish);
-                    let got = got.expect("finished once");
-                    if got == layer.digest {
-                        return Ok(());
-                    }
-                    Err(format!(
-                        "the blob's bytes have digest {got}, not {}: the registry's copy is \
-                         damaged",
-                        layer.digest
-                    ))
-                };
+                let mut hash = Hasher::new();
                 object
-                    .fetch_whole(
-                        &mut |piece| hash.borrow_mut().as_mut().expect("open").update(piece),
-                        &mut check,
-                    )
+                    .fetch_whole(&mut |piece| hash.update(piece))
                     .map_err(|e| {
-                        let kind = if e.kind() == std::io::ErrorKind::InvalidData {
-                            RemoteErrorKind::Archive(ErrorKind::InvalidFormat)
-                        } else {
-                            RemoteErrorKind::Unreachable
-                        };
-                        RemoteError::new(kind, format!("{shown}: {e}"))
+                        RemoteError::new(RemoteErrorKind::Unreachable, format!("{shown}: {e}"))
                     })?;
+                let got = hash.finish();
+                if got != layer.digest {
+                    return Err(RemoteError::new(
+                        RemoteErrorKind::Archive(ErrorKind::InvalidFormat),
+                        format!(
+                            "{shown}: the blob's bytes have digest {got}, not {}: the \
+                             registry's copy is damaged",
+                            layer.digest
+                        ),
+                    ));
+                }
+                object.keep_whole();
                 Archive::open_source(Box::new(object) as Box<dyn ByteSource>).map_err(archive_error)
             }
         }

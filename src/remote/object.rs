@@ -114,7 +114,8 @@ impl Streams {
                 offset..end
             }
         };
-        self.runs.push((fetch.end, (fetch.end - fetch.start).min(WINDOW_MAX)));
+        self.runs
+            .push((fetch.end, (fetch.end - fetch.start).min(WINDOW_MAX)));
         fetch
     }
 }
@@ -172,48 +173,39 @@ impl RemoteObject {
     }
 
     /// Fetches every byte of the object into the kept copy, in requests of at most
-    /// [`WINDOW_MAX`], handing each piece to `feed` in order, then asks `verdict` whether the
-    /// whole is right; from then on nothing is fetched again. For objects checked as a whole (a
-    /// registry blob against its digest) before any of them is used: when `verdict` refuses,
-    /// the copy is dropped and its reason returned.
-    pub fn fetch_whole(
-        &self,
-        feed: &mut dyn FnMut(&[u8]),
-        verdict: &mut dyn FnMut() -> std::result::Result<(), String>,
-    ) -> io::Result<()> {
+    /// [`WINDOW_MAX`], handing each piece to `feed` in order. For objects checked as a whole (a
+    /// registry blob against its digest) before any of them is used: once the caller has
+    /// checked them, [`keep_whole`](Self::keep_whole) makes every later read come from the copy.
+    pub fn fetch_whole(&self, feed: &mut dyn FnMut(&[u8])) -> io::Result<()> {
         let size = self.version.size;
         let mut at = 0;
         while at < size {
             let len = WINDOW_MAX.min(size - at);
-            let mut piece = vec![0u8; len as usize];
-            let got = if self.fetched.read(&mut piece, at)? {
-                piece.len()
+            let mut held = vec![0u8; len as usize];
+            let piece = if self.fetched.read(&mut held, at)? {
+                held
             } else {
                 let bytes = self.fetch(at, len)?;
-                let got = bytes.len();
-                piece[..got].copy_from_slice(&bytes);
                 self.fetched.insert(&bytes, at)?;
-                got
+                bytes
             };
-            if got == 0 {
-                break;
+            if piece.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: ended after {at} of {size} bytes", self.url),
+                ));
             }
-            feed(&piece[..got]);
-            at += got as u64;
+            feed(&piece);
+            at += piece.len() as u64;
         }
-        if at < size {
-            self.fetched.forget(0, size);
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("{}: ended after {at} of {size} bytes", self.url),
-            ));
-        }
-        verdict().map_err(|m| {
-            self.fetched.forget(0, size);
-            io::Error::new(io::ErrorKind::InvalidData, m)
-        })?;
-        self.whole.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The bytes fetched by [`fetch_whole`](Self::fetch_whole) passed the caller's check: reads
+    /// are served from the kept copy only, and nothing is forgotten (a refetch would be
+    /// unchecked).
+    pub fn keep_whole(&self) {
+        self.whole.store(true, Ordering::SeqCst);
     }
 
     /// Fetches `[offset, offset + len)` (clipped to the object) in requests of at most
@@ -419,6 +411,9 @@ mod tests {
         }
         // The first run was dropped: its next read starts afresh.
         assert_eq!(s.fetch_for(m, m), m..2 * m);
-        assert_eq!(s.fetch_for((4 << 30) + m, m), (4 << 30) + m..(4 << 30) + 3 * m);
+        assert_eq!(
+            s.fetch_for((4 << 30) + m, m),
+            (4 << 30) + m..(4 << 30) + 3 * m
+        );
     }
 }
