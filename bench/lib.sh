@@ -71,11 +71,31 @@ pass() {
     echo "$bytes $(echo "$t1 - $t0" | bc -l) $((b1 - b0)) $((c1 - c0))"
 }
 
-# Drops the page cache and lets freed memory settle.
+# Drops the page cache and lets freed memory settle: on a VM with free page reporting, waits
+# until the count of memory handed back to the host has not moved for 3 seconds (at most 20 s;
+# reporting runs in rounds about 2 s apart, the first about a second after the drop). A frame
+# handed back costs a host fault at its next first touch, so a pass started sooner would meet
+# a mix of frames set by whatever ran before it; elsewhere it waits a second.
 drop_caches() {
+    local reported=/sys/module/page_reporting/parameters/reported_kib last now quiet=0 waited=0
     sync
     echo 3 >/proc/sys/vm/drop_caches
-    sleep 1
+    if [ ! -r "$reported" ]; then
+        sleep 1
+        return
+    fi
+    last=$(cat "$reported")
+    while ((quiet < 30 && waited < 200)); do
+        sleep 0.1
+        waited=$((waited + 1))
+        now=$(cat "$reported")
+        if [ "$now" = "$last" ]; then
+            quiet=$((quiet + 1))
+        else
+            last=$now
+            quiet=0
+        fi
+    done
 }
 
 # The median of the numbers on standard input.

@@ -164,11 +164,12 @@ static SETTLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 const REPORTED: &str = "/sys/module/page_reporting/parameters/reported_kib";
 
 /// Waits until the guest has stopped handing freed memory back to its host: the count at
-/// [`REPORTED`] unchanged for one second (at most 15 s in all).
+/// [`REPORTED`] unchanged for three seconds (at most 20 s in all; reporting runs in rounds about
+/// two seconds apart, the first about a second after the page cache is dropped).
 ///
 /// A page frame handed back costs a host fault at its next first touch, several times what a
 /// recycled frame costs, and a cold pass writes a gigabyte of decoded pages. Reporting runs in
-/// the second or so after the page cache is dropped, so a pass that started at once would meet
+/// the seconds after the page cache is dropped, so a pass that started at once would meet
 /// some mix of both kinds of frames, set by whatever ran before it, and its system time would
 /// follow that mix. Once reporting is done, every pass meets the same frames.
 fn settle_freed_memory() {
@@ -176,8 +177,8 @@ fn settle_freed_memory() {
     let Some(mut last) = read() else { return };
     let start = Instant::now();
     let mut quiet_since = Instant::now();
-    while quiet_since.elapsed() < Duration::from_secs(1)
-        && start.elapsed() < Duration::from_secs(15)
+    while quiet_since.elapsed() < Duration::from_secs(3)
+        && start.elapsed() < Duration::from_secs(20)
     {
         std::thread::sleep(Duration::from_millis(100));
         let now = read();
