@@ -187,9 +187,15 @@ mod tests {
     #[test]
     fn a_device_uses_its_own_arch_a_feature_subset_or_its_generic_target() {
         let arches = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(device_can_use("gfx942:sramecc+:xnack-", &arches(&["gfx90a", "gfx942"])));
+        assert!(device_can_use(
+            "gfx942:sramecc+:xnack-",
+            &arches(&["gfx90a", "gfx942"])
+        ));
         assert!(device_can_use("gfx942:xnack-", &arches(&["gfx942:xnack-"])));
-        assert!(!device_can_use("gfx942:xnack-", &arches(&["gfx942:xnack+"])));
+        assert!(!device_can_use(
+            "gfx942:xnack-",
+            &arches(&["gfx942:xnack+"])
+        ));
         assert!(device_can_use("gfx1101", &arches(&["gfx11-generic"])));
         assert!(!device_can_use("gfx1101", &arches(&["gfx1100", "gfx90a"])));
         assert!(!device_can_use("gfx942", &[]));

@@ -24,7 +24,12 @@ pub struct BlobRanges {
 }
 
 impl BlobRanges {
-    pub fn new(registry: Arc<Registry>, digest: &Digest, size: u64, resolved: SystemTime) -> BlobRanges {
+    pub fn new(
+        registry: Arc<Registry>,
+        digest: &Digest,
+        size: u64,
+        resolved: SystemTime,
+    ) -> BlobRanges {
         BlobRanges {
             registry,
             digest: digest.clone(),
@@ -68,7 +73,8 @@ impl Ranges for BlobRanges {
             return Err(FetchError::Failed(format!(
                 "{}: the registry says blob {} has {total} bytes; its manifest says {}",
                 self.registry.name(),
-                self.digest, self.size
+                self.digest,
+                self.size
             )));
         }
         Ok(Fetched {

@@ -70,7 +70,11 @@ mod tests {
         for (node, version) in [(0, 0u64), (1, 90402), (2, 110001)] {
             let p = dir.path().join(node.to_string());
             std::fs::create_dir(&p).unwrap();
-            std::fs::write(p.join("properties"), format!("gfx_target_version {version}\n")).unwrap();
+            std::fs::write(
+                p.join("properties"),
+                format!("gfx_target_version {version}\n"),
+            )
+            .unwrap();
         }
         assert_eq!(
             wanted_gpus(&strings(&["gfx1101", "auto"]), dir.path()),

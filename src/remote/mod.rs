@@ -21,10 +21,10 @@ use object_store::path::Path as ObjectPath;
 use rocm_kpack::Archive;
 use rocm_kpack::error::ErrorKind;
 
+pub use crate::oci::source::OciOptions;
 use client::{Client, Endpoint, FetchError, Stats, StoreObject};
 use object::RemoteObject;
 use settings::Settings;
-pub use crate::oci::source::OciOptions;
 pub use url::{RemoteUrl, is_remote};
 
 /// What kind of failure a [`RemoteError`] is; the command line maps each to its exit code.
@@ -195,10 +195,10 @@ pub fn open(
             shown.clone(),
             &spill,
         )
-            .map_err(RemoteError::fetch)
-            .and_then(|o| {
-                Archive::open_source(Box::new(o)).map_err(|e| RemoteError::archive(&shown, &e))
-            });
+        .map_err(RemoteError::fetch)
+        .and_then(|o| {
+            Archive::open_source(Box::new(o)).map_err(|e| RemoteError::archive(&shown, &e))
+        });
         match opened {
             Ok(a) => archives.push(Arc::new(a)),
             Err(e) if is_prefix && !strict => {

@@ -47,7 +47,12 @@ impl<T: clap::Args> InputArgs<T> {
         let input = detect(path, remote, self.root.as_deref())?;
         // For an oci:// artifact, --gpu chooses its layers (`oci::select`).
         let oci = crate::oci::is_oci(&path.to_string_lossy());
-        check_flags(path, &input, self.root.is_some(), !self.gpus.is_empty() && !oci)?;
+        check_flags(
+            path,
+            &input,
+            self.root.is_some(),
+            !self.gpus.is_empty() && !oci,
+        )?;
         Ok(input)
     }
 }
