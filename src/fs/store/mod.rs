@@ -59,7 +59,9 @@ use cache_dir::DirStats;
 
 // The store's interface: what its users name of the files it makes and where they live.
 pub(crate) use backing::Pending;
-pub use backing::{BackingFile, DEFAULT_SCRATCH_BASE, Placement, descriptor_budget, fs_space};
+pub use backing::{
+    BackingFile, DEFAULT_SCRATCH_BASE, Placement, WRITE_PIECE, descriptor_budget, fs_space,
+};
 pub use cache_dir::bytes_in as cache_dir_bytes;
 pub(crate) use kernel::{FileError, KernelId, KernelSpec};
 pub use scratch::remove_if_dead as remove_dead_scratch_dir;
