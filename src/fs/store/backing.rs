@@ -490,10 +490,12 @@ fn seal(file: &File) {
 ///
 /// The page cache sizes the folios of a new file by the writes that fill it (ext4 takes large
 /// folios since Linux 6.16), and the page allocator serves blocks of up to 32 KiB (order 3) from
-/// per-CPU lists of frames freed moments ago, larger ones from its free areas. On a VM whose
-/// kernel hands free memory back to the host, frames from the free areas cost a host fault each
-/// at first touch, so small writes fill a cold file faster (figures: docs/benchmarks.md, "Cold
-/// reads"); elsewhere the extra system calls cost little next to decoding. Memfds are written
+/// per-CPU lists and the small free blocks, larger ones by splitting large free blocks. A VM
+/// kernel with free page reporting hands free blocks of 2 MiB and more back to its host, and
+/// each frame of those costs a host fault at first touch: once freed memory has been handed
+/// back, 1 MiB writes fill new files several times slower than 32 KiB ones (figures:
+/// docs/benchmarks.md, "Cold reads"). On memory freed moments before, large writes are a little
+/// cheaper; elsewhere the extra system calls cost little next to decoding. Memfds are written
 /// whole: their folio size is set by the shmem huge-page policy, not the writes.
 pub const WRITE_PIECE: usize = 32 << 10;
 
