@@ -75,7 +75,8 @@ pass() {
 # until the count of memory handed back to the host has not moved for 3 seconds (at most 20 s;
 # reporting runs in rounds about 2 s apart, the first about a second after the drop). A frame
 # handed back costs a host fault at its next first touch, so a pass started sooner would meet
-# a mix of frames set by whatever ran before it; elsewhere it waits a second.
+# a mix of frames set by whatever ran before it; elsewhere it waits a second. The suite waits
+# the same way (settle_freed_memory in benches/suite.rs).
 drop_caches() {
     local reported=/sys/module/page_reporting/parameters/reported_kib last now quiet=0 waited=0
     sync
