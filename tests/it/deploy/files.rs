@@ -283,17 +283,7 @@ fn kubernetes_daemonset_shares_the_mount_with_bidirectional_propagation() {
     let shared = by_name(&c["volumeMounts"], "shared");
     assert_eq!(shared["mountPropagation"], "Bidirectional");
     assert_eq!(shared["mountPath"], "/var/lib/kpack");
-    let env: BTreeMap<String, String> = c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_owned(),
-                e["value"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let env = env_of(c);
     assert_eq!(env["KPACK_MOUNTPOINT"], "/var/lib/kpack/mnt");
     assert_eq!(env["KPACK_SOURCE"], "/packs/kernels.kpack");
     assert_eq!(env["KPACK_MOUNT_OPTIONS"], "ro,allow_other");
