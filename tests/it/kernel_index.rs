@@ -7,9 +7,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use rocm_kpack::archive::kernel_index::StoredKernel;
-use rocm_kpack::{
-    Archive, ArchiveWriter, ByteSource, Compression, Error, ErrorKind, KernelIndex, LocalFile,
-};
+use rocm_kpack::{Archive, ByteSource, Compression, Error, ErrorKind, KernelIndex, LocalFile};
 
 use crate::support::craft::incompressible;
 use crate::support::faulty_source::{Fault, FaultKind, FaultySource};
@@ -67,14 +65,7 @@ fn kernels() -> Vec<(String, Vec<u8>)> {
 }
 
 fn write(compression: Compression, reference: bool) -> Vec<u8> {
-    let mut w = ArchiveWriter::new("g", "gfx942", vec!["gfx942".into()], compression).unwrap();
-    w.set_reference_layout(reference);
-    for (k, d) in kernels() {
-        w.add_kernel(&k, "gfx942", d).unwrap();
-    }
-    let mut out = Vec::new();
-    w.write_to(&mut out, &|_| {}).unwrap();
-    out
+    craft::gfx942_archive(kernels(), compression, reference)
 }
 
 const SCHEMES: [Compression; 2] = [Compression::None, Compression::Zstd { level: 3 }];

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use rocm_kpack::{Archive, ArchiveWriter, Compression, ErrorKind, LocalFile};
+use rocm_kpack::{Archive, Compression, ErrorKind, LocalFile};
 
 use crate::support::craft::*;
 use crate::support::faulty_source::FaultySource;
@@ -24,20 +24,7 @@ fn kernels() -> Vec<(String, Vec<u8>)> {
 }
 
 fn write(reference: bool) -> Vec<u8> {
-    let mut w = ArchiveWriter::new(
-        "g",
-        "gfx942",
-        vec!["gfx942".into()],
-        Compression::Zstd { level: 1 },
-    )
-    .unwrap();
-    w.set_reference_layout(reference);
-    for (k, d) in kernels() {
-        w.add_kernel(&k, "gfx942", d).unwrap();
-    }
-    let mut out = Vec::new();
-    w.write_to(&mut out, &|_| {}).unwrap();
-    out
+    gfx942_archive(kernels(), Compression::Zstd { level: 1 }, reference)
 }
 
 /// The archive of `bytes`, read through a source that records every range asked of it.

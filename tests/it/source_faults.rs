@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rocm_kpack::{Archive, ArchiveWriter, Compression, LocalFile};
+use rocm_kpack::{Archive, Compression, LocalFile};
 
+use crate::support::craft;
 use crate::support::faulty_source::{Fault, FaultKind, FaultySource};
 
 const KINDS: [FaultKind; 4] = [
@@ -30,19 +31,9 @@ fn kernels() -> Vec<(String, Vec<u8>)> {
 }
 
 fn write(dir: &std::path::Path, reference: bool) -> std::path::PathBuf {
-    let mut w = ArchiveWriter::new(
-        "g",
-        "gfx942",
-        vec!["gfx942".into()],
-        Compression::Zstd { level: 1 },
-    )
-    .unwrap();
-    w.set_reference_layout(reference);
-    for (k, d) in kernels() {
-        w.add_kernel(&k, "gfx942", d).unwrap();
-    }
     let path = dir.join(if reference { "ref.kpack" } else { "ours.kpack" });
-    w.write(&path, &|_| {}).unwrap();
+    let bytes = craft::gfx942_archive(kernels(), Compression::Zstd { level: 1 }, reference);
+    std::fs::write(&path, bytes).unwrap();
     path
 }
 

@@ -202,6 +202,24 @@ pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|_| (next() >> 24) as u8).collect()
 }
 
+/// An archive of one gfx942 binary holding `kernels` (key, bytes), as our writer writes it with
+/// `compression`, in the reference layout when `reference` is set.
+pub fn gfx942_archive(
+    kernels: Vec<(String, Vec<u8>)>,
+    compression: rocm_kpack::Compression,
+    reference: bool,
+) -> Vec<u8> {
+    let mut w =
+        rocm_kpack::ArchiveWriter::new("g", "gfx942", vec!["gfx942".into()], compression).unwrap();
+    w.set_reference_layout(reference);
+    for (k, d) in kernels {
+        w.add_kernel(&k, "gfx942", d).unwrap();
+    }
+    let mut out = Vec::new();
+    w.write_to(&mut out, &|_| {}).unwrap();
+    out
+}
+
 /// A digested archive (our writer's default layout) holding `kernels` as (key, arch, bytes),
 /// with one byte flipped in the middle of the stored bytes of kernel `victim`. For zstd, checks
 /// that the altered frame still decodes to the right size, so only the digest can catch it.
