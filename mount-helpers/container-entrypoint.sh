@@ -135,20 +135,22 @@ if [ -z "$stop" ]; then
   "$@" &
   child=$!
   # A background command ignores SIGINT in a non-interactive shell: pass Ctrl-C on as SIGTERM.
-  trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-  [ -z "$stop" ] || kill -TERM "$child" 2>/dev/null
+  trap 'stop=1; kill -TERM "$child" 2>/dev/null' TERM INT
   # Wait for the command to exit, and look at the daemon every second meanwhile: sh's wait waits
   # for one given child, not for whichever ends first. wait returns early when a trapped signal
   # arrives, SIGCHLD included where the shell does so (dash), which makes the exits show at once.
+  # While the command is to stop, SIGTERM goes to it every round: one sent before the forked
+  # shell has cleared its copy of this script's traps (a daemon that dies at once, a stop
+  # during start-up) runs that copy, and the command then starts as if nothing was sent. The
+  # exited command is reaped by the waits, so kill -0 then fails.
   trap : CHLD
   while kill -0 "$child" 2>/dev/null; do
-    if ! kill -0 "$daemon" 2>/dev/null; then
+    if [ -z "$daemon_gone" ] && ! kill -0 "$daemon" 2>/dev/null; then
       wait "$daemon"
       say "kpack-fuse exited with status $? while the command ran; stopping the command"
       daemon_gone=1
-      kill -TERM "$child" 2>/dev/null
-      break
     fi
+    [ -z "$stop$daemon_gone" ] || kill -TERM "$child" 2>/dev/null
     sleep 1 &
     wait $!
   done
